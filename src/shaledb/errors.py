@@ -1,0 +1,120 @@
+"""The one error tree of shaledb.
+
+Every error the package raises derives from :class:`ShaleError`, so callers can
+catch the whole family, and the top-level classes tell the caller what to do:
+
+* :class:`FencedError` -- another writer or compactor took over; reopen.
+* :class:`ClosedError` -- the handle was closed (or failed); reopen.
+* :class:`CorruptionError` -- stored bytes are damaged; names the object.
+* :class:`InvalidArgument` -- fix the call or the settings (also a ``ValueError``).
+* :class:`NotFound` -- a database, checkpoint or object does not exist.
+* :class:`Unavailable` -- the store could not be reached after retries; retry.
+* :class:`ConflictError` -- an optimistic update lost a race; retry it.
+
+Store-level conditions (an object exists, a precondition failed) are subclasses
+so the engine can tell them apart while users still see one family.
+"""
+
+from __future__ import annotations
+
+
+class ShaleError(Exception):
+    """Base class of every error raised by shaledb."""
+
+
+class FencedError(ShaleError):
+    """A newer writer (or compactor) claimed the database; this handle must stop.
+
+    Raised by the next write, flush or manifest update of a fenced process.
+    Nothing acknowledged before the fence is lost; reopen to continue.
+    """
+
+
+class ClosedError(ShaleError):
+    """The handle was closed, or stopped after a background failure.
+
+    ``__cause__`` holds the failure when the handle stopped on its own.
+    """
+
+
+class CorruptionError(ShaleError):
+    """Stored bytes failed validation (checksum, length, structure or version).
+
+    ``path`` names the damaged object so an operator can find it.
+    """
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+    def with_path(self, path: str) -> CorruptionError:
+        """Return a copy that names ``path`` (codecs do not know object names)."""
+        if self.path:
+            return self
+        err = CorruptionError(str(self), path)
+        err.__cause__ = self.__cause__
+        return err
+
+
+class InvalidArgument(ShaleError, ValueError):
+    """A bad key, value, option, URL or path; the message says what to change."""
+
+
+class InvalidPathError(InvalidArgument):
+    """A path or URL that is malformed or would escape the database root."""
+
+
+class NotFound(ShaleError, LookupError):
+    """A database, checkpoint or object does not exist."""
+
+
+class ObjectNotFound(NotFound):
+    """The object store has no object at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"object not found: {path}")
+
+
+class Unavailable(ShaleError):
+    """The object store could not be reached, even after retries. Safe to retry."""
+
+
+class ConflictError(ShaleError):
+    """An optimistic update lost a race (a CAS conflict); re-read and retry."""
+
+
+class PreconditionFailed(ConflictError):
+    """A conditional store operation found the object in another state."""
+
+    def __init__(self, path: str, message: str = "precondition failed") -> None:
+        self.path = path
+        super().__init__(f"{message}: {path}")
+
+
+class AlreadyExists(PreconditionFailed):
+    """A create-if-absent put found an object already at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, "object already exists")
+
+
+class NotSupported(ShaleError):
+    """The store cannot do this operation (e.g. conditional writes)."""
+
+
+__all__ = [
+    "AlreadyExists",
+    "ClosedError",
+    "ConflictError",
+    "CorruptionError",
+    "FencedError",
+    "InvalidArgument",
+    "InvalidPathError",
+    "NotFound",
+    "NotSupported",
+    "ObjectNotFound",
+    "PreconditionFailed",
+    "ShaleError",
+    "Unavailable",
+]

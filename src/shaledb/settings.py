@@ -1,0 +1,232 @@
+"""Settings: one frozen dataclass per component, validated on construction.
+
+Units are in the names (``_s`` seconds, ``_bytes`` bytes). Components that can
+be turned off (the embedded compactor and garbage collector) are ``None``.
+Store, clock and RNG are not settings: they are arguments of ``Db.open``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import InvalidArgument
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+WalRecoveryMode = Literal[
+    "absolute_consistency",
+    "point_in_time",
+    "tolerate_corrupted_tail",
+    "skip_corrupted_records",
+]
+WAL_RECOVERY_MODES: tuple[str, ...] = (
+    "absolute_consistency",
+    "point_in_time",
+    "tolerate_corrupted_tail",
+    "skip_corrupted_records",
+)
+Compression = Literal["none", "lz4", "zstd"]
+COMPRESSIONS: tuple[str, ...] = ("none", "lz4", "zstd")
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} must be a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidArgument(f"{name} must be {bound}, got {value!r}")
+
+
+def _integer(name: str, value: int, *, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise InvalidArgument(f"{name} must be >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryOptions:
+    """How the store wrapper retries transient failures.
+
+    Each failed call waits ``initial_backoff_s`` doubled per attempt up to
+    ``max_backoff_s`` (with jitter); after ``max_attempts`` attempts or
+    ``timeout_s`` seconds the call raises ``Unavailable``.
+    """
+
+    max_attempts: int = 10
+    initial_backoff_s: float = 0.05
+    max_backoff_s: float = 2.0
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        _integer("RetryOptions.max_attempts", self.max_attempts, minimum=1)
+        _positive("RetryOptions.initial_backoff_s", self.initial_backoff_s, allow_zero=True)
+        _positive("RetryOptions.max_backoff_s", self.max_backoff_s, allow_zero=True)
+        _positive("RetryOptions.timeout_s", self.timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactorOptions:
+    """The size-tiered compactor (embedded in the writer or standalone).
+
+    ``min_l0_ssts``: compact L0 once this many L0 SSTs exist.
+    ``max_sources``: most sorted runs merged in one compaction.
+    ``size_ratio``: runs are "similar" when the largest is at most this many
+    times the smallest.
+    ``max_sst_size_bytes``: output SSTs of a sorted run are cut at this size.
+    ``max_subcompactions``: key ranges one compaction is split into.
+    """
+
+    poll_interval_s: float = 1.0
+    min_l0_ssts: int = 4
+    max_sources: int = 8
+    size_ratio: float = 4.0
+    max_sst_size_bytes: int = 64 * MiB
+    max_subcompactions: int = 1
+    manifest_update_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        _positive("CompactorOptions.poll_interval_s", self.poll_interval_s)
+        _integer("CompactorOptions.min_l0_ssts", self.min_l0_ssts, minimum=1)
+        _integer("CompactorOptions.max_sources", self.max_sources, minimum=2)
+        _positive("CompactorOptions.size_ratio", self.size_ratio)
+        if self.size_ratio < 1:
+            raise InvalidArgument("CompactorOptions.size_ratio must be >= 1")
+        _integer("CompactorOptions.max_sst_size_bytes", self.max_sst_size_bytes, minimum=4 * KiB)
+        _integer("CompactorOptions.max_subcompactions", self.max_subcompactions, minimum=1)
+        _positive("CompactorOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class GcOptions:
+    """The garbage collector (embedded in the writer or standalone).
+
+    Nothing is deleted before it is ``min_age_s`` old, which bounds how long a
+    stalled process may keep using an object it read a reference to.
+    ``db_delete_grace_s`` is how long a soft-deleted database is kept.
+    ``dry_run`` logs what would be deleted and deletes nothing.
+    """
+
+    interval_s: float = 60.0
+    min_age_s: float = 300.0
+    db_delete_grace_s: float = 86400.0
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        _positive("GcOptions.interval_s", self.interval_s)
+        _positive("GcOptions.min_age_s", self.min_age_s, allow_zero=True)
+        _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Settings of a writer (``Db``).
+
+    Write path:
+      ``flush_interval_s`` -- non-durable writes reach a WAL object at least this
+      often (durable writes trigger a flush at once: group commit).
+      ``wal_max_bytes`` -- a WAL object is cut when its buffer reaches this size.
+      ``l0_sst_size_bytes`` -- the memtable is frozen and flushed to an L0 SST at
+      this size (accounted bytes include Python's per-entry overhead).
+      ``max_unflushed_bytes`` -- writes block while memtables not yet in L0
+      exceed this (backpressure).
+      ``l0_max_ssts`` -- L0 flushes (and then writes) stall while more L0 SSTs
+      than this wait for compaction.
+    Read path:
+      ``block_cache_bytes`` -- byte budget of the decoded-block cache.
+      ``sst_read_ahead_bytes`` -- a block-cache miss fetches this much of the SST.
+    Format:
+      ``block_size_bytes``, ``bloom_bits_per_key`` (0 = no filter),
+      ``compression`` ("none", "lz4", "zstd").
+    Recovery:
+      ``track_and_verify_wals`` -- record closed WAL objects (size, CRC32C) in the
+      manifest and verify them on open.
+      ``wal_recovery_mode`` -- what to do with a damaged WAL object.
+    """
+
+    flush_interval_s: float = 0.1
+    wal_max_bytes: int = 4 * MiB
+    l0_sst_size_bytes: int = 64 * MiB
+    max_unflushed_bytes: int = 256 * MiB
+    l0_max_ssts: int = 16
+    block_size_bytes: int = 4 * KiB
+    bloom_bits_per_key: int = 10
+    compression: Compression = "none"
+    block_cache_bytes: int = 128 * MiB
+    sst_read_ahead_bytes: int = 1 * MiB
+    manifest_poll_interval_s: float = 1.0
+    manifest_update_timeout_s: float = 300.0
+    track_and_verify_wals: bool = True
+    wal_recovery_mode: WalRecoveryMode = "absolute_consistency"
+    value_separation_threshold: int | None = None
+    journal_max_bytes: int = 64 * MiB
+    retry: RetryOptions = field(default_factory=RetryOptions)
+    compactor: CompactorOptions | None = field(default_factory=CompactorOptions)
+    garbage_collector: GcOptions | None = field(default_factory=GcOptions)
+
+    def __post_init__(self) -> None:
+        _positive("flush_interval_s", self.flush_interval_s)
+        _integer("wal_max_bytes", self.wal_max_bytes, minimum=1)
+        _integer("l0_sst_size_bytes", self.l0_sst_size_bytes, minimum=4 * KiB)
+        _integer("max_unflushed_bytes", self.max_unflushed_bytes, minimum=1)
+        if self.max_unflushed_bytes < self.l0_sst_size_bytes:
+            raise InvalidArgument(
+                "max_unflushed_bytes must be >= l0_sst_size_bytes "
+                f"({self.max_unflushed_bytes} < {self.l0_sst_size_bytes}); raise it or lower l0_sst_size_bytes"
+            )
+        _integer("l0_max_ssts", self.l0_max_ssts, minimum=1)
+        _integer("block_size_bytes", self.block_size_bytes, minimum=256)
+        if self.block_size_bytes > 16 * MiB:
+            raise InvalidArgument("block_size_bytes must be <= 16 MiB")
+        _integer("bloom_bits_per_key", self.bloom_bits_per_key, minimum=0)
+        if self.compression not in COMPRESSIONS:
+            raise InvalidArgument(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
+        _integer("block_cache_bytes", self.block_cache_bytes, minimum=0)
+        _integer("sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _positive("manifest_poll_interval_s", self.manifest_poll_interval_s)
+        _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)
+        if not isinstance(self.track_and_verify_wals, bool):
+            raise InvalidArgument("track_and_verify_wals must be True or False")
+        if self.wal_recovery_mode not in WAL_RECOVERY_MODES:
+            raise InvalidArgument(
+                f"wal_recovery_mode must be one of {WAL_RECOVERY_MODES}, got {self.wal_recovery_mode!r}"
+            )
+        if self.value_separation_threshold is not None:
+            _integer("value_separation_threshold", self.value_separation_threshold, minimum=1)
+        _integer("journal_max_bytes", self.journal_max_bytes, minimum=4 * KiB)
+        for name, typ in (
+            ("retry", RetryOptions),
+            ("compactor", CompactorOptions),
+            ("garbage_collector", GcOptions),
+        ):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, typ):
+                raise InvalidArgument(f"{name} must be a {typ.__name__} or None, got {value!r}")
+        if self.retry is None:
+            raise InvalidArgument("retry must be a RetryOptions")
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (for logs, the CLI and Spark options)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Settings:
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        data = dict(data)
+        nested = {"retry": RetryOptions, "compactor": CompactorOptions, "garbage_collector": GcOptions}
+        for key, typ in nested.items():
+            if isinstance(data.get(key), dict):
+                data[key] = typ(**data[key])
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise InvalidArgument(f"unknown settings: {sorted(unknown)}")
+        return cls(**data)
