@@ -2,26 +2,42 @@
 
 obstore releases the GIL during I/O, gives native create-if-absent on local
 directories, memory, S3, GCS and Azure, and one error vocabulary. This module
-only adapts it: root prefixes, sorted listings, and error translation.
+only adapts it, and papers over the places where its backends disagree with
+each other or with the contract in :mod:`.base`:
+
+* listing prefixes: obstore matches whole path segments (``a/b`` does not
+  match ``a/bc``); the contract is a plain string prefix, so a prefix that does
+  not end in ``/`` lists its parent directory and filters;
+* listing order: LocalStore returns paths unordered, so local listings are
+  sorted before they are returned;
+* range reads that start at or past the end raise on every backend (and
+  ``get_ranges`` panics inside Rust); the contract returns ``b""``;
+* S3 has no copy-if-absent; it falls back to read + create-if-absent put;
+* errors become :mod:`shaledb.errors`; text that contains a configured secret
+  is never chained or repeated.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn
 
 import obstore
 from obstore.exceptions import (
     AlreadyExistsError,
-    BaseError,
     NotFoundError,
     NotSupportedError,
+    PermissionDeniedError,
     PreconditionError,
+    UnauthenticatedError,
 )
 
 from ..errors import (
     AlreadyExists,
+    InvalidArgument,
+    InvalidPathError,
     NotSupported,
     ObjectNotFound,
     PreconditionFailed,
@@ -51,20 +67,9 @@ def drop_memory_store(name: str) -> None:
         _MEMORY_STORES.pop(name, None)
 
 
-def _translate(exc: BaseException, path: str) -> ShaleError:
-    if isinstance(exc, ShaleError):
-        return exc
-    if isinstance(exc, (FileNotFoundError, NotFoundError)):
-        return ObjectNotFound(path)
-    if isinstance(exc, AlreadyExistsError):
-        return AlreadyExists(path)
-    if isinstance(exc, PreconditionError):
-        return PreconditionFailed(path)
-    if isinstance(exc, (NotSupportedError, NotImplementedError)):
-        return NotSupported(f"{path}: {exc}")
-    err = Unavailable(f"object store error on {path}: {type(exc).__name__}: {exc}")
-    err.__cause__ = exc
-    return err
+def _is_fatal(exc: BaseException) -> bool:
+    """Exceptions that must propagate untouched (interrupts, simulated crashes)."""
+    return not isinstance(exc, Exception) and type(exc).__name__ != "PanicException"
 
 
 def _meta(raw: Mapping[str, Any], strip: int) -> ObjectMeta:
@@ -81,7 +86,8 @@ class ObstoreStore:
     """An obstore store plus a root prefix (for stores that cannot prefix).
 
     ``inner`` is any obstore store; ``root`` is joined in front of every path
-    (with '/'), and stripped from listed paths.
+    (with '/'), and stripped from listed paths. ``secrets`` are strings (keys,
+    tokens) that must never appear in an exception this store raises.
     """
 
     def __init__(
@@ -93,6 +99,7 @@ class ObstoreStore:
         conditional_put: bool = True,
         attributes: bool = False,
         sort_listings: bool = False,
+        secrets: Iterable[str] = (),
     ) -> None:
         self._inner = inner
         self._root = (root.strip("/") + "/") if root.strip("/") else ""
@@ -100,6 +107,7 @@ class ObstoreStore:
         self._conditional = conditional_put
         self._attributes = attributes
         self._sort = sort_listings
+        self._secrets = tuple(s for s in secrets if s)
 
     @property
     def supports_conditional_put(self) -> bool:
@@ -120,50 +128,108 @@ class ObstoreStore:
     def describe(self) -> str:
         return self._description
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._description!r})"
+
     def _p(self, path: str) -> str:
         return self._root + check_relative_path(path)
+
+    def _error(self, exc: BaseException, path: str) -> ShaleError:
+        """Translate a backend exception; the caller raises it ``from`` ``exc``."""
+        if isinstance(exc, ShaleError):
+            return exc
+        if isinstance(exc, (FileNotFoundError, NotFoundError)):
+            return ObjectNotFound(path)
+        if isinstance(exc, AlreadyExistsError):
+            return AlreadyExists(path)
+        if isinstance(exc, PreconditionError):
+            return PreconditionFailed(path)
+        if isinstance(exc, (NotSupportedError, NotImplementedError)):
+            return NotSupported(f"{self._description}: {path}: {self._scrub(str(exc))}")
+        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
+            return InvalidArgument(
+                f"{self._description} refused access to {path} ({type(exc).__name__}): "
+                "check the credentials and permissions configured for this store"
+            )
+        if isinstance(exc, ValueError) and "path" in str(exc).lower():
+            return InvalidPathError(f"object path rejected by the store: {path!r}")
+        return Unavailable(
+            f"object store error on {self._description}: {path}: "
+            f"{type(exc).__name__}: {self._scrub(str(exc).splitlines()[0] if str(exc) else '')}"
+        )
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "<redacted>")
+        return text
+
+    def _raise(self, exc: BaseException, path: str) -> NoReturn:
+        err = self._error(exc, path)
+        if err is exc:
+            raise err
+        if any(s in str(exc) for s in self._secrets):
+            raise err from None
+        raise err from exc
 
     def get(self, path: str) -> bytes:
         try:
             return bytes(obstore.get(self._inner, self._p(path)).bytes())
-        except BaseException as exc:  # noqa: BLE001 - translated and re-raised
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        except BaseException as exc:
+            if _is_fatal(exc):
                 raise
-            raise _translate(exc, path) from exc
+            self._raise(exc, path)
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
+        if start < 0 or end < 0:
+            raise InvalidArgument(f"range [{start}, {end}) of {path} must not be negative")
         if end <= start:
-            return b""
+            return b""  # no I/O: an empty range is empty whether or not the object exists
         try:
             return bytes(obstore.get_range(self._inner, self._p(path), start=start, end=end))
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        except BaseException as exc:
+            if _is_fatal(exc):
                 raise
-            raise _translate(exc, path) from exc
+            err = self._error(exc, path)
+            if isinstance(err, Unavailable) and self.head(path).size <= start:
+                return b""  # the range starts at or past the end
+            self._raise(exc, path)
 
     def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         if not ranges:
             return []
+        if any(s < 0 or e < 0 for s, e in ranges):
+            raise InvalidArgument(f"ranges of {path} must not be negative: {list(ranges)!r}")
+        wanted = [(s, e) for s, e in ranges if e > s]
         try:
-            out = obstore.get_ranges(
-                self._inner,
-                self._p(path),
-                starts=[r[0] for r in ranges],
-                ends=[max(r[0], r[1]) for r in ranges],
+            out = (
+                obstore.get_ranges(
+                    self._inner,
+                    self._p(path),
+                    starts=[s for s, _ in wanted],
+                    ends=[e for _, e in wanted],
+                )
+                if wanted
+                else []
             )
-            return [bytes(b) for b in out]
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        except BaseException as exc:
+            if _is_fatal(exc):
                 raise
-            raise _translate(exc, path) from exc
+            err = self._error(exc, path)
+            if not isinstance(err, Unavailable) and type(exc).__name__ != "PanicException":
+                self._raise(exc, path)
+            # A range starting past the end makes obstore fail (or panic); redo
+            # the ranges one by one, where the contract is handled.
+            return [self.get_range(path, s, e) for s, e in ranges]
+        it = iter(out)
+        return [bytes(next(it)) if e > s else b"" for s, e in ranges]
 
     def head(self, path: str) -> ObjectMeta:
         try:
             return _meta(obstore.head(self._inner, self._p(path)), len(self._root))
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        except BaseException as exc:
+            if _is_fatal(exc):
                 raise
-            raise _translate(exc, path) from exc
+            self._raise(exc, path)
 
     def attributes(self, path: str) -> dict[str, str]:
         if not self._attributes:
@@ -172,10 +238,10 @@ class ObstoreStore:
         try:
             res = obstore.get(self._inner, self._p(path), options={"head": True})
             return {str(k): str(v) for k, v in (res.attributes or {}).items()}
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        except BaseException as exc:
+            if _is_fatal(exc):
                 raise
-            raise _translate(exc, path) from exc
+            self._raise(exc, path)
 
     def put(
         self,
@@ -192,59 +258,110 @@ class ObstoreStore:
             kwargs["attributes"] = dict(attributes)
         try:
             obstore.put(self._inner, self._p(path), data, **kwargs)
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        except BaseException as exc:
+            if _is_fatal(exc):
                 raise
-            raise _translate(exc, path) from exc
+            self._raise(exc, path)
 
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
         check_prefix(prefix)
-        strip = len(self._root)
-        kwargs: dict[str, Any] = {"prefix": self._root + prefix if (self._root + prefix) else None}
+        if offset is not None and not isinstance(offset, str):
+            raise InvalidArgument(f"list offset must be a string, got {offset!r}")
+        # obstore prefixes match whole segments: list the parent directory and
+        # filter; a listing offset just below the prefix skips what precedes it.
+        cut = prefix.rfind("/") + 1
+        parent, partial = prefix[:cut], prefix[cut:]
+        floor = prefix[:-1] if partial else None
+        if floor is not None and (offset is None or offset < floor):
+            offset = floor
+        full_parent = self._root + parent
+        kwargs: dict[str, Any] = {"prefix": full_parent or None}
         if offset is not None:
             kwargs["offset"] = self._root + offset
+        strip = len(self._root)
+        return self._list(kwargs, strip, prefix, bool(partial))
+
+    def _list(self, kwargs: dict[str, Any], strip: int, prefix: str, filtered: bool) -> Iterator[ObjectMeta]:
         try:
             stream = obstore.list(self._inner, **kwargs)
             if self._sort:
                 metas = [_meta(m, strip) for chunk in stream for m in chunk]
                 metas.sort(key=lambda m: m.path)
-                yield from metas
-                return
-            for chunk in stream:
-                for m in chunk:
-                    yield _meta(m, strip)
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                chunks: Iterable[Iterable[ObjectMeta]] = [metas]
+            else:
+                chunks = ([_meta(m, strip) for m in chunk] for chunk in stream)
+            for chunk in chunks:
+                for meta in chunk:
+                    if filtered and not meta.path.startswith(prefix):
+                        if meta.path > prefix:
+                            return  # sorted: nothing later can match
+                        continue
+                    yield meta
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            if _is_fatal(exc):
                 raise
-            raise _translate(exc, prefix) from exc
+            self._raise(exc, prefix)
 
     def delete(self, path: str) -> None:
         try:
             obstore.delete(self._inner, self._p(path))
-        except FileNotFoundError:
-            return
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        except BaseException as exc:
+            if _is_fatal(exc):
                 raise
-            err = _translate(exc, path)
-            if isinstance(err, ObjectNotFound):
+            if isinstance(self._error(exc, path), ObjectNotFound):
                 return
-            raise err from exc
+            self._raise(exc, path)
 
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         try:
             obstore.copy(self._inner, self._p(src), self._p(dst), overwrite=not create)
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        except BaseException as exc:
+            if _is_fatal(exc):
                 raise
-            err = _translate(exc, src)
-            if isinstance(err, NotSupported) or (isinstance(err, Unavailable) and create):
-                # Fall back to read + conditional write (S3 has no copy-if-absent).
-                self.put(dst, self.get(src), create=create)
+            err = self._error(exc, src)
+            if isinstance(err, NotSupported) and create:
+                # S3 has no copy-if-absent: read, then create-if-absent put.
+                attrs = self.attributes(src) if self._attributes else None
+                self.put(dst, self.get(src), create=True, attributes=attrs)
                 return
             if isinstance(err, AlreadyExists):
                 raise AlreadyExists(dst) from exc
-            raise err from exc
+            self._raise(exc, src)
 
     def close(self) -> None:
         return None
+
+
+class LocalObstoreStore(ObstoreStore):
+    """A local directory; every path is checked to stay inside the real root.
+
+    The root itself is resolved with ``realpath`` when the store is opened;
+    each object path is resolved too, so a symlink planted inside the
+    directory cannot redirect reads or writes outside it.
+    """
+
+    def __init__(self, directory: str, *, description: str) -> None:
+        real = os.path.realpath(directory)
+        os.makedirs(real, exist_ok=True)
+        self._real_root = real
+        super().__init__(
+            obstore.store.LocalStore(prefix=real, mkdir=True),
+            description=description,
+            sort_listings=True,
+        )
+
+    @property
+    def directory(self) -> str:
+        return self._real_root
+
+    def _p(self, path: str) -> str:
+        check_relative_path(path)
+        full = os.path.realpath(os.path.join(self._real_root, path))
+        if os.path.commonpath([full, self._real_root]) != self._real_root:
+            raise InvalidPathError(
+                f"{path!r} resolves outside {self._description} (through a symlink); "
+                "remove the link or use a directory without links that leave it"
+            )
+        return path

@@ -2,102 +2,257 @@
 
 Accepted forms:
 
-* a plain local path (``./db``, ``/var/lib/db``) or ``file:///abs/path``
-* ``memory://NAME[/sub/path]`` -- process-wide, shared by every handle naming it
-* ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``az://container/prefix`` --
-  credentials, region and endpoint from the usual environment variables
-  (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ``GOOGLE_SERVICE_ACCOUNT``,
-  ``AZURE_STORAGE_ACCOUNT_NAME``, ...) or from ``options``.
+* a plain local path (``./db``, ``~/db``, ``/var/lib/db``) or ``file:///abs/path``;
+  the directory is created if needed and resolved to its real path;
+* ``memory://NAME[/sub/path]`` -- process-wide, shared by every handle naming it;
+* ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``az://container/prefix``.
+
+Cloud credentials, region and endpoint come from keyword options of
+:func:`open_store` or, failing that, from the usual environment variables:
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``,
+``AWS_ALLOW_HTTP``; ``GOOGLE_SERVICE_ACCOUNT[_KEY|_PATH]``,
+``GOOGLE_APPLICATION_CREDENTIALS``; ``AZURE_STORAGE_ACCOUNT_NAME``,
+``AZURE_STORAGE_ACCOUNT_KEY``, ``AZURE_STORAGE_SAS_TOKEN``, ... (obstore reads
+the Google and Azure ones itself). Non-secret settings may also ride in the
+URL query (``?endpoint=...&region=...&allow_http=true``); credentials may not,
+because URLs end up in logs.
+
+Stores without conditional writes use the two-phase write: pass
+``cas="sqlite:///abs/path/cas.db"`` (or add ``?cas=sqlite:///abs/path/cas.db``
+to a URL). ``cas="none"`` hides conditional writes, for tests.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import obstore
+import obstore.exceptions
 
 from ..errors import InvalidArgument, InvalidPathError
 from ..paths import check_relative_path
 from .base import ObjectStore
-from .obstore_store import ObstoreStore, shared_memory_store
+from .obstore_store import LocalObstoreStore, ObstoreStore, shared_memory_store
+from .twophase import TwoPhaseStore
+from .wrappers import NoConditionalStore
 
-_CLOUD_SCHEMES = {"s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss"}
+_CLOUD_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "azure": "az"}
+_CLOUD_CLASSES: dict[str, Any] = {
+    "s3": obstore.store.S3Store,
+    "gs": obstore.store.GCSStore,
+    "az": obstore.store.AzureStore,
+}
+_MEMORY_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_QUERY_KEYS = {"cas", "endpoint", "region", "allow_http"}
+_SECRET_HINTS = ("secret", "token", "key", "password", "sas", "credential")
+
+_S3_ENV = {
+    "access_key_id": ("AWS_ACCESS_KEY_ID",),
+    "secret_access_key": ("AWS_SECRET_ACCESS_KEY",),
+    "session_token": ("AWS_SESSION_TOKEN",),
+    "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+    "endpoint": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+}
+_SECRET_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_CLIENT_SECRET",
+)
 
 
-def _clean_prefix(raw: str) -> str:
-    prefix = unquote(raw).strip("/")
-    if prefix:
-        check_relative_path(prefix)
-    return prefix
+def _truthy(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise InvalidArgument(f"expected a boolean (true/false), got {value!r}")
 
 
-def _env_s3_options() -> dict[str, Any]:
-    opts: dict[str, Any] = {}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        opts["endpoint"] = endpoint
-        if endpoint.startswith("http://"):
-            opts["allow_http"] = True
-    return opts
-
-
-def open_store(url: str, **options: Any) -> ObjectStore:
-    """Open the store rooted at ``url``; ``options`` go to the backend."""
+def _check_text(url: str) -> None:
     if not isinstance(url, str) or not url:
-        raise InvalidArgument("database URL must be a non-empty string")
-    if "\x00" in url:
-        raise InvalidPathError("database URL contains a NUL character")
+        raise InvalidArgument("database URL must be a non-empty string, e.g. 's3://bucket/db' or './db'")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise InvalidPathError("database URL contains a NUL or control character; remove it")
+
+
+def _clean_prefix(raw: str, url: str) -> str:
+    if "\\" in raw:
+        raise InvalidPathError(f"use '/' to separate the parts of {url!r}, not backslashes")
+    prefix = raw.strip("/")
+    if prefix:
+        try:
+            check_relative_path(prefix)
+            check_relative_path(unquote(prefix))
+        except InvalidPathError:
+            raise InvalidPathError(
+                f"the path in {url!r} must be plain segments without '.', '..', empty parts or "
+                "control characters; name the database directly, e.g. s3://bucket/dbs/mydb"
+            ) from None
+    return unquote(prefix)
+
+
+def _split_query(query: str, url: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        low = key.lower()
+        if any(h in low for h in _SECRET_HINTS):
+            raise InvalidArgument(
+                f"credentials must not be part of a URL ({key!r}); use environment variables or "
+                "keyword options of open_store"
+            )
+        if low not in _QUERY_KEYS:
+            raise InvalidArgument(
+                f"unknown URL option {key!r} in {url.split('?', 1)[0]!r}; known: {sorted(_QUERY_KEYS)}"
+            )
+        out[low] = value
+    return out
+
+
+def open_store(url: str, *, cas: str | None = None, **options: Any) -> ObjectStore:
+    """Open the store rooted at ``url``.
+
+    ``cas`` selects how create-if-absent works: ``None``/``"native"`` uses the
+    backend's conditional writes, ``"sqlite://PATH"`` the two-phase write with
+    its records in that SQLite file, ``"none"`` hides conditional writes.
+    Other ``options`` configure cloud backends (``endpoint``, ``region``,
+    ``access_key_id``, ``secret_access_key``, ``session_token``,
+    ``allow_http``, ``client_options``, and any obstore config key).
+
+    Raises:
+        InvalidArgument: malformed URL or options (the message says what to change).
+        InvalidPathError: the URL's path escapes or is malformed.
+    """
+    _check_text(url)
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
-        path = unquote(parts.path) if scheme == "file" else url
-        if scheme == "file" and parts.netloc not in ("", "localhost"):
-            raise InvalidPathError(f"file URL must not name a host: {url!r}")
-        abspath = os.path.abspath(path)
-        os.makedirs(abspath, exist_ok=True)
-        inner = obstore.store.LocalStore(prefix=abspath, mkdir=True)
-        return ObstoreStore(inner, description=f"file://{abspath}", sort_listings=True)
-    if scheme == "memory":
-        name = parts.netloc
-        if not name:
-            raise InvalidArgument("memory URL needs a name: memory://NAME")
-        prefix = _clean_prefix(parts.path)
-        return ObstoreStore(
-            shared_memory_store(name),
-            root=prefix,
-            description=f"memory://{name}/{prefix}",
-            attributes=True,
+    query: dict[str, str] = {}
+    if scheme:
+        query = _split_query(parts.query, url)
+    if "cas" in query:
+        if cas is not None and cas != query["cas"]:
+            raise InvalidArgument("cas given both in the URL and as an option; give it once")
+        cas = query.pop("cas")
+    if scheme in ("", "file") or len(scheme) == 1:  # len 1: a Windows drive letter
+        if options:
+            raise InvalidArgument(f"local directories take no options, got {sorted(options)}")
+        if query:
+            raise InvalidArgument(f"local directories take no URL options, got {sorted(query)}")
+        store: ObjectStore = _open_local(url, parts.netloc, parts.path, scheme)
+    elif scheme == "memory":
+        if options or query:
+            raise InvalidArgument("memory stores take no options")
+        store = _open_memory(url, parts.netloc, parts.path)
+    elif scheme in _CLOUD_SCHEMES:
+        store = _open_cloud(url, _CLOUD_SCHEMES[scheme], parts.netloc, parts.path, {**query, **options})
+    else:
+        raise InvalidArgument(
+            f"unsupported URL scheme {scheme!r}: use a local path, file://, memory://, s3://, gs:// or az://"
         )
-    if scheme in _CLOUD_SCHEMES:
-        bucket = parts.netloc
-        if not bucket:
-            raise InvalidArgument(f"{scheme} URL needs a bucket: {scheme}://BUCKET/prefix")
-        prefix = _clean_prefix(parts.path)
-        base = f"{scheme}://{bucket}"
-        kwargs: dict[str, Any] = dict(options)
-        client_options: dict[str, Any] = dict(kwargs.pop("client_options", {}) or {})
-        if scheme in ("s3", "s3a"):
-            env = _env_s3_options()
-            if env.pop("allow_http", False):
-                client_options.setdefault("allow_http", True)
-            for k, v in env.items():
-                kwargs.setdefault(k, v)
-            kwargs.setdefault("virtual_hosted_style_request", False)
-            if "endpoint" in kwargs and not os.environ.get("AWS_REGION") and "region" not in kwargs:
-                kwargs["region"] = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
-        try:
-            inner = obstore.store.from_url(
-                base, prefix=prefix or None, client_options=client_options or None, **kwargs
+    return _with_cas(store, cas)
+
+
+def _with_cas(store: ObjectStore, cas: str | None) -> ObjectStore:
+    if cas is None or cas == "native":
+        return store
+    if cas == "none":
+        return NoConditionalStore(store)
+    if cas.startswith("sqlite://"):
+        path = cas[len("sqlite://") :]
+        if not path:
+            raise InvalidArgument(
+                "cas='sqlite://PATH' needs a file path, e.g. sqlite:///var/lib/shaledb/cas.db"
             )
-        except Exception as exc:
-            raise InvalidArgument(f"cannot open {scheme}://{bucket}: {exc}") from exc
-        return ObstoreStore(
-            inner,
-            description=f"{base}/{prefix}",
-            attributes=scheme in ("s3", "s3a", "gs", "gcs"),
+        return TwoPhaseStore(store, os.path.expanduser(path))
+    raise InvalidArgument(f"cas must be 'native', 'none' or 'sqlite://PATH', got {cas!r}")
+
+
+def _open_local(url: str, netloc: str, path: str, scheme: str) -> ObjectStore:
+    if scheme == "file":
+        if netloc not in ("", "localhost"):
+            raise InvalidPathError(f"a file URL must not name a host: {url!r}; use file:///abs/path")
+        raw = unquote(path)
+    else:
+        raw = url
+    if not raw:
+        raise InvalidArgument(f"{url!r} names no directory")
+    directory = os.path.abspath(os.path.expanduser(raw))
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise InvalidArgument(f"{directory} exists and is not a directory; a database needs a directory")
+    real = os.path.realpath(directory)
+    return LocalObstoreStore(real, description=f"file://{real}")
+
+
+def _open_memory(url: str, netloc: str, path: str) -> ObjectStore:
+    if not _MEMORY_NAME.fullmatch(netloc or ""):
+        raise InvalidArgument(
+            f"memory URL needs a name of letters, digits, '.', '_', '-': memory://NAME, got {url!r}"
         )
-    raise InvalidArgument(
-        f"unsupported URL scheme {scheme!r}: use a local path, file://, memory://, s3://, gs:// or az://"
+    prefix = _clean_prefix(path, url)
+    desc = f"memory://{netloc}/{prefix}" if prefix else f"memory://{netloc}"
+    return ObstoreStore(shared_memory_store(netloc), root=prefix, description=desc, attributes=True)
+
+
+def _is_secret_key(key: str) -> bool:
+    return any(h in key.lower() for h in _SECRET_HINTS)
+
+
+def _secret_values(options: Mapping[str, Any]) -> list[str]:
+    found = [
+        v for k, v in options.items() if isinstance(v, str) and any(h in k.lower() for h in _SECRET_HINTS)
+    ]
+    found += [os.environ[name] for name in _SECRET_ENV if os.environ.get(name)]
+    return [s for s in found if len(s) >= 4]
+
+
+def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str, Any]) -> ObjectStore:
+    if not bucket:
+        raise InvalidArgument(f"{scheme} URL needs a bucket: {scheme}://BUCKET/prefix, got {url!r}")
+    prefix = _clean_prefix(path, url)
+    kwargs: dict[str, Any] = dict(options)
+    client_options: dict[str, Any] = dict(kwargs.pop("client_options", None) or {})
+    if "allow_http" in kwargs:
+        client_options["allow_http"] = _truthy(kwargs.pop("allow_http"))
+    if scheme == "s3":
+        for key, names in _S3_ENV.items():
+            if key not in kwargs:
+                value = next((os.environ[n] for n in names if os.environ.get(n)), None)
+                if value:
+                    kwargs[key] = value
+        if "allow_http" not in client_options and os.environ.get("AWS_ALLOW_HTTP"):
+            client_options["allow_http"] = _truthy(os.environ["AWS_ALLOW_HTTP"])
+        if "endpoint" in kwargs:
+            kwargs.setdefault("virtual_hosted_style_request", False)
+            kwargs.setdefault("region", "us-east-1")  # custom endpoints rarely care, but signing needs one
+        if "virtual_hosted_style_request" in kwargs:
+            kwargs["virtual_hosted_style_request"] = _truthy(kwargs["virtual_hosted_style_request"])
+    secrets = _secret_values(kwargs)
+    base = f"{scheme}://{bucket}"
+    cls: Any = {"s3": obstore.store.S3Store, "gs": obstore.store.GCSStore, "az": obstore.store.AzureStore}[
+        scheme
+    ]
+    try:
+        inner = cls(bucket, prefix=prefix or None, client_options=client_options or None, **kwargs)
+    except (ValueError, TypeError, obstore.exceptions.BaseError) as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        for s in secrets:
+            text = text.replace(s, "<redacted>")
+        raise InvalidArgument(f"cannot open {base}: {text}") from None
+    return ObstoreStore(
+        inner,
+        description=f"{base}/{prefix}" if prefix else base,
+        attributes=True,
+        secrets=secrets,
     )

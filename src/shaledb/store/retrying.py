@@ -1,0 +1,253 @@
+"""Retries of transient store failures, and the ambiguous conditional put.
+
+Only :class:`~shaledb.errors.Unavailable` is retried, with exponential backoff
+and jitter, bounded by ``RetryOptions.max_attempts`` and ``timeout_s``; then
+the call raises ``Unavailable`` naming the attempts. Answers that are facts
+about the data (AlreadyExists, PreconditionFailed, ObjectNotFound,
+NotSupported, InvalidArgument) are never retried.
+
+Plain puts, deletes and overwriting copies are idempotent, so retrying them is
+safe. A conditional put (``create=True``) is not: when an attempt fails after
+the store applied it (the response was lost), the retry finds our own object
+and gets ``AlreadyExists``. Reporting that as a lost race makes a live writer
+believe it was fenced (slatedb#766). So every conditional put carries a unique
+put id, and an ``AlreadyExists`` is checked before it is believed:
+
+* where the store keeps attributes, the put id is stored as the attribute
+  :data:`~shaledb.store.base.PUT_ID_ATTRIBUTE`; the object is ours iff the
+  stored attribute equals our id. This check runs on every conflict, since
+  the backend itself may retry internally and hide the ambiguity from us.
+* where it does not (a local directory), the stored bytes are compared with
+  ours, but only after an attempt of this call failed ambiguously.
+
+The byte comparison relies on a contract with the callers: **every payload
+shaledb writes with ``create=True`` (manifests, WAL objects, fencing objects,
+checkpoint records) embeds a nonce or epoch unique to that write**, so two
+different writers never produce equal bytes and equality proves the object is
+ours. An empty payload cannot carry a nonce, so it is never claimed: the
+conflict is reported, which costs availability (the caller re-reads and moves
+on) but never safety (two writers both believing they won).
+
+Overwriting copies are retried like puts; a ``copy(create=True)`` that failed
+ambiguously is resolved by comparing the destination's bytes with the source.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypeVar
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import AlreadyExists, ObjectNotFound, Unavailable
+from ..paths import check_prefix
+from ..settings import RetryOptions
+from .base import PUT_ID_ATTRIBUTE, ObjectMeta, ObjectStore
+from .wrappers import StoreWrapper
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class RetryingStore(StoreWrapper):
+    """Retries ``Unavailable`` and resolves ambiguous conditional puts.
+
+    ``clock`` does the waiting (a manual clock makes backoff instantaneous);
+    ``rng`` draws the jitter and the put ids, so a seeded run is reproducible.
+    ``ambiguities_resolved`` counts conditional writes that met their own
+    object after a retry and were reported as successful; ``retries`` counts
+    attempts after the first.
+    """
+
+    def __init__(
+        self,
+        inner: ObjectStore,
+        options: RetryOptions | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(inner)
+        self.options = options if options is not None else RetryOptions()
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._lock = threading.Lock()
+        self._resolved = 0
+        self._retries = 0
+
+    @property
+    def ambiguities_resolved(self) -> int:
+        return self._resolved
+
+    @property
+    def retries(self) -> int:
+        return self._retries
+
+    def new_put_id(self) -> str:
+        with self._lock:
+            return f"{self._rng.getrandbits(128):032x}"
+
+    def _backoff(self, attempt: int) -> float:
+        opts = self.options
+        base = min(opts.max_backoff_s, opts.initial_backoff_s * (2 ** min(attempt - 1, 62)))
+        with self._lock:
+            self._retries += 1
+            return float(base / 2 + self._rng.uniform(0.0, base / 2))
+
+    def _wait_or_give_up(self, attempt: int, deadline: float) -> bool:
+        """Sleep before attempt ``attempt + 1``; False when the budget is spent."""
+        if attempt >= self.options.max_attempts:
+            return False
+        delay = self._backoff(attempt)
+        if self._clock.monotonic() + delay > deadline:
+            return False
+        self._clock.sleep(delay)
+        return True
+
+    def _exhausted(self, what: str, attempt: int, started: float, last: Unavailable) -> Unavailable:
+        took = self._clock.monotonic() - started
+        err = Unavailable(
+            f"{self.describe()}: {what} failed after {attempt} attempt(s) in {took:.3f}s; "
+            f"the store is unreachable, retry later (last error: {last})"
+        )
+        err.__cause__ = last
+        return err
+
+    def _retry(self, what: str, fn: Callable[[], T]) -> T:
+        started = self._clock.monotonic()
+        deadline = started + self.options.timeout_s
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn()
+            except Unavailable as exc:
+                if not self._wait_or_give_up(attempt, deadline):
+                    raise self._exhausted(what, attempt, started, exc) from exc
+
+    def get(self, path: str) -> bytes:
+        return self._retry(f"get {path}", lambda: self.inner.get(path))
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        return self._retry(f"get_range {path}", lambda: self.inner.get_range(path, start, end))
+
+    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return self._retry(f"get_ranges {path}", lambda: self.inner.get_ranges(path, ranges))
+
+    def head(self, path: str) -> ObjectMeta:
+        return self._retry(f"head {path}", lambda: self.inner.head(path))
+
+    def attributes(self, path: str) -> dict[str, str]:
+        return self._retry(f"attributes {path}", lambda: self.inner.attributes(path))
+
+    def delete(self, path: str) -> None:
+        self._retry(f"delete {path}", lambda: self.inner.delete(path))
+
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        if not create:
+            self._retry(f"put {path}", lambda: self.inner.put(path, data, attributes=attributes))
+            return
+        put_id = self.new_put_id()
+        attrs = dict(attributes or {})
+        if self.inner.supports_attributes:
+            attrs[PUT_ID_ATTRIBUTE] = put_id
+        started = self._clock.monotonic()
+        deadline = started + self.options.timeout_s
+        ambiguous = False
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self.inner.put(path, data, create=True, attributes=attrs or None)
+                return
+            except AlreadyExists:
+                if self._put_was_ours(path, data, put_id, ambiguous):
+                    self._count_resolved(path)
+                    return
+                raise
+            except Unavailable as exc:
+                ambiguous = True  # the request may have been applied
+                if not self._wait_or_give_up(attempt, deadline):
+                    raise self._exhausted(f"put(create) {path}", attempt, started, exc) from exc
+
+    def _put_was_ours(
+        self, path: str, data: bytes | bytearray | memoryview, put_id: str, ambiguous: bool
+    ) -> bool:
+        try:
+            if self.inner.supports_attributes:
+                stored = self._retry(f"attributes {path}", lambda: self.inner.attributes(path))
+                return stored.get(PUT_ID_ATTRIBUTE) == put_id
+            if not ambiguous or memoryview(data).nbytes == 0:
+                return False
+            return self._retry(f"get {path}", lambda: self.inner.get(path)) == bytes(data)
+        except ObjectNotFound:
+            return False  # deleted since: whatever it was, it is not ours to claim
+
+    def _count_resolved(self, path: str) -> None:
+        with self._lock:
+            self._resolved += 1
+        _log.info("%s: conditional write of %s was applied by an earlier attempt", self.describe(), path)
+
+    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
+        if not create:
+            self._retry(f"copy {src} -> {dst}", lambda: self.inner.copy(src, dst))
+            return
+        started = self._clock.monotonic()
+        deadline = started + self.options.timeout_s
+        ambiguous = False
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self.inner.copy(src, dst, create=True)
+                return
+            except AlreadyExists:
+                if ambiguous and self._copy_was_ours(src, dst):
+                    self._count_resolved(dst)
+                    return
+                raise
+            except Unavailable as exc:
+                ambiguous = True
+                if not self._wait_or_give_up(attempt, deadline):
+                    raise self._exhausted(f"copy(create) {src} -> {dst}", attempt, started, exc) from exc
+
+    def _copy_was_ours(self, src: str, dst: str) -> bool:
+        try:
+            theirs = self._retry(f"get {dst}", lambda: self.inner.get(dst))
+            ours = self._retry(f"get {src}", lambda: self.inner.get(src))
+        except ObjectNotFound:
+            return False
+        return len(ours) > 0 and theirs == ours
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        check_prefix(prefix)
+        return self._list(prefix, offset)
+
+    def _list(self, prefix: str, offset: str | None) -> Iterator[ObjectMeta]:
+        # Listings are sorted, so a stream that fails midway resumes after the
+        # last path it delivered instead of starting over.
+        last = offset
+        started = self._clock.monotonic()
+        deadline = started + self.options.timeout_s
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                for meta in self.inner.list(prefix, offset=last):
+                    last = meta.path
+                    if attempt > 1:  # progress: a fresh budget for the next failure
+                        attempt, started = 1, self._clock.monotonic()
+                        deadline = started + self.options.timeout_s
+                    yield meta
+                return
+            except Unavailable as exc:
+                if not self._wait_or_give_up(attempt, deadline):
+                    raise self._exhausted(f"list {prefix!r}", attempt, started, exc) from exc

@@ -1,0 +1,376 @@
+"""Store decorators: each wraps an :class:`ObjectStore` and is one.
+
+Cross-cutting behaviour (accounting, injected latency, hiding a capability)
+lives here rather than in the backends, so it composes with every backend and
+with each other, e.g. ``RetryingStore(InstrumentedStore(open_store(url)))``
+counts every attempt, while the reverse order counts logical calls.
+
+:class:`StoreWrapper` forwards everything; a decorator overrides only what it
+changes. Operation kinds (:data:`OP_KINDS`) are shared with the fault injector
+so a rule and a counter speak about the same calls.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ..clock import Clock
+from ..errors import InvalidArgument, NotSupported
+from .base import ObjectMeta, ObjectStore
+
+OP_KINDS: tuple[str, ...] = (
+    "get",
+    "get_range",
+    "get_ranges",
+    "head",
+    "attributes",
+    "put",
+    "put_create",
+    "list",
+    "delete",
+    "copy",
+    "copy_create",
+)
+"""Every kind of store call; ``put_create``/``copy_create`` are the conditional forms."""
+
+
+class StoreWrapper:
+    """Forwards every call to ``inner``; subclasses override what they change."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+
+    @property
+    def supports_conditional_put(self) -> bool:
+        return self.inner.supports_conditional_put
+
+    @property
+    def supports_attributes(self) -> bool:
+        return self.inner.supports_attributes
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+    def get(self, path: str) -> bytes:
+        return self.inner.get(path)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        return self.inner.get_range(path, start, end)
+
+    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return self.inner.get_ranges(path, ranges)
+
+    def head(self, path: str) -> ObjectMeta:
+        return self.inner.head(path)
+
+    def attributes(self, path: str) -> dict[str, str]:
+        return self.inner.attributes(path)
+
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        self.inner.put(path, data, create=create, attributes=attributes)
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        return self.inner.list(prefix, offset=offset)
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)
+
+    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
+        self.inner.copy(src, dst, create=create)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class NoConditionalStore(StoreWrapper):
+    """Hides conditional writes, as on a store that has none.
+
+    Tests use it to run the two-phase store over backends that do have them
+    (memory, a local directory, moto), so that protocol is checked everywhere.
+    """
+
+    @property
+    def supports_conditional_put(self) -> bool:
+        return False
+
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        if create:
+            raise NotSupported(f"{self.describe()} has no conditional writes (create=True)")
+        self.inner.put(path, data, attributes=attributes)
+
+    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
+        if create:
+            raise NotSupported(f"{self.describe()} has no conditional writes (copy create=True)")
+        self.inner.copy(src, dst)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """Counts of an :class:`InstrumentedStore` since its last reset.
+
+    ``requests`` and ``errors`` have a key for every kind in :data:`OP_KINDS`.
+    One call is one request here: obstore may merge the ranges of a
+    ``get_ranges`` into fewer HTTP requests, and a listing costs one request
+    per 1,000 objects on S3 (see ``objects_listed``).
+    """
+
+    requests: Mapping[str, int] = field(default_factory=dict)
+    errors: Mapping[str, int] = field(default_factory=dict)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    objects_listed: int = 0
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+    def __sub__(self, other: StoreStats) -> StoreStats:
+        """The counts between two snapshots: ``after - before``."""
+        return StoreStats(
+            requests=MappingProxyType({k: v - other.requests.get(k, 0) for k, v in self.requests.items()}),
+            errors=MappingProxyType({k: v - other.errors.get(k, 0) for k, v in self.errors.items()}),
+            bytes_read=self.bytes_read - other.bytes_read,
+            bytes_written=self.bytes_written - other.bytes_written,
+            objects_listed=self.objects_listed - other.objects_listed,
+        )
+
+
+class InstrumentedStore(StoreWrapper):
+    """Counts requests, errors and bytes per operation kind, thread-safely.
+
+    Object-store cost is requests and bytes, so the engine reports them per
+    workload; the hot path costs one uncontended lock per call. A call is
+    counted when it is made, whether or not it succeeds; bytes are counted when
+    they were actually transferred (written bytes on success only).
+    """
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self._requests = dict.fromkeys(OP_KINDS, 0)
+            self._errors = dict.fromkeys(OP_KINDS, 0)
+            self._read = 0
+            self._written = 0
+            self._listed = 0
+
+    def snapshot(self) -> StoreStats:
+        with self._lock:
+            return StoreStats(
+                requests=MappingProxyType(dict(self._requests)),
+                errors=MappingProxyType(dict(self._errors)),
+                bytes_read=self._read,
+                bytes_written=self._written,
+                objects_listed=self._listed,
+            )
+
+    def _count(self, kind: str) -> None:
+        with self._lock:
+            self._requests[kind] += 1
+
+    def _failed(self, kind: str) -> None:
+        with self._lock:
+            self._errors[kind] += 1
+
+    def _read_bytes(self, n: int) -> None:
+        with self._lock:
+            self._read += n
+
+    def get(self, path: str) -> bytes:
+        self._count("get")
+        try:
+            data = self.inner.get(path)
+        except BaseException:
+            self._failed("get")
+            raise
+        self._read_bytes(len(data))
+        return data
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        self._count("get_range")
+        try:
+            data = self.inner.get_range(path, start, end)
+        except BaseException:
+            self._failed("get_range")
+            raise
+        self._read_bytes(len(data))
+        return data
+
+    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        self._count("get_ranges")
+        try:
+            out = self.inner.get_ranges(path, ranges)
+        except BaseException:
+            self._failed("get_ranges")
+            raise
+        self._read_bytes(sum(len(b) for b in out))
+        return out
+
+    def head(self, path: str) -> ObjectMeta:
+        self._count("head")
+        try:
+            return self.inner.head(path)
+        except BaseException:
+            self._failed("head")
+            raise
+
+    def attributes(self, path: str) -> dict[str, str]:
+        self._count("attributes")
+        try:
+            return self.inner.attributes(path)
+        except BaseException:
+            self._failed("attributes")
+            raise
+
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        kind = "put_create" if create else "put"
+        self._count(kind)
+        try:
+            self.inner.put(path, data, create=create, attributes=attributes)
+        except BaseException:
+            self._failed(kind)
+            raise
+        n = memoryview(data).nbytes
+        with self._lock:
+            self._written += n
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        self._count("list")
+        return self._list(prefix, offset)
+
+    def _list(self, prefix: str, offset: str | None) -> Iterator[ObjectMeta]:
+        try:
+            for meta in self.inner.list(prefix, offset=offset):
+                with self._lock:
+                    self._listed += 1
+                yield meta
+        except GeneratorExit:
+            raise
+        except BaseException:
+            self._failed("list")
+            raise
+
+    def delete(self, path: str) -> None:
+        self._count("delete")
+        try:
+            self.inner.delete(path)
+        except BaseException:
+            self._failed("delete")
+            raise
+
+    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
+        kind = "copy_create" if create else "copy"
+        self._count(kind)
+        try:
+            self.inner.copy(src, dst, create=create)
+        except BaseException:
+            self._failed(kind)
+            raise
+
+
+class LatencyStore(StoreWrapper):
+    """Adds ``base_s`` plus up to ``jitter_s`` (uniform) before every call.
+
+    Sleeps on the injected clock, so a manual clock makes a slow store
+    instantaneous and still measurable; the seeded ``rng`` makes the jitter
+    reproducible.
+    """
+
+    def __init__(
+        self,
+        inner: ObjectStore,
+        clock: Clock,
+        base_s: float,
+        jitter_s: float = 0.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        if base_s < 0 or jitter_s < 0:
+            raise InvalidArgument("LatencyStore base_s and jitter_s must be >= 0")
+        super().__init__(inner)
+        self._clock = clock
+        self._base = base_s
+        self._jitter = jitter_s
+        self._rng = rng if rng is not None else random.Random(0)
+        self._lock = threading.Lock()
+
+    def _delay(self) -> None:
+        delay = self._base
+        if self._jitter:
+            with self._lock:
+                delay += self._rng.uniform(0.0, self._jitter)
+        if delay > 0:
+            self._clock.sleep(delay)
+
+    def get(self, path: str) -> bytes:
+        self._delay()
+        return self.inner.get(path)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        self._delay()
+        return self.inner.get_range(path, start, end)
+
+    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        self._delay()
+        return self.inner.get_ranges(path, ranges)
+
+    def head(self, path: str) -> ObjectMeta:
+        self._delay()
+        return self.inner.head(path)
+
+    def attributes(self, path: str) -> dict[str, str]:
+        self._delay()
+        return self.inner.attributes(path)
+
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        self._delay()
+        self.inner.put(path, data, create=create, attributes=attributes)
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        self._delay()
+        return self.inner.list(prefix, offset=offset)
+
+    def delete(self, path: str) -> None:
+        self._delay()
+        self.inner.delete(path)
+
+    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
+        self._delay()
+        self.inner.copy(src, dst, create=create)

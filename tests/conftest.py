@@ -1,0 +1,122 @@
+"""Shared fixtures: an S3 API server (moto) for the session, and fresh S3 locations on it.
+
+Nothing here touches ``os.environ``: a location carries its endpoint and
+credentials as ``open_store`` options, and as an environment dict for
+subprocesses (Spark workers, crash-test children) that need one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MOTO_BUCKET = "shaledb-test"
+MOTO_REGION = "us-east-1"
+MOTO_KEY = "testing"
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """A fresh prefix on the session's S3 server: its URL and how to reach it."""
+
+    url: str
+    endpoint: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def open(self, **extra: Any) -> Any:
+        from shaledb.store import open_store
+
+        return open_store(self.url, **{**self.options, **extra})
+
+    def env(self) -> dict[str, str]:
+        """The same settings as AWS_* variables, for a child process's environment."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_REGION": MOTO_REGION,
+            "AWS_ACCESS_KEY_ID": MOTO_KEY,
+            "AWS_SECRET_ACCESS_KEY": MOTO_KEY,
+        }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    exe = Path(sys.executable).with_name("moto_server")
+    cmd = str(exe) if exe.exists() else shutil.which("moto_server")
+    if cmd is None:
+        pytest.fail("moto_server not found: install the test extra (make .venv/.test)")
+    for _ in range(3):  # another process may grab the free port first
+        port = _free_port()
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [cmd, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return proc, f"http://127.0.0.1:{port}"
+            except OSError:
+                time.sleep(0.02)
+        proc.kill()
+        proc.wait()
+    pytest.fail(f"moto_server did not start; see {log}")
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a moto S3 server on 127.0.0.1 with bucket MOTO_BUCKET, for the session."""
+    import boto3
+
+    proc, endpoint = _start_moto(tmp_path_factory.mktemp("moto") / "moto.log")
+    try:
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=MOTO_REGION,
+            aws_access_key_id=MOTO_KEY,
+            aws_secret_access_key=MOTO_KEY,
+        ).create_bucket(Bucket=MOTO_BUCKET)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def s3_url_factory(moto_endpoint: str) -> Callable[[], S3Location]:
+    """Returns a callable making a new, empty S3 location (unique prefix) per call."""
+
+    def make() -> S3Location:
+        return S3Location(
+            url=f"s3://{MOTO_BUCKET}/t/{uuid.uuid4().hex}",
+            endpoint=moto_endpoint,
+            options={
+                "endpoint": moto_endpoint,
+                "allow_http": True,
+                "region": MOTO_REGION,
+                "access_key_id": MOTO_KEY,
+                "secret_access_key": MOTO_KEY,
+            },
+        )
+
+    return make
