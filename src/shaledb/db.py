@@ -1,0 +1,591 @@
+"""``Db``: the writer and its public API.
+
+This module orchestrates; the parts live in their own modules: ``wal`` (the
+WAL buffer and flusher), ``flush`` (memtables to L0), ``recovery`` (epoch,
+fence, replay), ``reader`` (lookups and scans), ``memtable``, ``sstable``.
+
+Concurrency: one write lock orders sequence numbers, memtable inserts and the
+WAL buffer, so WAL order is sequence order. Reads never lock: they take the
+current :class:`~shaledb.reader.ReadView`, which writers replace wholesale.
+Background threads (WAL flusher, memtable flusher, and the embedded compactor
+and garbage collector when enabled) report failures through ``_fail``; after
+one, writes raise (``FencedError`` if another writer took over, else
+``ClosedError`` with the cause) and reads keep working from memory and SSTs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check_key, check_value
+from .cache import LruCache
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import ClosedError, FencedError, InvalidArgument, ShaleError
+from .flush import MemtableFlusher
+from .format.coding import CODECS
+from .format.row import encode_payload
+from .manifest.model import Manifest
+from .manifest.store import ManifestStore
+from .memtable import ENTRY_OVERHEAD, Entry, Memtable
+from .reader import ReadView, Visibility, lookup, scan_items
+from .recovery import claim_writer_epoch, replay_wal, write_fence
+from .settings import Settings
+from .sstable import TableCache
+from .store.base import ObjectStore
+from .store.url import open_store
+from .wal import WalWriter
+
+log = logging.getLogger("shaledb.db")
+
+_OPEN, _CLOSING, _CLOSED = 0, 1, 2
+
+
+class WriteHandle:
+    """The result of a write: its sequence number and a way to wait for durability."""
+
+    __slots__ = ("_db", "seq")
+
+    def __init__(self, db: Db, seq: int) -> None:
+        self._db = db
+        self.seq = seq
+
+    def wait_durable(self, timeout: float | None = None) -> bool:
+        """Block until the write is durable in a WAL object; False on timeout."""
+        return self._db.wal.wait_durable(self.seq, timeout)
+
+    @property
+    def durable(self) -> bool:
+        return self._db.wal.durable_seq >= self.seq
+
+    def __repr__(self) -> str:
+        return f"WriteHandle(seq={self.seq}, durable={self.durable})"
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix``."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)
+
+
+def scan_bounds(
+    start: bytes | None, end: bytes | None, prefix: bytes | None
+) -> tuple[bytes | None, bytes | None]:
+    """Validate and intersect ``[start, end)`` with a prefix range."""
+    for name, v in (("start", start), ("end", end), ("prefix", prefix)):
+        if v is not None and not isinstance(v, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"scan {name} must be bytes or None, got {type(v).__name__}")
+    s = bytes(start) if start is not None else None
+    e = bytes(end) if end is not None else None
+    if prefix is not None:
+        p = bytes(prefix)
+        pe = prefix_end(p)
+        if p and (s is None or s < p):
+            s = p
+        if pe is not None and (e is None or e > pe):
+            e = pe
+    return s, e
+
+
+class Scan:
+    """An iterator of ``(key, value)`` that pins its snapshot until exhausted or closed."""
+
+    __slots__ = ("__weakref__", "_finalizer", "_it")
+
+    def __init__(self, it: Iterator[tuple[bytes, bytes]], release: Callable[[], None]) -> None:
+        self._it = it
+        self._finalizer = weakref.finalize(self, release)
+
+    def __iter__(self) -> Scan:
+        return self
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        try:
+            return next(self._it)
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> Scan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Snapshot:
+    """A consistent, read-only view of the database at one sequence number."""
+
+    def __init__(self, db: Db, view: ReadView, seq: int) -> None:
+        self._db = db
+        self._view = view
+        self.seq = seq
+        self._finalizer = weakref.finalize(self, db._unpin, view.mem, seq)
+
+    def get(self, key: bytes) -> bytes | None:
+        k = key if type(key) is bytes else check_key(key)
+        self._check()
+        e = lookup(self._view, self._db.tables, k, self.seq)
+        return None if e is None else self._db.vis.value(k, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        self._check()
+        s, e = scan_bounds(start, end, prefix)
+        return scan_items(self._view, self._db.tables, self._db.vis, s, e, self.seq, reverse, limit)
+
+    def _check(self) -> None:
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Db:
+    """A database opened for writing (the single writer). Thread-safe."""
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        create_if_missing: bool = True,
+        store_options: dict[str, Any] | None = None,
+    ) -> Db:
+        """Open (or create) the database at ``url`` and fence any older writer."""
+        if settings is None:
+            settings = Settings()
+        elif not isinstance(settings, Settings):
+            raise InvalidArgument(f"settings must be a shaledb.Settings, got {type(settings).__name__}")
+        if store is None:
+            if url is None:
+                raise InvalidArgument("give a database URL or a store")
+            store = open_store(url, **(store_options or {}))
+        return cls(store, settings, clock or SYSTEM_CLOCK, random.Random(seed), create_if_missing)
+
+    def __init__(
+        self, store: ObjectStore, settings: Settings, clock: Clock, rng: random.Random, create_if_missing: bool
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.codec = CODECS[settings.compression]
+        self._lock = threading.Lock()
+        self._state = _OPEN
+        self._failure: BaseException | None = None
+        self.cache = LruCache(settings.block_cache_bytes)
+        self.tables = TableCache(self._resolve_store, self.cache, settings.sst_read_ahead_bytes)
+        self.vis = Visibility(lambda: int(self.clock.now() * 1000), None)
+        self.manifests = ManifestStore(store, clock, rng, author="writer")
+        self._space = threading.Condition(self._lock)
+        self._background: list[Any] = []
+
+        m = claim_writer_epoch(
+            self.manifests, timeout_s=settings.manifest_update_timeout_s, create_if_missing=create_if_missing
+        )
+        self.epoch = m.writer_epoch
+        fence_id, fence_rec = write_fence(
+            store,
+            m,
+            self.epoch,
+            nonce=rng.getrandbits(128).to_bytes(16, "little"),
+            now_ms=int(clock.now() * 1000),
+            codec=self.codec,
+        )
+        m = self.manifests.require_latest()
+        if m.writer_epoch != self.epoch:
+            raise FencedError(f"writer epoch {m.writer_epoch} took over while this writer (epoch {self.epoch}) opened")
+        replay = replay_wal(
+            store, m, fence_id, verify=settings.track_and_verify_wals, mode=settings.wal_recovery_mode
+        )
+        for note in replay.skipped:
+            log.warning("recovery: %s", note)
+        self.manifest = m
+        self._seq = max(m.last_l0_seq, replay.max_seq)
+        mem = Memtable()
+        if replay.keys:
+            keep = [i for i, e in enumerate(replay.ents) if e[0] > m.last_l0_seq]
+            keys = [replay.keys[i] for i in keep]
+            ents = [replay.ents[i] for i in keep]
+            for k, e in zip(keys, ents):
+                mem.put(k, e)
+                mem.nbytes += len(k) + len(e[2]) + ENTRY_OVERHEAD
+        self._mem = mem
+        self._imms: tuple[Memtable, ...] = ()
+        self._unflushed = mem.nbytes
+        self._view = ReadView(self._mem, self._imms, m)
+        self.wal = WalWriter(
+            store=store,
+            clock=clock,
+            rng=rng,
+            lock=self._lock,
+            epoch=self.epoch,
+            next_id=fence_id + 1,
+            durable_seq=self._seq,
+            flush_interval_s=settings.flush_interval_s,
+            max_buffer_bytes=settings.wal_max_bytes,
+            codec=self.codec,
+            block_size=settings.block_size_bytes,
+            on_failure=self._fail,
+        )
+        self.wal.note_written([*replay.objects, fence_rec])
+        self.flusher = MemtableFlusher(self, self._fail)
+        if replay.skipped and mem.d:
+            # Salvaged: persist what was recovered so later opens start past the damage.
+            self.flush(memtable=True)
+        self._start_background()
+
+    def _start_background(self) -> None:
+        """Hook for embedded background services (compactor, garbage collector)."""
+
+    def _resolve_store(self, db_index: int) -> ObjectStore:
+        if db_index == 0:
+            return self.store
+        raise InvalidArgument(f"SST belongs to external database #{db_index}, which this handle cannot read")
+
+    # ---------------------------------------------------------------- writes
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes,
+        *,
+        durable: bool = True,
+        ttl: timedelta | float | None = None,
+        metadata: bytes | None = None,
+        indexes: IndexTerms | None = None,
+    ) -> WriteHandle:
+        """Set ``key`` to ``value``; durable when it returns unless ``durable=False``."""
+        if ttl is not None or metadata is not None or indexes is not None:
+            return self.write(WriteBatch().put(key, value, ttl=ttl, metadata=metadata, indexes=indexes), durable=durable)
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
+            key = check_key(key)
+        if type(value) is not bytes or len(value) > MAX_VALUE_BYTES:
+            value = check_value(value)
+        n = len(key) + len(value) + ENTRY_OVERHEAD
+        with self._lock:
+            if self._state or self._failure is not None or self._unflushed > self.settings.max_unflushed_bytes:
+                self._admit_locked()
+            seq = self._seq = self._seq + 1
+            e = (seq, 0, value)
+            mem = self._mem
+            mem.put(key, e)
+            wal = self.wal
+            wal.keys.append(key)
+            wal.ents.append(e)
+            mem.nbytes += n
+            wal.nbytes += n
+            self._unflushed += n
+            if wal.nbytes >= wal.max_buffer_bytes:
+                wal.request_flush()
+            if mem.nbytes >= self.settings.l0_sst_size_bytes:
+                self._freeze_locked()
+        if durable:
+            self.wal.wait_durable(seq)
+        return WriteHandle(self, seq)
+
+    def delete(self, key: bytes, *, durable: bool = True) -> WriteHandle:
+        """Remove ``key`` (a tombstone; absent keys are fine)."""
+        return self.write(WriteBatch().delete(key), durable=durable)
+
+    def write(self, batch: WriteBatch, *, durable: bool = True) -> WriteHandle:
+        """Apply ``batch`` atomically under one sequence number."""
+        if not isinstance(batch, WriteBatch):
+            raise InvalidArgument(f"write() takes a WriteBatch, got {type(batch).__name__}")
+        keys = batch._keys
+        if not keys:
+            with self._lock:
+                self._admit_locked(check_space=False)
+                return WriteHandle(self, self._seq)
+        kinds = batch._kinds
+        payloads = list(batch._payloads)
+        if batch._extras:
+            self._finish_extras(batch, payloads)
+        n = sum(map(len, keys)) + sum(map(len, payloads)) + ENTRY_OVERHEAD * len(keys)
+        with self._lock:
+            if self._state or self._failure is not None or self._unflushed > self.settings.max_unflushed_bytes:
+                self._admit_locked()
+            seq = self._seq = self._seq + 1
+            ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
+            mem = self._mem
+            mem.put_many(keys, ents)
+            wal = self.wal
+            wal.keys.extend(keys)
+            wal.ents.extend(ents)
+            mem.nbytes += n
+            wal.nbytes += n
+            self._unflushed += n
+            if wal.nbytes >= wal.max_buffer_bytes:
+                wal.request_flush()
+            if mem.nbytes >= self.settings.l0_sst_size_bytes:
+                self._freeze_locked()
+        if durable:
+            self.wal.wait_durable(seq)
+        return WriteHandle(self, seq)
+
+    def _finish_extras(self, batch: WriteBatch, payloads: list[bytes]) -> None:
+        """Encode metadata and expiry (computed now) into rich entries' payloads."""
+        now_ms = int(self.clock.now() * 1000)
+        kinds = batch._kinds
+        for i, extra in batch._extras or ():
+            expires = now_ms + extra["ttl_ms"] if "ttl_ms" in extra else None
+            if "indexes" in extra:
+                raise InvalidArgument("secondary indexes are not enabled for this database")
+            flags, payload = encode_payload(extra["value"], extra.get("metadata"), expires)
+            kinds[i] = (kinds[i] & 0x03) | flags
+            payloads[i] = payload
+
+    @contextmanager
+    def batch(self, *, durable: bool = True) -> Iterator[WriteBatch]:
+        """``with db.batch() as b: b.put(...)`` -- committed atomically on clean exit."""
+        b = WriteBatch()
+        yield b
+        self.write(b, durable=durable)
+
+    def _admit_locked(self, check_space: bool = True) -> None:
+        """Raise if writes are not allowed; wait while unflushed bytes are over budget."""
+        while True:
+            if self._failure is not None:
+                raise self._failure_error()
+            if self._state != _OPEN:
+                raise ClosedError("database is closed")
+            if not check_space or self._unflushed <= self.settings.max_unflushed_bytes:
+                return
+            self.flusher.notify()
+            self._space.wait(0.1)
+
+    def _freeze_locked(self) -> None:
+        mem = self._mem
+        if not mem.d:
+            return
+        mem.wal_id = self.wal.seal_locked()
+        mem.last_seq = self._seq
+        self._imms = (mem, *self._imms)
+        self._mem = Memtable()
+        self._view = ReadView(self._mem, self._imms, self.manifest, runs=self._view.runs)
+        self.flusher.notify()
+
+    # ------------------------------------------- hooks for the flush thread
+
+    def oldest_imm(self) -> Memtable | None:
+        imms = self._imms
+        return imms[-1] if imms else None
+
+    def is_pending(self, mem: Memtable) -> bool:
+        return any(x is mem for x in self._imms)
+
+    def install_flushed(self, imm: Memtable, m: Manifest) -> None:
+        """A frozen memtable reached L0 in manifest ``m``: drop it from the view."""
+        with self._lock:
+            self._imms = tuple(x for x in self._imms if x is not imm)
+            self._unflushed -= imm.nbytes
+            self._set_manifest_locked(m)
+            self._space.notify_all()
+
+    def _set_manifest_locked(self, m: Manifest) -> None:
+        if m.id < self.manifest.id:
+            return
+        runs = self._view.runs if m.data.runs == self.manifest.data.runs else None
+        self.manifest = m
+        self._view = ReadView(self._mem, self._imms, m, runs=runs)
+
+    def refresh_manifest(self) -> Manifest:
+        """Pick up manifest changes by other processes; fail if fenced."""
+        m = self.manifests.refresh(self.manifest)
+        if m.writer_epoch != self.epoch:
+            raise FencedError(f"writer epoch {m.writer_epoch} took over; this writer (epoch {self.epoch}) stops")
+        if m.id != self.manifest.id:
+            with self._lock:
+                self._set_manifest_locked(m)
+        return m
+
+    def decorate_manifest(self, m: Manifest) -> Manifest:
+        """Hook: adjust a manifest the writer is about to write (e.g. its checkpoint)."""
+        return m
+
+    def closing_without_wait(self) -> bool:
+        return self._failure is not None
+
+    def check_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure_error()
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._failure is None:
+                self._failure = exc
+            self._space.notify_all()
+
+    def _failure_error(self) -> BaseException:
+        f = self._failure
+        if isinstance(f, FencedError):
+            return FencedError(str(f))
+        err = ClosedError(f"database stopped after a background failure: {type(f).__name__}: {f}")
+        err.__cause__ = f
+        return err
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or None."""
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
+            key = check_key(key)
+        if self._state == _CLOSED:
+            raise ClosedError("database is closed")
+        e = lookup(self._view, self.tables, key, None)
+        if e is None:
+            return None
+        if e[1] == 0:
+            return e[2]
+        return self.vis.value(key, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan:
+        """``(key, value)`` pairs with ``start <= key < end`` in key order.
+
+        The scan reads one consistent snapshot taken when it is called.
+        """
+        s, e = scan_bounds(start, end, prefix)
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+        view, seq = self._pin()
+        it = scan_items(view, self.tables, self.vis, s, e, seq, bool(reverse), limit)
+        return Scan(it, lambda: self._unpin(view.mem, seq))
+
+    def snapshot(self) -> Snapshot:
+        """A consistent read-only view; close it (or use ``with``) when done."""
+        view, seq = self._pin()
+        return Snapshot(self, view, seq)
+
+    def _pin(self) -> tuple[ReadView, int]:
+        with self._lock:
+            if self._state == _CLOSED:
+                raise ClosedError("database is closed")
+            view = self._view
+            seq = self._seq
+            view.mem.pin(seq)
+        return view, seq
+
+    def _unpin(self, mem: Memtable, seq: int) -> None:
+        with self._lock:
+            mem.unpin(seq)
+
+    # ------------------------------------------------------ flush and close
+
+    def flush(self, *, memtable: bool = False) -> None:
+        """Make every write so far durable; with ``memtable=True`` also write it to L0."""
+        with self._lock:
+            self._admit_locked(check_space=False)
+            seq = self._seq
+            target = None
+            if memtable:
+                self._freeze_locked()
+                target = self._imms[0] if self._imms else None
+        self.wal.wait_durable(seq)
+        if target is not None:
+            self.flusher.wait_flushed(target)
+
+    def close(self) -> None:
+        """Flush the WAL and memtable to the store and stop background work."""
+        with self._lock:
+            if self._state != _OPEN:
+                return
+            failed = self._failure is not None
+        error: BaseException | None = None
+        if not failed:
+            try:
+                self.flush(memtable=True)
+            except ShaleError as exc:
+                error = exc
+        with self._lock:
+            self._state = _CLOSING
+            self._space.notify_all()
+        for svc in reversed(self._background):
+            svc.stop()
+        self.flusher.stop()
+        self.wal.stop()
+        with self._lock:
+            self._state = _CLOSED
+        if error is not None and not isinstance(error, FencedError):
+            raise error
+
+    def __enter__(self) -> Db:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- misc
+
+    @property
+    def closed(self) -> bool:
+        return self._state == _CLOSED
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for monitoring and tests."""
+        m = self.manifest
+        return {
+            "seq": self._seq,
+            "durable_seq": self.wal.durable_seq,
+            "writer_epoch": self.epoch,
+            "manifest_id": m.id,
+            "l0_ssts": len(m.data.l0),
+            "sorted_runs": len(m.data.runs),
+            "memtable_bytes": self._mem.nbytes,
+            "immutable_memtables": len(self._imms),
+            "unflushed_bytes": self._unflushed,
+            "cache_bytes": self.cache.size_bytes,
+            "cache_hits": self.cache.hits,
+            "cache_misses": self.cache.misses,
+            "next_wal_id": self.wal.next_id,
+        }
+
+    def __repr__(self) -> str:
+        return f"Db({self.store.describe()}, epoch={self.epoch})"
+
+
+open = Db.open  # noqa: A001 - shaledb.open(...) is the documented alias
+
+__all__ = ["Db", "Scan", "Snapshot", "WriteHandle"]

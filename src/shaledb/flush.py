@@ -1,0 +1,192 @@
+"""Memtable flushing: frozen memtables become L0 SSTs, then the manifest says so.
+
+One thread per writer. For the oldest frozen memtable it
+1. waits until every WAL object holding its writes is durable (an L0 row must
+   never exist without its WAL copy, or a crash could resurrect it without a
+   record of what preceded it);
+2. stalls while the tree already has ``l0_max_ssts`` L0 SSTs (compaction must
+   catch up; writers feel it through ``max_unflushed_bytes``);
+3. writes ``compacted/<ULID>.sst`` and then a manifest version that adds it
+   to L0 and advances ``replay_after_wal_id`` to the memtable's last WAL id,
+   recording the WAL objects closed since the last update (seed 003);
+4. swaps the database's read view.
+
+While idle it polls the manifest to pick up other processes' changes (a
+standalone compactor) and to notice a newer writer epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from . import paths
+from .errors import ClosedError, FencedError
+from .format.sst import SST_TABLE, SstBuilder
+from .manifest.model import Manifest, SstInfo, TrackedWal, Tree
+from .memtable import Memtable
+
+if TYPE_CHECKING:
+    from .db import Db
+
+log = logging.getLogger("shaledb.flush")
+
+
+def build_l0(db: Db, mem: Memtable) -> tuple[bytes, SstInfo] | None:
+    """Encode a memtable as a table SST (None if it is empty)."""
+    if not mem.d:
+        return None
+    keys, seqs, kinds, payloads = mem.sorted_items()
+    s = db.settings
+    b = SstBuilder(
+        kind=SST_TABLE,
+        block_size=s.block_size_bytes,
+        codec=db.codec,
+        bloom_bits_per_key=s.bloom_bits_per_key,
+        created_at_ms=int(db.clock.now() * 1000),
+        nonce=db.rng.getrandbits(128).to_bytes(16, "little"),
+    )
+    b.add_many(keys, seqs, kinds, payloads)
+    data, props = b.finish()
+    sst_id = paths.new_ulid(db.clock.now(), db.rng)
+    info = SstInfo(
+        id=sst_id,
+        size=len(data),
+        first_key=props.first_key,
+        last_key=props.last_key,
+        entries=props.entries,
+        min_seq=props.min_seq,
+        max_seq=props.max_seq,
+    )
+    return data, info
+
+
+def merge_tracked(
+    current: tuple[TrackedWal, ...], new: list[TrackedWal], replay_after: int, next_wal_id: int
+) -> tuple[TrackedWal, ...]:
+    """Tracked WALs after adding ``new`` and dropping obsolete ones."""
+    by_id = {w.id: w for w in current}
+    for w in new:
+        by_id[w.id] = w
+    return tuple(by_id[i] for i in sorted(by_id) if replay_after < i < next_wal_id)
+
+
+class MemtableFlusher:
+    """The flush thread of one writer (see module docstring)."""
+
+    def __init__(self, db: Db, on_failure: Callable[[BaseException], None]) -> None:
+        self.db = db
+        self.on_failure = on_failure
+        self._cv = threading.Condition(threading.Lock())
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="shaledb-flush", daemon=True)
+        self._thread.start()
+
+    def notify(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        self._thread.join()
+
+    def wait_flushed(self, mem: Memtable) -> None:
+        """Block until frozen memtable ``mem`` (and every older one) is in L0."""
+        db = self.db
+        with self._cv:
+            while db.is_pending(mem):
+                db.check_failure()
+                if not self._thread.is_alive():
+                    db.check_failure()
+                    raise ClosedError("the memtable flusher stopped")
+                self._cv.notify_all()
+                self._cv.wait(0.2)
+
+    # ------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        db = self.db
+        poll = db.settings.manifest_poll_interval_s
+        last_poll = db.clock.monotonic()
+        while True:
+            with self._cv:
+                if not db.oldest_imm() and not self._stopping:
+                    self._cv.wait(min(poll, 0.25))
+                stopping = self._stopping
+            try:
+                imm = db.oldest_imm()
+                if imm is not None:
+                    self.flush_one(imm)
+                    continue
+                if stopping:
+                    return
+                now = db.clock.monotonic()
+                if now - last_poll >= poll:
+                    last_poll = now
+                    db.refresh_manifest()
+            except BaseException as exc:  # noqa: BLE001 - a failed flush stops the writer
+                log.error("memtable flush failed: %s", exc)
+                self.on_failure(exc)
+                with self._cv:
+                    self._cv.notify_all()
+                return
+
+    def flush_one(self, imm: Memtable) -> None:
+        db = self.db
+        db.wal.wait_wal_id(imm.wal_id)
+        self._stall_for_l0(db)
+        built = build_l0(db, imm)
+        info = None
+        if built is not None:
+            data, info = built
+            db.store.put(paths.sst_path(info.id), data, create=True)
+        written = db.wal.drain_written()
+        try:
+            m = db.manifests.update(
+                lambda m: self._add_l0(m, imm, info, written),
+                timeout_s=db.settings.manifest_update_timeout_s,
+                current=db.manifest,
+            )
+        except BaseException:
+            db.wal.note_written(written)
+            raise
+        db.install_flushed(imm, m)
+        with self._cv:
+            self._cv.notify_all()
+
+    def _add_l0(self, m: Manifest, imm: Memtable, info: SstInfo | None, written: list[TrackedWal]) -> Manifest:
+        db = self.db
+        if m.writer_epoch != db.epoch:
+            raise FencedError(f"writer epoch {m.writer_epoch} took over; this writer (epoch {db.epoch}) stops")
+        l0 = m.data.l0 if info is None else (info, *m.data.l0)
+        replay_after = max(m.replay_after_wal_id, imm.wal_id)
+        next_wal = max(m.next_wal_id, db.wal.next_id, replay_after + 1)
+        tracked = (
+            merge_tracked(m.tracked_wals, written, replay_after, next_wal) if db.settings.track_and_verify_wals else ()
+        )
+        nxt = replace(
+            m,
+            data=Tree(l0, m.data.runs),
+            replay_after_wal_id=replay_after,
+            last_l0_seq=max(m.last_l0_seq, imm.last_seq),
+            next_wal_id=next_wal,
+            tracked_wals=tracked,
+        )
+        return db.decorate_manifest(nxt)
+
+    def _stall_for_l0(self, db: Db) -> None:
+        limit = db.settings.l0_max_ssts
+        warned = False
+        while len(db.manifest.data.l0) >= limit:
+            if self._stopping and db.closing_without_wait():
+                return
+            if not warned:
+                log.warning("L0 has %d SSTs (limit %d): flushes wait for compaction", len(db.manifest.data.l0), limit)
+                warned = True
+            db.refresh_manifest()
+            db.clock.sleep(0.05)

@@ -1,0 +1,160 @@
+"""Shared pieces of every persisted format: checksums, block framing, compression.
+
+A *stored block* is ``payload | u32 raw_len | u8 codec | u32 crc32c`` where the
+CRC covers everything before it and ``raw_len`` is the payload's size before
+compression. Decompression is bounded by ``raw_len`` (itself bounded by the
+format's block limit), so a damaged length can never make us allocate
+gigabytes. Everything is little-endian.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import threading
+from array import array
+
+import google_crc32c
+import lz4.block
+import zstandard
+
+from ..errors import CorruptionError
+
+CODEC_NONE = 0
+CODEC_LZ4 = 1
+CODEC_ZSTD = 2
+CODECS = {"none": CODEC_NONE, "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
+
+MAX_BLOCK_BYTES = 1 << 30
+"""No decoded block may claim more than this (1 GiB); larger means damage."""
+
+TRAILER = struct.Struct("<IBI")
+TRAILER_SIZE = TRAILER.size
+_U32 = struct.Struct("<I")
+_LITTLE = sys.byteorder == "little"
+
+crc32c = google_crc32c.value
+
+
+def crc32c_extend(crc: int, data: bytes) -> int:
+    return int(google_crc32c.extend(crc, data))
+
+
+_tls = threading.local()
+
+
+def _zstd_c() -> zstandard.ZstdCompressor:
+    c = getattr(_tls, "zc", None)
+    if c is None:
+        c = _tls.zc = zstandard.ZstdCompressor(level=3)
+    return c
+
+
+def _zstd_d() -> zstandard.ZstdDecompressor:
+    d = getattr(_tls, "zd", None)
+    if d is None:
+        d = _tls.zd = zstandard.ZstdDecompressor()
+    return d
+
+
+def frame_block(payload: bytes, codec: int) -> bytes:
+    """Compress (if it pays) and frame ``payload`` as a stored block."""
+    raw_len = len(payload)
+    body = payload
+    if codec == CODEC_LZ4:
+        comp = lz4.block.compress(payload, store_size=False)
+        if len(comp) < raw_len:
+            body = comp
+        else:
+            codec = CODEC_NONE
+    elif codec == CODEC_ZSTD:
+        comp = _zstd_c().compress(payload)
+        if len(comp) < raw_len:
+            body = comp
+        else:
+            codec = CODEC_NONE
+    else:
+        codec = CODEC_NONE
+    head = body + struct.pack("<IB", raw_len, codec)
+    return head + _U32.pack(crc32c(head))
+
+
+def unframe_block(stored: bytes | memoryview, what: str = "block") -> bytes:
+    """Check and decompress a stored block; raise CorruptionError on any damage."""
+    n = len(stored)
+    if n < TRAILER_SIZE:
+        raise CorruptionError(f"{what} is {n} bytes, shorter than its trailer")
+    raw_len, codec, crc = TRAILER.unpack_from(stored, n - TRAILER_SIZE)
+    head = bytes(stored[: n - 4])
+    if crc32c(head) != crc:
+        raise CorruptionError(f"{what} checksum mismatch")
+    body = head[: n - TRAILER_SIZE]
+    if raw_len > MAX_BLOCK_BYTES:
+        raise CorruptionError(f"{what} claims {raw_len} bytes")
+    if codec == CODEC_NONE:
+        if len(body) != raw_len:
+            raise CorruptionError(f"{what} length {len(body)} != recorded {raw_len}")
+        return body
+    try:
+        if codec == CODEC_LZ4:
+            out = lz4.block.decompress(body, uncompressed_size=raw_len)
+        elif codec == CODEC_ZSTD:
+            out = _zstd_d().decompress(body, max_output_size=raw_len)
+        else:
+            raise CorruptionError(f"{what} has unknown codec {codec}")
+    except CorruptionError:
+        raise
+    except Exception as exc:
+        raise CorruptionError(f"{what} does not decompress: {exc}") from exc
+    if len(out) != raw_len:
+        raise CorruptionError(f"{what} decompressed to {len(out)} bytes, expected {raw_len}")
+    return bytes(out)
+
+
+def u32_array(buf: bytes, start: int, count: int, what: str) -> array[int]:
+    """``count`` little-endian u32 values at ``buf[start:]``, bounds-checked."""
+    end = start + 4 * count
+    if count < 0 or end > len(buf):
+        raise CorruptionError(f"{what}: {count} u32 values do not fit")
+    a = array("I")
+    a.frombytes(buf[start:end])
+    if not _LITTLE:
+        a.byteswap()
+    return a
+
+
+def u64_array(buf: bytes, start: int, count: int, what: str) -> array[int]:
+    """``count`` little-endian u64 values at ``buf[start:]``, bounds-checked."""
+    end = start + 8 * count
+    if count < 0 or end > len(buf):
+        raise CorruptionError(f"{what}: {count} u64 values do not fit")
+    a = array("Q")
+    a.frombytes(buf[start:end])
+    if not _LITTLE:
+        a.byteswap()
+    return a
+
+
+def pack_u32s(values: array[int] | list[int]) -> bytes:
+    a = values if isinstance(values, array) and values.typecode == "I" else array("I", values)
+    if not _LITTLE:
+        a = array("I", a)
+        a.byteswap()
+    return a.tobytes()
+
+
+def pack_u64s(values: array[int] | list[int]) -> bytes:
+    a = values if isinstance(values, array) and values.typecode == "Q" else array("Q", values)
+    if not _LITTLE:
+        a = array("Q", a)
+        a.byteswap()
+    return a.tobytes()
+
+
+def check_offsets(off: array[int], total: int, what: str) -> None:
+    """Offsets must start at 0, never decrease, and end at ``total``."""
+    if not off or off[0] != 0 or off[-1] != total:
+        raise CorruptionError(f"{what}: offsets do not span the data")
+    lst = off.tolist()
+    if lst != sorted(lst):
+        raise CorruptionError(f"{what}: offsets decrease")

@@ -1,0 +1,468 @@
+"""Sorted string tables (SSTs) and WAL SSTs: one format, two orderings.
+
+Object layout::
+
+    [data block 0] ... [data block n-1] [filter block] [index block] [props block] [footer]
+
+Every block is a stored block (``coding.frame_block``: payload, raw length,
+codec, CRC32C). A table SST holds entries sorted by key (newest version first
+when a key repeats), a bloom filter, and an index keyed by each block's last
+key. A WAL SST holds entries in sequence order, cut into blocks only between
+write batches, no filter, and an index keyed by each block's first sequence
+number (8 bytes big-endian). The footer is fixed-size so a reader finds
+everything from one read of the object's tail::
+
+    u64 index_off  u32 index_len
+    u64 filter_off u32 filter_len     (filter_len 0: no filter)
+    u64 props_off  u32 props_len
+    u16 format_version  u16 flags  u32 crc32c(footer bytes before it)
+    8 bytes magic "SHALESST"
+
+See docs/format/sst.md for the field tables.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from operator import add
+
+from ..errors import CorruptionError
+from .block import Block, decode_block, encode_block
+from .bloom import BloomFilter, build_filter, key_hash
+from .coding import (
+    CODEC_NONE,
+    check_offsets,
+    crc32c,
+    frame_block,
+    pack_u32s,
+    pack_u64s,
+    u32_array,
+    u64_array,
+    unframe_block,
+)
+from .row import KIND_TOMBSTONE, TYPE_MASK
+
+MAGIC = b"SHALESST"
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+SST_TABLE = 0
+SST_WAL = 1
+
+_FOOTER = struct.Struct("<QIQIQIHHI8s")
+FOOTER_SIZE = _FOOTER.size
+_PROPS = struct.Struct("<BBHQQQQQQQQ16s")
+_U32 = struct.Struct("<I")
+_U64BE = struct.Struct(">Q")
+ENTRY_OVERHEAD = 21  # two u32 offsets, u64 seq, u8 kind
+_IS_TOMBSTONE = bytes(int(k & TYPE_MASK == KIND_TOMBSTONE) for k in range(256))
+
+
+@dataclass(frozen=True, slots=True)
+class Footer:
+    index_off: int
+    index_len: int
+    filter_off: int
+    filter_len: int
+    props_off: int
+    props_len: int
+    version: int
+
+    @property
+    def meta_start(self) -> int:
+        """Offset where the data blocks end and the metadata begins."""
+        return self.filter_off if self.filter_len else self.index_off
+
+
+@dataclass(frozen=True, slots=True)
+class SstProps:
+    """What an SST says about itself (also copied into the manifest)."""
+
+    kind: int
+    codec: int
+    entries: int
+    min_seq: int
+    max_seq: int
+    writer_epoch: int
+    created_at_ms: int
+    tombstones: int
+    raw_key_bytes: int
+    raw_value_bytes: int
+    nonce: bytes
+    first_key: bytes
+    last_key: bytes
+
+
+class SstIndex:
+    """Block offsets and the search keys of each block."""
+
+    __slots__ = ("keys", "offsets")
+
+    def __init__(self, offsets: array[int], keys: list[bytes]) -> None:
+        self.offsets = offsets
+        self.keys = keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def block_span(self, i: int) -> tuple[int, int]:
+        return self.offsets[i], self.offsets[i + 1]
+
+    def find(self, key: bytes) -> int:
+        """First block whose last key is >= ``key`` (== len(self) if none)."""
+        return bisect_left(self.keys, key)
+
+    def find_le(self, key: bytes) -> int:
+        """Last block whose last key is < ``key``, plus one: for reverse scans."""
+        return bisect_right(self.keys, key)
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * len(self.offsets) + sum(map(len, self.keys)) + 64 * len(self.keys)
+
+
+def _encode_props(p: SstProps) -> bytes:
+    return b"".join(
+        (
+            _PROPS.pack(
+                p.kind,
+                p.codec,
+                0,
+                p.entries,
+                p.min_seq,
+                p.max_seq,
+                p.writer_epoch,
+                p.created_at_ms,
+                p.tombstones,
+                p.raw_key_bytes,
+                p.raw_value_bytes,
+                p.nonce,
+            ),
+            _U32.pack(len(p.first_key)),
+            p.first_key,
+            _U32.pack(len(p.last_key)),
+            p.last_key,
+        )
+    )
+
+
+def decode_props(payload: bytes) -> SstProps:
+    n = len(payload)
+    if n < _PROPS.size + 8:
+        raise CorruptionError("SST properties are truncated")
+    f = _PROPS.unpack_from(payload, 0)
+    pos = _PROPS.size
+    (fl,) = _U32.unpack_from(payload, pos)
+    pos += 4
+    if pos + fl + 4 > n:
+        raise CorruptionError("SST first key runs past the properties")
+    first = payload[pos : pos + fl]
+    pos += fl
+    (ll,) = _U32.unpack_from(payload, pos)
+    pos += 4
+    if pos + ll != n:
+        raise CorruptionError("SST last key does not end the properties")
+    last = payload[pos : pos + ll]
+    kind = f[0]
+    if kind not in (SST_TABLE, SST_WAL):
+        raise CorruptionError(f"unknown SST kind {kind}")
+    return SstProps(kind, f[1], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], first, last)
+
+
+def encode_index(offsets: Sequence[int], keys: Sequence[bytes]) -> bytes:
+    n = len(keys)
+    key_off = array("I", accumulate(map(len, keys), initial=0))
+    return b"".join(
+        (_U32.pack(n), pack_u64s(array("Q", offsets)), pack_u32s(key_off), b"".join(keys))
+    )
+
+
+def decode_index(payload: bytes, data_end: int) -> SstIndex:
+    size = len(payload)
+    if size < 4:
+        raise CorruptionError("SST index is truncated")
+    (n,) = _U32.unpack_from(payload, 0)
+    if 4 + 12 * (n + 1) > size:
+        raise CorruptionError(f"SST index claims {n} blocks in {size} bytes")
+    offsets = u64_array(payload, 4, n + 1, "SST block offsets")
+    pos = 4 + 8 * (n + 1)
+    key_off = u32_array(payload, pos, n + 1, "SST index keys")
+    pos += 4 * (n + 1)
+    klen = key_off[-1]
+    if pos + klen != size:
+        raise CorruptionError("SST index key blob length mismatch")
+    check_offsets(key_off, klen, "SST index keys")
+    offs = offsets.tolist()
+    if offs[0] != 0 or offs[-1] != data_end or offs != sorted(offs):
+        raise CorruptionError("SST block offsets do not tile the data region")
+    kb = payload[pos:]
+    keys = [kb[key_off[i] : key_off[i + 1]] for i in range(n)]
+    return SstIndex(offsets, keys)
+
+
+def parse_footer(tail: bytes, object_size: int) -> Footer:
+    """The footer from the last bytes of an object of ``object_size`` bytes."""
+    if object_size < FOOTER_SIZE or len(tail) < FOOTER_SIZE:
+        raise CorruptionError(f"object of {object_size} bytes is too short for an SST")
+    raw = tail[-FOOTER_SIZE:]
+    f = _FOOTER.unpack(raw)
+    if f[9] != MAGIC:
+        raise CorruptionError("SST magic mismatch (not an SST, or truncated)")
+    if crc32c(raw[: FOOTER_SIZE - 12]) != f[8]:
+        raise CorruptionError("SST footer checksum mismatch")
+    if f[6] not in SUPPORTED_VERSIONS:
+        raise CorruptionError(f"unsupported SST format version {f[6]}")
+    footer = Footer(f[0], f[1], f[2], f[3], f[4], f[5], f[6])
+    body_end = object_size - FOOTER_SIZE
+    spans = [(footer.index_off, footer.index_len), (footer.props_off, footer.props_len)]
+    if footer.filter_len:
+        spans.append((footer.filter_off, footer.filter_len))
+    for off, ln in spans:
+        if ln == 0 or off + ln > body_end:
+            raise CorruptionError("SST footer points outside the object")
+    if not (footer.meta_start <= footer.index_off < footer.props_off):
+        raise CorruptionError("SST metadata blocks are out of order")
+    return footer
+
+
+def encode_footer(f: Footer) -> bytes:
+    head = _FOOTER.pack(
+        f.index_off, f.index_len, f.filter_off, f.filter_len, f.props_off, f.props_len, f.version, 0, 0, MAGIC
+    )
+    crc = crc32c(head[: FOOTER_SIZE - 12])
+    return head[: FOOTER_SIZE - 12] + struct.pack("<I", crc) + MAGIC
+
+
+class SstBuilder:
+    """Accumulates entries and produces one SST object.
+
+    Table SSTs take entries in key order (``add`` or the columnar
+    ``add_many``); WAL SSTs take entries in sequence order (``add_many``), and
+    a batch (one sequence number) never spans two blocks, so salvage recovery
+    can skip a damaged block without splitting a batch.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: int = SST_TABLE,
+        block_size: int = 4096,
+        codec: int = CODEC_NONE,
+        bloom_bits_per_key: int = 10,
+        writer_epoch: int = 0,
+        created_at_ms: int = 0,
+        nonce: bytes = b"\0" * 16,
+    ) -> None:
+        if len(nonce) != 16:
+            raise ValueError("nonce must be 16 bytes")
+        self.kind = kind
+        self.block_size = block_size
+        self.codec = codec
+        self.bloom_bits = bloom_bits_per_key if kind == SST_TABLE else 0
+        self.writer_epoch = writer_epoch
+        self.created_at_ms = created_at_ms
+        self.nonce = nonce
+        self._blocks: list[bytes] = []
+        self._offsets: list[int] = [0]
+        self._index_keys: list[bytes] = []
+        self._hashes: list[int] = []
+        self._entries = 0
+        self._tombstones = 0
+        self._raw_k = 0
+        self._raw_v = 0
+        self._min_seq: int | None = None
+        self._max_seq = 0
+        self._first: bytes | None = None
+        self._last = b""
+        # Pending single entries (``add``).
+        self._pk: list[bytes] = []
+        self._ps: list[int] = []
+        self._pt: list[int] = []
+        self._pv: list[bytes] = []
+        self._pbytes = 0
+
+    @property
+    def entries(self) -> int:
+        return self._entries + len(self._pk)
+
+    @property
+    def estimated_size(self) -> int:
+        return self._offsets[-1] + self._pbytes
+
+    def add(self, key: bytes, seq: int, kind: int, payload: bytes) -> None:
+        """One table entry; keys must arrive in order."""
+        self._pk.append(key)
+        self._ps.append(seq)
+        self._pt.append(kind)
+        self._pv.append(payload)
+        self._pbytes += len(key) + len(payload) + ENTRY_OVERHEAD
+        if self._pbytes >= self.block_size:
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        if self._pk:
+            self._emit(self._pk, self._ps, self._pt, self._pv)
+            self._pk, self._ps, self._pt, self._pv = [], [], [], []
+            self._pbytes = 0
+
+    def add_many(
+        self,
+        keys: Sequence[bytes],
+        seqs: Sequence[int],
+        kinds: Sequence[int],
+        payloads: Sequence[bytes],
+    ) -> None:
+        """Many entries at once, following anything added before.
+
+        Table SSTs: sorted by key. WAL SSTs: in sequence order; a block is
+        never cut between entries that share a sequence number (one batch).
+        """
+        self._flush_pending()
+        n = len(keys)
+        if not n:
+            return
+        # Cut blocks on running totals of key + payload bytes: one bisect per block.
+        cum = list(accumulate(map(add, map(len, keys), map(len, payloads))))
+        bs = self.block_size
+        lo = 0
+        base = 0
+        while lo < n:
+            hi = min(n, bisect_left(cum, base + bs, lo) + 1)
+            if self.kind == SST_WAL:
+                while hi < n and seqs[hi] == seqs[hi - 1]:
+                    hi += 1
+            self._emit(keys[lo:hi], seqs[lo:hi], kinds[lo:hi], payloads[lo:hi])
+            base = cum[hi - 1]
+            lo = hi
+
+    def _emit(
+        self, keys: Sequence[bytes], seqs: Sequence[int], kinds: Sequence[int], payloads: Sequence[bytes]
+    ) -> None:
+        n = len(keys)
+        kinds_b = bytes(kinds)
+        seqs_a = array("Q", seqs)
+        payload = encode_block(keys, seqs_a, kinds_b, payloads)
+        stored = frame_block(payload, self.codec)
+        self._blocks.append(stored)
+        self._offsets.append(self._offsets[-1] + len(stored))
+        lo_seq = min(seqs_a)
+        hi_seq = max(seqs_a)
+        if self._min_seq is None or lo_seq < self._min_seq:
+            self._min_seq = lo_seq
+        if hi_seq > self._max_seq:
+            self._max_seq = hi_seq
+        if self.kind == SST_TABLE:
+            if self._first is None:
+                self._first = keys[0]
+            self._last = keys[-1]
+            self._index_keys.append(keys[-1])
+            if self.bloom_bits:
+                self._hashes.extend(map(key_hash, keys))
+        else:
+            self._index_keys.append(_U64BE.pack(seqs_a[0]))
+        self._entries += n
+        self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
+        self._raw_k += sum(map(len, keys))
+        self._raw_v += sum(map(len, payloads))
+
+    def finish(self) -> tuple[bytes, SstProps]:
+        """The whole object and its properties."""
+        self._flush_pending()
+        data_end = self._offsets[-1]
+        parts = list(self._blocks)
+        pos = data_end
+        filter_off = filter_len = 0
+        if self.bloom_bits and self._hashes:
+            stored = frame_block(build_filter(self._hashes, len(self._hashes), self.bloom_bits), CODEC_NONE)
+            filter_off, filter_len = pos, len(stored)
+            parts.append(stored)
+            pos += len(stored)
+        index = frame_block(encode_index(self._offsets, self._index_keys), CODEC_NONE)
+        index_off = pos
+        parts.append(index)
+        pos += len(index)
+        props = SstProps(
+            kind=self.kind,
+            codec=self.codec,
+            entries=self._entries,
+            min_seq=self._min_seq or 0,
+            max_seq=self._max_seq,
+            writer_epoch=self.writer_epoch,
+            created_at_ms=self.created_at_ms,
+            tombstones=self._tombstones,
+            raw_key_bytes=self._raw_k,
+            raw_value_bytes=self._raw_v,
+            nonce=self.nonce,
+            first_key=self._first or b"",
+            last_key=self._last,
+        )
+        pstored = frame_block(_encode_props(props), CODEC_NONE)
+        props_off = pos
+        parts.append(pstored)
+        pos += len(pstored)
+        parts.append(
+            encode_footer(
+                Footer(index_off, len(index), filter_off, filter_len, props_off, len(pstored), FORMAT_VERSION)
+            )
+        )
+        return b"".join(parts), props
+
+
+@dataclass(frozen=True, slots=True)
+class SstMeta:
+    """Everything but the data blocks, decoded."""
+
+    footer: Footer
+    props: SstProps
+    index: SstIndex
+    bloom: BloomFilter | None
+
+
+def decode_meta(tail: bytes, object_size: int) -> SstMeta:
+    """Decode footer, properties, index and filter from the object's tail.
+
+    ``tail`` must hold the object's last ``object_size - footer.meta_start``
+    bytes (callers read a generous tail first and retry with the exact size
+    from ``parse_footer`` when it was too short).
+    """
+    footer = parse_footer(tail, object_size)
+    base = object_size - len(tail)
+    if footer.meta_start < base:
+        raise ValueError("tail too short")
+
+    def stored(off: int, ln: int) -> bytes:
+        return tail[off - base : off - base + ln]
+
+    props = decode_props(unframe_block(stored(footer.props_off, footer.props_len), "SST properties"))
+    index = decode_index(unframe_block(stored(footer.index_off, footer.index_len), "SST index"), footer.meta_start)
+    bloom = None
+    if footer.filter_len:
+        bloom = BloomFilter(unframe_block(stored(footer.filter_off, footer.filter_len), "SST filter"))
+    if (props.entries == 0) != (len(index) == 0):
+        raise CorruptionError("SST entry count disagrees with its index")
+    return SstMeta(footer, props, index, bloom)
+
+
+def decode_data_block(stored: bytes) -> Block:
+    return decode_block(unframe_block(stored, "SST data block"))
+
+
+def iter_blocks(data: bytes, meta: SstMeta) -> Iterator[Block]:
+    """Every data block of a whole object, in order."""
+    offs = meta.index.offsets
+    for i in range(len(meta.index)):
+        yield decode_data_block(data[offs[i] : offs[i + 1]])
+
+
+def decode_sst(data: bytes) -> tuple[SstMeta, list[Block]]:
+    """Decode a whole SST object (WAL replay, verification, tests)."""
+    meta = decode_meta(data, len(data))
+    blocks = list(iter_blocks(data, meta))
+    total = sum(len(b) for b in blocks)
+    if total != meta.props.entries:
+        raise CorruptionError(f"SST blocks hold {total} entries, properties say {meta.props.entries}")
+    return meta, blocks

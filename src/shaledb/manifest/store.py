@@ -1,0 +1,191 @@
+"""Reading and writing manifests with create-if-absent as the only CAS.
+
+Update protocol (seed 000/001, SPEC §4.1): read the latest manifest, apply the
+change, check fencing, check invariants, write ``id + 1`` with
+create-if-absent; on a conflict re-read and re-apply until the timeout. A
+fenced process gets ``FencedError`` (never a silent, logged-and-lost update).
+
+One more check closes an ABA hole: a process stalled for a long time could
+create ``manifest/<id+1>`` after the garbage collector deleted that old
+version, and its write would "succeed" while the database has moved on. So
+after every successful create we list newer manifests; if any exists our
+object is not the head of the chain and the update is retried from the
+latest version (the stray object is left for GC, it is never read as latest).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+from .. import paths
+from ..clock import Clock
+from ..errors import AlreadyExists, ConflictError, CorruptionError, NotFound, ObjectNotFound, Unavailable
+from ..format.manifest import decode_manifest_body, encode_manifest_body
+from ..store.base import ObjectStore
+from .invariants import check_transition
+from .model import Manifest, from_body, to_body
+
+log = logging.getLogger("shaledb.manifest")
+
+Mutator = Callable[[Manifest], "Manifest | None"]
+"""Given the latest manifest, return the next one (its id is set for you) or
+None when no change is needed. It may raise (e.g. FencedError) to abort."""
+
+
+class ManifestStore:
+    """Manifest I/O for one database root. Thread-safe."""
+
+    def __init__(self, store: ObjectStore, clock: Clock, rng: random.Random, *, author: str) -> None:
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.author = author
+        self._lock = threading.Lock()
+        self._latest_id: int | None = None
+        self._cache: dict[int, Manifest] = {}
+
+    # ------------------------------------------------------------------ reads
+
+    def _decode(self, manifest_id: int, data: bytes) -> Manifest:
+        path = paths.manifest_path(manifest_id)
+        try:
+            m = from_body(decode_manifest_body(data), path)
+        except CorruptionError as exc:
+            raise exc.with_path(path) from exc
+        if m.id != manifest_id:
+            raise CorruptionError(f"manifest body says id {m.id}", path)
+        return m
+
+    def read(self, manifest_id: int) -> Manifest:
+        """Manifest ``manifest_id``; ObjectNotFound if it does not exist."""
+        with self._lock:
+            cached = self._cache.get(manifest_id)
+        if cached is not None:
+            return cached
+        m = self._decode(manifest_id, self.store.get(paths.manifest_path(manifest_id)))
+        with self._lock:
+            if len(self._cache) > 64:
+                self._cache.pop(min(self._cache))
+            self._cache[manifest_id] = m
+        return m
+
+    def list_ids(self, *, after: int | None = None) -> list[int]:
+        """Ids of the manifest objects present, ascending."""
+        offset = paths.manifest_path(after) if after is not None else None
+        ids = []
+        for meta in self.store.list(paths.MANIFEST_DIR, offset=offset):
+            mid = paths.parse_manifest_id(meta.path)
+            if mid is not None:
+                ids.append(mid)
+        ids.sort()
+        return ids
+
+    def latest_id(self) -> int | None:
+        ids = self.list_ids()
+        return ids[-1] if ids else None
+
+    def read_latest(self) -> Manifest | None:
+        """The manifest with the highest id, or None for an empty root.
+
+        Listing and reading race with GC deleting old versions, so a listed id
+        that has vanished is retried; the highest id is never deleted.
+        """
+        for _ in range(20):
+            latest = self.latest_id()
+            if latest is None:
+                return None
+            try:
+                m = self.read(latest)
+            except ObjectNotFound:
+                continue
+            with self._lock:
+                self._latest_id = max(self._latest_id or 0, m.id)
+            return m
+        raise Unavailable("manifest listing keeps changing; giving up")
+
+    def refresh(self, current: Manifest) -> Manifest:
+        """The latest manifest, probing ``current.id + 1, + 2, ...`` with GETs.
+
+        Probing costs one GET per poll when nothing changed (cheaper than a
+        LIST on S3) and falls back to listing if the chain looks broken.
+        """
+        m = current
+        for _ in range(64):
+            try:
+                m = self.read(m.id + 1)
+            except ObjectNotFound:
+                # Nothing newer, unless newer versions exist beyond a gap.
+                return m
+        latest = self.read_latest()
+        return latest if latest is not None else m
+
+    def require_latest(self) -> Manifest:
+        m = self.read_latest()
+        if m is None:
+            raise NotFound(f"no database at {self.store.describe()}")
+        return m
+
+    # ----------------------------------------------------------------- writes
+
+    def _encode(self, m: Manifest) -> bytes:
+        nonce = f"{self.rng.getrandbits(128):032x}"
+        return encode_manifest_body(to_body(m, nonce=nonce, author=self.author))
+
+    def write_new(self, m: Manifest, current: Manifest | None) -> Manifest:
+        """Create manifest ``m.id``; ConflictError if taken or not the head."""
+        check_transition(current, m)
+        data = self._encode(m)
+        path = paths.manifest_path(m.id)
+        try:
+            self.store.put(path, data, create=True)
+        except AlreadyExists as exc:
+            raise ConflictError(f"manifest {m.id} already exists") from exc
+        newer = self.list_ids(after=m.id)
+        if newer:
+            log.warning("manifest %d was written behind newer versions %s; retrying", m.id, newer[:3])
+            raise ConflictError(f"manifest {m.id} is not the latest (found {newer[0]})")
+        with self._lock:
+            self._cache[m.id] = m
+            self._latest_id = m.id
+        return m
+
+    def create_initial(self, m: Manifest) -> Manifest:
+        """Write manifest 1 of a new database (ConflictError if one exists)."""
+        return self.write_new(replace(m, id=1), None)
+
+    def update(
+        self,
+        mutate: Mutator,
+        *,
+        timeout_s: float,
+        current: Manifest | None = None,
+    ) -> Manifest:
+        """Apply ``mutate`` to the latest manifest and write the result.
+
+        ``current`` is a hint (the caller's last known version): the first
+        attempt tries it, and a conflict refreshes. Returns the manifest
+        written, or the latest one unchanged when ``mutate`` returns None.
+        """
+        deadline = self.clock.monotonic() + timeout_s
+        m = current if current is not None else self.require_latest()
+        attempt = 0
+        while True:
+            nxt = mutate(m)
+            if nxt is None:
+                return m
+            nxt = replace(nxt, id=m.id + 1)
+            try:
+                return self.write_new(nxt, m)
+            except ConflictError:
+                attempt += 1
+                if self.clock.monotonic() > deadline:
+                    raise Unavailable(
+                        f"manifest update did not succeed within {timeout_s}s ({attempt} conflicts)"
+                    ) from None
+                if attempt > 3:
+                    self.clock.sleep(min(0.5, 0.005 * (2 ** min(attempt, 7))) * self.rng.random())
+                m = self.require_latest()

@@ -1,0 +1,194 @@
+"""The memtable: a dict plus a lazily sorted key list.
+
+Puts are one dict store (the hot path stays C-level). Ordered reads need the
+keys sorted; we keep the last sorted list and the keys added since, and merge
+them (Timsort merges two sorted runs in linear time) only when a scan needs
+order and many keys have arrived. Small numbers of new keys are merged per
+scan instead, so alternating writes and short scans stay cheap.
+
+Entries are tuples ``(seq, kind, payload)`` (see ``format/row.py``).
+
+Snapshots and iterators *pin* a sequence number. While any pin exists, an
+overwrite keeps the replaced entry in ``hist`` so a reader at the pinned
+sequence still finds it; with no pins there is no history and no extra work.
+All mutation happens under the database's write lock; reads are lock-free
+(CPython makes each dict operation atomic).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+
+Entry = tuple[int, int, bytes]
+
+ENTRY_OVERHEAD = 160
+"""Accounted bytes per entry beyond key and payload: dict slot, tuple, the
+key and payload objects and WAL-buffer references. Keeps the memtable budget
+close to real memory."""
+
+_MERGE_AT = 4096
+
+
+class Memtable:
+    __slots__ = (
+        "d",
+        "first_seq",
+        "hist",
+        "last_seq",
+        "nbytes",
+        "pins",
+        "wal_id",
+        "_new",
+        "_sorted",
+    )
+
+    def __init__(self) -> None:
+        self.d: dict[bytes, Entry] = {}
+        self.hist: dict[bytes, list[Entry]] | None = None
+        self.pins: dict[int, int] = {}
+        self.nbytes = 0
+        self.first_seq = 0
+        self.last_seq = 0
+        self.wal_id = 0
+        """After freezing: the last WAL id holding this memtable's writes."""
+        self._sorted: list[bytes] = []
+        self._new: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.d)
+
+    # ----------------------------------------------------------------- writes
+
+    def put(self, key: bytes, entry: Entry) -> None:
+        d = self.d
+        old = d.get(key)
+        if old is None:
+            self._new.append(key)
+        elif self.pins:
+            self._keep(key, old)
+        d[key] = entry
+
+    def put_many(self, keys: list[bytes], entries: list[Entry]) -> None:
+        d = self.d
+        if self.pins:
+            for k, e in zip(keys, entries):
+                self.put(k, e)
+            return
+        n0 = len(d)
+        d.update(zip(keys, entries))
+        added = len(d) - n0
+        if added == len(keys):
+            self._new.extend(keys)
+        elif added:
+            # Some keys already existed (or repeat within the batch): find the new ones.
+            s = set(self._new)
+            fresh = {k for k in keys if k not in s}
+            srt = self._sorted
+            self._new.extend(k for k in fresh if not _contains(srt, k))
+
+    def _keep(self, key: bytes, old: Entry) -> None:
+        if old[0] > max(self.pins):
+            return  # every pinned reader is older than the replaced entry
+        if self.hist is None:
+            self.hist = {}
+        self.hist.setdefault(key, []).append(old)
+
+    def pin(self, seq: int) -> None:
+        self.pins[seq] = self.pins.get(seq, 0) + 1
+
+    def unpin(self, seq: int) -> None:
+        n = self.pins.get(seq, 0) - 1
+        if n > 0:
+            self.pins[seq] = n
+        else:
+            self.pins.pop(seq, None)
+            if not self.pins:
+                self.hist = None
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, key: bytes, seq: int | None = None) -> Entry | None:
+        """The newest entry for ``key`` visible at ``seq`` (None: not here)."""
+        e = self.d.get(key)
+        if e is None or seq is None or e[0] <= seq:
+            return e
+        return self._older(key, seq)
+
+    def _older(self, key: bytes, seq: int) -> Entry | None:
+        hist = self.hist
+        if not hist:
+            return None
+        versions = hist.get(key)
+        if not versions:
+            return None
+        for e in reversed(versions):
+            if e[0] <= seq:
+                return e
+        return None
+
+    def sorted_keys(self) -> list[bytes]:
+        """All keys, sorted (merges the keys added since the last call)."""
+        if self._new:
+            new = self._new
+            self._new = []
+            new.sort()
+            merged = self._sorted + new
+            merged.sort()
+            self._sorted = merged
+        return self._sorted
+
+    def range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
+        """Sorted keys in ``[start, end)`` as of now (a private list)."""
+        new = self._new
+        if len(new) > _MERGE_AT or len(new) * 8 > len(self._sorted):
+            self.sorted_keys()
+            new = []
+        srt = self._sorted
+        lo = 0 if start is None else bisect_left(srt, start)
+        hi = len(srt) if end is None else bisect_left(srt, end)
+        out = srt[lo:hi]
+        if new:
+            extra = [k for k in list(new) if (start is None or k >= start) and (end is None or k < end)]
+            if extra:
+                extra.sort()
+                out += extra
+                out.sort()
+        return out
+
+    def items_in(
+        self, start: bytes | None, end: bytes | None, seq: int | None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """``(key, seq, kind, payload)`` in key order, as visible at ``seq``."""
+        keys = self.range_keys(start, end)
+        if reverse:
+            keys.reverse()
+        d = self.d
+        if seq is None:
+            for k in keys:
+                e = d.get(k)
+                if e is not None:
+                    yield (k, e[0], e[1], e[2])
+            return
+        for k in keys:
+            e = d.get(k)
+            if e is not None and e[0] > seq:
+                e = self._older(k, seq)
+            if e is not None:
+                yield (k, e[0], e[1], e[2])
+
+    def sorted_items(self) -> tuple[list[bytes], list[int], list[int], list[bytes]]:
+        """Columns of every (newest) entry in key order, for flushing to an SST."""
+        keys = self.sorted_keys()
+        ents = list(map(self.d.__getitem__, keys))
+        return (
+            list(keys),
+            [e[0] for e in ents],
+            [e[1] for e in ents],
+            [e[2] for e in ents],
+        )
+
+
+def _contains(srt: list[bytes], key: bytes) -> bool:
+    i = bisect_left(srt, key)
+    return i < len(srt) and srt[i] == key

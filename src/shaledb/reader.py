@@ -1,0 +1,261 @@
+"""The read path: point lookups and merged scans over one consistent view.
+
+A :class:`ReadView` is an immutable picture of what a reader may see: the
+mutable memtable, the frozen memtables (newest first) and one manifest
+version's L0 SSTs and sorted runs. Writers swap in a new view; a read takes
+the current one once and never locks.
+
+Sources are searched newest first: memtables, L0 (newest first), sorted runs
+(newest first). A lookup stops at the first version it finds; a scan merges
+the sources with ``heapq.merge`` (stable, so on equal keys the newer source
+wins) and keeps the first version of each key. ``seq`` caps visibility for
+snapshots. A lookup hashes the key once and reuses the hash and probe mask
+for every SST's bloom filter.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+from operator import itemgetter
+
+from .errors import CorruptionError
+from .format.bloom import key_hash, probe_mask
+from .format.row import (
+    EXTRA_FLAGS,
+    FLAG_EXPIRY,
+    KIND_POINTER,
+    KIND_TOMBSTONE,
+    TYPE_MASK,
+    decode_payload,
+)
+from .manifest.model import Manifest, SortedRun, SstInfo, Tree
+from .memtable import Memtable
+from .sstable import Row, TableCache
+
+PointerResolver = Callable[[bytes, bytes], bytes]
+"""Resolves a value-journal pointer payload (key, pointer) to the value."""
+
+
+class RunIndex:
+    """A sorted run with its SSTs' last keys ready for bisection."""
+
+    __slots__ = ("last_keys", "run", "ssts")
+
+    def __init__(self, run: SortedRun) -> None:
+        self.run = run
+        self.ssts = run.ssts
+        self.last_keys = [s.last_key for s in run.ssts]
+
+    def find(self, key: bytes) -> SstInfo | None:
+        i = bisect_left(self.last_keys, key)
+        if i < len(self.ssts) and self.ssts[i].first_key <= key:
+            return self.ssts[i]
+        return None
+
+    def covering(self, start: bytes | None, end: bytes | None) -> list[SstInfo]:
+        lo = 0 if start is None else bisect_left(self.last_keys, start)
+        out = []
+        for s in self.ssts[lo:]:
+            if end is not None and s.first_key >= end:
+                break
+            out.append(s)
+        return out
+
+
+class ReadView:
+    """Memtables plus one manifest version (see module docstring)."""
+
+    __slots__ = ("imms", "l0", "manifest", "mem", "runs", "tree_name")
+
+    def __init__(
+        self,
+        mem: Memtable,
+        imms: tuple[Memtable, ...],
+        manifest: Manifest,
+        tree: str = "data",
+        runs: tuple[RunIndex, ...] | None = None,
+    ) -> None:
+        self.mem = mem
+        self.imms = imms
+        self.manifest = manifest
+        self.tree_name = tree
+        t: Tree = manifest.tree(tree)
+        self.l0 = t.l0
+        self.runs = runs if runs is not None else tuple(RunIndex(r) for r in t.runs)
+
+    def memtables(self) -> tuple[Memtable, ...]:
+        return (self.mem, *self.imms)
+
+
+class Visibility:
+    """Turns stored entries into user values: tombstones, expiry, pointers."""
+
+    __slots__ = ("now_ms", "resolve")
+
+    def __init__(self, now_ms: Callable[[], int], resolve: PointerResolver | None) -> None:
+        self.now_ms = now_ms
+        self.resolve = resolve
+
+    def value(self, key: bytes, kind: int, payload: bytes) -> bytes | None:
+        """The value, or None when the entry hides the key (tombstone, expired)."""
+        if kind == 0:
+            return payload
+        t = kind & TYPE_MASK
+        if t == KIND_TOMBSTONE:
+            return None
+        if kind & EXTRA_FLAGS:
+            body, _meta, expires = decode_payload(kind, payload)
+            if expires is not None and expires <= self.now_ms():
+                return None
+        else:
+            body = payload
+        if t == KIND_POINTER:
+            if self.resolve is None:
+                raise CorruptionError("entry points into a value journal but none is configured")
+            return self.resolve(key, body)
+        return body
+
+    def alive(self, kind: int, payload: bytes) -> bool:
+        """False for tombstones and expired entries (no journal read)."""
+        if kind & TYPE_MASK == KIND_TOMBSTONE:
+            return False
+        if kind & FLAG_EXPIRY:
+            expires = decode_payload(kind, payload)[2]
+            return expires is None or expires > self.now_ms()
+        return True
+
+
+def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> tuple[int, int, bytes] | None:
+    """The newest stored entry ``(seq, kind, payload)`` for ``key``, or None."""
+    e = view.mem.get(key, seq)
+    if e is not None:
+        return e
+    for imm in view.imms:
+        e = imm.get(key, seq)
+        if e is not None:
+            return e
+    h = 0
+    masks: dict[int, int] = {}
+    for info in view.l0:
+        if key < info.first_key or key > info.last_key:
+            continue
+        r = tables.reader(info)
+        bloom = r.bloom
+        if bloom is not None:
+            if not masks:
+                h = key_hash(key)
+            m = masks.get(bloom.probes)
+            if m is None:
+                m = masks[bloom.probes] = probe_mask(h, bloom.probes)
+            if not bloom.may_contain(h, m):
+                continue
+        found = r.find(key, seq)
+        if found is not None:
+            return found
+    for run in view.runs:
+        info = run.find(key)
+        if info is None:
+            continue
+        r = tables.reader(info)
+        bloom = r.bloom
+        if bloom is not None:
+            if not masks:
+                h = key_hash(key)
+            m = masks.get(bloom.probes)
+            if m is None:
+                m = masks[bloom.probes] = probe_mask(h, bloom.probes)
+            if not bloom.may_contain(h, m):
+                continue
+        found = r.find(key, seq)
+        if found is not None:
+            return found
+    return None
+
+
+def _lazy_rows(tables: TableCache, info: SstInfo, start: bytes | None, end: bytes | None, reverse: bool) -> Iterator[Row]:
+    r = tables.reader(info)
+    if reverse:
+        yield from r.rows_reversed(start, end)
+    else:
+        yield from r.rows(start, end)
+
+
+def _run_rows(
+    tables: TableCache, run: RunIndex, start: bytes | None, end: bytes | None, reverse: bool
+) -> Iterator[Row]:
+    ssts = run.covering(start, end)
+    if reverse:
+        ssts.reverse()
+    for info in ssts:
+        yield from _lazy_rows(tables, info, start, end, reverse)
+
+
+def sources(
+    view: ReadView, tables: TableCache, start: bytes | None, end: bytes | None, seq: int | None, reverse: bool
+) -> list[Iterator[Row]]:
+    """One row iterator per source overlapping ``[start, end)``, newest first."""
+    out: list[Iterator[Row]] = [view.mem.items_in(start, end, seq, reverse)]
+    out.extend(imm.items_in(start, end, seq, reverse) for imm in view.imms)
+    for info in view.l0:
+        if (end is not None and info.first_key >= end) or (start is not None and info.last_key < start):
+            continue
+        out.append(_lazy_rows(tables, info, start, end, reverse))
+    for run in view.runs:
+        if run.covering(start, end):
+            out.append(_run_rows(tables, run, start, end, reverse))
+    return out
+
+
+def merge_rows(srcs: list[Iterator[Row]], reverse: bool) -> Iterable[Row]:
+    if len(srcs) == 1:
+        return srcs[0]
+    return heapq.merge(*srcs, key=itemgetter(0), reverse=reverse)
+
+
+def newest_rows(rows: Iterable[Row], seq: int | None) -> Iterator[Row]:
+    """The first (newest) version of each key visible at ``seq``, tombstones included."""
+    prev = None
+    if seq is None:
+        for row in rows:
+            k = row[0]
+            if k != prev:
+                prev = k
+                yield row
+        return
+    for row in rows:
+        k = row[0]
+        if k == prev or row[1] > seq:
+            continue
+        prev = k
+        yield row
+
+
+def scan_items(
+    view: ReadView,
+    tables: TableCache,
+    vis: Visibility,
+    start: bytes | None,
+    end: bytes | None,
+    seq: int | None,
+    reverse: bool,
+    limit: int | None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` pairs in ``[start, end)`` visible at ``seq``."""
+    if limit is not None and limit <= 0:
+        return
+    rows = newest_rows(merge_rows(sources(view, tables, start, end, seq, reverse), reverse), seq)
+    n = 0
+    value = vis.value
+    for k, _s, kind, payload in rows:
+        if kind == 0:
+            yield k, payload
+        else:
+            v = value(k, kind, payload)
+            if v is None:
+                continue
+            yield k, v
+        n += 1
+        if limit is not None and n >= limit:
+            return

@@ -1,0 +1,229 @@
+"""Opening a database for writing: claim the epoch, fence, verify, replay.
+
+1. Bump ``writer_epoch`` with a manifest CAS (seed 001's writer protocol).
+2. Write a fencing WAL object (an empty WAL SST carrying our epoch) at the
+   first free WAL id. If the slot is taken, the object there decides (the
+   protocol's four outcomes): an older epoch means an old writer got there
+   first, so try the next id; a newer epoch means we were fenced before we
+   started; our own epoch cannot happen unless the manifest CAS was broken.
+3. Re-read the manifest: we must still own the epoch.
+4. Verify the WAL (seed 003) and replay every object after
+   ``replay_after_wal_id`` into the memtable.
+
+WAL verification with ``track_and_verify_wals``: every WAL object the manifest
+tracks must exist with its recorded size and CRC32C, and the ids present must
+be contiguous (a gap with later objects present means a lost object). An
+object store never leaves a torn object, so damage is corruption, not an
+interrupted write: ``absolute_consistency`` (the default) refuses to open.
+The salvage modes (RocksDB's names) choose what to give up, and log it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from . import paths
+from .errors import AlreadyExists, CorruptionError, FencedError, InvalidArgument, NotFound, ObjectNotFound
+from .format.coding import crc32c
+from .format.sst import decode_data_block, decode_meta
+from .manifest.model import Manifest, TrackedWal
+from .manifest.store import ManifestStore
+from .store.base import ObjectStore
+from .wal import encode_wal, wal_object_epoch
+
+log = logging.getLogger("shaledb.recovery")
+
+
+def claim_writer_epoch(
+    ms: ManifestStore,
+    *,
+    timeout_s: float,
+    create_if_missing: bool,
+    extra: Callable[[Manifest, int], Manifest] | None = None,
+) -> Manifest:
+    """Bump ``writer_epoch`` by CAS; create the database if allowed."""
+    if ms.read_latest() is None:
+        if not create_if_missing:
+            raise NotFound(f"no database at {ms.store.describe()}")
+        try:
+            ms.create_initial(Manifest(id=1))
+        except Exception as exc:  # noqa: BLE001 - a concurrent creator is fine
+            from .errors import ConflictError
+
+            if not isinstance(exc, ConflictError):
+                raise
+
+    def bump(m: Manifest) -> Manifest:
+        if not m.initialized:
+            raise InvalidArgument(
+                f"database at {ms.store.describe()} is a clone whose initialization did not finish: "
+                "open it with Db.open_from_checkpoint to complete it"
+            )
+        if m.destroyed_at_s is not None:
+            raise NotFound(f"database at {ms.store.describe()} was destroyed")
+        nxt = replace(m, writer_epoch=m.writer_epoch + 1)
+        return extra(nxt, nxt.writer_epoch) if extra is not None else nxt
+
+    return ms.update(bump, timeout_s=timeout_s)
+
+
+def last_wal_id(store: ObjectStore, after: int) -> int:
+    """The highest WAL id present above ``after`` (``after`` if none)."""
+    best = after
+    for meta in store.list(paths.WAL_DIR, offset=paths.wal_path(after)):
+        wid = paths.parse_wal_id(meta.path)
+        if wid is not None and wid > best:
+            best = wid
+    return best
+
+
+def write_fence(
+    store: ObjectStore, m: Manifest, epoch: int, *, nonce: bytes, now_ms: int, codec: int
+) -> tuple[int, TrackedWal]:
+    """Fence older writers: the WAL id of our fencing object and its tracking record."""
+    data = encode_wal([], [], epoch=epoch, nonce=nonce, created_at_ms=now_ms, codec=codec, block_size=4096)
+    wal_id = max(m.next_wal_id, last_wal_id(store, m.replay_after_wal_id) + 1)
+    for _ in range(100_000):
+        path = paths.wal_path(wal_id)
+        try:
+            store.put(path, data, create=True)
+            return wal_id, TrackedWal(wal_id, len(data), crc32c(data))
+        except AlreadyExists:
+            theirs = store.get(path)
+            if theirs == data:
+                return wal_id, TrackedWal(wal_id, len(data), crc32c(data))
+            try:
+                other = wal_object_epoch(theirs)
+            except CorruptionError as exc:
+                raise exc.with_path(path) from exc
+            if other is not None and other > epoch:
+                raise FencedError(f"writer epoch {other} fenced this writer (epoch {epoch}) at {path}")
+            if other == epoch:
+                raise CorruptionError(f"another writer holds this writer's epoch {epoch}", path)
+            wal_id += 1  # an older writer took the slot first: try the next one
+    raise CorruptionError("could not find a free WAL slot")
+
+
+@dataclass
+class ReplayResult:
+    """WAL contents to load into the memtable, and what was given up."""
+
+    keys: list[bytes] = field(default_factory=list)
+    ents: list[tuple[int, int, bytes]] = field(default_factory=list)
+    max_seq: int = 0
+    objects: list[TrackedWal] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def replay_wal(
+    store: ObjectStore,
+    m: Manifest,
+    fence_id: int,
+    *,
+    verify: bool,
+    mode: str,
+    on_object: Callable[[int, bytes], None] | None = None,
+) -> ReplayResult:
+    """Read WAL objects in ``(replay_after_wal_id, fence_id)`` (see module docstring)."""
+    lo = m.replay_after_wal_id
+    present: dict[int, int] = {}
+    for meta in store.list(paths.WAL_DIR, offset=paths.wal_path(lo)):
+        wid = paths.parse_wal_id(meta.path)
+        if wid is not None and lo < wid < fence_id:
+            present[wid] = meta.size
+    tracked = {w.id: w for w in m.tracked_wals if w.id > lo} if verify else {}
+    res = ReplayResult()
+    if verify:
+        for wid, w in sorted(tracked.items()):
+            if wid not in present:
+                raise CorruptionError(
+                    f"tracked WAL object is missing (recorded {w.size} bytes)", paths.wal_path(wid)
+                )
+            if present[wid] < w.size:
+                raise CorruptionError(
+                    f"tracked WAL object is {present[wid]} bytes, manifest recorded {w.size}", paths.wal_path(wid)
+                )
+        if present:
+            top = max(present)
+            gaps = [i for i in range(lo + 1, top) if i not in present]
+            if gaps:
+                raise CorruptionError(
+                    f"WAL ids are not contiguous: {len(gaps)} missing below {top} "
+                    f"(first missing {paths.wal_path(gaps[0])})",
+                    paths.wal_path(gaps[0]),
+                )
+    ids = sorted(present)
+    last = ids[-1] if ids else None
+    for pos, wid in enumerate(ids):
+        if pos and ids[pos - 1] != wid - 1 and not verify:
+            res.skipped.append(f"WAL ids stop at {ids[pos - 1]}; objects from {wid} on are not replayed")
+            log.warning("WAL gap before %s; not replaying later objects (verification is off)", wid)
+            break
+        path = paths.wal_path(wid)
+        try:
+            data = store.get(path)
+        except ObjectNotFound as exc:
+            raise CorruptionError("WAL object vanished during recovery", path) from exc
+        res.objects.append(TrackedWal(wid, len(data), crc32c(data)))
+        if on_object is not None:
+            on_object(wid, data)
+        tw = tracked.get(wid)
+        if tw is not None and (tw.size != len(data) or tw.crc32c != crc32c(data)):
+            damaged = f"checksum or size differs from the manifest's record ({tw.size} bytes)"
+        else:
+            damaged = None
+        stop = _replay_object(res, path, data, damaged, mode, is_last=wid == last)
+        if stop:
+            rest = [paths.wal_path(i) for i in ids[pos + 1 :]]
+            if rest:
+                res.skipped.append(f"not replayed after the damage: {', '.join(rest)}")
+            break
+    return res
+
+
+def _replay_object(res: ReplayResult, path: str, data: bytes, damaged: str | None, mode: str, is_last: bool) -> bool:
+    """Replay one object; True to stop replaying further objects."""
+    if not data:
+        return False  # a zero-length fencing object
+    try:
+        meta = decode_meta(data, len(data))
+    except CorruptionError as exc:
+        return _damage(res, path, f"metadata: {exc}", mode, is_last, whole=True)
+    offs = meta.index.offsets
+    for i in range(len(meta.index)):
+        try:
+            block = decode_data_block(data[offs[i] : offs[i + 1]])
+        except CorruptionError as exc:
+            if _damage(res, path, f"block {i}: {exc}", mode, is_last, whole=False):
+                return True
+            continue
+        n = len(block)
+        res.keys.extend(block.keys)
+        seqs = block.seqs
+        kinds = block.kinds
+        res.ents.extend(zip(seqs, kinds, block.payloads(0, n)))
+        if n:
+            res.max_seq = max(res.max_seq, max(seqs))
+    if damaged is not None and mode == "absolute_consistency":
+        raise CorruptionError(damaged, path)
+    return False
+
+
+def _damage(res: ReplayResult, path: str, what: str, mode: str, is_last: bool, *, whole: bool) -> bool:
+    if mode == "absolute_consistency":
+        raise CorruptionError(f"damaged WAL object ({what}); use a salvage wal_recovery_mode to open anyway", path)
+    if mode == "tolerate_corrupted_tail":
+        if not is_last:
+            raise CorruptionError(f"damaged WAL object before the tail ({what})", path)
+        res.skipped.append(f"{path}: dropped the damaged tail ({what})")
+        log.warning("WAL recovery dropped the damaged tail of %s: %s", path, what)
+        return True
+    if mode == "point_in_time":
+        res.skipped.append(f"{path}: stopped at damage ({what})")
+        log.warning("WAL recovery stopped at %s: %s", path, what)
+        return True
+    res.skipped.append(f"{path}: skipped {'object' if whole else 'block'} ({what})")
+    log.warning("WAL recovery skipped %s in %s: %s", "the object" if whole else "a block", path, what)
+    return False

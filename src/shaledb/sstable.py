@@ -1,0 +1,202 @@
+"""Reading SSTs from the store: metadata, cached blocks and read-ahead.
+
+An :class:`SstReader` is opened from one ranged read of the object's tail
+(footer, properties, index, filter). Data blocks come through the shared
+:class:`~shaledb.cache.LruCache`; a miss fetches a whole read-ahead chunk
+(``Settings.sst_read_ahead_bytes``), caches it raw and decodes only the block
+asked for, so a cold SST costs a few large GETs instead of one per block.
+A block that fails its checksum is re-read from the store once (the cached
+copy may be the damaged one) before ``CorruptionError`` names the object.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+
+from . import paths
+from .cache import LruCache
+from .errors import CorruptionError
+from .format.block import Block
+from .format.sst import SstMeta, decode_data_block, decode_meta, parse_footer
+from .manifest.model import SstInfo
+from .store.base import ObjectStore
+
+TAIL_READ_BYTES = 64 * 1024
+
+Row = tuple[bytes, int, int, bytes]
+StoreResolver = Callable[[int], ObjectStore]
+"""Maps ``SstInfo.db`` (0 = this database, i > 0 = an external database) to its store."""
+
+
+class SstReader:
+    __slots__ = ("bloom", "cache", "data_end", "id", "index", "info", "path", "props", "read_ahead", "store")
+
+    def __init__(self, info: SstInfo, store: ObjectStore, meta: SstMeta, cache: LruCache, read_ahead: int) -> None:
+        self.info = info
+        self.id = info.id
+        self.store = store
+        self.path = paths.sst_path(info.id)
+        self.props = meta.props
+        self.index = meta.index
+        self.bloom = meta.bloom
+        self.data_end = meta.footer.meta_start
+        self.cache = cache
+        self.read_ahead = read_ahead
+
+    @property
+    def nbytes(self) -> int:
+        return self.index.nbytes + (self.bloom.nbytes if self.bloom else 0) + 512
+
+    # ----------------------------------------------------------------- blocks
+
+    def block(self, i: int) -> Block:
+        key = (self.id, i)
+        b: Block | None = self.cache.get(key)
+        if b is not None:
+            return b
+        start, end = self.index.block_span(i)
+        try:
+            b = decode_data_block(self._fetch(start, end))
+        except CorruptionError:
+            # The cached chunk may be the damaged copy: read the block itself once more.
+            self.cache.discard((self.id, "chunk", start // self.read_ahead if self.read_ahead else -1))
+            try:
+                b = decode_data_block(self.store.get_range(self.path, start, end))
+            except CorruptionError as exc:
+                raise exc.with_path(self.path) from exc
+        self.cache.put(key, b, b.nbytes)
+        return b
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        ra = self.read_ahead
+        if ra <= end - start:
+            return self.store.get_range(self.path, start, end)
+        ci = start // ra
+        cs = ci * ra
+        ce = min(self.data_end, cs + ra)
+        if end > ce:
+            return self.store.get_range(self.path, start, end)
+        ckey = (self.id, "chunk", ci)
+        chunk: bytes | None = self.cache.get(ckey)
+        if chunk is None:
+            chunk = self.store.get_range(self.path, cs, ce)
+            if len(chunk) != ce - cs:
+                raise CorruptionError(f"read {len(chunk)} bytes at {cs}, expected {ce - cs}", self.path)
+            self.cache.put(ckey, chunk, len(chunk))
+        return chunk[start - cs : end - cs]
+
+    # ------------------------------------------------------------------ reads
+
+    def find(self, key: bytes, seq: int | None = None) -> tuple[int, int, bytes] | None:
+        """``(seq, kind, payload)`` of the newest version of ``key`` visible at ``seq``."""
+        idx = self.index
+        i = bisect_left(idx.keys, key)
+        n = len(idx.keys)
+        while i < n:
+            b = self.block(i)
+            keys = b.keys
+            j = bisect_left(keys, key)
+            if j == len(keys):
+                i += 1  # only when a key's versions straddle blocks
+                continue
+            if keys[j] != key:
+                return None
+            if seq is None:
+                return b.seqs[j], b.kinds[j], b.payload(j)
+            seqs = b.seqs
+            m = len(keys)
+            while j < m and keys[j] == key:
+                if seqs[j] <= seq:
+                    return seqs[j], b.kinds[j], b.payload(j)
+                j += 1
+            if j < m:
+                return None
+            i += 1
+        return None
+
+    def rows(self, start: bytes | None, end: bytes | None) -> Iterator[Row]:
+        """Rows with ``start <= key < end`` in key order (newest version first)."""
+        idx = self.index
+        n = len(idx.keys)
+        i = 0 if start is None else bisect_left(idx.keys, start)
+        while i < n:
+            b = self.block(i)
+            keys = b.keys
+            lo = 0 if start is None else bisect_left(keys, start)
+            hi = len(keys) if end is None else bisect_left(keys, end)
+            if lo < hi:
+                yield from zip(keys[lo:hi], b.seqs[lo:hi], b.kinds[lo:hi], b.payloads(lo, hi))
+            if hi < len(keys):
+                return
+            i += 1
+
+    def rows_reversed(self, start: bytes | None, end: bytes | None) -> Iterator[Row]:
+        """Rows with ``start <= key < end`` in descending key order.
+
+        Versions of one key come newest first here too (callers merge on key
+        and take the first version), so runs of equal keys are kept in order.
+        """
+        idx = self.index
+        n = len(idx.keys)
+        i = n - 1 if end is None else min(n - 1, bisect_left(idx.keys, end))
+        while i >= 0:
+            b = self.block(i)
+            keys = b.keys
+            lo = 0 if start is None else bisect_left(keys, start)
+            hi = len(keys) if end is None else bisect_left(keys, end)
+            if lo < hi:
+                rows = list(zip(keys[lo:hi], b.seqs[lo:hi], b.kinds[lo:hi], b.payloads(lo, hi)))
+                yield from _reverse_keys_keep_versions(rows)
+            if lo > 0:
+                return
+            i -= 1
+
+    def all_rows(self) -> Iterator[Row]:
+        return self.rows(None, None)
+
+
+def _reverse_keys_keep_versions(rows: list[Row]) -> Iterator[Row]:
+    """Reverse key order while keeping each key's versions newest first."""
+    i = len(rows) - 1
+    while i >= 0:
+        j = i
+        k = rows[i][0]
+        while j > 0 and rows[j - 1][0] == k:
+            j -= 1
+        yield from rows[j : i + 1]
+        i = j - 1
+
+
+class TableCache:
+    """Opens SST readers on demand and keeps them in the shared LRU cache."""
+
+    def __init__(self, resolve: StoreResolver, cache: LruCache, read_ahead: int) -> None:
+        self.resolve = resolve
+        self.cache = cache
+        self.read_ahead = read_ahead
+
+    def reader(self, info: SstInfo) -> SstReader:
+        key = (info.id, "meta")
+        r: SstReader | None = self.cache.get(key)
+        if r is not None:
+            return r
+        store = self.resolve(info.db)
+        path = paths.sst_path(info.id)
+        size = info.size
+        try:
+            tail = store.get_range(path, max(0, size - TAIL_READ_BYTES), size)
+            if len(tail) != min(size, TAIL_READ_BYTES):
+                raise CorruptionError(f"object is shorter than the {size} bytes the manifest records")
+            footer = parse_footer(tail, size)
+            if footer.meta_start < size - len(tail):
+                tail = store.get_range(path, footer.meta_start, size)
+            meta = decode_meta(tail, size)
+        except CorruptionError as exc:
+            raise exc.with_path(path) from exc
+        r = SstReader(info, store, meta, self.cache, self.read_ahead)
+        self.cache.put(key, r, r.nbytes)
+        return r
+
+    def evict(self, sst_id: str) -> None:
+        self.cache.discard_where(lambda k: isinstance(k, tuple) and k and k[0] == sst_id)

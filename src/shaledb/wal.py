@@ -1,0 +1,286 @@
+"""The write-ahead log: buffered writes become immutable WAL SST objects.
+
+Writers append to an in-memory buffer under the database's write lock (so WAL
+order is sequence order). One flusher thread cuts the buffer into *segments*
+and writes each as ``wal/<id>.sst`` with create-if-absent, strictly in id
+order. A write is durable once the segment holding it is written.
+
+When a segment is flushed:
+* on ``flush_interval_s`` for non-durable writes;
+* at once when a durable write, ``flush()`` or a full buffer asks (group
+  commit: everything buffered while a flush is in flight goes into the next
+  one, so concurrent durable writers share round trips);
+* when the memtable freezes (the buffer is *sealed* so a WAL object never
+  mixes two memtables' writes, which is what lets an L0 flush say "every WAL
+  id <= N is in SSTs").
+
+Fencing: if a create finds an object already at our id, the object's
+``writer_epoch`` says who took the slot. A newer epoch means a newer writer
+fenced us: every later write fails with :class:`FencedError`. Any failure
+stops the flusher and is reported to every waiter and to the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from . import paths
+from .clock import Clock
+from .errors import AlreadyExists, ClosedError, CorruptionError, FencedError, ShaleError
+from .format.coding import crc32c
+from .format.sst import SST_WAL, SstBuilder, decode_meta
+from .manifest.model import TrackedWal
+from .memtable import Entry
+from .store.base import ObjectStore
+
+log = logging.getLogger("shaledb.wal")
+
+
+class WalSegment:
+    __slots__ = ("ents", "id", "keys")
+
+    def __init__(self, wal_id: int, keys: list[bytes], ents: list[Entry]) -> None:
+        self.id = wal_id
+        self.keys = keys
+        self.ents = ents
+
+
+def encode_wal(
+    keys: list[bytes],
+    ents: list[Entry],
+    *,
+    epoch: int,
+    nonce: bytes,
+    created_at_ms: int,
+    codec: int,
+    block_size: int,
+) -> bytes:
+    """A WAL SST for entries in sequence order (empty: a fencing object)."""
+    b = SstBuilder(
+        kind=SST_WAL,
+        block_size=block_size,
+        codec=codec,
+        writer_epoch=epoch,
+        created_at_ms=created_at_ms,
+        nonce=nonce,
+    )
+    if keys:
+        b.add_many(keys, [e[0] for e in ents], [e[1] for e in ents], [e[2] for e in ents])
+    return b.finish()[0]
+
+
+def wal_object_epoch(data: bytes) -> int | None:
+    """The writer epoch recorded in a WAL object (None for a zero-length fence)."""
+    if not data:
+        return None
+    return decode_meta(data, len(data)).props.writer_epoch
+
+
+class WalWriter:
+    """Buffer, segment queue and flusher thread of one writer epoch."""
+
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        clock: Clock,
+        rng: random.Random,
+        lock: threading.Lock,
+        epoch: int,
+        next_id: int,
+        durable_seq: int,
+        flush_interval_s: float,
+        max_buffer_bytes: int,
+        codec: int,
+        block_size: int,
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.lock = lock
+        self.epoch = epoch
+        self.flush_interval_s = flush_interval_s
+        self.max_buffer_bytes = max_buffer_bytes
+        self.codec = codec
+        self.block_size = max(block_size, 16 * 1024)
+        self.on_failure = on_failure
+        # Buffer (guarded by ``lock``).
+        self.keys: list[bytes] = []
+        self.ents: list[Entry] = []
+        self.nbytes = 0
+        self._sealed: deque[WalSegment] = deque()
+        self._next_id = next_id
+        # Durability (guarded by ``_cv``).
+        self._cv = threading.Condition(threading.Lock())
+        self.durable_seq = durable_seq
+        self.durable_wal_id = next_id - 1
+        self.failure: BaseException | None = None
+        self._written: list[TrackedWal] = []
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="shaledb-wal", daemon=True)
+        self._thread.start()
+
+    # ----------------------------------------------------- under the db lock
+
+    def cut_locked(self) -> WalSegment | None:
+        """Turn the buffer into a segment with the next WAL id."""
+        if not self.keys:
+            return None
+        seg = WalSegment(self._next_id, self.keys, self.ents)
+        self._next_id += 1
+        self.keys = []
+        self.ents = []
+        self.nbytes = 0
+        return seg
+
+    def seal_locked(self) -> int:
+        """Seal the buffer (a memtable is freezing); the last WAL id in use."""
+        seg = self.cut_locked()
+        if seg is not None:
+            self._sealed.append(seg)
+            self._wake.set()
+        return self._next_id - 1
+
+    @property
+    def next_id(self) -> int:
+        return self._next_id
+
+    # ------------------------------------------------------------- any thread
+
+    def request_flush(self) -> None:
+        self._wake.set()
+
+    def wait_durable(self, seq: int, timeout: float | None = None) -> bool:
+        """Block until ``seq`` is durable; False on timeout. Raises the failure."""
+        with self._cv:
+            if self.durable_seq >= seq:
+                return True
+            self._wake.set()
+            deadline = None if timeout is None else self.clock.monotonic() + timeout
+            while self.durable_seq < seq:
+                if self.failure is not None:
+                    raise _surface(self.failure)
+                if self._stopping and not self._thread.is_alive():
+                    raise ClosedError("database closed before the write became durable")
+                remaining = None if deadline is None else deadline - self.clock.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cv.wait(0.5 if remaining is None else min(remaining, 0.5))
+            return True
+
+    def wait_wal_id(self, wal_id: int) -> None:
+        """Block until every WAL object up to ``wal_id`` is written."""
+        with self._cv:
+            while self.durable_wal_id < wal_id:
+                if self.failure is not None:
+                    raise _surface(self.failure)
+                self._wake.set()
+                self._cv.wait(0.5)
+
+    def drain_written(self) -> list[TrackedWal]:
+        """WAL objects written since the last call (for the manifest's tracking)."""
+        with self._cv:
+            out = self._written
+            self._written = []
+            return out
+
+    def note_written(self, wals: list[TrackedWal]) -> None:
+        """Give back objects the manifest did not take (or replayed at open)."""
+        with self._cv:
+            self._written = sorted(wals + self._written, key=lambda w: w.id)
+
+    def stop(self) -> None:
+        """Flush what is buffered and stop the thread."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+
+    # ----------------------------------------------------------- the thread
+
+    def _run(self) -> None:
+        wait = self.clock.wait
+        while True:
+            stopping = self._stopping
+            if not stopping:
+                wait(self._wake, self.flush_interval_s)
+            self._wake.clear()
+            try:
+                self._flush_all()
+            except BaseException as exc:  # noqa: BLE001 - every failure stops the WAL
+                self._fail(exc)
+                return
+            if stopping:
+                return
+
+    def _flush_all(self) -> None:
+        while True:
+            with self.lock:
+                seg = self._sealed.popleft() if self._sealed else self.cut_locked()
+            if seg is None:
+                return
+            self._write(seg)
+
+    def _write(self, seg: WalSegment) -> None:
+        data = encode_wal(
+            seg.keys,
+            seg.ents,
+            epoch=self.epoch,
+            nonce=self.rng.getrandbits(128).to_bytes(16, "little"),
+            created_at_ms=int(self.clock.now() * 1000),
+            codec=self.codec,
+            block_size=self.block_size,
+        )
+        path = paths.wal_path(seg.id)
+        try:
+            self.store.put(path, data, create=True)
+        except AlreadyExists:
+            self._collision(seg.id, data)
+        tracked = TrackedWal(seg.id, len(data), crc32c(data))
+        with self._cv:
+            self.durable_wal_id = seg.id
+            if seg.ents:
+                self.durable_seq = max(self.durable_seq, seg.ents[-1][0])
+            self._written.append(tracked)
+            self._cv.notify_all()
+
+    def _collision(self, wal_id: int, ours: bytes) -> None:
+        path = paths.wal_path(wal_id)
+        theirs = self.store.get(path)
+        if theirs == ours:
+            return  # our own earlier attempt landed
+        try:
+            other = wal_object_epoch(theirs)
+        except CorruptionError as exc:
+            raise exc.with_path(path) from exc
+        if other is not None and other > self.epoch:
+            raise FencedError(f"writer epoch {other} took over (found {path}); this writer (epoch {self.epoch}) stops")
+        if other is None:
+            raise FencedError(f"a fencing object occupies {path}; another writer took over")
+        raise CorruptionError(
+            f"WAL slot taken by epoch {other} while this writer holds epoch {self.epoch}", path
+        )
+
+    def _fail(self, exc: BaseException) -> None:
+        log.error("WAL flusher stopped: %s", exc)
+        with self._cv:
+            self.failure = exc
+            self._cv.notify_all()
+        try:
+            self.on_failure(exc)
+        except Exception:  # noqa: BLE001 - the failure is already recorded
+            log.exception("failure callback raised")
+
+
+def _surface(exc: BaseException) -> BaseException:
+    """The error a waiter sees for a WAL failure."""
+    if isinstance(exc, ShaleError):
+        return exc
+    err = ClosedError(f"the WAL writer stopped: {type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
