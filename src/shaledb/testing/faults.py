@@ -88,7 +88,9 @@ class FaultRule:
     ``nth`` fires on the n-th matching call only (1-based); ``probability``
     fires each matching call with that chance (drawn from the store's seeded
     RNG); ``times`` caps how often the rule fires. ``matched`` and ``fired``
-    count what happened, so a test can prove its fault path ran.
+    count what happened, so a test can prove its fault path ran: an
+    ``apply_then_*`` rule counts as fired only if the call it selected was
+    actually applied (a put that met an existing object injected nothing).
     """
 
     action: Action
@@ -193,7 +195,7 @@ class FaultInjectingStore(StoreWrapper):
     def _crash_error(self, call: Call) -> SimulatedCrash:
         return SimulatedCrash(f"simulated crash at {call.op} {call.path} (seed={self.seed})")
 
-    def _decide(self, call: Call) -> str | None:
+    def _decide(self, call: Call) -> FaultRule | None:
         with self._lock:
             if self._crashed:
                 raise self._crash_error(call)
@@ -208,58 +210,63 @@ class FaultInjectingStore(StoreWrapper):
                     continue
                 if rule.probability is not None and self._rng.random() >= rule.probability:
                     continue
-                rule.fired += 1
                 if rule.action == "crash":
+                    rule.fired += 1
                     self._crashed = True
                     raise self._crash_error(call)
                 if rule.action == "fail_before":
+                    rule.fired += 1
                     raise Unavailable(f"injected failure before {call.op} {call.path} (seed={self.seed})")
-                return rule.action
+                return rule  # fires in _after, once the call was applied
             return None
 
-    def _after(self, action: str | None, call: Call) -> None:
-        if action == "apply_then_fail":
-            raise Unavailable(f"injected failure after {call.op} {call.path} was applied (seed={self.seed})")
-        if action == "apply_then_crash":
-            with self._lock:
+    def _after(self, rule: FaultRule | None, call: Call) -> None:
+        """Inject an ``apply_then_*`` fault; reached only if the call succeeded."""
+        if rule is None:
+            return
+        with self._lock:
+            rule.fired += 1
+            if rule.action == "apply_then_crash":
                 self._crashed = True
-            raise self._crash_error(call)
+        if rule.action == "apply_then_fail":
+            raise Unavailable(f"injected failure after {call.op} {call.path} was applied (seed={self.seed})")
+        raise self._crash_error(call)
 
     # -- the store -------------------------------------------------------------------------
 
     def get(self, path: str) -> bytes:
         call = Call("get", path)
-        action = self._decide(call)
+        rule = self._decide(call)
         out = self.inner.get(path)
-        self._after(action, call)
+        self._after(rule, call)
         return out
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
         call = Call("get_range", path)
-        action = self._decide(call)
+        rule = self._decide(call)
         out = self.inner.get_range(path, start, end)
-        self._after(action, call)
+        self._after(rule, call)
         return out
 
     def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         call = Call("get_ranges", path)
-        action = self._decide(call)
+        rule = self._decide(call)
         out = self.inner.get_ranges(path, ranges)
-        self._after(action, call)
+        self._after(rule, call)
         return out
 
     def head(self, path: str) -> ObjectMeta:
         call = Call("head", path)
-        action = self._decide(call)
+        rule = self._decide(call)
         out = self.inner.head(path)
-        self._after(action, call)
+        self._after(rule, call)
         return out
 
     def attributes(self, path: str) -> dict[str, str]:
         call = Call("attributes", path)
-        action = self._decide(call)
+        rule = self._decide(call)
         out = self.inner.attributes(path)
-        self._after(action, call)
+        self._after(rule, call)
         return out
 
     def put(
@@ -271,17 +278,17 @@ class FaultInjectingStore(StoreWrapper):
         attributes: Mapping[str, str] | None = None,
     ) -> None:
         call = Call("put_create" if create else "put", path)
-        action = self._decide(call)
+        rule = self._decide(call)
         self.inner.put(path, data, create=create, attributes=attributes)
-        self._after(action, call)
+        self._after(rule, call)
 
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
         call = Call("list", prefix)
-        action = self._decide(call)
-        if action is None:
+        rule = self._decide(call)
+        if rule is None:
             return self._guarded(self.inner.list(prefix, offset=offset), call)
         listed = list(self.inner.list(prefix, offset=offset))
-        self._after(action, call)
+        self._after(rule, call)
         return iter(listed)
 
     def _guarded(self, stream: Iterator[ObjectMeta], call: Call) -> Iterator[ObjectMeta]:
@@ -293,12 +300,12 @@ class FaultInjectingStore(StoreWrapper):
 
     def delete(self, path: str) -> None:
         call = Call("delete", path)
-        action = self._decide(call)
+        rule = self._decide(call)
         self.inner.delete(path)
-        self._after(action, call)
+        self._after(rule, call)
 
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         call = Call("copy_create" if create else "copy", dst, src)
-        action = self._decide(call)
+        rule = self._decide(call)
         self.inner.copy(src, dst, create=create)
-        self._after(action, call)
+        self._after(rule, call)

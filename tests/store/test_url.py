@@ -1,0 +1,216 @@
+"""open_store: URL forms, options and environment, validation, secrets, cas selection."""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shaledb.errors import InvalidArgument, InvalidPathError, ShaleError, Unavailable
+from shaledb.store import NoConditionalStore, TwoPhaseStore, drop_memory_store, open_store
+
+SECRET = "SENTINEL-secret-7f3a9c"
+
+
+def test_memory_is_shared_by_name() -> None:
+    name = f"shared-{uuid.uuid4().hex}"
+    try:
+        a = open_store(f"memory://{name}")
+        b = open_store(f"memory://{name}")
+        a.put("k", b"v")
+        assert b.get("k") == b"v"
+        sub = open_store(f"memory://{name}/db1")
+        sub.put("x", b"1")
+        assert a.get("db1/x") == b"1"
+        assert [m.path for m in sub.list("")] == ["x"]
+        assert sub.describe() == f"memory://{name}/db1"
+        assert open_store(f"memory://other-{name}").supports_conditional_put
+        with pytest.raises(ShaleError):
+            open_store(f"memory://other-{name}").get("k")
+    finally:
+        drop_memory_store(name)
+        drop_memory_store(f"other-{name}")
+
+
+@pytest.mark.parametrize("url", ["memory://", "memory://a b", "memory://x?endpoint=y", "memory://a%2fb"])
+def test_bad_memory_urls(url: str) -> None:
+    with pytest.raises(InvalidArgument):
+        open_store(url)
+
+
+def test_local_path_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = open_store(str(tmp_path / "a"))
+    assert (tmp_path / "a").is_dir()
+    assert plain.describe() == f"file://{os.path.realpath(tmp_path / 'a')}"
+    plain.put("x/y", b"1")
+    via_url = open_store(f"file://{tmp_path / 'a'}")
+    assert via_url.get("x/y") == b"1"
+    assert open_store(f"file://localhost{tmp_path / 'a'}").get("x/y") == b"1"
+    monkeypatch.chdir(tmp_path)
+    assert open_store("a").get("x/y") == b"1"
+    assert open_store("./a/").get("x/y") == b"1"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert open_store("~/a").get("x/y") == b"1"
+
+
+def test_local_root_must_be_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(InvalidArgument, match="not a directory"):
+        open_store(str(tmp_path / "file"))
+    with pytest.raises(InvalidPathError, match="host"):
+        open_store("file://example.com/x")
+    with pytest.raises(InvalidArgument):
+        open_store(str(tmp_path / "db"), endpoint="x")
+
+
+def test_local_root_symlink_resolves_to_real_path(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    st = open_store(str(tmp_path / "link"))
+    assert st.describe() == f"file://{os.path.realpath(real)}"
+    st.put("k", b"v")
+    assert (real / "k").read_bytes() == b"v"
+
+
+def test_local_symlink_inside_root_cannot_escape(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"do not read")
+    root = tmp_path / "db"
+    st = open_store(str(root))
+    (root / "evil").symlink_to(outside)
+    with pytest.raises(InvalidPathError, match="symlink"):
+        st.get("evil/secret")
+    with pytest.raises(InvalidPathError):
+        st.put("evil/planted", b"x")
+    assert not (outside / "planted").exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "s3://bucket/../x",
+        "s3://bucket/a/../../x",
+        "s3://bucket/%2e%2e/x",
+        "s3://bucket/a/%2E%2E",
+        "s3://bucket/a//b",
+        "s3://bucket/a\\b",
+        "s3://bucket/a\x00b",
+        "memory://m/../x",
+        "gs://bucket/./x",
+    ],
+)
+def test_urls_that_escape_are_refused(url: str) -> None:
+    options = {} if url.startswith("memory") else {"endpoint": "http://127.0.0.1:9"}
+    with pytest.raises(InvalidPathError) as info:
+        open_store(url, **options)
+    assert "\x00" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("", "non-empty"),
+        ("ftp://host/x", "unsupported URL scheme"),
+        ("s3:///prefix", "needs a bucket"),
+        ("s3://bucket/p?bogus=1", "unknown URL option"),
+        ("s3://bucket/p?secret_access_key=zzz", "credentials must not be part of a URL"),
+        ("s3://bucket/p?cas=bogus", "cas must be"),
+        ("s3://bucket/p?allow_http=maybe", "boolean"),
+    ],
+)
+def test_bad_urls_say_what_to_do(url: str, match: str) -> None:
+    with pytest.raises(InvalidArgument, match=match) as info:
+        open_store(url)
+    assert "zzz" not in str(info.value)
+
+
+def test_s3_with_options(s3_url_factory: Callable[[], Any]) -> None:
+    loc = s3_url_factory()
+    st = loc.open()
+    st.put("k", b"v", create=True)
+    assert st.get("k") == b"v"
+    assert st.supports_attributes
+    assert st.describe() == loc.url
+    assert "testing" not in repr(st)
+
+
+def test_s3_from_environment(s3_url_factory: Callable[[], Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    loc = s3_url_factory()
+    for key, value in loc.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    st = open_store(loc.url)
+    st.put("from-env", b"1")
+    assert loc.open().get("from-env") == b"1"
+
+
+def test_s3_endpoint_in_url_query(s3_url_factory: Callable[[], Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    loc = s3_url_factory()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    st = open_store(f"{loc.url}?endpoint={loc.endpoint}&allow_http=true&region=us-east-1")
+    st.put("q", b"2")
+    assert loc.open().get("q") == b"2"
+
+
+def test_credentials_never_leak(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    st = open_store(
+        "s3://bucket/db",
+        endpoint="http://127.0.0.1:9",  # nothing listens on the discard port
+        access_key_id="AKIA" + SECRET,
+        secret_access_key=SECRET,
+        session_token="tok-" + SECRET,
+        retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=2)},
+    )
+    texts = [st.describe(), repr(st), str(st)]
+    with pytest.raises(Unavailable) as info:
+        st.get("k")
+    exc: BaseException | None = info.value
+    while exc is not None:
+        texts.append(str(exc))
+        texts.append(repr(exc))
+        exc = exc.__cause__ or exc.__context__
+    texts.append(caplog.text)
+    assert all(SECRET not in t for t in texts), [t for t in texts if SECRET in t]
+
+
+def test_bad_cloud_option_does_not_echo_secrets() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        open_store("s3://bucket/db", secret_access_key=SECRET, no_such_option=SECRET)
+    assert SECRET not in str(info.value)
+    assert info.value.__cause__ is None
+
+
+def test_cas_selection(tmp_path: Path) -> None:
+    cas = f"sqlite://{tmp_path / 'cas.db'}"
+    two = open_store(str(tmp_path / "a"), cas=cas)
+    assert isinstance(two, TwoPhaseStore)
+    assert "two-phase" in two.describe()
+    two.close()
+    by_query = open_store(f"file://{tmp_path / 'b'}?cas={cas}")
+    assert isinstance(by_query, TwoPhaseStore)
+    by_query.close()
+    name = f"cas-{uuid.uuid4().hex}"
+    try:
+        mem = open_store(f"memory://{name}?cas={cas}")
+        assert isinstance(mem, TwoPhaseStore)
+        mem.close()
+        none = open_store(f"memory://{name}", cas="none")
+        assert isinstance(none, NoConditionalStore)
+        assert not none.supports_conditional_put
+        assert open_store(f"memory://{name}", cas="native").supports_conditional_put
+    finally:
+        drop_memory_store(name)
+    with pytest.raises(InvalidArgument, match="once"):
+        open_store(f"file://{tmp_path / 'c'}?cas={cas}", cas="none")
+    with pytest.raises(InvalidArgument, match="file path"):
+        open_store(str(tmp_path / "d"), cas="sqlite://")
