@@ -39,7 +39,9 @@ from .recovery import claim_writer_epoch, replay_wal, write_fence
 from .settings import Settings
 from .sstable import TableCache
 from .store.base import ObjectStore
+from .store.retrying import RetryingStore
 from .store.url import open_store
+from .store.wrappers import InstrumentedStore
 from .wal import WalWriter
 
 log = logging.getLogger("shaledb.db")
@@ -66,6 +68,13 @@ class WriteHandle:
 
     def __repr__(self) -> str:
         return f"WriteHandle(seq={self.seq}, durable={self.durable})"
+
+
+def wrap_store(store: ObjectStore, settings: Settings, clock: Clock, rng: random.Random) -> RetryingStore:
+    """The stack every role uses: retries (resolving ambiguous creates) over accounting."""
+    if isinstance(store, RetryingStore):
+        return store
+    return RetryingStore(InstrumentedStore(store), settings.retry, clock, random.Random(rng.getrandbits(64)))
 
 
 def prefix_end(prefix: bytes) -> bytes | None:
@@ -195,10 +204,17 @@ class Db:
             if url is None:
                 raise InvalidArgument("give a database URL or a store")
             store = open_store(url, **(store_options or {}))
-        return cls(store, settings, clock or SYSTEM_CLOCK, random.Random(seed), create_if_missing)
+        clock = clock or SYSTEM_CLOCK
+        rng = random.Random(seed)
+        return cls(wrap_store(store, settings, clock, rng), settings, clock, rng, create_if_missing)
 
     def __init__(
-        self, store: ObjectStore, settings: Settings, clock: Clock, rng: random.Random, create_if_missing: bool
+        self,
+        store: ObjectStore,
+        settings: Settings,
+        clock: Clock,
+        rng: random.Random,
+        create_if_missing: bool,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -229,7 +245,9 @@ class Db:
         )
         m = self.manifests.require_latest()
         if m.writer_epoch != self.epoch:
-            raise FencedError(f"writer epoch {m.writer_epoch} took over while this writer (epoch {self.epoch}) opened")
+            raise FencedError(
+                f"writer epoch {m.writer_epoch} took over while this writer (epoch {self.epoch}) opened"
+            )
         replay = replay_wal(
             store, m, fence_id, verify=settings.track_and_verify_wals, mode=settings.wal_recovery_mode
         )
@@ -292,14 +310,20 @@ class Db:
     ) -> WriteHandle:
         """Set ``key`` to ``value``; durable when it returns unless ``durable=False``."""
         if ttl is not None or metadata is not None or indexes is not None:
-            return self.write(WriteBatch().put(key, value, ttl=ttl, metadata=metadata, indexes=indexes), durable=durable)
+            return self.write(
+                WriteBatch().put(key, value, ttl=ttl, metadata=metadata, indexes=indexes), durable=durable
+            )
         if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
             key = check_key(key)
         if type(value) is not bytes or len(value) > MAX_VALUE_BYTES:
             value = check_value(value)
         n = len(key) + len(value) + ENTRY_OVERHEAD
         with self._lock:
-            if self._state or self._failure is not None or self._unflushed > self.settings.max_unflushed_bytes:
+            if (
+                self._state
+                or self._failure is not None
+                or self._unflushed > self.settings.max_unflushed_bytes
+            ):
                 self._admit_locked()
             seq = self._seq = self._seq + 1
             e = (seq, 0, value)
@@ -338,7 +362,11 @@ class Db:
             self._finish_extras(batch, payloads)
         n = sum(map(len, keys)) + sum(map(len, payloads)) + ENTRY_OVERHEAD * len(keys)
         with self._lock:
-            if self._state or self._failure is not None or self._unflushed > self.settings.max_unflushed_bytes:
+            if (
+                self._state
+                or self._failure is not None
+                or self._unflushed > self.settings.max_unflushed_bytes
+            ):
                 self._admit_locked()
             seq = self._seq = self._seq + 1
             ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
@@ -428,7 +456,9 @@ class Db:
         """Pick up manifest changes by other processes; fail if fenced."""
         m = self.manifests.refresh(self.manifest)
         if m.writer_epoch != self.epoch:
-            raise FencedError(f"writer epoch {m.writer_epoch} took over; this writer (epoch {self.epoch}) stops")
+            raise FencedError(
+                f"writer epoch {m.writer_epoch} took over; this writer (epoch {self.epoch}) stops"
+            )
         if m.id != self.manifest.id:
             with self._lock:
                 self._set_manifest_locked(m)
@@ -585,7 +615,5 @@ class Db:
     def __repr__(self) -> str:
         return f"Db({self.store.describe()}, epoch={self.epoch})"
 
-
-open = Db.open  # noqa: A001 - shaledb.open(...) is the documented alias
 
 __all__ = ["Db", "Scan", "Snapshot", "WriteHandle"]

@@ -159,15 +159,21 @@ class MemtableFlusher:
         with self._cv:
             self._cv.notify_all()
 
-    def _add_l0(self, m: Manifest, imm: Memtable, info: SstInfo | None, written: list[TrackedWal]) -> Manifest:
+    def _add_l0(
+        self, m: Manifest, imm: Memtable, info: SstInfo | None, written: list[TrackedWal]
+    ) -> Manifest:
         db = self.db
         if m.writer_epoch != db.epoch:
-            raise FencedError(f"writer epoch {m.writer_epoch} took over; this writer (epoch {db.epoch}) stops")
+            raise FencedError(
+                f"writer epoch {m.writer_epoch} took over; this writer (epoch {db.epoch}) stops"
+            )
         l0 = m.data.l0 if info is None else (info, *m.data.l0)
         replay_after = max(m.replay_after_wal_id, imm.wal_id)
         next_wal = max(m.next_wal_id, db.wal.next_id, replay_after + 1)
         tracked = (
-            merge_tracked(m.tracked_wals, written, replay_after, next_wal) if db.settings.track_and_verify_wals else ()
+            merge_tracked(m.tracked_wals, written, replay_after, next_wal)
+            if db.settings.track_and_verify_wals
+            else ()
         )
         nxt = replace(
             m,
@@ -186,7 +192,9 @@ class MemtableFlusher:
             if self._stopping and db.closing_without_wait():
                 return
             if not warned:
-                log.warning("L0 has %d SSTs (limit %d): flushes wait for compaction", len(db.manifest.data.l0), limit)
+                log.warning(
+                    "L0 has %d SSTs (limit %d): flushes wait for compaction", len(db.manifest.data.l0), limit
+                )
                 warned = True
             db.refresh_manifest()
             db.clock.sleep(0.05)

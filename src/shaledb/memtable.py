@@ -32,6 +32,8 @@ _MERGE_AT = 4096
 
 class Memtable:
     __slots__ = (
+        "_new",
+        "_sorted",
         "d",
         "first_seq",
         "hist",
@@ -39,8 +41,6 @@ class Memtable:
         "nbytes",
         "pins",
         "wal_id",
-        "_new",
-        "_sorted",
     )
 
     def __init__(self) -> None:

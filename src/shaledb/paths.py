@@ -154,5 +154,3 @@ def check_prefix(prefix: str) -> str:
         return prefix
     check_relative_path(prefix[:-1] if prefix.endswith("/") else prefix)
     return prefix
-
-

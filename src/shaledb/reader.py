@@ -155,10 +155,10 @@ def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> t
         if found is not None:
             return found
     for run in view.runs:
-        info = run.find(key)
-        if info is None:
+        found_info = run.find(key)
+        if found_info is None:
             continue
-        r = tables.reader(info)
+        r = tables.reader(found_info)
         bloom = r.bloom
         if bloom is not None:
             if not masks:
@@ -174,7 +174,9 @@ def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> t
     return None
 
 
-def _lazy_rows(tables: TableCache, info: SstInfo, start: bytes | None, end: bytes | None, reverse: bool) -> Iterator[Row]:
+def _lazy_rows(
+    tables: TableCache, info: SstInfo, start: bytes | None, end: bytes | None, reverse: bool
+) -> Iterator[Row]:
     r = tables.reader(info)
     if reverse:
         yield from r.rows_reversed(start, end)

@@ -49,7 +49,7 @@ def claim_writer_epoch(
             raise NotFound(f"no database at {ms.store.describe()}")
         try:
             ms.create_initial(Manifest(id=1))
-        except Exception as exc:  # noqa: BLE001 - a concurrent creator is fine
+        except Exception as exc:
             from .errors import ConflictError
 
             if not isinstance(exc, ConflictError):
@@ -99,9 +99,11 @@ def write_fence(
             except CorruptionError as exc:
                 raise exc.with_path(path) from exc
             if other is not None and other > epoch:
-                raise FencedError(f"writer epoch {other} fenced this writer (epoch {epoch}) at {path}")
+                raise FencedError(
+                    f"writer epoch {other} fenced this writer (epoch {epoch}) at {path}"
+                ) from None
             if other == epoch:
-                raise CorruptionError(f"another writer holds this writer's epoch {epoch}", path)
+                raise CorruptionError(f"another writer holds this writer's epoch {epoch}", path) from None
             wal_id += 1  # an older writer took the slot first: try the next one
     raise CorruptionError("could not find a free WAL slot")
 
@@ -143,7 +145,8 @@ def replay_wal(
                 )
             if present[wid] < w.size:
                 raise CorruptionError(
-                    f"tracked WAL object is {present[wid]} bytes, manifest recorded {w.size}", paths.wal_path(wid)
+                    f"tracked WAL object is {present[wid]} bytes, manifest recorded {w.size}",
+                    paths.wal_path(wid),
                 )
         if present:
             top = max(present)
@@ -183,7 +186,9 @@ def replay_wal(
     return res
 
 
-def _replay_object(res: ReplayResult, path: str, data: bytes, damaged: str | None, mode: str, is_last: bool) -> bool:
+def _replay_object(
+    res: ReplayResult, path: str, data: bytes, damaged: str | None, mode: str, is_last: bool
+) -> bool:
     """Replay one object; True to stop replaying further objects."""
     if not data:
         return False  # a zero-length fencing object
@@ -205,7 +210,7 @@ def _replay_object(res: ReplayResult, path: str, data: bytes, damaged: str | Non
         kinds = block.kinds
         res.ents.extend(zip(seqs, kinds, block.payloads(0, n)))
         if n:
-            res.max_seq = max(res.max_seq, max(seqs))
+            res.max_seq = max(res.max_seq, *seqs)
     if damaged is not None and mode == "absolute_consistency":
         raise CorruptionError(damaged, path)
     return False
@@ -213,7 +218,9 @@ def _replay_object(res: ReplayResult, path: str, data: bytes, damaged: str | Non
 
 def _damage(res: ReplayResult, path: str, what: str, mode: str, is_last: bool, *, whole: bool) -> bool:
     if mode == "absolute_consistency":
-        raise CorruptionError(f"damaged WAL object ({what}); use a salvage wal_recovery_mode to open anyway", path)
+        raise CorruptionError(
+            f"damaged WAL object ({what}); use a salvage wal_recovery_mode to open anyway", path
+        )
     if mode == "tolerate_corrupted_tail":
         if not is_last:
             raise CorruptionError(f"damaged WAL object before the tail ({what})", path)

@@ -176,7 +176,8 @@ class Settings:
         if self.max_unflushed_bytes < self.l0_sst_size_bytes:
             raise InvalidArgument(
                 "max_unflushed_bytes must be >= l0_sst_size_bytes "
-                f"({self.max_unflushed_bytes} < {self.l0_sst_size_bytes}); raise it or lower l0_sst_size_bytes"
+                f"({self.max_unflushed_bytes} < {self.l0_sst_size_bytes}); "
+                "raise it or lower l0_sst_size_bytes"
             )
         _integer("l0_max_ssts", self.l0_max_ssts, minimum=1)
         _integer("block_size_bytes", self.block_size_bytes, minimum=256)

@@ -32,7 +32,9 @@ StoreResolver = Callable[[int], ObjectStore]
 class SstReader:
     __slots__ = ("bloom", "cache", "data_end", "id", "index", "info", "path", "props", "read_ahead", "store")
 
-    def __init__(self, info: SstInfo, store: ObjectStore, meta: SstMeta, cache: LruCache, read_ahead: int) -> None:
+    def __init__(
+        self, info: SstInfo, store: ObjectStore, meta: SstMeta, cache: LruCache, read_ahead: int
+    ) -> None:
         self.info = info
         self.id = info.id
         self.store = store

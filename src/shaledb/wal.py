@@ -259,7 +259,9 @@ class WalWriter:
         except CorruptionError as exc:
             raise exc.with_path(path) from exc
         if other is not None and other > self.epoch:
-            raise FencedError(f"writer epoch {other} took over (found {path}); this writer (epoch {self.epoch}) stops")
+            raise FencedError(
+                f"writer epoch {other} took over (found {path}); this writer (epoch {self.epoch}) stops"
+            )
         if other is None:
             raise FencedError(f"a fencing object occupies {path}; another writer took over")
         raise CorruptionError(
@@ -273,7 +275,7 @@ class WalWriter:
             self._cv.notify_all()
         try:
             self.on_failure(exc)
-        except Exception:  # noqa: BLE001 - the failure is already recorded
+        except Exception:
             log.exception("failure callback raised")
 
 

@@ -176,9 +176,7 @@ def decode_props(payload: bytes) -> SstProps:
 def encode_index(offsets: Sequence[int], keys: Sequence[bytes]) -> bytes:
     n = len(keys)
     key_off = array("I", accumulate(map(len, keys), initial=0))
-    return b"".join(
-        (_U32.pack(n), pack_u64s(array("Q", offsets)), pack_u32s(key_off), b"".join(keys))
-    )
+    return b"".join((_U32.pack(n), pack_u64s(array("Q", offsets)), pack_u32s(key_off), b"".join(keys)))
 
 
 def decode_index(payload: bytes, data_end: int) -> SstIndex:
@@ -353,8 +351,7 @@ class SstBuilder:
         hi_seq = max(seqs_a)
         if self._min_seq is None or lo_seq < self._min_seq:
             self._min_seq = lo_seq
-        if hi_seq > self._max_seq:
-            self._max_seq = hi_seq
+        self._max_seq = max(self._max_seq, hi_seq)
         if self.kind == SST_TABLE:
             if self._first is None:
                 self._first = keys[0]
@@ -438,7 +435,9 @@ def decode_meta(tail: bytes, object_size: int) -> SstMeta:
         return tail[off - base : off - base + ln]
 
     props = decode_props(unframe_block(stored(footer.props_off, footer.props_len), "SST properties"))
-    index = decode_index(unframe_block(stored(footer.index_off, footer.index_len), "SST index"), footer.meta_start)
+    index = decode_index(
+        unframe_block(stored(footer.index_off, footer.index_len), "SST index"), footer.meta_start
+    )
     bloom = None
     if footer.filter_len:
         bloom = BloomFilter(unframe_block(stored(footer.filter_off, footer.filter_len), "SST filter"))

@@ -1,6 +1,16 @@
 """The manifest: model, invariants and CAS store."""
 
-from .model import Checkpoint, ExternalDb, JournalFile, Manifest, ParentRef, SortedRun, SstInfo, TrackedWal, Tree
+from .model import (
+    Checkpoint,
+    ExternalDb,
+    JournalFile,
+    Manifest,
+    ParentRef,
+    SortedRun,
+    SstInfo,
+    TrackedWal,
+    Tree,
+)
 from .store import ManifestStore
 
 __all__ = [

@@ -20,7 +20,9 @@ def _check_run(run: SortedRun, name: str) -> None:
         if s.first_key > s.last_key:
             raise ManifestInvariantError(f"{name} run {run.id}: SST {s.id} has first_key > last_key")
         if prev is not None and prev.last_key >= s.first_key:
-            raise ManifestInvariantError(f"{name} run {run.id}: SSTs {prev.id} and {s.id} overlap or are unsorted")
+            raise ManifestInvariantError(
+                f"{name} run {run.id}: SSTs {prev.id} and {s.id} overlap or are unsorted"
+            )
         prev = s
 
 

@@ -15,6 +15,7 @@ manifest bytes are untrusted (a damaged or hostile manifest must raise
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -167,9 +168,11 @@ class Manifest:
         raise KeyError(name)
 
     def with_tree(self, name: str, tree: Tree) -> Manifest:
-        if name not in TREE_NAMES:
-            raise KeyError(name)
-        return replace(self, **{name: tree})
+        if name == "data":
+            return replace(self, data=tree)
+        if name == "index":
+            return replace(self, index=tree)
+        raise KeyError(name)
 
     def all_ssts(self) -> Iterator[SstInfo]:
         yield from self.data.ssts()
@@ -299,7 +302,7 @@ class _Reader:
 
     def num(self, d: Mapping[str, Any], key: str) -> float:
         v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
             raise self.fail(f"field {key!r} must be a non-negative number, got {v!r}")
         return float(v)
 
