@@ -145,8 +145,8 @@ def test_many_creates_under_ambiguous_faults(
             st.put(f"m/{i:04d}", f"manifest {i} nonce {seed}-{i}".encode(), create=True)
         for i in range(150):
             assert inner.get(f"m/{i:04d}") == f"manifest {i} nonce {seed}-{i}".encode()
-        assert ambiguous.fired > 10
-        assert st.ambiguities_resolved == ambiguous.fired
+        assert ambiguous.applied > 10
+        assert st.ambiguities_resolved == ambiguous.applied
 
 
 def test_exhaustion_raises_unavailable(memory_store: ObjectStore, manual_clock: ManualClock) -> None:

@@ -23,17 +23,19 @@ then crash at each one in turn.
 
 from __future__ import annotations
 
+import builtins
 import random
 import re
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NoReturn, TypeVar
 
 from ..errors import InvalidArgument, Unavailable
 from ..store.base import ObjectMeta, ObjectStore
 from ..store.wrappers import OP_KINDS, StoreWrapper
 
+T = TypeVar("T")
 Action = Literal["fail_before", "apply_then_fail", "crash", "apply_then_crash"]
 ACTIONS: tuple[str, ...] = ("fail_before", "apply_then_fail", "crash", "apply_then_crash")
 
@@ -88,9 +90,9 @@ class FaultRule:
     ``nth`` fires on the n-th matching call only (1-based); ``probability``
     fires each matching call with that chance (drawn from the store's seeded
     RNG); ``times`` caps how often the rule fires. ``matched`` and ``fired``
-    count what happened, so a test can prove its fault path ran: an
-    ``apply_then_*`` rule counts as fired only if the call it selected was
-    actually applied (a put that met an existing object injected nothing).
+    count what happened, so a test can prove its fault path ran; for the
+    ``apply_then_*`` actions ``applied`` counts the selected calls that took
+    effect (a create that met an existing object fired, but applied nothing).
     """
 
     action: Action
@@ -102,6 +104,7 @@ class FaultRule:
     times: int | None = None
     matched: int = field(default=0, init=False)
     fired: int = field(default=0, init=False)
+    applied: int = field(default=0, init=False)
 
     def selects(self, call: Call) -> bool:
         if self.ops is not None and call.op not in self.ops:
@@ -220,54 +223,53 @@ class FaultInjectingStore(StoreWrapper):
                 return rule  # fires in _after, once the call was applied
             return None
 
-    def _after(self, rule: FaultRule | None, call: Call) -> None:
-        """Inject an ``apply_then_*`` fault; reached only if the call succeeded."""
-        if rule is None:
-            return
+    def _inject(
+        self, rule: FaultRule, call: Call, applied: bool, cause: BaseException | None = None
+    ) -> NoReturn:
+        """Raise the ``apply_then_*`` fault after the call ran (whatever its outcome).
+
+        A lost response is ambiguous whether the store answered success or an
+        error, so the fault replaces either; ``applied`` counts the calls that
+        actually took effect.
+        """
         with self._lock:
             rule.fired += 1
+            if applied:
+                rule.applied += 1
             if rule.action == "apply_then_crash":
                 self._crashed = True
         if rule.action == "apply_then_fail":
-            raise Unavailable(f"injected failure after {call.op} {call.path} was applied (seed={self.seed})")
-        raise self._crash_error(call)
+            raise Unavailable(
+                f"injected failure after {call.op} {call.path} was sent (seed={self.seed})"
+            ) from cause
+        raise self._crash_error(call) from cause
+
+    def _run(self, call: Call, fn: Callable[[], T]) -> T:
+        rule = self._decide(call)
+        if rule is None:
+            return fn()
+        try:
+            out = fn()
+        except Exception as exc:
+            self._inject(rule, call, applied=False, cause=exc)
+        self._inject(rule, call, applied=True)
 
     # -- the store -------------------------------------------------------------------------
 
     def get(self, path: str) -> bytes:
-        call = Call("get", path)
-        rule = self._decide(call)
-        out = self.inner.get(path)
-        self._after(rule, call)
-        return out
+        return self._run(Call("get", path), lambda: self.inner.get(path))
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
-        call = Call("get_range", path)
-        rule = self._decide(call)
-        out = self.inner.get_range(path, start, end)
-        self._after(rule, call)
-        return out
+        return self._run(Call("get_range", path), lambda: self.inner.get_range(path, start, end))
 
     def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        call = Call("get_ranges", path)
-        rule = self._decide(call)
-        out = self.inner.get_ranges(path, ranges)
-        self._after(rule, call)
-        return out
+        return self._run(Call("get_ranges", path), lambda: self.inner.get_ranges(path, ranges))
 
     def head(self, path: str) -> ObjectMeta:
-        call = Call("head", path)
-        rule = self._decide(call)
-        out = self.inner.head(path)
-        self._after(rule, call)
-        return out
+        return self._run(Call("head", path), lambda: self.inner.head(path))
 
     def attributes(self, path: str) -> dict[str, str]:
-        call = Call("attributes", path)
-        rule = self._decide(call)
-        out = self.inner.attributes(path)
-        self._after(rule, call)
-        return out
+        return self._run(Call("attributes", path), lambda: self.inner.attributes(path))
 
     def put(
         self,
@@ -278,18 +280,18 @@ class FaultInjectingStore(StoreWrapper):
         attributes: Mapping[str, str] | None = None,
     ) -> None:
         call = Call("put_create" if create else "put", path)
-        rule = self._decide(call)
-        self.inner.put(path, data, create=create, attributes=attributes)
-        self._after(rule, call)
+        self._run(call, lambda: self.inner.put(path, data, create=create, attributes=attributes))
 
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
         call = Call("list", prefix)
         rule = self._decide(call)
         if rule is None:
             return self._guarded(self.inner.list(prefix, offset=offset), call)
-        listed = list(self.inner.list(prefix, offset=offset))
-        self._after(rule, call)
-        return iter(listed)
+        try:
+            listed = builtins.list(self.inner.list(prefix, offset=offset))
+        except Exception as exc:
+            self._inject(rule, call, applied=False, cause=exc)
+        self._inject(rule, call, applied=True)
 
     def _guarded(self, stream: Iterator[ObjectMeta], call: Call) -> Iterator[ObjectMeta]:
         # A listing still being consumed when the process "crashes" must stop too.
@@ -299,13 +301,8 @@ class FaultInjectingStore(StoreWrapper):
             yield meta
 
     def delete(self, path: str) -> None:
-        call = Call("delete", path)
-        rule = self._decide(call)
-        self.inner.delete(path)
-        self._after(rule, call)
+        self._run(Call("delete", path), lambda: self.inner.delete(path))
 
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         call = Call("copy_create" if create else "copy", dst, src)
-        rule = self._decide(call)
-        self.inner.copy(src, dst, create=create)
-        self._after(rule, call)
+        self._run(call, lambda: self.inner.copy(src, dst, create=create))
