@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shaledb.errors import InvalidArgument, ObjectNotFound, Unavailable
+from shaledb.errors import AlreadyExists, InvalidArgument, ObjectNotFound, Unavailable
 from shaledb.store import ObjectStore
 from shaledb.testing import Call, FaultInjectingStore, SimulatedCrash
 
@@ -97,7 +97,7 @@ def test_unseeded_store_prints_its_seed(
 def test_apply_then_fail_applies(memory_store: ObjectStore) -> None:
     faults = FaultInjectingStore(memory_store, seed=4)
     faults.add_rule("apply_then_fail", ops=["put", "delete", "copy"])
-    with pytest.raises(Unavailable, match="applied"):
+    with pytest.raises(Unavailable, match="after put_create k"):
         faults.put("k", b"v", create=True)
     assert memory_store.get("k") == b"v"
     with pytest.raises(Unavailable):
@@ -107,6 +107,20 @@ def test_apply_then_fail_applies(memory_store: ObjectStore) -> None:
         faults.delete("k")
     with pytest.raises(ObjectNotFound):
         memory_store.get("k")
+
+
+def test_apply_then_fail_hides_any_answer(memory_store: ObjectStore) -> None:
+    """A lost response is ambiguous whatever the store answered: errors become Unavailable too."""
+    memory_store.put("k", b"v")
+    faults = FaultInjectingStore(memory_store, seed=10)
+    rule = faults.add_rule("apply_then_fail", ops="put_create")
+    with pytest.raises(Unavailable) as info:
+        faults.put("k", b"other", create=True)
+    assert isinstance(info.value.__cause__, AlreadyExists)
+    assert rule.fired == 1 and rule.applied == 0
+    with pytest.raises(Unavailable):
+        faults.put("fresh", b"1", create=True)
+    assert rule.fired == 2 and rule.applied == 1
 
 
 def test_crash_stops_every_later_call(memory_store: ObjectStore) -> None:

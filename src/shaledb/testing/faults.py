@@ -23,7 +23,6 @@ then crash at each one in turn.
 
 from __future__ import annotations
 
-import builtins
 import random
 import re
 import threading
@@ -249,8 +248,8 @@ class FaultInjectingStore(StoreWrapper):
         if rule is None:
             return fn()
         try:
-            out = fn()
-        except Exception as exc:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - any outcome, then the fault
             self._inject(rule, call, applied=False, cause=exc)
         self._inject(rule, call, applied=True)
 
@@ -288,8 +287,9 @@ class FaultInjectingStore(StoreWrapper):
         if rule is None:
             return self._guarded(self.inner.list(prefix, offset=offset), call)
         try:
-            listed = builtins.list(self.inner.list(prefix, offset=offset))
-        except Exception as exc:
+            for _ in self.inner.list(prefix, offset=offset):
+                pass
+        except Exception as exc:  # noqa: BLE001 - any outcome, then the fault
             self._inject(rule, call, applied=False, cause=exc)
         self._inject(rule, call, applied=True)
 
