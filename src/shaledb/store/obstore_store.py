@@ -13,6 +13,8 @@ each other or with the contract in :mod:`.base`:
 * range reads that start at or past the end raise on every backend (and
   ``get_ranges`` panics inside Rust); the contract returns ``b""``;
 * S3 has no copy-if-absent; it falls back to read + create-if-absent put;
+* a create that object_store reports as AlreadyExists while nothing exists
+  (S3's 409 ConditionalRequestConflict) is transient, not a lost race;
 * errors become :mod:`shaledb.errors`; text that contains a configured secret
   is never chained or repeated.
 """
@@ -261,7 +263,22 @@ class ObstoreStore:
         except BaseException as exc:
             if _is_fatal(exc):
                 raise
+            if create and isinstance(exc, AlreadyExistsError) and not self._exists(path):
+                # object_store reports S3's "409 ConditionalRequestConflict" (a
+                # competing request was in flight, nothing landed) as
+                # AlreadyExists; AWS says to retry it. Nothing there: transient.
+                raise Unavailable(
+                    f"{self._description}: conditional write of {path} met a concurrent request "
+                    "and did not land; retry it"
+                ) from None
             self._raise(exc, path)
+
+    def _exists(self, path: str) -> bool:
+        try:
+            self.head(path)
+        except ObjectNotFound:
+            return False
+        return True
 
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
         check_prefix(prefix)
