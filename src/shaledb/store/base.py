@@ -17,8 +17,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-PUT_ID_ATTRIBUTE = "shale-put-id"
-"""Attribute name under which a conditional put records its unique put id."""
+PUT_ID_ATTRIBUTE = "shaleputid"
+"""Attribute name under which a conditional put records its unique put id.
+
+Lowercase letters only: valid as S3/GCS user metadata and as an Azure
+metadata name (a C# identifier: no '-'), and not dropped by HTTP proxies that
+discard header names containing '_'.
+"""
 
 
 @dataclass(frozen=True, slots=True)

@@ -268,11 +268,11 @@ class StoreTests:
     # -- attributes, paths, description ----------------------------------------------------
 
     def test_attributes(self, store: ObjectStore) -> None:
-        store.put("att", b"1", attributes={"shale-test": "v1"})
-        store.put("att-create", b"1", create=True, attributes={"shale-test": "v2"})
+        store.put("att", b"1", attributes={"shaletest": "v1"})
+        store.put("att-create", b"1", create=True, attributes={"shaletest": "v2"})
         if store.supports_attributes:
-            assert store.attributes("att").get("shale-test") == "v1"
-            assert store.attributes("att-create").get("shale-test") == "v2"
+            assert store.attributes("att").get("shaletest") == "v1"
+            assert store.attributes("att-create").get("shaletest") == "v2"
         else:
             assert store.attributes("att") == {}
 
