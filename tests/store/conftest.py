@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_support import ManualClock
+from store_testkit import ManualClock
 
 from shaledb.store import ObjectStore, drop_memory_store, open_store
 

@@ -8,7 +8,7 @@ from typing import Any
 import obstore
 import pytest
 from obstore.exceptions import AlreadyExistsError
-from store_support import ManualClock
+from store_testkit import ManualClock
 
 from shaledb.errors import AlreadyExists, Unavailable
 from shaledb.settings import RetryOptions

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from store_support import ManualClock
+from store_testkit import ManualClock
 
 from shaledb.errors import AlreadyExists, InvalidPathError, ObjectNotFound, Unavailable
 from shaledb.settings import RetryOptions

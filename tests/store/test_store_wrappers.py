@@ -6,7 +6,7 @@ import random
 import threading
 
 import pytest
-from store_support import ManualClock
+from store_testkit import ManualClock
 
 from shaledb.errors import AlreadyExists, InvalidArgument, NotSupported, ObjectNotFound
 from shaledb.store import OP_KINDS, InstrumentedStore, LatencyStore, NoConditionalStore, ObjectStore
