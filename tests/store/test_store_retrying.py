@@ -243,3 +243,16 @@ def test_listing_resumes_after_the_last_delivered_path(
     st = retrying(broken, manual_clock)
     assert [m.path for m in st.list("l/")] == names
     assert broken.offsets == [None, "l/006", "l/013", "l/020"]
+
+
+def test_ambiguous_create_on_s3(s3_url_factory: Callable[[], Any], manual_clock: ManualClock) -> None:
+    """The put id travels as S3 user metadata through a real S3 API (moto)."""
+    inner = s3_url_factory().open()
+    faults = FaultInjectingStore(inner, seed=22)
+    faults.add_rule("apply_then_fail", ops="put_create", nth=1)
+    st = retrying(faults, manual_clock)
+    st.put("manifest/1", b"epoch 1 nonce 9", create=True)
+    assert st.ambiguities_resolved == 1
+    assert len(inner.attributes("manifest/1")[PUT_ID_ATTRIBUTE]) == 32
+    with pytest.raises(AlreadyExists):
+        retrying(inner, manual_clock, seed=23).put("manifest/1", b"epoch 2 nonce 3", create=True)
