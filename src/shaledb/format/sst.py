@@ -224,6 +224,15 @@ def parse_footer(tail: bytes, object_size: int) -> Footer:
             raise CorruptionError("SST footer points outside the object")
     if not (footer.meta_start <= footer.index_off < footer.props_off):
         raise CorruptionError("SST metadata blocks are out of order")
+    # Filter, index and props tile the tail up to the footer, so no byte escapes
+    # a checksum: an object extended by a copy of its own last bytes (a retried
+    # final upload part) ends with a valid footer and would otherwise decode.
+    if (
+        (footer.filter_len and footer.filter_off + footer.filter_len != footer.index_off)
+        or footer.index_off + footer.index_len != footer.props_off
+        or footer.props_off + footer.props_len != body_end
+    ):
+        raise CorruptionError("SST metadata blocks do not tile the object's tail")
     return footer
 
 
