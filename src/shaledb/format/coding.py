@@ -99,6 +99,12 @@ def unframe_block(stored: bytes | memoryview, what: str = "block") -> bytes:
         if codec == CODEC_LZ4:
             out = lz4.block.decompress(body, uncompressed_size=raw_len)
         elif codec == CODEC_ZSTD:
+            # zstd sizes its output from the frame header and ignores
+            # max_output_size when the header has a content size: check it here,
+            # or a small frame could inflate far beyond raw_len before we notice.
+            declared = zstandard.frame_content_size(body)
+            if declared >= 0 and declared != raw_len:
+                raise CorruptionError(f"{what} zstd frame holds {declared} bytes, expected {raw_len}")
             out = _zstd_d().decompress(body, max_output_size=raw_len)
         else:
             raise CorruptionError(f"{what} has unknown codec {codec}")
