@@ -302,9 +302,13 @@ class _Reader:
 
     def num(self, d: Mapping[str, Any], key: str) -> float:
         v = d.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
-            raise self.fail(f"field {key!r} must be a non-negative number, got {v!r}")
-        return float(v)
+        try:
+            f = math.nan if isinstance(v, bool) or not isinstance(v, (int, float)) else float(v)
+        except OverflowError:  # an integer beyond float range (JSON integers have any length)
+            f = math.nan
+        if not math.isfinite(f) or f < 0:  # Infinity is not JSON, and not a time
+            raise self.fail(f"field {key!r} must be a finite non-negative number, got {v!r}")
+        return f
 
     def opt_num(self, d: Mapping[str, Any], key: str) -> float | None:
         return None if d.get(key) is None else self.num(d, key)
