@@ -236,11 +236,14 @@ class WalWriter:
             codec=self.codec,
             block_size=self.block_size,
         )
-        path = paths.wal_path(seg.id)
-        try:
-            self.store.put(path, data, create=True)
-        except AlreadyExists:
-            self._collision(seg.id, data)
+        while True:
+            try:
+                self.store.put(paths.wal_path(seg.id), data, create=True)
+                break
+            except AlreadyExists:
+                if self._collision(seg.id, data):
+                    break
+                self._skip_slot(seg)
         tracked = TrackedWal(seg.id, len(data), crc32c(data))
         with self._cv:
             self.durable_wal_id = seg.id
@@ -249,11 +252,12 @@ class WalWriter:
             self._written.append(tracked)
             self._cv.notify_all()
 
-    def _collision(self, wal_id: int, ours: bytes) -> None:
+    def _collision(self, wal_id: int, ours: bytes) -> bool:
+        """Someone's object is at our slot: True if it is ours, False to skip the slot; else raise."""
         path = paths.wal_path(wal_id)
         theirs = self.store.get(path)
         if theirs == ours:
-            return  # our own earlier attempt landed
+            return True  # our own earlier attempt landed
         try:
             other = wal_object_epoch(theirs)
         except CorruptionError as exc:
@@ -264,9 +268,32 @@ class WalWriter:
             )
         if other is None:
             raise FencedError(f"a fencing object occupies {path}; another writer took over")
+        if other < self.epoch and _is_empty_wal(theirs):
+            # An older writer's fence, written after ours: it claimed its epoch
+            # before us but listed the WAL after our fence, and its open then
+            # failed on our newer epoch. Its slot holds no writes; step over it
+            # (seed 001, outcome 2 seen from the newer writer).
+            return False
         raise CorruptionError(
             f"WAL slot taken by epoch {other} while this writer holds epoch {self.epoch}", path
         )
+
+    def _skip_slot(self, seg: WalSegment) -> None:
+        """Move ``seg`` and every queued segment one WAL id up (ids stay contiguous).
+
+        A memtable frozen before the move keeps its recorded last WAL id, now
+        one lower than its last object: its L0 flush may then start before
+        that object is written (the write is still acknowledged only once it
+        is) and the next open replays one more object, whose entries are
+        already in L0 and skipped by sequence number. Both are harmless, and
+        skips happen only after a race of opening writers.
+        """
+        log.warning("WAL slot %d holds an older writer's fence; writing at %d", seg.id, seg.id + 1)
+        with self.lock:
+            seg.id += 1
+            for s in self._sealed:
+                s.id += 1
+            self._next_id += 1
 
     def _fail(self, exc: BaseException) -> None:
         log.error("WAL flusher stopped: %s", exc)
@@ -277,6 +304,11 @@ class WalWriter:
             self.on_failure(exc)
         except Exception:
             log.exception("failure callback raised")
+
+
+def _is_empty_wal(data: bytes) -> bool:
+    """True for a fencing object: a WAL SST without entries."""
+    return decode_meta(data, len(data)).props.entries == 0
 
 
 def _surface(exc: BaseException) -> BaseException:
