@@ -169,7 +169,11 @@ class MemtableFlusher:
             )
         l0 = m.data.l0 if info is None else (info, *m.data.l0)
         replay_after = max(m.replay_after_wal_id, imm.wal_id)
-        next_wal = max(m.next_wal_id, db.wal.next_id, replay_after + 1)
+        # WAL ids written so far, not ids handed out: a segment still in flight
+        # may never land (crash), and the next writer fences at next_wal_id,
+        # so counting it would leave a hole in the WAL that later opens
+        # report as a missing object.
+        next_wal = max(m.next_wal_id, db.wal.durable_wal_id + 1, replay_after + 1)
         tracked = (
             merge_tracked(m.tracked_wals, written, replay_after, next_wal)
             if db.settings.track_and_verify_wals
