@@ -283,8 +283,13 @@ class Db:
         )
         self.wal.note_written([*replay.objects, fence_rec])
         self.flusher = MemtableFlusher(self, self._fail)
-        if replay.skipped and mem.d:
-            # Salvaged: persist what was recovered so later opens start past the damage.
+        if replay.skipped:
+            # Salvaged: persist what was recovered and move replay_after_wal_id
+            # past the damage, so later opens start there. Also when nothing was
+            # recovered (damage in the first object): otherwise the next open
+            # stops at the same damage and drops everything written after it.
+            with self._lock:
+                self._freeze_locked(even_if_empty=True)
             self.flush(memtable=True)
         self._start_background()
 
@@ -417,9 +422,9 @@ class Db:
             self.flusher.notify()
             self._space.wait(0.1)
 
-    def _freeze_locked(self) -> None:
+    def _freeze_locked(self, *, even_if_empty: bool = False) -> None:
         mem = self._mem
-        if not mem.d:
+        if not mem.d and not even_if_empty:
             return
         mem.wal_id = self.wal.seal_locked()
         mem.last_seq = self._seq
