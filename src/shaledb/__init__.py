@@ -8,18 +8,24 @@
 Only the names in ``__all__`` are the public API.
 """
 
+from . import admin
 from .batch import WriteBatch
 from .db import Db, Scan, Snapshot, WriteHandle
+from .db_reader import DbReader, DbReaderOptions, ReaderSnapshot
 from .errors import (
+    CheckpointNotFound,
     ClosedError,
     ConflictError,
     CorruptionError,
+    DatabaseDestroyed,
     FencedError,
     InvalidArgument,
+    InvalidDbState,
     NotFound,
     ShaleError,
     Unavailable,
 )
+from .manifest.model import Checkpoint
 from .settings import CompactorOptions, GcOptions, RetryOptions, Settings
 
 open = Db.open
@@ -27,15 +33,22 @@ open = Db.open
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointNotFound",
+    "Checkpoint",
     "ClosedError",
     "CompactorOptions",
     "ConflictError",
     "CorruptionError",
+    "DatabaseDestroyed",
     "Db",
+    "DbReader",
+    "DbReaderOptions",
     "FencedError",
     "GcOptions",
     "InvalidArgument",
+    "InvalidDbState",
     "NotFound",
+    "ReaderSnapshot",
     "RetryOptions",
     "Scan",
     "Settings",
@@ -44,5 +57,6 @@ __all__ = [
     "Unavailable",
     "WriteBatch",
     "WriteHandle",
+    "admin",
     "open",
 ]

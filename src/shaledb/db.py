@@ -28,6 +28,7 @@ from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check
 from .cache import LruCache
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import ClosedError, FencedError, InvalidArgument, ShaleError
+from .external import ExternalStores, default_factory
 from .flush import MemtableFlusher
 from .format.coding import CODECS
 from .format.row import encode_payload
@@ -206,7 +207,49 @@ class Db:
             store = open_store(url, **(store_options or {}))
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
-        return cls(wrap_store(store, settings, clock, rng), settings, clock, rng, create_if_missing)
+        external = ExternalStores(
+            default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
+        )
+        wrapped = wrap_store(store, settings, clock, rng)
+        return cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+
+    @classmethod
+    def open_from_checkpoint(
+        cls,
+        url: str | None,
+        parent_url: str,
+        parent_checkpoint: Any = None,
+        *,
+        settings: Settings | None = None,
+        store: ObjectStore | None = None,
+        parent_store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> Db:
+        """Open the clone at ``url`` of the database at ``parent_url``, creating it if needed.
+
+        A new clone starts as the parent's version pinned by
+        ``parent_checkpoint`` (a checkpoint id; None: the parent's current
+        version), references the parent's SSTs without copying them (only
+        WAL objects are copied) and writes only to its own root. Creation
+        follows seed 002's protocol and is safe to retry after a crash at
+        any step; an initialized clone simply opens. See ``shaledb.clone``.
+        """
+        from .clone import open_clone
+
+        return open_clone(
+            cls,
+            url,
+            parent_url,
+            parent_checkpoint,
+            settings=settings,
+            store=store,
+            parent_store=parent_store,
+            clock=clock,
+            seed=seed,
+            store_options=store_options,
+        )
 
     def __init__(
         self,
@@ -215,8 +258,13 @@ class Db:
         clock: Clock,
         rng: random.Random,
         create_if_missing: bool,
+        *,
+        external: ExternalStores | None = None,
     ) -> None:
         self.settings = settings
+        self.external = external or ExternalStores(
+            default_factory(settings.retry, clock, random.Random(), None)
+        )
         self.store = store
         self.clock = clock
         self.rng = rng
@@ -297,9 +345,33 @@ class Db:
         """Hook for embedded background services (compactor, garbage collector)."""
 
     def _resolve_store(self, db_index: int) -> ObjectStore:
+        """The store holding objects with ``db == db_index`` (a clone's parents; see ``shaledb.external``)."""
         if db_index == 0:
             return self.store
-        raise InvalidArgument(f"SST belongs to external database #{db_index}, which this handle cannot read")
+        return self.external.store_for(db_index, self.manifest)
+
+    def create_checkpoint(
+        self,
+        lifetime: timedelta | float | None = None,
+        source: Any = None,
+        name: str | None = None,
+        scope: str = "all",
+        *,
+        metadata: dict[str, str] | None = None,
+    ) -> Any:
+        """Pin the current version: a :class:`~shaledb.manifest.model.Checkpoint`.
+
+        ``scope="all"`` includes every write issued before the call (the WAL is
+        flushed first); ``"durable"`` only writes already durable. ``lifetime``
+        (timedelta or seconds; None: never expires), ``source`` (an existing
+        checkpoint id: reuse its version), ``name`` (a label) and ``metadata``
+        are stored with it. See ``shaledb.checkpoint``.
+        """
+        from .checkpoint import create_writer_checkpoint
+
+        return create_writer_checkpoint(
+            self, lifetime=lifetime, source=source, name=name, scope=scope, metadata=metadata
+        )
 
     # ---------------------------------------------------------------- writes
 

@@ -76,6 +76,20 @@ class ObjectNotFound(NotFound):
         super().__init__(f"object not found: {path}")
 
 
+class CheckpointNotFound(NotFound):
+    """No live checkpoint with that id: it never existed, was deleted, or expired."""
+
+
+class DatabaseDestroyed(NotFound):
+    """The database was destroyed (``shaledb.admin.destroy``); it cannot be opened."""
+
+
+class InvalidDbState(ShaleError):
+    """The database is in a state that forbids the operation: a clone whose
+    initialization did not finish, or a hard destroy while checkpoints are live.
+    The message says what to do."""
+
+
 class Unavailable(ShaleError):
     """The object store could not be reached, even after retries. Safe to retry."""
 
@@ -105,11 +119,14 @@ class NotSupported(ShaleError):
 
 __all__ = [
     "AlreadyExists",
+    "CheckpointNotFound",
     "ClosedError",
     "ConflictError",
     "CorruptionError",
+    "DatabaseDestroyed",
     "FencedError",
     "InvalidArgument",
+    "InvalidDbState",
     "InvalidPathError",
     "NotFound",
     "NotSupported",

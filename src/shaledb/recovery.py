@@ -25,7 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from . import paths
-from .errors import AlreadyExists, CorruptionError, FencedError, InvalidArgument, NotFound, ObjectNotFound
+from .errors import (
+    AlreadyExists,
+    CorruptionError,
+    DatabaseDestroyed,
+    FencedError,
+    InvalidArgument,
+    NotFound,
+    ObjectNotFound,
+)
 from .format.coding import crc32c
 from .format.sst import decode_data_block, decode_meta
 from .manifest.model import Manifest, TrackedWal
@@ -62,7 +70,7 @@ def claim_writer_epoch(
                 "open it with Db.open_from_checkpoint to complete it"
             )
         if m.destroyed_at_s is not None:
-            raise NotFound(f"database at {ms.store.describe()} was destroyed")
+            raise DatabaseDestroyed(f"database at {ms.store.describe()} was destroyed")
         nxt = replace(m, writer_epoch=m.writer_epoch + 1)
         return extra(nxt, nxt.writer_epoch) if extra is not None else nxt
 

@@ -1,0 +1,754 @@
+"""``DbReader``: a read-only client of a database, in any process (seed 002, "Readers").
+
+A reader never writes data and never fences the writer. It reads one
+*version* of the database: the SSTs of a manifest, plus the WAL objects after
+that manifest's ``replay_after_wal_id``, which it replays into in-memory
+tables (each bounded by ``max_memtable_bytes``; the writer's backpressure
+bounds how many there are).
+
+Three ways to open one:
+
+* ``DbReader.open(url, checkpoint=<id>)`` reads exactly the version that
+  checkpoint pins: its manifest's SSTs and the WAL objects in the manifest's
+  range ``(replay_after_wal_id, next_wal_id)``. It never refreshes and never
+  writes to the store. The checkpoint's owner keeps it alive.
+* ``DbReader.open(url)`` (the default, a *managed* checkpoint) creates its own
+  checkpoint on the latest manifest with ``checkpoint_lifetime``, and then,
+  every ``manifest_poll_interval``:
+
+  1. probes for a newer manifest (one GET of ``manifest/<id + 1>``, no LIST);
+  2. re-establishes its checkpoint when the set of SSTs (or the replayed WAL
+     range) changed -- one CAS adds the new checkpoint and removes old ones --
+     and purges in-memory tables the new manifest's SSTs now contain;
+  3. otherwise extends the checkpoint's expiry once half its lifetime has
+     passed (not on every poll: slatedb#1750);
+  4. probes for the next WAL object (one GET of ``wal/<next id>``) and
+     replays each one found.
+
+  If its checkpoint expired (a store outage longer than the lifetime) or
+  vanished, it re-establishes from the latest manifest by itself instead of
+  failing for good (slatedb#1888). Close deletes its checkpoints.
+* ``DbReaderOptions(establish_checkpoint=False)`` follows the latest manifest
+  like a managed reader but writes nothing; only the garbage collector's
+  minimum age protects what it reads. Meant for one-shot tools.
+
+Snapshots and scans of a managed reader keep the checkpoint their view came
+from: a re-established checkpoint retires the old one, which is deleted only
+once no snapshot or scan uses it (until then its expiry keeps being extended).
+
+Reads are monotonic: a newer view always holds everything an older one did
+(new SSTs contain the WAL objects they replace, and tables are only purged
+once the manifest's SSTs cover them).
+
+For parallel readers of one checkpoint (the Spark data source),
+:meth:`DbReader.key_ranges` lists the key ranges of the version's SSTs and
+:meth:`DbReader.split_points` cuts the key space into ranges of similar size.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import uuid
+import weakref
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from . import paths
+from .batch import check_key
+from .cache import LruCache
+from .checkpoint import (
+    as_checkpoint_id,
+    check_usable,
+    live_checkpoint,
+    make_checkpoint,
+    new_checkpoint_id,
+    read_checkpoint_manifest,
+)
+from .clock import SYSTEM_CLOCK, Clock
+from .db import Scan, scan_bounds, wrap_store
+from .duration import to_seconds
+from .errors import ClosedError, CorruptionError, InvalidArgument, ObjectNotFound, ShaleError
+from .external import ExternalStores, StoreFactory, canonical_url, default_factory
+from .format.sst import decode_data_block, decode_meta
+from .manifest.model import Checkpoint, Manifest, SstInfo
+from .manifest.store import ManifestStore
+from .memtable import ENTRY_OVERHEAD, Entry, Memtable
+from .reader import ReadView, Visibility, lookup, scan_items
+from .settings import MiB, RetryOptions, Settings, _integer, _positive
+from .sstable import TableCache
+from .store.base import ObjectStore
+from .store.url import open_store
+
+log = logging.getLogger("shaledb.reader")
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class DbReaderOptions:
+    """Options of a :class:`DbReader` (units in the names; validated on construction).
+
+    ``manifest_poll_interval_s`` -- how often a reader without a fixed
+    checkpoint looks for a new manifest and new WAL objects (2 GETs per poll
+    when idle); new writes become visible within about this long.
+    ``checkpoint_lifetime_s`` -- lifetime of the reader's own checkpoint
+    (refreshed at half-life); None creates it without expiry (then a crashed
+    reader's checkpoint must be deleted by hand). Must exceed twice the poll
+    interval, so a refresh is due at least one poll before expiry.
+    ``max_memtable_bytes`` -- size of one in-memory table of replayed WAL
+    entries (accounted like the writer's memtable).
+    ``establish_checkpoint`` -- False: follow the latest manifest without
+    writing a checkpoint (see module docstring).
+    ``background_poll`` -- False: no polling thread; call
+    :meth:`DbReader.refresh` to poll (tests, single-threaded tools).
+    ``checkpoint_name`` -- name given to the reader's own checkpoints.
+    """
+
+    manifest_poll_interval_s: float = 1.0
+    checkpoint_lifetime_s: float | None = 600.0
+    max_memtable_bytes: int = 64 * MiB
+    establish_checkpoint: bool = True
+    background_poll: bool = True
+    checkpoint_name: str | None = "reader"
+    block_cache_bytes: int = 64 * MiB
+    sst_read_ahead_bytes: int = 1 * MiB
+    manifest_update_timeout_s: float = 60.0
+    retry: RetryOptions = field(default_factory=RetryOptions)
+
+    def __post_init__(self) -> None:
+        _positive("DbReaderOptions.manifest_poll_interval_s", self.manifest_poll_interval_s)
+        if self.checkpoint_lifetime_s is not None:
+            _positive("DbReaderOptions.checkpoint_lifetime_s", self.checkpoint_lifetime_s)
+            if self.checkpoint_lifetime_s <= 2 * self.manifest_poll_interval_s:
+                raise InvalidArgument(
+                    f"checkpoint_lifetime ({self.checkpoint_lifetime_s}s) must exceed twice the "
+                    f"manifest_poll_interval ({self.manifest_poll_interval_s}s)"
+                )
+        _integer("DbReaderOptions.max_memtable_bytes", self.max_memtable_bytes, minimum=1)
+        _integer("DbReaderOptions.block_cache_bytes", self.block_cache_bytes, minimum=0)
+        _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
+        if not isinstance(self.retry, RetryOptions):
+            raise InvalidArgument("DbReaderOptions.retry must be a RetryOptions")
+
+
+class _Table:
+    """An in-memory table of replayed WAL entries and the WAL ids it holds."""
+
+    __slots__ = ("first_wal", "last_wal", "mem")
+
+    def __init__(self, first_wal: int) -> None:
+        self.mem = Memtable()
+        self.first_wal = first_wal
+        self.last_wal = first_wal - 1
+
+
+def _sst_key(m: Manifest) -> tuple[Any, ...]:
+    """What makes a reader re-establish: the SST set and the replayed WAL range."""
+    return (
+        tuple((s.id, s.db) for s in m.data.l0),
+        tuple((r.id, tuple(s.id for s in r.ssts)) for r in m.data.runs),
+        tuple((s.id, s.db) for s in m.index.ssts()),
+        m.replay_after_wal_id,
+    )
+
+
+def decode_wal_object(data: bytes, path: str) -> tuple[list[bytes], list[Entry]]:
+    """Keys and ``(seq, kind, payload)`` entries of a WAL object, in sequence order."""
+    keys: list[bytes] = []
+    ents: list[Entry] = []
+    if not data:
+        return keys, ents  # a zero-length fencing object
+    try:
+        meta = decode_meta(data, len(data))
+        offs = meta.index.offsets
+        for i in range(len(meta.index)):
+            block = decode_data_block(data[offs[i] : offs[i + 1]])
+            keys.extend(block.keys)
+            ents.extend(zip(block.seqs, block.kinds, block.payloads(0, len(block))))
+    except CorruptionError as exc:
+        raise exc.with_path(path) from exc
+    return keys, ents
+
+
+class ReaderSnapshot:
+    """A consistent view of a reader at one sequence number; close it when done."""
+
+    def __init__(self, reader: DbReader, view: ReadView, seq: int, cp: uuid.UUID | None) -> None:
+        self._reader = reader
+        self._view = view
+        self.seq = seq
+        self._finalizer = weakref.finalize(self, reader._unpin, view.mem, seq, cp)
+
+    def get(self, key: bytes) -> bytes | None:
+        k = key if type(key) is bytes else check_key(key)
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        r = self._reader
+        e = lookup(self._view, r._tables, k, self.seq)
+        return None if e is None else r._vis.value(k, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        s, e = scan_bounds(start, end, prefix)
+        r = self._reader
+        return scan_items(self._view, r._tables, r._vis, s, e, self.seq, bool(reverse), limit)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> ReaderSnapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DbReader:
+    """A read-only client of one database (see module docstring). Thread-safe."""
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        checkpoint: uuid.UUID | str | Checkpoint | None = None,
+        *,
+        options: DbReaderOptions | None = None,
+        manifest_poll_interval: timedelta | float | None = None,
+        checkpoint_lifetime: timedelta | float | None = _UNSET,
+        max_memtable_bytes: int | None = None,
+        store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        store_options: Mapping[str, Any] | None = None,
+        store_factory: StoreFactory | None = None,
+    ) -> DbReader:
+        """Open a reader of the database at ``url`` (or ``store``).
+
+        ``checkpoint`` (a UUID, its string, or a Checkpoint) fixes the version
+        read; without it the reader maintains its own checkpoint. The keyword
+        options override fields of ``options``: ``manifest_poll_interval`` and
+        ``checkpoint_lifetime`` take a timedelta or seconds (lifetime None: no
+        expiry). ``store_options`` configure cloud stores (also used for the
+        parents of a clone); ``store_factory`` opens parents by URL instead.
+
+        Raises NotFound (no database), CheckpointNotFound (missing or expired
+        checkpoint), DatabaseDestroyed, InvalidDbState (unfinished clone).
+        """
+        opts = options if options is not None else DbReaderOptions()
+        if not isinstance(opts, DbReaderOptions):
+            raise InvalidArgument(f"options must be a DbReaderOptions, got {type(opts).__name__}")
+        changes: dict[str, Any] = {}
+        if manifest_poll_interval is not None:
+            changes["manifest_poll_interval_s"] = to_seconds(manifest_poll_interval, "manifest_poll_interval")
+        if checkpoint_lifetime is not _UNSET:
+            changes["checkpoint_lifetime_s"] = to_seconds(checkpoint_lifetime, "checkpoint_lifetime")
+        if max_memtable_bytes is not None:
+            changes["max_memtable_bytes"] = max_memtable_bytes
+        if changes:
+            opts = replace(opts, **changes)
+        clock = clock or SYSTEM_CLOCK
+        rng = random.Random(seed)
+        if store is None:
+            if url is None:
+                raise InvalidArgument("give a database URL or a store")
+            store = open_store(url, **dict(store_options or {}))
+        settings = Settings(retry=opts.retry, compactor=None, garbage_collector=None)
+        wrapped = wrap_store(store, settings, clock, rng)
+        factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options)
+        external = ExternalStores(factory, own_url=canonical_url(url) if url else None)
+        cp_id = None if checkpoint is None else as_checkpoint_id(checkpoint)
+        return cls(wrapped, opts, clock, rng, external, cp_id)
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        options: DbReaderOptions,
+        clock: Clock,
+        rng: random.Random,
+        external: ExternalStores,
+        checkpoint_id: uuid.UUID | None,
+    ) -> None:
+        self.options = options
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self._where = store.describe()
+        self._ms = ManifestStore(store, clock, rng, author="reader")
+        self._external = external
+        self._cache = LruCache(options.block_cache_bytes)
+        self._tables = TableCache(self._resolve_store, self._cache, options.sst_read_ahead_bytes)
+        self._vis = Visibility(lambda: int(self.clock.now() * 1000), None)
+        self._lock = threading.Lock()  # state; never held across store calls
+        self._maint = threading.RLock()  # serializes polls (held across store calls)
+        self._closed = False
+        self._mode = (
+            "pinned"
+            if checkpoint_id is not None
+            else ("managed" if options.establish_checkpoint else "latest")
+        )
+        self._own: dict[uuid.UUID, Checkpoint] = {}
+        self._refs: dict[uuid.UUID, int] = {}
+        self._current: uuid.UUID | None = None
+        self._wal_tables: list[_Table] = []
+        self._seq = 0
+        self._next_wal = 1
+        self._gap_checked: tuple[int, int] | None = None
+        self.last_error: BaseException | None = None
+        """The last failure of a background poll (polling carries on regardless)."""
+        self.counters = {"polls": 0, "reestablished": 0, "refreshed": 0, "wal_objects": 0}
+        if checkpoint_id is not None:
+            self._open_pinned(checkpoint_id)
+        else:
+            latest = self._ms.require_latest()
+            check_usable(latest, self._where)
+            self._latest = latest
+            m = self._establish(latest) if self._mode == "managed" else latest
+            self._install_manifest(m)
+            self._poll_wal()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self._mode != "pinned" and options.background_poll:
+            self._thread = threading.Thread(target=self._run, name="shaledb-reader", daemon=True)
+            self._thread.start()
+
+    def _open_pinned(self, cp_id: uuid.UUID) -> None:
+        latest = self._ms.require_latest()
+        if not latest.initialized:
+            check_usable(latest, self._where)  # an unfinished clone (a destroyed database may still be read)
+        cp = live_checkpoint(latest, cp_id, self.clock.now(), self._where)
+        m = read_checkpoint_manifest(self._ms, cp)
+        self._latest = latest
+        self._current = cp.id
+        self._install_manifest(m)
+        for wid in range(m.replay_after_wal_id + 1, m.next_wal_id):
+            path = paths.wal_path(wid)
+            try:
+                data = self.store.get(path)
+            except ObjectNotFound:
+                continue  # a slot a crashed writer never filled
+            self._apply_wal(wid, data)
+
+    def _resolve_store(self, index: int) -> ObjectStore:
+        if index == 0:
+            return self.store
+        return self._external.store_for(index, self._view.manifest)
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key`` in the reader's current view, or None."""
+        if type(key) is not bytes:
+            key = check_key(key)
+        self._check_open()
+        try:
+            e = lookup(self._view, self._tables, key, None)
+        except ObjectNotFound:
+            if self._mode == "pinned":
+                raise
+            # The view's SSTs were collected (e.g. our checkpoint expired): move to the latest version.
+            log.warning("reader %s: an SST of its view is gone; re-establishing", self._where)
+            self._poll(force=True)
+            e = lookup(self._view, self._tables, key, None)
+        return None if e is None else self._vis.value(key, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan:
+        """``(key, value)`` pairs with ``start <= key < end`` in key order, from one consistent view."""
+        s, e = scan_bounds(start, end, prefix)
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+        view, seq, cp = self._pin()
+        it = scan_items(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
+        return Scan(it, lambda: self._unpin(view.mem, seq, cp))
+
+    def snapshot(self) -> ReaderSnapshot:
+        """A consistent view that keeps its version pinned until closed."""
+        view, seq, cp = self._pin()
+        return ReaderSnapshot(self, view, seq, cp)
+
+    def _pin(self) -> tuple[ReadView, int, uuid.UUID | None]:
+        with self._lock:
+            self._check_open()
+            view = self._view
+            seq = self._seq
+            cp = self._current if self._mode == "managed" else None
+            view.mem.pin(seq)
+            if cp is not None:
+                self._refs[cp] = self._refs.get(cp, 0) + 1
+        return view, seq, cp
+
+    def _unpin(self, mem: Memtable, seq: int, cp: uuid.UUID | None) -> None:
+        with self._lock:
+            mem.unpin(seq)
+            if cp is not None:
+                n = self._refs.get(cp, 0) - 1
+                if n > 0:
+                    self._refs[cp] = n
+                else:
+                    self._refs.pop(cp, None)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("reader is closed")
+
+    # ------------------------------------------------------ version details
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest whose SSTs the current view reads."""
+        return self._view.manifest
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint the current view is pinned by (None when following the latest)."""
+        with self._lock:
+            if self._current is None:
+                return None
+            return self._own.get(self._current) or self._latest.checkpoint(self._current)
+
+    @property
+    def seq(self) -> int:
+        """The highest sequence number the reader has seen."""
+        return self._seq
+
+    def key_ranges(self) -> list[tuple[bytes, bytes, int]]:
+        """``(first_key, last_key, size_bytes)`` of every SST of the view's data tree, by key.
+
+        L0 SSTs may overlap each other and the sorted runs; entries still only
+        in the WAL (replayed into memory) are not listed. For planning, not
+        for correctness: any key may also live in memory.
+        """
+        ssts: list[SstInfo] = list(self._view.manifest.data.ssts())
+        ssts.sort(key=lambda s: (s.first_key, s.last_key))
+        return [(s.first_key, s.last_key, s.size) for s in ssts]
+
+    def split_points(self, n: int) -> list[bytes]:
+        """At most ``n - 1`` ascending keys cutting the key space into ``n`` ranges of similar size.
+
+        The ranges ``[None, p0), [p0, p1), ..., [pk, None)`` cover every key, so
+        scanning each with its own reader (same checkpoint) and concatenating
+        gives the full scan. Sizes are estimated from SST sizes, assuming
+        each SST's bytes are spread evenly over its key range at SST
+        boundaries; fewer points come back when there are too few SSTs.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidArgument(f"n must be a positive integer, got {n!r}")
+        ranges = self.key_ranges()
+        if n == 1 or not ranges:
+            return []
+        bounds = sorted({r[0] for r in ranges} | {r[1] for r in ranges})
+        weight = [0.0] * len(bounds)
+        for first, last, size in ranges:
+            lo = bisect_right(bounds, first) - 1
+            hi = bisect_right(bounds, last) - 1
+            span = max(1, hi - lo)
+            for i in range(lo, lo + span):
+                weight[i] += size / span
+        total = sum(weight)
+        points: list[bytes] = []
+        acc = 0.0
+        target = 1
+        for i, w in enumerate(weight[:-1]):
+            acc += w
+            while target < n and acc >= total * target / n:
+                key = bounds[i + 1]
+                if not points or key > points[-1]:
+                    points.append(key)
+                target += 1
+        return points[: n - 1]
+
+    # ------------------------------------------------------------- polling
+
+    def refresh(self) -> None:
+        """Poll once now: new manifest, checkpoint maintenance, new WAL objects.
+
+        A reader on a fixed checkpoint has nothing to refresh. Raises what
+        the poll met (a background poll logs it and carries on instead).
+        """
+        if self._mode == "pinned":
+            return
+        self._poll(force=False)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.clock.wait(self._stop, self.options.manifest_poll_interval_s)
+            if self._stop.is_set():
+                return
+            try:
+                self._poll(force=False)
+                self.last_error = None
+            except ClosedError:
+                return
+            except Exception as exc:  # noqa: BLE001 - polling must survive outages (slatedb#1888)
+                self.last_error = exc
+                log.warning("reader %s: poll failed (will retry): %s", self._where, exc)
+
+    def _poll(self, *, force: bool) -> None:
+        with self._maint:
+            self._check_open()
+            self.counters["polls"] += 1
+            latest = self._ms.refresh(self._latest)
+            self._latest = latest
+            view_m = self._view.manifest
+            if self._mode == "latest":
+                if force or _sst_key(latest) != _sst_key(view_m):
+                    check_usable(latest, self._where)
+                    self._install_manifest(latest)
+            else:
+                now = self.clock.now()
+                cur = self._own.get(self._current) if self._current is not None else None
+                lost = cur is None or cur.expired(now) or latest.checkpoint(cur.id) is None
+                if force or lost or _sst_key(latest) != _sst_key(view_m):
+                    if lost and not force:
+                        log.warning(
+                            "reader %s: its checkpoint expired or vanished; re-establishing", self._where
+                        )
+                    self._install_manifest(self._establish(latest))
+                elif self._refresh_due(now):
+                    self._refresh_expiry(latest)
+            self._poll_wal()
+
+    def _refresh_due(self, now: float) -> bool:
+        life = self.options.checkpoint_lifetime_s
+        with self._lock:
+            cur = self._own.get(self._current) if self._current is not None else None
+            idle_retired = any(c != self._current and not self._refs.get(c) for c in self._own)
+        if life is None:
+            return idle_retired  # nothing expires: delete unused retired checkpoints now
+        return cur is not None and cur.expire_time_s is not None and now >= cur.expire_time_s - life / 2
+
+    def _checkpoint_changes(self, m: Manifest, now: float) -> tuple[list[Checkpoint], set[uuid.UUID]]:
+        """Our checkpoints in ``m`` after maintenance: held ones extended, idle retired ones dropped."""
+        life = self.options.checkpoint_lifetime_s
+        with self._lock:
+            held = {c for c in self._own if c == self._current or self._refs.get(c)}
+        dropped = set(self._own) - held
+        out = []
+        for c in m.checkpoints:
+            if c.id in dropped:
+                continue
+            if c.id in held and life is not None:
+                c = replace(c, expire_time_s=now + life)
+            out.append(c)
+        return out, dropped
+
+    def _establish(self, hint: Manifest) -> Manifest:
+        """Seed 002's reader procedure: a new checkpoint on the latest manifest (one CAS)."""
+        new_id = new_checkpoint_id(self.rng)
+        life = self.options.checkpoint_lifetime_s
+        made: list[tuple[Checkpoint, set[uuid.UUID]]] = []
+
+        def mutate(m: Manifest) -> Manifest:
+            check_usable(m, self._where)
+            now = self.clock.now()
+            keep, dropped = self._checkpoint_changes(m, now)
+            cp = make_checkpoint(
+                new_id, m.id + 1, now, life, name=self.options.checkpoint_name, metadata=(("role", "reader"),)
+            )
+            made.append((cp, dropped))
+            return replace(m, checkpoints=(*keep, cp))
+
+        m = self._ms.update(mutate, timeout_s=self.options.manifest_update_timeout_s, current=hint)
+        cp, dropped = made[-1]
+        with self._lock:
+            for c in dropped:
+                self._own.pop(c, None)
+            for c in list(self._own):
+                now_cp = m.checkpoint(c)
+                if now_cp is None:
+                    self._own.pop(c)
+                else:
+                    self._own[c] = now_cp
+            self._own[cp.id] = cp
+            self._current = cp.id
+        self._latest = m
+        self.counters["reestablished"] += 1
+        return m
+
+    def _refresh_expiry(self, hint: Manifest) -> None:
+        dropped_box: list[set[uuid.UUID]] = []
+
+        def mutate(m: Manifest) -> Manifest | None:
+            now = self.clock.now()
+            keep, dropped = self._checkpoint_changes(m, now)
+            dropped_box.append(dropped)
+            return replace(m, checkpoints=tuple(keep))
+
+        m = self._ms.update(mutate, timeout_s=self.options.manifest_update_timeout_s, current=hint)
+        with self._lock:
+            for c in list(self._own):
+                now_cp = m.checkpoint(c)
+                if now_cp is None or c in dropped_box[-1]:
+                    self._own.pop(c)
+                else:
+                    self._own[c] = now_cp
+        self._latest = m
+        self.counters["refreshed"] += 1
+
+    def _install_manifest(self, m: Manifest) -> None:
+        """Read ``m``'s SSTs from now on; drop tables its SSTs cover."""
+        floor = m.replay_after_wal_id
+        with self._lock:
+            tables = [t for t in self._wal_tables if t.last_wal > floor]
+            if self._next_wal <= floor:
+                self._next_wal = floor + 1
+                tables = []
+            self._wal_tables = tables or [_Table(self._next_wal)]
+            self._seq = max(self._seq, m.last_l0_seq)
+            self._view = self._make_view(m)
+
+    def _make_view(self, m: Manifest) -> ReadView:
+        tables = self._wal_tables
+        if not tables:
+            tables = self._wal_tables = [_Table(self._next_wal)]
+        mems = [t.mem for t in tables]
+        old = getattr(self, "_view", None)
+        runs = old.runs if old is not None and old.manifest.data.runs == m.data.runs else None
+        return ReadView(mems[-1], tuple(reversed(mems[:-1])), m, runs=runs)
+
+    # ------------------------------------------------------------------ WAL
+
+    def _poll_wal(self) -> None:
+        """Replay every WAL object present from the next id on (GET probes, no LIST)."""
+        while True:
+            wid = self._next_wal
+            path = paths.wal_path(wid)
+            try:
+                data = self.store.get(path)
+            except ObjectNotFound:
+                nxt = self._after_gap(wid)
+                if nxt is None:
+                    return
+                log.warning("reader %s: WAL %s is missing; continuing at %s", self._where, path, nxt)
+                with self._lock:
+                    self._next_wal = nxt
+                continue
+            self._apply_wal(wid, data)
+
+    def _after_gap(self, wid: int) -> int | None:
+        """The next WAL id present when ``wid`` can never appear, else None.
+
+        Within one writer WAL objects appear strictly in id order, so a
+        missing id below the manifest's ``next_wal_id`` with a later object
+        present is a slot a crashed writer left empty. Checked with one
+        listing, only when the manifest says ids beyond ``wid`` are in use,
+        and once per (id, manifest).
+        """
+        latest = self._latest
+        if latest.next_wal_id <= wid + 1 or self._gap_checked == (wid, latest.id):
+            return None
+        self._gap_checked = (wid, latest.id)
+        for meta in self.store.list(paths.WAL_DIR, offset=paths.wal_path(wid)):
+            nxt = paths.parse_wal_id(meta.path)
+            if nxt is not None and nxt > wid:
+                return nxt
+        return None
+
+    def _apply_wal(self, wid: int, data: bytes) -> None:
+        keys, ents = decode_wal_object(data, paths.wal_path(wid))
+        with self._lock:
+            floor = self._view.manifest.last_l0_seq
+            if ents and ents[0][0] <= floor:
+                pairs = [(k, e) for k, e in zip(keys, ents) if e[0] > floor]
+                keys = [p[0] for p in pairs]
+                ents = [p[1] for p in pairs]
+            t = self._wal_tables[-1]
+            mem = t.mem
+            if keys:
+                mem.put_many(keys, ents)
+                mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
+                self._seq = max(self._seq, *(e[0] for e in ents))
+            t.last_wal = wid
+            self._next_wal = wid + 1
+            if mem.nbytes >= self.options.max_memtable_bytes:
+                self._wal_tables.append(_Table(wid + 1))
+                self._view = self._make_view(self._view.manifest)
+        self.counters["wal_objects"] += 1
+
+    # ---------------------------------------------------------------- close
+
+    def close(self) -> None:
+        """Stop polling and delete the reader's own checkpoints (errors are logged)."""
+        with self._lock:
+            if self._closed:
+                return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._maint:
+            with self._lock:
+                self._closed = True
+                own = set(self._own) if self._mode == "managed" else set()
+            if own:
+                try:
+                    self._ms.update(
+                        lambda m: (
+                            replace(m, checkpoints=tuple(c for c in m.checkpoints if c.id not in own))
+                            if any(c.id in own for c in m.checkpoints)
+                            else None
+                        ),
+                        timeout_s=self.options.manifest_update_timeout_s,
+                    )
+                except ShaleError as exc:
+                    log.warning(
+                        "reader %s: could not delete its checkpoints (they expire): %s", self._where, exc
+                    )
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> DbReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for monitoring and tests."""
+        with self._lock:
+            tables = list(self._wal_tables)
+            own = len(self._own)
+        m = self._view.manifest
+        return {
+            "mode": self._mode,
+            "manifest_id": m.id,
+            "seq": self._seq,
+            "next_wal_id": self._next_wal,
+            "memtables": len(tables),
+            "memtable_bytes": sum(t.mem.nbytes for t in tables),
+            "own_checkpoints": own,
+            "l0_ssts": len(m.data.l0),
+            "sorted_runs": len(m.data.runs),
+            **self.counters,
+        }
+
+    def __repr__(self) -> str:
+        return f"DbReader({self._where}, mode={self._mode})"
+
+
+__all__ = ["DbReader", "DbReaderOptions", "ReaderSnapshot", "decode_wal_object"]
