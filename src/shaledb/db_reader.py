@@ -542,13 +542,19 @@ class DbReader:
         return cur is not None and cur.expire_time_s is not None and now >= cur.expire_time_s - life / 2
 
     def _checkpoint_changes(self, m: Manifest, now: float) -> tuple[list[Checkpoint], set[uuid.UUID]]:
-        """Our checkpoints in ``m`` after maintenance: held ones extended, idle retired ones dropped."""
+        """Our checkpoints in ``m`` after maintenance: held ones extended, idle retired ones dropped.
+
+        An expired checkpoint is dropped, never extended: the garbage collector
+        may already be deleting what it pinned, so it must not come back.
+        """
         life = self.options.checkpoint_lifetime_s
         with self._lock:
             held = {c for c in self._own if c == self._current or self._refs.get(c)}
         dropped = set(self._own) - held
         out = []
         for c in m.checkpoints:
+            if c.id in self._own and c.expired(now):
+                dropped.add(c.id)
             if c.id in dropped:
                 continue
             if c.id in held and life is not None:

@@ -1,0 +1,262 @@
+"""DbReader: what it reads, how it follows the writer, and what it writes (checkpoints only)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+from readers_kit import QUIET
+
+from shaledb import (
+    CheckpointNotFound,
+    DatabaseDestroyed,
+    Db,
+    DbReader,
+    DbReaderOptions,
+    InvalidArgument,
+    NotFound,
+    admin,
+)
+from shaledb.manifest.store import ManifestStore
+from shaledb.store import open_store
+from shaledb.testing import FaultInjectingStore
+from shaledb.testing.clock import ManualClock
+
+MANUAL = DbReaderOptions(background_poll=False, manifest_poll_interval_s=1.0, checkpoint_lifetime_s=60.0)
+
+
+def manifests(url: str) -> int:
+    return len(list(open_store(url).list("manifest/")))
+
+
+def reader_cps(url: str) -> list:
+    return [c for c in admin.read_manifest(url).checkpoints if dict(c.metadata).get("role") == "reader"]
+
+
+def test_reader_reads_wal_and_sst_data(url: str) -> None:
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    with Db.open(url, settings=QUIET) as db:
+        for i in range(300):
+            db.put(b"k%04d" % rng.randrange(500), b"a%d" % i)
+        db.flush(memtable=True)
+        for i in range(200):
+            k = b"k%04d" % rng.randrange(500)
+            if rng.random() < 0.2:
+                db.delete(k)
+            else:
+                db.put(k, b"b%d" % i)
+        expected = dict(db.scan())
+        with DbReader.open(url, options=MANUAL) as r:
+            assert dict(r.scan()) == expected
+            for k in [b"k%04d" % i for i in range(0, 500, 7)]:
+                assert r.get(k) == expected.get(k)
+            assert list(r.scan(prefix=b"k00")) == [(k, v) for k, v in sorted(expected.items()) if k < b"k01"]
+            assert list(r.scan(reverse=True, limit=5)) == sorted(expected.items(), reverse=True)[:5]
+            assert list(r.scan(b"k0100", b"k0200")) == [
+                (k, v) for k, v in sorted(expected.items()) if b"k0100" <= k < b"k0200"
+            ]
+            with r.snapshot() as s:
+                db.put(b"k0001", b"changed")
+                r.refresh()
+                assert r.get(b"k0001") == b"changed"
+                assert s.get(b"k0001") == expected.get(b"k0001")
+                assert dict(s.scan()) == expected
+
+
+def test_reader_follows_writes_and_flushes(url: str) -> None:
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+        with DbReader.open(url, options=MANUAL) as r:
+            assert r.get(b"a") == b"1"
+            db.put(b"b", b"2")
+            assert r.get(b"b") is None  # not polled yet
+            r.refresh()
+            assert r.get(b"b") == b"2"
+            before = r.stats()
+            db.flush(memtable=True)
+            r.refresh()
+            after = r.stats()
+            assert after["reestablished"] == before["reestablished"] + 1
+            assert after["l0_ssts"] == 1 and after["memtable_bytes"] == 0  # purged: the L0 holds it
+            assert r.get(b"a") == b"1" and r.get(b"b") == b"2"
+            for i in range(5):
+                db.put(b"x%d" % i, b"v")
+                db.flush(memtable=True)
+                r.refresh()
+                assert len(reader_cps(url)) <= 2  # the current one and at most one retired
+            assert dict(r.scan(prefix=b"x")) == {b"x%d" % i: b"v" for i in range(5)}
+        assert reader_cps(url) == []  # close deletes them
+
+
+def test_snapshot_keeps_its_checkpoint_until_closed(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"k", b"old")
+        db.flush(memtable=True)
+        r = DbReader.open(mem_url, options=MANUAL)
+        first = r.checkpoint
+        assert first is not None
+        snap = r.snapshot()
+        db.put(b"k", b"new")
+        db.flush(memtable=True)
+        r.refresh()
+        assert r.checkpoint is not None and r.checkpoint.id != first.id
+        assert r.get(b"k") == b"new" and snap.get(b"k") == b"old"
+        db.put(b"k2", b"v")
+        db.flush(memtable=True)
+        r.refresh()  # re-establishes again: the snapshot's checkpoint is still held
+        ids = {c.id for c in reader_cps(mem_url)}
+        assert first.id in ids
+        assert snap.get(b"k") == b"old"
+        snap.close()
+        db.put(b"k3", b"v")
+        db.flush(memtable=True)
+        r.refresh()  # the next write drops idle retired checkpoints
+        assert first.id not in {c.id for c in reader_cps(mem_url)}
+        with r.scan() as it:
+            assert dict(it)[b"k"] == b"new"
+        r.close()
+        assert reader_cps(mem_url) == []
+
+
+def test_small_memtables_and_purge(mem_url: str) -> None:
+    with (
+        Db.open(mem_url, settings=QUIET) as db,
+        DbReader.open(mem_url, options=replace(MANUAL, max_memtable_bytes=2000)) as r,
+    ):
+        for i in range(60):
+            db.put(b"k%03d" % i, b"v" * 50)
+        r.refresh()
+        assert r.stats()["memtables"] > 3
+        assert dict(r.scan()) == {b"k%03d" % i: b"v" * 50 for i in range(60)}
+        db.flush(memtable=True)
+        r.refresh()
+        assert r.stats()["memtables"] == 1 and r.stats()["memtable_bytes"] == 0
+        assert len(dict(r.scan())) == 60
+
+
+def test_pinned_reader_never_refreshes_or_writes(url: str) -> None:
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+        cp = db.create_checkpoint()
+        n = manifests(url)
+        with DbReader.open(url, cp.id) as r:
+            db.put(b"a", b"2")
+            db.flush(memtable=True)
+            n = manifests(url)
+            r.refresh()
+            assert r.get(b"a") == b"1"
+            assert r.checkpoint is not None and r.checkpoint.id == cp.id
+        assert manifests(url) == n
+    with pytest.raises(CheckpointNotFound):
+        DbReader.open(url, "01740ee5-6459-44af-9a45-85deb6e468e3")
+    with pytest.raises(InvalidArgument):
+        DbReader.open(url, "nope")
+
+
+def test_follow_latest_mode_writes_nothing(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+        n = manifests(mem_url)
+        opts = replace(MANUAL, establish_checkpoint=False)
+        with DbReader.open(mem_url, options=opts) as r:
+            assert r.get(b"a") == b"1" and r.checkpoint is None
+            db.put(b"b", b"2")
+            db.flush(memtable=True)
+            n = manifests(mem_url)
+            r.refresh()
+            assert r.get(b"b") == b"2" and r.manifest.data.l0
+        assert manifests(mem_url) == n
+
+
+def test_idle_poll_is_two_gets_and_no_list(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+        faults = FaultInjectingStore(open_store(mem_url), seed=1)
+        with DbReader.open(store=faults, options=MANUAL) as r:
+            faults.clear_calls()
+            r.refresh()
+            r.refresh()
+            calls = faults.calls
+            assert [c.op for c in calls] == ["get"] * 4, calls
+            assert {c.path.split("/")[0] for c in calls} == {"manifest", "wal"}
+
+
+def test_reader_skips_a_wal_slot_that_was_never_written(mem_url: str) -> None:
+    """A crashed writer can leave a WAL id below next_wal_id unwritten; later objects still arrive."""
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+        r = DbReader.open(mem_url, options=MANUAL)
+        gap = r.stats()["next_wal_id"]
+        db.put(b"lost", b"x")  # WAL object `gap`
+        db.put(b"b", b"2")  # `gap + 1`
+        store = open_store(mem_url)
+        store.delete(f"wal/{gap:020d}.sst")
+        r.refresh()
+        assert r.get(b"b") is None  # the manifest does not say `gap` is used: wait for it
+        ms = ManifestStore(store, ManualClock(), random.Random(1), author="test")
+        ms.update(lambda m: replace(m, next_wal_id=max(m.next_wal_id, gap + 2)), timeout_s=5)
+        r.refresh()
+        assert r.get(b"b") == b"2" and r.get(b"lost") is None
+        r.close()
+
+
+def test_split_points_partition_the_key_space(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        for part in range(8):
+            for i in range(100):
+                db.put(b"%d-%03d" % (part, i), b"v" * 100)
+            db.flush(memtable=True)
+        db.put(b"9-memtable-only", b"x")
+        cp = db.create_checkpoint()
+    with DbReader.open(mem_url, cp.id) as r:
+        ranges = r.key_ranges()
+        assert len(ranges) == 8 and all(lo <= hi for lo, hi, _ in ranges)
+        full = list(r.scan())
+        for n in (1, 2, 3, 4, 8, 50):
+            points = r.split_points(n)
+            assert len(points) <= n - 1 and points == sorted(set(points))
+            if n in (2, 4, 8):
+                assert len(points) == n - 1
+            bounds = [None, *points, None]
+            pieces = []
+            for lo, hi in itertools.pairwise(bounds):
+                pieces.extend(r.scan(lo, hi))
+            assert pieces == full
+        with pytest.raises(InvalidArgument):
+            r.split_points(0)
+
+
+def test_open_errors(mem_url: str) -> None:
+    with pytest.raises(NotFound):
+        DbReader.open(mem_url)
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+    admin.destroy(mem_url)
+    with pytest.raises(DatabaseDestroyed):
+        DbReader.open(mem_url)
+    with pytest.raises(InvalidArgument):
+        DbReaderOptions(manifest_poll_interval_s=10, checkpoint_lifetime_s=15)
+    with pytest.raises(InvalidArgument):
+        DbReader.open(mem_url, manifest_poll_interval=5, checkpoint_lifetime=10)
+    with pytest.raises(InvalidArgument):
+        DbReaderOptions(max_memtable_bytes=0)
+    with pytest.raises(InvalidArgument):
+        DbReader.open()
+
+
+def test_closed_reader_refuses_reads(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+    r = DbReader.open(mem_url, options=MANUAL)
+    r.close()
+    r.close()
+    from shaledb import ClosedError
+
+    with pytest.raises(ClosedError):
+        r.get(b"a")
+    with pytest.raises(ClosedError):
+        r.scan()
