@@ -34,10 +34,8 @@ def full_manifest(data: bytes) -> object:
 
 
 SSTS = ["table_small.sst", "table_none.sst", "table_lz4.sst", "table_zstd.sst", "wal.sst", "fence.sst"]
-OBJECTS: list[tuple[str, Decoder]] = [(n, full_sst) for n in SSTS] + [
-    ("manifest_small.manifest", full_manifest),
-    ("manifest_full.manifest", full_manifest),
-]
+OBJECTS: list[tuple[str, Decoder]] = [(n, full_sst) for n in SSTS]
+OBJECTS += [("manifest_small.manifest", full_manifest), ("manifest_full.manifest", full_manifest)]
 
 
 def undetected(decode: Decoder, variants: Iterator[tuple[str, bytes]]) -> list[str]:
