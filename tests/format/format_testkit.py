@@ -87,7 +87,7 @@ def fuzz(max_examples: int) -> Callable[[Callable[..., None]], Callable[..., Non
             print_blob=True,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         )(fn)
-        return seed(FUZZ_SEED)(configured)  # type: ignore[no-any-return]
+        return seed(FUZZ_SEED)(configured)
 
     return wrap
 
@@ -268,6 +268,10 @@ def _show(b: bytes) -> str:
     return "0x" + b.hex()
 
 
+def _shown(name: str) -> Callable[[bytes], str]:
+    return lambda b: f"{name} = {_show(b)}"
+
+
 def _u32s(b: bytes) -> list[int]:
     return list(struct.unpack(f"<{len(b) // 4}I", b))
 
@@ -343,9 +347,9 @@ def fields_block_payload(buf: bytes, base: int = 0) -> list[Field]:
     c.take(8 * n, lambda b: f"seq[0..{n - 1}] = {' '.join(map(str, _u64s(b)))}")
     c.take(n, lambda b: "kind[] = " + " ".join(_kind_name(k) for k in b))
     for i in range(n):
-        c.take(key_off[i + 1] - key_off[i], lambda b, i=i: f"key[{i}] = {_show(b)}")
+        c.take(key_off[i + 1] - key_off[i], _shown(f"key[{i}]"))
     for i in range(n):
-        c.take(val_off[i + 1] - val_off[i], lambda b, i=i: f"value[{i}] = {_show(b)}")
+        c.take(val_off[i + 1] - val_off[i], _shown(f"value[{i}]"))
     return c.done()
 
 
@@ -383,7 +387,7 @@ def fields_index(buf: bytes, base: int = 0) -> list[Field]:
     c.take(8 * (n + 1), lambda b: f"block_off[0..{n}] = {' '.join(map(str, _u64s(b)))}")
     koff = _u32s(c.take(4 * (n + 1), lambda b: f"key_off[0..{n}] = {' '.join(map(str, _u32s(b)))}"))
     for i in range(n):
-        c.take(koff[i + 1] - koff[i], lambda b, i=i: f"index key[{i}] = {_show(b)}")
+        c.take(koff[i + 1] - koff[i], _shown(f"index key[{i}]"))
     return c.done()
 
 
@@ -438,7 +442,7 @@ def fields_manifest(data: bytes) -> list[Field]:
     c.u("<H", "format_version")
     c.u("<H", "flags")
     n = c.u("<I", "body_len")
-    c.take(n, "body: UTF-8 JSON (sorted keys, no whitespace)")
+    c.take(n, "body: JSON, ASCII, sorted keys, no whitespace")
     c.take(4, lambda b: f"crc32c = 0x{struct.unpack('<I', b)[0]:08x}")
     return c.done()
 
@@ -522,6 +526,10 @@ def _dump_manifest() -> str:
     return render(fields_manifest(golden_bytes("manifest_small.manifest")), max_rows=3)
 
 
+def _dump_manifest_body() -> str:
+    return golden_bytes("manifest_small.manifest")[12:-4].decode("ascii")
+
+
 def _dump_manifest_json() -> str:
     import json
 
@@ -541,6 +549,7 @@ DOC_DUMPS: dict[str, Callable[[], str]] = {
     "wal": _dump_wal,
     "fence": _dump_fence,
     "manifest_small": _dump_manifest,
+    "manifest_small_body": _dump_manifest_body,
     "manifest_full_json": _dump_manifest_json,
 }
 """Names usable in ``<!-- golden:NAME -->`` markers in docs/format/*.md."""
