@@ -9,7 +9,9 @@
 3. the clone's checkpoint id in the parent is ``M.parent.checkpoint_id`` on a
    retry, else a new UUID -- so a retry never leaks a second checkpoint;
 4. a destroyed parent: delete that checkpoint from it (if any) and fail;
-5. ``M_c`` is the manifest ``parent_checkpoint`` pins, or ``M_p``;
+5. ``M_c`` is the manifest ``parent_checkpoint`` pins, or else the parent's
+   current version ``M_p`` with its WAL range extended to every WAL object
+   already durable (written by step 7 as ``M_p.id + 1``);
 6. write the clone's manifest ``M'`` (``initialized = false``): the parent
    recorded as ``parent`` and as external database #1, ``M_c``'s SSTs and
    sorted runs with ``SstInfo.db`` remapped, its WAL range and sequence
@@ -30,7 +32,8 @@ checkpoint exists in the parent (step 7), so a crash in between leaves no
 unrecorded pin in the parent. When cloning the parent's *current* version,
 step 7 pins it only if it is still current (the procedure restarts
 otherwise), because only a current or checkpointed version is guaranteed
-to still have its objects.
+to still have its objects; like ``admin.create_checkpoint``, that version
+includes writes durable in the parent's WAL but not yet in its L0.
 
 The ancestor list is flattened (see ``shaledb.external``): a clone of a clone
 references its grandparent directly, through its own checkpoint there, so
@@ -48,6 +51,8 @@ from typing import TYPE_CHECKING, Any
 from . import paths
 from .checkpoint import (
     as_checkpoint_id,
+    durable_wal_tail,
+    extend_wal_range,
     live_checkpoint,
     make_checkpoint,
     with_checkpoint,
@@ -225,7 +230,10 @@ def _attempt(
                 "which no longer exists"
             ) from None
     else:
-        mc = mp
+        # The current version, with every WAL object already durable: step 7 writes this very
+        # manifest (id + 1) in the parent, extending its WAL range, and pins it.
+        tail = durable_wal_tail(pms.store, mp.next_wal_id - 1)
+        mc = replace(extend_wal_range(mp, tail), id=mp.id + 1, checkpoints=())
     check_external_urls(own_url, [parent_url, *(e.url for e in mc.external_dbs)])
     # Step 6: reuse checkpoint ids recorded by an earlier attempt.
     earlier = {canonical_url(e.url): e.checkpoint_id for e in (m.external_dbs if m is not None else ())}
@@ -284,21 +292,20 @@ def _pin_in_parent(
         if cur.destroyed_at_s is not None:
             raise _Restart("the parent was destroyed")  # step 4 of the next attempt cleans up
         now = clock.now()
+        existing = cur.checkpoint(cp_id)
         if parent_checkpoint is not None:
             manifest_id = live_checkpoint(cur, parent_checkpoint, now, parent_url).manifest_id
             if manifest_id != mc.id:
                 raise _Restart("the parent checkpoint changed")
         else:
             manifest_id = mc.id
-            existing = cur.checkpoint(cp_id)
-            pinned_already = (
-                existing is not None and existing.manifest_id == mc.id and not existing.expired(now)
-            )
-            if cur.id != mc.id and not pinned_already:
+            pinned = existing is not None and existing.manifest_id == mc.id
+            if not pinned and cur.id != mc.id - 1:
                 raise _Restart("the parent's current version changed before it was pinned")
-        existing = cur.checkpoint(cp_id)
         if existing is not None and existing.manifest_id == manifest_id and existing.expire_time_s is None:
             return None
+        if parent_checkpoint is None:
+            cur = extend_wal_range(cur, mc.next_wal_id - 1)
         cp = make_checkpoint(cp_id, manifest_id, now, None, metadata=_clone_metadata(own_url))
         return with_checkpoint(cur, cp)
 
