@@ -1,0 +1,154 @@
+"""The installed ``shaledb`` command: output, JSON and exit codes of the admin and read commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shaledb import Db, Settings
+
+QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
+EXE = Path(sys.executable).with_name("shaledb")
+BASE = [str(EXE)] if EXE.exists() else [sys.executable, "-m", "shaledb.cli"]
+
+
+def run(*args: str, path: Path | str | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [*BASE]
+    if path is not None:
+        cmd += ["--path", str(path)]
+    cmd += list(args)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def ok(*args: str, path: Path | str | None = None) -> str:
+    p = run(*args, path=path)
+    assert p.returncode == 0, (args, p.returncode, p.stdout, p.stderr)
+    return p.stdout
+
+
+def one_line_error(p: subprocess.CompletedProcess[str], code: int, text: str) -> None:
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert text in lines[0], lines[0]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "db"
+    with Db.open(str(path), settings=QUIET) as d:
+        for i in range(30):
+            d.put(b"k%02d" % i, b"v%d" % i)
+        d.flush(memtable=True)
+        d.put(b"wal-only", b"w")
+    return path
+
+
+def test_help_lists_the_commands() -> None:
+    out = ok("--help")
+    for name in (
+        "create-checkpoint",
+        "refresh-checkpoint",
+        "delete-checkpoint",
+        "list-checkpoints",
+        "clone",
+        "destroy",
+        "get",
+        "put",
+        "scan",
+        "read-manifest",
+        "list-manifests",
+    ):
+        assert name in out
+    p = run("get", "k")
+    assert p.returncode == 2 and "--path" in p.stderr
+
+
+def test_get_put_and_exit_codes(db: Path) -> None:
+    assert ok("get", "k05", path=db) == "v5\n"
+    assert ok("get", "wal-only", path=db) == "w\n"
+    one_line_error(run("get", "missing", path=db), 3, "not found")
+    data = json.loads(ok("--json", "get", "k05", path=db))
+    assert data == {"key": "k05", "value": "v5", "key_hex": "6b3035", "value_hex": "7635"}
+    p = run("--json", "get", "missing", path=db)
+    assert p.returncode == 3 and json.loads(p.stdout)["value"] is None
+    ok("put", "0x00ff", "0x0102", path=db)
+    assert ok("get", "0x00ff", path=db) == "0x0102\n"
+    one_line_error(run("get", "0xzz", path=db), 2, "not hex")
+    one_line_error(run("get", "k", path=db.parent / "nothing"), 3, "no database")
+
+
+def test_scan_forms(db: Path) -> None:
+    out = ok("scan", "--prefix", "k1", path=db).splitlines()
+    assert out[0].split() == ["KEY", "VALUE"] and [line.split()[0] for line in out[1:]] == [
+        f"k{i:02d}" for i in range(10, 20)
+    ]
+    rows = json.loads(ok("--json", "scan", "--from", "k05", "--to", "k08", path=db))
+    assert [r["key"] for r in rows] == ["k05", "k06", "k07"]
+    rows = json.loads(ok("--json", "scan", "--limit", "2", "--reverse", path=db))
+    assert [r["key"] for r in rows] == ["wal-only", "k29"]
+    assert json.loads(ok("--json", "scan", "--count", path=db)) == {"count": 31}
+    one_line_error(run("scan", "--prefix", "k", "--to", "z", path=db), 2, "--to")
+    p = run("scan", "--prefix", "k", "--from", "a", path=db)
+    assert p.returncode == 2 and "not allowed with" in p.stderr
+    one_line_error(run("scan", "--limit", "-1", path=db), 2, "--limit")
+
+
+def test_checkpoint_commands(db: Path) -> None:
+    cp = json.loads(
+        ok("--json", "create-checkpoint", "--lifetime", "7days 30min 10s", "--name", "n1", path=db)
+    )
+    assert cp["name"] == "n1" and cp["kind"] == "user" and cp["expires_in"] == "7d 30min 10s"
+    table = ok("list-checkpoints", path=db)
+    assert cp["id"] in table and table.splitlines()[0].split()[:2] == ["ID", "MANIFEST_ID"]
+    listed = json.loads(ok("--json", "list-checkpoints", "--name", "n1", path=db))
+    assert [c["id"] for c in listed] == [cp["id"]]
+    ok("put", "k05", "changed", path=db)
+    assert ok("get", "--checkpoint", cp["id"], "k05", path=db) == "v5\n"
+    assert ok("get", "k05", path=db) == "changed\n"
+    rows = json.loads(ok("--json", "scan", "--checkpoint", cp["id"], "--prefix", "k0", path=db))
+    assert {r["key"]: r["value"] for r in rows}["k05"] == "v5"
+    derived = json.loads(ok("--json", "create-checkpoint", "--source", cp["id"], path=db))
+    assert derived["manifest_id"] == cp["manifest_id"] and derived["expires"] is None
+    refreshed = json.loads(ok("--json", "refresh-checkpoint", "--id", cp["id"], "--lifetime", "1h", path=db))
+    assert refreshed["expires_in"] in ("1h", "59min 59s")
+    forever = json.loads(ok("--json", "refresh-checkpoint", "-i", cp["id"], path=db))
+    assert forever["expires"] is None
+    assert json.loads(ok("--json", "delete-checkpoint", "--id", cp["id"], path=db)) == {"deleted": cp["id"]}
+    one_line_error(run("delete-checkpoint", "--id", cp["id"], path=db), 3, "CheckpointNotFound")
+    one_line_error(run("get", "--checkpoint", cp["id"], "k05", path=db), 3, "CheckpointNotFound")
+    p = run("delete-checkpoint", "--id", "not-a-uuid", path=db)
+    assert p.returncode == 2 and "not a checkpoint id" in p.stderr
+    one_line_error(run("create-checkpoint", "--lifetime", "3 fortnights", path=db), 2, "unknown unit")
+    one_line_error(run("list-checkpoints", path=db.parent / "nothing"), 3, "no database")
+
+
+def test_clone_and_destroy(db: Path, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    info = json.loads(ok("--json", "clone", "--parent", str(db), path=clone))
+    assert info["parent"] == f"file://{db.resolve()}" and info["ancestors"] == [info["parent"]]
+    assert ok("get", "k07", path=clone) == "v7\n"
+    ok("put", "mine", "1", path=clone)
+    one_line_error(run("get", "mine", path=db), 3, "not found")
+    again = json.loads(ok("--json", "clone", "--parent", str(db), path=clone))  # reopens, no new pin
+    assert again["parent_checkpoint"] == info["parent_checkpoint"]
+    kinds = [c["kind"] for c in json.loads(ok("--json", "list-checkpoints", path=db))]
+    assert kinds.count("clone") == 1
+    one_line_error(run("destroy", "--hard", path=db), 1, "live checkpoint")
+    one_line_error(run("clone", "--parent", str(db), path=db), 2, "itself")
+    assert json.loads(ok("--json", "destroy", "--hard", path=clone))["mode"] == "hard"
+    assert not any(clone.rglob("*.manifest"))
+    ok("destroy", path=db)  # soft
+    one_line_error(run("get", "k01", path=db), 3, "destroyed")
+    one_line_error(run("create-checkpoint", path=db), 3, "destroyed")
+    ok("destroy", "--hard", path=db)
+    one_line_error(run("get", "k01", path=db), 3, "no database")
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    p = run("--debug", "list-checkpoints", path=tmp_path / "nothing")
+    assert p.returncode != 0 and "Traceback" in p.stderr
