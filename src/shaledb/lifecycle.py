@@ -39,8 +39,9 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from . import paths
 from .checkpoint import without_checkpoints
@@ -52,11 +53,12 @@ from .errors import (
     NotFound,
     ObjectNotFound,
 )
-from .external import ExternalStores
+from .external import ExternalStores, default_factory
 from .format.coding import CODECS
 from .manifest.model import Checkpoint, Manifest
 from .manifest.store import ManifestStore
 from .recovery import write_fence
+from .settings import RetryOptions
 from .store.base import ObjectStore
 
 log = logging.getLogger("shaledb.lifecycle")
@@ -243,10 +245,12 @@ def gc_destroyed_database(
     external: ExternalStores,
     timeout_s: float,
     dry_run: bool = False,
+    latest: Manifest | None = None,
 ) -> DestroyStatus:
     """GC step 2: delete a soft-destroyed database once its grace period passed and no
-    checkpoint is live. "deleted" means the collector should stop for this database."""
-    m = ms.read_latest()
+    checkpoint is live. "deleted" means the collector should stop for this database.
+    ``latest`` saves a read when the caller just read the latest manifest."""
+    m = latest or ms.read_latest()
     if m is None:
         return DestroyStatus("deleted", "no database")
     if m.destroyed_at_s is None:
@@ -271,9 +275,10 @@ def gc_detach_clone(
     external: ExternalStores,
     timeout_s: float,
     dry_run: bool = False,
+    latest: Manifest | None = None,
 ) -> bool:
     """GC step 8: detach a clone that references nothing of its ancestors. True if detached now."""
-    m = ms.read_latest()
+    m = latest or ms.read_latest()
     if m is None or not m.initialized or m.destroyed_at_s is not None:
         return False
     if m.option(PENDING_RELEASE):
@@ -334,6 +339,7 @@ def _finish_release(
 __all__ = [
     "PENDING_RELEASE",
     "DestroyStatus",
+    "LifecycleSteps",
     "delete_database",
     "destroy",
     "external_refs",
@@ -341,3 +347,56 @@ __all__ = [
     "gc_detach_clone",
     "release_checkpoints",
 ]
+
+
+class LifecycleSteps:
+    """The garbage collector's lifecycle steps for one database, for ``shaledb.gc``.
+
+    ``destroy_step`` (seed 002 GC step 2) runs first in a pass: True means the
+    database is gone and the collector should stop. ``detach_step`` (step 8)
+    runs last. Both log what they do and never delete anything in a dry run.
+    Parents of clones are opened by URL with ``store_options``.
+    """
+
+    def __init__(
+        self,
+        manifests: ManifestStore,
+        *,
+        clock: Clock,
+        grace_s: float,
+        timeout_s: float,
+        retry: RetryOptions | None = None,
+        store_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.manifests = manifests
+        self.clock = clock
+        self.grace_s = grace_s
+        self.timeout_s = timeout_s
+        self.external = ExternalStores(
+            default_factory(retry or RetryOptions(), clock, random.Random(), store_options)
+        )
+        self.last_status = DestroyStatus("active")
+
+    def destroy_step(self, latest: Manifest | None = None, *, dry_run: bool = False) -> bool:
+        self.last_status = gc_destroyed_database(
+            self.manifests,
+            latest=latest,
+            clock=self.clock,
+            grace_s=self.grace_s,
+            external=self.external,
+            timeout_s=self.timeout_s,
+            dry_run=dry_run,
+        )
+        if self.last_status.state == "waiting":
+            log.info("destroyed database %s: %s", self.manifests.store.describe(), self.last_status.reason)
+        return self.last_status.state == "deleted"
+
+    def detach_step(self, latest: Manifest | None = None, *, dry_run: bool = False) -> bool:
+        return gc_detach_clone(
+            self.manifests,
+            latest=latest,
+            clock=self.clock,
+            external=self.external,
+            timeout_s=self.timeout_s,
+            dry_run=dry_run,
+        )

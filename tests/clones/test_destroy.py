@@ -194,3 +194,23 @@ def test_soft_destroy_loses_to_a_writer_opening_meanwhile() -> None:
         except FencedError:
             pass
         assert latest(url).destroyed_at_s is not None
+
+
+def test_lifecycle_steps_as_the_collector_runs_them() -> None:
+    from shaledb.lifecycle import LifecycleSteps
+
+    clock = ManualClock()
+    with memory_urls(2) as (parent_url, clone_url):
+        with Db.open(parent_url, settings=QUIET) as parent:
+            parent.put(b"a", b"1")
+            parent.flush(memtable=True)
+        Db.open_from_checkpoint(clone_url, parent_url, settings=QUIET).close()
+        steps = LifecycleSteps(manifest_store(clone_url), clock=clock, grace_s=GRACE, timeout_s=10)
+        assert steps.destroy_step() is False and steps.last_status.state == "active"
+        assert steps.detach_step() is False  # still references the parent's L0
+        admin.destroy(clone_url, clock=clock)
+        assert steps.destroy_step(dry_run=True) is False
+        clock.advance(GRACE + 1)
+        assert steps.destroy_step(dry_run=True) is False and all_objects(clone_url)
+        assert steps.destroy_step() is True
+        assert all_objects(clone_url) == [] and clone_checkpoints(parent_url) == []
