@@ -41,6 +41,7 @@ from .clock import Clock
 from .duration import to_seconds
 from .errors import (
     CheckpointNotFound,
+    ClosedError,
     DatabaseDestroyed,
     FencedError,
     InvalidArgument,
@@ -350,6 +351,8 @@ def create_writer_checkpoint(
     meta = _check_metadata(metadata)
     src = None if source is None else as_checkpoint_id(source)
     db.check_failure()
+    if db.closed:
+        raise ClosedError("database is closed")
     if src is None and scope == "all":
         db.flush()
     durable_wal = db.wal.durable_wal_id

@@ -72,7 +72,14 @@ from .checkpoint import (
 from .clock import SYSTEM_CLOCK, Clock
 from .db import Scan, scan_bounds, wrap_store
 from .duration import to_seconds
-from .errors import ClosedError, CorruptionError, InvalidArgument, ObjectNotFound, ShaleError
+from .errors import (
+    ClosedError,
+    CorruptionError,
+    DatabaseDestroyed,
+    InvalidArgument,
+    ObjectNotFound,
+    ShaleError,
+)
 from .external import ExternalStores, StoreFactory, canonical_url, default_factory
 from .format.sst import decode_data_block, decode_meta
 from .manifest.model import Checkpoint, Manifest, SstInfo
@@ -513,6 +520,10 @@ class DbReader:
             self.counters["polls"] += 1
             latest = self._ms.refresh(self._latest)
             self._latest = latest
+            if latest.destroyed_at_s is not None:
+                # Keep serving the current view, but do not keep a destroyed database alive:
+                # the checkpoint is left to expire so the garbage collector can finish.
+                raise DatabaseDestroyed(f"database at {self._where} was destroyed")
             view_m = self._view.manifest
             if self._mode == "latest":
                 if force or _sst_key(latest) != _sst_key(view_m):

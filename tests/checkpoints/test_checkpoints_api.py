@@ -265,3 +265,13 @@ def test_writer_checkpoint_argument_errors(mem_url: str) -> None:
             db.create_checkpoint(source=uuid.uuid4())
         with pytest.raises(InvalidArgument):
             db.create_checkpoint(name="x" * 1000)
+
+
+def test_closed_writer_cannot_create_checkpoint(mem_url: str) -> None:
+    from shaledb import ClosedError
+
+    db = Db.open(mem_url, settings=QUIET)
+    db.close()
+    for scope in ("all", "durable"):
+        with pytest.raises(ClosedError):
+            db.create_checkpoint(scope=scope)

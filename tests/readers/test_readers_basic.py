@@ -260,3 +260,17 @@ def test_closed_reader_refuses_reads(mem_url: str) -> None:
         r.get(b"a")
     with pytest.raises(ClosedError):
         r.scan()
+
+
+def test_reader_of_a_destroyed_database_serves_but_stops_refreshing(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+    r = DbReader.open(mem_url, options=MANUAL)
+    cp = r.checkpoint
+    assert cp is not None
+    admin.destroy(mem_url)
+    with pytest.raises(DatabaseDestroyed):
+        r.refresh()
+    assert r.get(b"a") == b"1"
+    assert admin.read_manifest(mem_url).checkpoint(cp.id) == cp  # not extended
+    r.close()
