@@ -20,6 +20,7 @@ The salvage modes (RocksDB's names) choose what to give up, and log it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -166,7 +167,6 @@ def replay_wal(
                     paths.wal_path(gaps[0]),
                 )
     ids = sorted(present)
-    last = ids[-1] if ids else None
     for pos, wid in enumerate(ids):
         if pos and ids[pos - 1] != wid - 1 and not verify:
             res.skipped.append(f"WAL ids stop at {ids[pos - 1]}; objects from {wid} on are not replayed")
@@ -185,7 +185,8 @@ def replay_wal(
             damaged = f"checksum or size differs from the manifest's record ({tw.size} bytes)"
         else:
             damaged = None
-        stop = _replay_object(res, path, data, damaged, mode, is_last=wid == last)
+        is_tail = functools.partial(_only_fences, store, ids[pos + 1 :])
+        stop = _replay_object(res, path, data, damaged, mode, is_tail)
         if stop:
             rest = [paths.wal_path(i) for i in ids[pos + 1 :]]
             if rest:
@@ -195,7 +196,7 @@ def replay_wal(
 
 
 def _replay_object(
-    res: ReplayResult, path: str, data: bytes, damaged: str | None, mode: str, is_last: bool
+    res: ReplayResult, path: str, data: bytes, damaged: str | None, mode: str, is_last: Callable[[], bool]
 ) -> bool:
     """Replay one object; True to stop replaying further objects."""
     if not data:
@@ -224,13 +225,31 @@ def _replay_object(
     return False
 
 
-def _damage(res: ReplayResult, path: str, what: str, mode: str, is_last: bool, *, whole: bool) -> bool:
+def _only_fences(store: ObjectStore, wal_ids: list[int]) -> bool:
+    """True if every object in ``wal_ids`` is an empty fencing object.
+
+    A damaged object is still the tail of the log when only fences follow it:
+    an open that refused the damage has already written its fence.
+    """
+    for wid in wal_ids:
+        try:
+            data = store.get(paths.wal_path(wid))
+            if data and decode_meta(data, len(data)).props.entries:
+                return False
+        except (ObjectNotFound, CorruptionError):
+            return False
+    return True
+
+
+def _damage(
+    res: ReplayResult, path: str, what: str, mode: str, is_last: Callable[[], bool], *, whole: bool
+) -> bool:
     if mode == "absolute_consistency":
         raise CorruptionError(
             f"damaged WAL object ({what}); use a salvage wal_recovery_mode to open anyway", path
         )
     if mode == "tolerate_corrupted_tail":
-        if not is_last:
+        if not is_last():
             raise CorruptionError(f"damaged WAL object before the tail ({what})", path)
         res.skipped.append(f"{path}: dropped the damaged tail ({what})")
         log.warning("WAL recovery dropped the damaged tail of %s: %s", path, what)
