@@ -341,3 +341,20 @@ def test_every_single_byte_flip_of_a_manifest_is_detected(memory_store: ObjectSt
         memory_store.put(path, original)
     flip_byte(memory_store, path, len(original) // 2)
     _expect_corruption_naming(memory_store, path)
+
+
+@pytest.mark.parametrize("mode", _SALVAGE_MODES)
+def test_salvage_after_a_refused_open(store: ObjectStore, mode: str) -> None:
+    """The operator's path: the default open refuses the damage, then a salvage mode opens.
+
+    The refused open already fenced (its empty fencing object now follows the
+    damaged one), which must not turn the damaged last object into one
+    "before the tail".
+    """
+    layout = _crashed_db_with_tracked_wals(store)
+    last = layout.wal_ids[-1]
+    flip_byte(store, wal_path(last), 40)
+    for _ in range(2):
+        _expect_corruption_naming(store, wal_path(last))
+    with _open(store, wal_recovery_mode=mode) as db:
+        assert dump(db) == layout.expected(upto=last)
