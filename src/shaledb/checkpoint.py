@@ -168,7 +168,7 @@ def add_checkpoint_mutator(
     metadata: tuple[tuple[str, str], ...] = (),
     prepare: Callable[[Manifest], Manifest] | None = None,
     result: list[Checkpoint] | None = None,
-) -> Callable[[Manifest], Manifest]:
+) -> Callable[[Manifest], Manifest | None]:
     """The mutation of seed 002's two creation procedures (see module docstring).
 
     ``prepare`` adjusts the manifest first (e.g. a writer extending the WAL
@@ -176,16 +176,19 @@ def add_checkpoint_mutator(
     last element is the one that was written.
     """
 
-    def mutate(m: Manifest) -> Manifest:
+    def mutate(m: Manifest) -> Manifest | None:
         now = clock.now()
+        mine = m.checkpoint(cp_id)
+        if mine is not None:  # an earlier attempt of ours landed (the id is fresh and random)
+            if result is not None:
+                result.append(mine)
+            return None
         if source is None:
             check_usable(m, where)
             manifest_id = m.id + 1
         else:
             check_usable(m, where, allow_uninitialized=True)
             manifest_id = live_checkpoint(m, source, now, where).manifest_id
-        if m.checkpoint(cp_id) is not None:
-            raise InvalidArgument(f"checkpoint {cp_id} already exists")
         if prepare is not None:
             m = prepare(m)
         cp = make_checkpoint(cp_id, manifest_id, now, lifetime_s, name=name, metadata=metadata)
@@ -276,9 +279,8 @@ def delete_checkpoint(
 
     def mutate(m: Manifest) -> Manifest | None:
         if m.checkpoint(cid) is None:
-            found[0] = False
-            if missing_ok:
-                return None
+            if found[0] or missing_ok:
+                return None  # (gone since an earlier attempt of ours saw it: deleted by us or by GC)
             raise CheckpointNotFound(f"no checkpoint {cid} in the database at {where}")
         found[0] = True
         return without_checkpoints(m, {cid})

@@ -579,7 +579,9 @@ class DbReader:
         life = self.options.checkpoint_lifetime_s
         made: list[tuple[Checkpoint, set[uuid.UUID]]] = []
 
-        def mutate(m: Manifest) -> Manifest:
+        def mutate(m: Manifest) -> Manifest | None:
+            if m.checkpoint(new_id) is not None:
+                return None  # an earlier attempt of ours landed
             check_usable(m, self._where)
             now = self.clock.now()
             keep, dropped = self._checkpoint_changes(m, now)
@@ -589,20 +591,21 @@ class DbReader:
             made.append((cp, dropped))
             return replace(m, checkpoints=(*keep, cp))
 
-        m = self._ms.update(mutate, timeout_s=self.options.manifest_update_timeout_s, current=hint)
+        latest = self._ms.update(mutate, timeout_s=self.options.manifest_update_timeout_s, current=hint)
         cp, dropped = made[-1]
+        m = latest if latest.id == cp.manifest_id else self._ms.read(cp.manifest_id)
         with self._lock:
             for c in dropped:
                 self._own.pop(c, None)
             for c in list(self._own):
-                now_cp = m.checkpoint(c)
+                now_cp = latest.checkpoint(c)
                 if now_cp is None:
                     self._own.pop(c)
                 else:
                     self._own[c] = now_cp
-            self._own[cp.id] = cp
+            self._own[cp.id] = latest.checkpoint(cp.id) or cp
             self._current = cp.id
-        self._latest = m
+        self._latest = latest
         self.counters["reestablished"] += 1
         return m
 

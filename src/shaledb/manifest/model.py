@@ -247,6 +247,7 @@ _KNOWN = {
     "journal",
     "options",
     "nonce",
+    "prev_nonce",
     "author",
 }
 

@@ -11,6 +11,12 @@ version, and its write would "succeed" while the database has moved on. So
 after every successful create we list newer manifests; if any exists our
 object is not the head of the chain and the update is retried from the
 latest version (the stray object is left for GC, it is never read as latest).
+
+Newer manifests also exist when other processes simply built on ours between
+our create and our listing. Retrying then would apply the change twice (an L0
+SST added twice, an epoch bumped twice). Every manifest therefore records the
+nonce of the version it was derived from (``prev_nonce``): if the manifest
+right after ours names our nonce, ours is in the chain and the write stands.
 """
 
 from __future__ import annotations
@@ -47,18 +53,41 @@ class ManifestStore:
         self._lock = threading.Lock()
         self._latest_id: int | None = None
         self._cache: dict[int, Manifest] = {}
+        self._nonces: dict[int, tuple[str | None, str | None]] = {}
+        """(nonce, prev_nonce) of manifests read or written, by id (bounded)."""
 
     # ------------------------------------------------------------------ reads
 
     def _decode(self, manifest_id: int, data: bytes) -> Manifest:
         path = paths.manifest_path(manifest_id)
         try:
-            m = from_body(decode_manifest_body(data), path)
+            body = decode_manifest_body(data)
+            m = from_body(body, path)
         except CorruptionError as exc:
             raise exc.with_path(path) from exc
         if m.id != manifest_id:
             raise CorruptionError(f"manifest body says id {m.id}", path)
+        nonce, prev = body.get("nonce"), body.get("prev_nonce")
+        self._note_nonces(
+            manifest_id, nonce if isinstance(nonce, str) else None, prev if isinstance(prev, str) else None
+        )
         return m
+
+    def _note_nonces(self, manifest_id: int, nonce: str | None, prev: str | None) -> None:
+        with self._lock:
+            if len(self._nonces) > 1024:
+                self._nonces.pop(min(self._nonces))
+            self._nonces[manifest_id] = (nonce, prev)
+
+    def _follows(self, manifest_id: int, nonce: str) -> bool:
+        """True if manifest ``manifest_id + 1`` was derived from ours (see module docstring)."""
+        try:
+            self.read(manifest_id + 1)
+        except ObjectNotFound:
+            return False
+        with self._lock:
+            link = self._nonces.get(manifest_id + 1)
+        return link is not None and link[1] == nonce
 
     def read(self, manifest_id: int) -> Manifest:
         """Manifest ``manifest_id``; ObjectNotFound if it does not exist."""
@@ -131,21 +160,28 @@ class ManifestStore:
 
     # ----------------------------------------------------------------- writes
 
-    def _encode(self, m: Manifest) -> bytes:
+    def _encode(self, m: Manifest, current: Manifest | None) -> tuple[bytes, str, str | None]:
         nonce = f"{self.rng.getrandbits(128):032x}"
-        return encode_manifest_body(to_body(m, nonce=nonce, author=self.author))
+        body = to_body(m, nonce=nonce, author=self.author)
+        with self._lock:
+            link = self._nonces.get(current.id) if current is not None else None
+        prev = link[0] if link is not None else None
+        if prev is not None:
+            body["prev_nonce"] = prev
+        return encode_manifest_body(body), nonce, prev
 
     def write_new(self, m: Manifest, current: Manifest | None) -> Manifest:
         """Create manifest ``m.id``; ConflictError if taken or not the head."""
         check_transition(current, m)
-        data = self._encode(m)
+        data, nonce, prev = self._encode(m, current)
         path = paths.manifest_path(m.id)
         try:
             self.store.put(path, data, create=True)
         except AlreadyExists as exc:
             raise ConflictError(f"manifest {m.id} already exists") from exc
+        self._note_nonces(m.id, nonce, prev)
         newer = self.list_ids(after=m.id)
-        if newer:
+        if newer and not self._follows(m.id, nonce):
             log.warning("manifest %d was written behind newer versions %s; retrying", m.id, newer[:3])
             raise ConflictError(f"manifest {m.id} is not the latest (found {newer[0]})")
         with self._lock:
