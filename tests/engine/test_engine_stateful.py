@@ -7,7 +7,8 @@ reopen; crash (abandon the Db: its FaultInjectingStore goes into crash mode so
 its threads can no longer touch the store, then a new Db opens on the inner
 store); and an armed crash that fires at the n-th store call from now, in
 whichever thread makes it (mid WAL write, L0 flush, manifest update, close
-or open).
+or open); and a second writer opening while this one runs (the old handle
+must then be fenced, and the new one sees a prefix of the history).
 
 The model (:class:`shaledb.testing.model.HistoryModel`) knows the acknowledged
 state and the writes not yet known durable; after every crash the recovered
@@ -43,7 +44,7 @@ from hypothesis.stateful import (
 )
 
 from shaledb import Db, WriteBatch, WriteHandle
-from shaledb.errors import ShaleError
+from shaledb.errors import FencedError, ShaleError
 from shaledb.store import ObjectStore, drop_memory_store, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash
 from shaledb.testing.clock import ManualClock
@@ -146,13 +147,17 @@ class DbMachine(RuleBasedStateMachine):
                 pass
         self._drop_snapshots()
         self.handles = []
+        self._open_and_resolve("crash")
+
+    def _open_and_resolve(self, why: str) -> None:
+        """Open a new writer on the inner store; its contents must be a prefix of the history."""
         self._open(self._new_faults())
         assert self.db is not None
         observed = dump(self.db)
         pending = len(self.model.pending)
         kept = self.model.resolve_crash(observed)
         event(
-            f"crash recovered: {'some' if kept else 'no'} unacked writes kept, "
+            f"{why} recovered: {'some' if kept else 'no'} unacked writes kept, "
             f"{'some' if kept < pending else 'none'} lost"
         )
         for k in KEYS:
@@ -369,6 +374,29 @@ class DbMachine(RuleBasedStateMachine):
             return
         assert got == self.model.current()
         assert self.last_seq >= seq_before, "sequence numbers went backwards across a clean reopen"
+
+    @rule()
+    def fence_by_new_writer(self) -> None:
+        """A second writer opens while this one runs: the old handle becomes a zombie.
+
+        Its writes not yet durable may or may not have reached the WAL before
+        the fence (a prefix, as after a crash); its next durable write must
+        raise FencedError and never become visible.
+        """
+        assert self.db is not None and self.faults is not None
+        if self.faults.crashed:
+            self._recover()
+            return
+        zombie, zombie_faults = self.db, self.faults
+        zombie_faults.clear_rules()
+        self._drop_snapshots()
+        self.handles = []
+        self._open_and_resolve("fence")
+        with pytest.raises(FencedError):
+            zombie.put(b"zombie", b"must never be visible")
+        with pytest.raises(FencedError):
+            zombie.flush(memtable=True)
+        zombie.close()
 
     @rule()
     def tick(self) -> None:
