@@ -60,8 +60,11 @@ def _open(store: ObjectStore, retry: RetryOptions, clock: ManualClock, seed: int
     return Db.open(store=store, settings=_settings(retry), clock=clock, seed=seed or next(_SEEDS))
 
 
-def _prepare(inner: ObjectStore) -> HistoryModel:
-    """A database with data in L0 and acknowledged writes only in WAL objects (its writer crashed)."""
+def _prepare(inner: ObjectStore, existing: bool = True) -> HistoryModel:
+    """A database with data in L0 and acknowledged writes only in WAL objects (its writer
+    crashed); or, with ``existing=False``, nothing: the script's open creates the database."""
+    if not existing:
+        return HistoryModel()
     faults = FaultInjectingStore(inner, seed=1)
     db = _open(faults, RETRY, ManualClock(), seed=1)
     model = HistoryModel()
@@ -154,11 +157,13 @@ def _phase_of(phases: list[tuple[str, int]], i: int) -> str:
     return name
 
 
-def _clean_calls(inner_factory: Callable[[], ObjectStore]) -> tuple[list[Call], list[tuple[str, int]]]:
+def _clean_calls(
+    inner_factory: Callable[[], ObjectStore], existing: bool = True
+) -> tuple[list[Call], list[tuple[str, int]]]:
     logs = []
     for _ in range(2):
         inner = inner_factory()
-        model = _prepare(inner)
+        model = _prepare(inner, existing)
         faults = FaultInjectingStore(inner, seed=2)
         run = _script(faults, RETRY, model)
         assert run.error is None, f"the clean run failed in {run.failed_in}: {run.error!r}"
@@ -210,16 +215,17 @@ def inner_factory(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Cal
     ],
     ids=["crash", "apply_then_crash", "fail_before-visible", "apply_then_fail-visible"],
 )
+@pytest.mark.parametrize("existing", [True, False], ids=["existing-db", "new-db"])
 def test_fault_at_every_store_call_loses_no_acknowledged_write(
-    inner_factory: Callable[[], ObjectStore], action: str, retry: RetryOptions
+    inner_factory: Callable[[], ObjectStore], action: str, retry: RetryOptions, existing: bool
 ) -> None:
-    calls, phases = _clean_calls(inner_factory)
+    calls, phases = _clean_calls(inner_factory, existing)
     assert len(calls) > 20
     problems: list[str] = []
     faulted_phases: set[str] = set()
     for i, call in enumerate(calls):
         inner = inner_factory()
-        model = _prepare(inner)
+        model = _prepare(inner, existing)
         faults = FaultInjectingStore(inner, seed=3)
         rule = faults.add_rule(action, nth=i + 1)  # type: ignore[arg-type]
         run = _script(faults, retry, model)
