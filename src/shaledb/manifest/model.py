@@ -133,6 +133,22 @@ class JournalFile:
 
 
 @dataclass(frozen=True, slots=True)
+class IngestRecord:
+    """A committed bulk ingest (``shaledb.ingest``): its id makes a re-run a no-op.
+
+    ``fingerprint`` summarises the rows (see ``shaledb.ingest``) so a re-run
+    under the same id with other data is refused instead of ignored.
+    """
+
+    id: str
+    manifest_id: int
+    time_s: float
+    rows: int
+    seq: int
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """One version of the database (see module docstring)."""
 
@@ -157,6 +173,8 @@ class Manifest:
     journal: tuple[JournalFile, ...] = ()
     options: tuple[tuple[str, str], ...] = ()
     """Database-wide persisted options (e.g. the journal recovery strategy)."""
+    ingests: tuple[IngestRecord, ...] = ()
+    """The most recent bulk ingests, oldest first (bounded; see ``shaledb.ingest``)."""
     extra: tuple[tuple[str, Any], ...] = ()
     """Body fields this version does not know, kept so they round-trip."""
 
@@ -246,6 +264,7 @@ _KNOWN = {
     "external_dbs",
     "journal",
     "options",
+    "ingests",
     "nonce",
     "prev_nonce",
     "author",
@@ -283,6 +302,12 @@ def to_body(m: Manifest, *, nonce: str, author: str) -> dict[str, Any]:
         body["destroyed_at_s"] = m.destroyed_at_s
     if m.parent is not None:
         body["parent"] = {"url": m.parent.url, "checkpoint_id": str(m.parent.checkpoint_id)}
+    if m.ingests:  # written only when present, so older manifests keep their exact bytes
+        body["ingests"] = [
+            {"id": g.id, "manifest_id": g.manifest_id, "time_s": g.time_s, "rows": g.rows, "seq": g.seq}
+            | ({"fingerprint": g.fingerprint} if g.fingerprint else {})
+            for g in m.ingests
+        ]
     return body
 
 
@@ -435,6 +460,19 @@ def from_body(body: Mapping[str, Any], where: str = "") -> Manifest:
     if body.get("parent") is not None:
         pd = r.dict_(body["parent"], "parent")
         parent = ParentRef(r.str_(pd, "url"), r.uuid_(pd, "checkpoint_id"))
+    ingests = []
+    for g in r.list_(body, "ingests"):
+        gd = r.dict_(g, "ingest record")
+        ingests.append(
+            IngestRecord(
+                id=r.str_(gd, "id", 256),
+                manifest_id=r.int_(gd, "manifest_id"),
+                time_s=r.num(gd, "time_s"),
+                rows=r.int_(gd, "rows"),
+                seq=r.int_(gd, "seq"),
+                fingerprint=r.str_(gd, "fingerprint", 256) if "fingerprint" in gd else "",
+            )
+        )
     options = r.dict_(body.get("options", {}), "options")
     if not all(isinstance(v, str) for v in options.values()):
         raise r.fail("options must map strings to strings")
@@ -459,6 +497,7 @@ def from_body(body: Mapping[str, Any], where: str = "") -> Manifest:
         external_dbs=tuple(external),
         journal=tuple(journal),
         options=tuple(sorted(options.items())),
+        ingests=tuple(ingests),
         extra=tuple(sorted((k, v) for k, v in body.items() if k not in _KNOWN)),
     )
     if m.replay_after_wal_id >= m.next_wal_id:
