@@ -3,7 +3,9 @@
 Every figure is the median of the runs of one label (ops/s, p50 and p99 each the median
 of their own values, as in RESULTS.md). Ratios are shaledb (or any engine) over rocksdict
 for the same workload, size and batch, the comparison SPEC §8 sets as the bar. The
-"spread" column is max/min ops/s over the runs, so a reader can see how noisy a cell was.
+"spread" column is max/min ops/s over the runs, and "others" the median number of CPU cores
+other processes kept busy during them (recorded since the CpuMeter was added), so a reader
+can see how noisy a cell was.
 """
 
 from __future__ import annotations
@@ -185,6 +187,7 @@ def detail(groups: Groups) -> None:
             "ops/s",
             f"÷ {BASE}",
             "spread",
+            "others",
             "p50 µs",
             "p99 µs",
         ]
@@ -206,6 +209,7 @@ def detail(groups: Groups) -> None:
                 fmt(med(rs, "ops_per_s")),
                 ratio(med(rs, "ops_per_s"), med(base, "ops_per_s") if base else None),
                 f"{max(ops_s) / min(ops_s):.2f}",
+                fmt(med(rs, "other_cpu_cores")),
                 fmt(med(rs, "lat_p50_us")),
                 fmt(med(rs, "lat_p99_us")),
             ]

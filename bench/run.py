@@ -106,6 +106,8 @@ def single(argv: list[str]) -> None:
 
     plan = workloads.make_plan(a.workload, a.n, a.value_size)
     rss_base = workloads.rss_mb()  # interpreter + workload data, before any engine import
+    meter = workloads.CpuMeter()
+    load_start = os.getloadavg()[0]
     scratch = a.dir or tempfile.mkdtemp(prefix="shaledb-bench-")
     os.makedirs(scratch, exist_ok=True)
     eng = engines.ENGINES[a.engine](scratch, engines.parse_settings(a.setting), a.store)
@@ -131,6 +133,8 @@ def single(argv: list[str]) -> None:
             res["disk_bytes"], res["disk_alloc_bytes"] = workloads.disk_usage(scratch)
         res.update(eng.after_close())
         res.update(memory_check(eng, res))
+        res["other_cpu_cores"] = meter.other_cores()
+        res["loadavg_1m"] = [load_start, os.getloadavg()[0]]
         res["version"] = eng.version()
         res["settings"] = eng.describe()
     finally:
@@ -290,6 +294,14 @@ def suite(argv: list[str]) -> None:
     p.add_argument("--scratch", default=None, help="parent of the per-run data directories")
     p.add_argument("--python-shaledb", default=SHALEDB_PYTHON)
     p.add_argument("--python-anchors", default=ANCHOR_PYTHON)
+    p.add_argument(
+        "--quiet-cores",
+        type=float,
+        default=0,
+        help="before each run, wait until other processes use fewer than this many cores "
+        "(sampled over 1 s; 0 = don't wait)",
+    )
+    p.add_argument("--max-wait", type=float, default=60, help="give up waiting for quiet after this many s")
     p.add_argument("--list", action="store_true", help="print the configurations and exit")
     a = p.parse_args(argv)
     cap = a.max_seconds if a.max_seconds is not None else (3.0 if a.quick else DURABLE_CAP_S)
@@ -321,7 +333,21 @@ def suite(argv: list[str]) -> None:
     print(f"suite done in {time.time() - t_suite:.0f} s", file=sys.stderr, flush=True)
 
 
+def wait_for_quiet(cores: float, max_wait: float) -> tuple[float, float | None]:
+    """Sleep while other processes keep more than ``cores`` CPUs busy; (waited s, last load)."""
+    t0 = time.monotonic()
+    while True:
+        meter = workloads.CpuMeter()
+        time.sleep(1.0)
+        busy = meter.other_cores()
+        waited = time.monotonic() - t0
+        if busy is None or busy < cores or waited >= max_wait:
+            return waited, busy
+        time.sleep(4.0)
+
+
 def run_one(c: Config, rep: int, a: argparse.Namespace) -> None:
+    waited, busy_before = wait_for_quiet(a.quiet_cores, a.max_wait) if a.quiet_cores else (0.0, None)
     scratch = tempfile.mkdtemp(prefix="run-", dir=a.scratch)
     cmd = [interpreter(c.engine, a), os.path.join(HERE, "run.py"), "single", *c.argv, "--dir", scratch]
     t = time.time()
@@ -340,12 +366,13 @@ def run_one(c: Config, rep: int, a: argparse.Namespace) -> None:
         return
     r = json.loads(lines[-1])
     r.update(label=c.label, rep=rep, wall_s=time.time() - t, argv=c.argv)
+    r.update(quiet_wait_s=waited, other_cpu_cores_before=busy_before)
     with open(a.out, "a") as f:
         f.write(json.dumps(r) + "\n")
     p50 = r.get("lat_p50_us")
     print(
         f"{c.label:58s} rep{rep} {r['ops_per_s']:12,.0f} ops/s  p50 {p50 if p50 is None else f'{p50:,.1f}'} us"
-        f"  ({r['wall_s']:.1f} s)",
+        f"  ({r['wall_s']:.1f} s, others {r.get('other_cpu_cores') or 0:.2f} cores)",
         flush=True,
     )
 

@@ -79,6 +79,43 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+class CpuMeter:
+    """CPU cores that *other* processes used while we ran: machine busy time minus ours.
+
+    On a shared 2-core machine this tells a clean run from one that fought someone's test
+    suite for the CPU; the report shows it beside every median. Child processes (the moto
+    server of --store s3) count as others.
+    """
+
+    def __init__(self) -> None:
+        self.t0, self.busy0, self.own0 = time.monotonic(), machine_busy_s(), own_cpu_s()
+
+    def other_cores(self) -> float | None:
+        if self.busy0 is None:
+            return None
+        busy = machine_busy_s()
+        secs = time.monotonic() - self.t0
+        if busy is None or secs <= 0:
+            return None
+        return max(0.0, (busy - self.busy0 - (own_cpu_s() - self.own0)) / secs)
+
+
+def machine_busy_s() -> float | None:
+    """Seconds of non-idle CPU time on all cores since boot (from /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = vals[3] + vals[4]  # idle + iowait
+    return (sum(vals) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def disk_usage(path: str) -> tuple[int, int]:
     """(apparent bytes, allocated bytes) of every file under ``path``."""
     apparent = allocated = 0
