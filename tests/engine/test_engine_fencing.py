@@ -11,6 +11,7 @@ calls (:class:`engine_support.GateStore`), not with sleeps.
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 from typing import Any
 
@@ -35,8 +36,6 @@ def _open(store: ObjectStore, clock: ManualClock, **overrides: Any) -> Db:
 
 
 def _latest_manifest(store: ObjectStore, clock: ManualClock) -> Any:
-    import random
-
     return ManifestStore(store, clock, random.Random(0), author="test").require_latest()
 
 

@@ -25,7 +25,7 @@ import pytest
 from engine_support import GateStore, abandon, dump, flip_byte, wal_paths
 
 from shaledb import CorruptionError, Db
-from shaledb.format.sst import decode_meta
+from shaledb.format.sst import decode_data_block, decode_meta
 from shaledb.manifest.store import ManifestStore
 from shaledb.paths import manifest_path, parse_wal_id, wal_path
 from shaledb.store import ObjectStore
@@ -239,8 +239,6 @@ def _crashed_db_with_a_multi_block_wal(
     assert len(meta.index) >= 3, "setup: the WAL object should have several blocks"
     blocks: list[list[bytes]] = []
     offs = meta.index.offsets
-    from shaledb.format.sst import decode_data_block
-
     for i in range(len(meta.index)):
         blocks.append(list(decode_data_block(data[offs[i] : offs[i + 1]]).keys))
     everything = {b"first": b"own object", b"last": b"own object too"}
