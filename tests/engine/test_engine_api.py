@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -412,3 +413,24 @@ def test_url_forms_open_the_same_database(tmp_path: Path) -> None:
     store = open_store(str(path))
     with Db.open(store=store, settings=tiny_settings()) as db:
         assert db.get(b"k") == b"v"
+
+
+def test_ttl_expires_on_the_injected_clock_across_flush_and_reopen(memory_store: ObjectStore) -> None:
+    clock = ManualClock()
+    db = _open(memory_store, clock)
+    db.put(b"short", b"1", ttl=10)
+    db.put(b"long", b"2", ttl=timedelta(hours=1))
+    db.put(b"forever", b"3")
+    clock.advance(9.9)
+    assert dump(db) == {b"short": b"1", b"long": b"2", b"forever": b"3"}
+    db.flush(memtable=True)
+    clock.advance(0.2)
+    assert db.get(b"short") is None
+    assert dump(db) == {b"long": b"2", b"forever": b"3"}
+    db.close()
+    with _open(memory_store, clock) as again:
+        assert dump(again) == {b"long": b"2", b"forever": b"3"}
+        clock.advance(3600)
+        assert dump(again) == {b"forever": b"3"}
+        again.put(b"short", b"back")  # a new write without ttl replaces the expired one
+        assert again.get(b"short") == b"back"
