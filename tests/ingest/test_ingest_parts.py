@@ -53,7 +53,7 @@ def test_sst_with_spliced_filter_equals_the_reference_builder():
     data, _ = raw.finish()
     got = _with_filter(data, bloom_filter_bytes(keys, 10))
     assert got == want
-    meta, blocks = decode_sst(got)
+    meta, _ = decode_sst(got)
     assert meta.bloom is not None and all(meta.bloom.may_contain_key(k) for k in keys[::97])
 
 

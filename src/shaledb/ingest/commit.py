@@ -248,7 +248,8 @@ def commit_ingest(
                     f"ingest id {plan.ingest_id!r} was committed at manifest {done.manifest_id} with other "
                     f"rows (fingerprint {done.fingerprint}, now {fp}); use a new ingest id"
                 )
-            outcome.update(placement="already committed", manifest_id=done.manifest_id, runs=())
+            used = {s.id for s in m.all_ssts()}
+            outcome.update(placement="already committed", manifest_id=done.manifest_id, runs=(), used=used)
             return None
         if plan.committed_manifest is not None:
             raise IngestConflict(
@@ -285,8 +286,9 @@ def commit_ingest(
         bytes=nbytes,
         seq=plan.seq,
     )
-    if res.noop and plan.committed_manifest is None:
-        delete_ssts(st, [s for p in chosen for s in p.ssts])  # this run's copies are not needed
+    if res.noop:  # a concurrent run of the same id won: this run's copies are not needed
+        used = outcome["used"]
+        delete_ssts(st, [s for p in chosen for s in p.ssts if s.id not in used])
     line = res.describe()
     log.info("%s", line)
     _progress(line)

@@ -1,0 +1,240 @@
+"""Bulk ingest end to end without Spark: placement, ordering, idempotence, GC, fencing."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from ingest_kit import QUIET, contents, latest, sorted_kv, test_seed
+
+from shaledb import Compactor, Db, FencedError, GarbageCollector, GcOptions
+from shaledb.compaction import schedule
+from shaledb.errors import DatabaseDestroyed, NotFound
+from shaledb.ingest import (
+    INGEST_HISTORY,
+    IngestConflict,
+    IngestFenced,
+    abort_ingest,
+    begin_ingest,
+    commit_ingest,
+    ingest_columns,
+    write_part,
+)
+from shaledb.settings import CompactorOptions
+from shaledb.store import open_store
+
+
+@pytest.fixture
+def url(tmp_path):
+    return str(tmp_path / "db")
+
+
+def two_parts(url, plan, keys, vals, cut):
+    st = open_store(url)
+    return [
+        write_part(st, plan, 0, keys[:cut], vals[:cut]),
+        write_part(st, plan, 1, keys[cut:], vals[cut:]),
+    ]
+
+
+def test_ingest_into_a_new_database_is_one_settled_run(url):
+    seed = test_seed()
+    keys, vals = sorted_kv(3000, random.Random(seed))
+    plan = begin_ingest(url, ingest_id="first")
+    res = commit_ingest(plan, two_parts(url, plan, keys, vals, 1200), url)
+    assert res.placement == "run" and res.rows == 3000 and not res.noop
+    m = latest(url)
+    assert m.data.l0 == () and len(m.data.runs) == 1 and len(m.data.runs[0].ssts) == 2
+    assert schedule(m, CompactorOptions()) == []  # needs no further compaction
+    assert m.ingests[-1].id == "first" and m.ingests[-1].rows == 3000
+    assert contents(url) == dict(zip(keys, vals))
+    assert list(open_store(url).list("compactions/")) == []  # the lease is gone
+
+
+def test_claim_orders_the_ingest_after_earlier_writes_and_before_later_ones(url):
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"k1", b"old")
+        db.put(b"k2", b"old")
+        db.flush(memtable=True)
+        db.put(b"k3", b"only in the WAL")  # replayed and flushed by begin
+        db.put(b"k4", b"old, WAL")
+    res = ingest_columns(url, [b"k1", b"k3", b"k5"], [b"new", b"new", b"new"])
+    assert res.placement == "l0"  # the L0 SSTs holding k1..k4 overlap the ingest
+    assert contents(url) == {b"k1": b"new", b"k2": b"old", b"k3": b"new", b"k4": b"old, WAL", b"k5": b"new"}
+    with Db.open(url, settings=QUIET) as db:
+        assert db.stats()["seq"] >= res.seq
+        db.put(b"k1", b"after")
+        assert db.get(b"k1") == b"after"
+        with db.snapshot() as snap:
+            assert snap.get(b"k5") == b"new"  # the ingest's seq is below the writer's
+    with Db.open(url, settings=QUIET) as db:
+        assert db.get(b"k1") == b"after" and db.get(b"k3") == b"new"
+
+
+def test_an_ingest_above_disjoint_l0_data_is_a_sorted_run_on_top(url):
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+        db.flush(memtable=True)
+    ingest_columns(url, [b"m", b"n"], [b"x", b"y"], ingest_id="one")
+    res = ingest_columns(url, [b"n", b"o"], [b"z", b"w"], ingest_id="two")
+    assert res.placement == "run"
+    m = latest(url)
+    assert [r.id for r in m.data.runs] == list(res.run_ids) + [m.data.runs[1].id]
+    assert contents(url) == {b"a": b"1", b"m": b"x", b"n": b"z", b"o": b"w"}
+    c = Compactor.open(url, CompactorOptions(min_l0_ssts=1, max_space_amplification=0.01))
+    c.run_once()
+    assert contents(url) == {b"a": b"1", b"m": b"x", b"n": b"z", b"o": b"w"}
+
+
+def test_behind_loads_data_older_than_everything_without_fencing(url):
+    db = Db.open(url, settings=QUIET)
+    try:
+        db.put(b"b", b"live")
+        db.flush(memtable=True)
+        db.put(b"c", b"live, in the memtable")
+        res = ingest_columns(url, [b"a", b"b", b"c"], [b"old", b"old", b"old"], behind=True)
+        assert res.placement == "bottom" and res.seq == 0
+        db.put(b"d", b"still the writer")  # not fenced
+        db.refresh_manifest()  # (the writer polls for other processes' changes)
+        assert db.get(b"a") == b"old"
+        assert db.get(b"b") == b"live" and db.get(b"c") == b"live, in the memtable"
+    finally:
+        db.close()
+    assert contents(url) == {b"a": b"old", b"b": b"live", b"c": b"live, in the memtable", b"d": b"still the writer"}
+    assert latest(url).data.runs[-1].id in res.run_ids
+
+
+def test_committing_the_same_id_twice_is_a_noop(url):
+    keys, vals = sorted_kv(500, random.Random(3))
+    plan = begin_ingest(url, ingest_id="job-1")
+    parts = two_parts(url, plan, keys, vals, 100)
+    first = commit_ingest(plan, parts, url)
+    second = commit_ingest(plan, parts, url)
+    assert second.noop and second.manifest_id == first.manifest_id
+    # A whole re-run: begin recognizes the id, writes nothing, commit does nothing.
+    plan2 = begin_ingest(url, ingest_id="job-1")
+    assert plan2.committed_manifest == first.manifest_id and plan2.lease_id is None
+    parts2 = two_parts(url, plan2, keys, vals, 400)
+    assert all(p.ssts == () for p in parts2)
+    assert commit_ingest(plan2, parts2, url).noop
+    m = latest(url)
+    assert sum(len(r.ssts) for r in m.data.runs) == 2 and m.data.l0 == ()
+    assert contents(url) == dict(zip(keys, vals))
+
+
+def test_a_rerun_with_other_rows_under_the_same_id_is_refused(url):
+    plan = begin_ingest(url, ingest_id="job-2")
+    commit_ingest(plan, [write_part(open_store(url), plan, 0, [b"a"], [b"1"])], url)
+    plan2 = begin_ingest(url, ingest_id="job-2")
+    with pytest.raises(IngestConflict, match="other rows"):
+        commit_ingest(plan2, [write_part(open_store(url), plan2, 0, [b"a"], [b"2"])], url)
+    assert contents(url) == {b"a": b"1"}
+
+
+def test_a_concurrent_rerun_commits_once_and_deletes_its_copies(url):
+    plan_a = begin_ingest(url, ingest_id="same", behind=True)
+    plan_b = begin_ingest(url, ingest_id="same", behind=True)
+    st = open_store(url)
+    pa_ = [write_part(st, plan_a, 0, [b"a", b"b"], [b"1", b"2"])]
+    pb_ = [write_part(st, plan_b, 0, [b"a", b"b"], [b"1", b"2"])]
+    assert not commit_ingest(plan_a, pa_, url).noop
+    assert commit_ingest(plan_b, pb_, url).noop
+    listed = {m.path for m in st.list("compacted/")}
+    assert all(f"compacted/{s.id}.sst" not in listed for s in pb_[0].ssts)
+
+
+def test_history_is_bounded(url):
+    for i in range(INGEST_HISTORY + 3):
+        ingest_columns(url, [b"k%03d" % i], [b"v"], ingest_id=f"id-{i}", behind=True)
+    ids = [g.id for g in latest(url).ingests]
+    assert len(ids) == INGEST_HISTORY and ids[-1] == f"id-{INGEST_HISTORY + 2}" and "id-0" not in ids
+
+
+def test_a_speculative_duplicate_of_a_partition_is_committed_once(url):
+    plan = begin_ingest(url)
+    st = open_store(url)
+    a = write_part(st, plan, 0, [b"a", b"b"], [b"1", b"2"], attempt="0")
+    b = write_part(st, plan, 0, [b"a", b"b"], [b"1", b"2"], attempt="1 (speculative)")
+    c = write_part(st, plan, 1, [b"c"], [b"3"])
+    res = commit_ingest(plan, [a, b, c], url)
+    assert res.rows == 3 and res.ssts == 2
+    referenced = {s.id for s in latest(url).all_ssts()}
+    assert {s.id for s in a.ssts} <= referenced and not {s.id for s in b.ssts} & referenced
+    gc = GarbageCollector.open(url, GcOptions(min_age_s=0))
+    gone = gc.run_once().deleted["sst"]
+    assert [p.split("/")[1][:-4] for p in gone] == [s.id for s in b.ssts]
+    assert contents(url) == {b"a": b"1", b"b": b"2", b"c": b"3"}
+
+
+def test_the_lease_keeps_gc_off_uncommitted_ssts_until_the_commit(url):
+    ingest_columns(url, [b"x"], [b"0"])  # the database exists
+    plan = begin_ingest(url)
+    st = open_store(url)
+    part = write_part(st, plan, 0, [b"a"], [b"1"])
+    dead = write_part(st, plan, 1, [b"b"], [b"2"], attempt="failed attempt")
+    gc = GarbageCollector.open(url, GcOptions(min_age_s=0))
+    assert gc.run_once().deleted["sst"] == []
+    commit_ingest(plan, [part], url)
+    gone = gc.run_once().deleted["sst"]
+    assert gone == [f"compacted/{dead.ssts[0].id}.sst"]
+    assert contents(url) == {b"x": b"0", b"a": b"1"}
+
+
+def test_abort_deletes_outputs_and_the_lease(url):
+    plan = begin_ingest(url)
+    st = open_store(url)
+    part = write_part(st, plan, 0, [b"a"], [b"1"])
+    before = latest(url)
+    assert abort_ingest(plan, [part, None], url) == 1
+    assert list(st.list("compacted/")) == [] and list(st.list("compactions/")) == []
+    assert latest(url).data == before.data
+    with pytest.raises(Exception, match="failed"):
+        commit_ingest(plan, [part, None], url)
+
+
+def test_a_writer_that_opens_after_begin_makes_the_commit_fail(url):
+    ingest_columns(url, [b"a"], [b"before"])
+    plan = begin_ingest(url, ingest_id="late")
+    part = write_part(open_store(url), plan, 0, [b"a"], [b"ingest"])
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"a", b"writer")
+    before = latest(url)
+    with pytest.raises(IngestFenced, match="a writer opened the database"):
+        commit_ingest(plan, [part], url)
+    after = latest(url)
+    assert after.data == before.data and all(g.id != "late" for g in after.ingests)
+    assert contents(url) == {b"a": b"writer"}
+
+
+def test_begin_fences_a_live_writer_in_this_process(url):
+    db = Db.open(url, settings=QUIET)
+    db.put(b"acked", b"1")
+    plan = begin_ingest(url)
+    with pytest.raises(FencedError, match="took over"):
+        db.put(b"after", b"2")
+    db.close()
+    res = commit_ingest(plan, [write_part(open_store(url), plan, 0, [b"z"], [b"9"])], url)
+    assert res.placement == "run"  # the L0 SST holding "acked" does not overlap "z"
+    assert contents(url) == {b"acked": b"1", b"z": b"9"}
+
+
+def test_missing_or_destroyed_databases(url, tmp_path):
+    with pytest.raises(NotFound):
+        begin_ingest(str(tmp_path / "nothing"), create_if_missing=False)
+    ingest_columns(url, [b"a"], [b"1"])
+    from shaledb import admin
+
+    admin.destroy(url, soft=True)
+    with pytest.raises(DatabaseDestroyed):
+        begin_ingest(url, behind=True)
+
+
+def test_a_gc_that_took_an_sst_before_the_commit_is_reported(url):
+    ingest_columns(url, [b"x"], [b"0"])
+    plan = begin_ingest(url)
+    st = open_store(url)
+    part = write_part(st, plan, 0, [b"a"], [b"1"])
+    st.delete(f"compacted/{part.ssts[0].id}.sst")
+    with pytest.raises(NotFound, match="is gone"):
+        commit_ingest(plan, [part], url)
+    assert contents(url) == {b"x": b"0"}
