@@ -79,7 +79,7 @@ def test_an_ingest_above_disjoint_l0_data_is_a_sorted_run_on_top(url):
     res = ingest_columns(url, [b"n", b"o"], [b"z", b"w"], ingest_id="two")
     assert res.placement == "run"
     m = latest(url)
-    assert [r.id for r in m.data.runs] == list(res.run_ids) + [m.data.runs[1].id]
+    assert [r.id for r in m.data.runs] == [*res.run_ids, m.data.runs[1].id]
     assert contents(url) == {b"a": b"1", b"m": b"x", b"n": b"z", b"o": b"w"}
     c = Compactor.open(url, CompactorOptions(min_l0_ssts=1, max_space_amplification=0.01))
     c.run_once()
@@ -100,7 +100,8 @@ def test_behind_loads_data_older_than_everything_without_fencing(url):
         assert db.get(b"b") == b"live" and db.get(b"c") == b"live, in the memtable"
     finally:
         db.close()
-    assert contents(url) == {b"a": b"old", b"b": b"live", b"c": b"live, in the memtable", b"d": b"still the writer"}
+    want = {b"a": b"old", b"b": b"live", b"c": b"live, in the memtable", b"d": b"still the writer"}
+    assert contents(url) == want
     assert latest(url).data.runs[-1].id in res.run_ids
 
 
