@@ -1,0 +1,463 @@
+"""Reading one checkpoint as columns, key range by key range (the Spark reader's engine).
+
+A bulk read has two steps, like a bulk ingest:
+
+1. :func:`plan_read` (driver) pins a version -- an existing checkpoint, or a
+   new one with a lifetime -- and cuts ``[start, end)`` into key ranges of
+   similar size from the SST boundaries of that version. Each
+   :class:`ReadPart` carries everything a task needs: its range, the SSTs of
+   each source that overlap it, the WAL ids the version still replays and the
+   clone parents' URLs. Planning reads manifests only.
+2. :func:`read_part` (a task) merges the sources of its range and yields
+   :class:`Columns` of live entries in key order: the newest version of each
+   key at the checkpoint, tombstones and expired entries dropped.
+
+Why the parts carry their SSTs: a task then needs no manifest to find its
+data, only one manifest read to check that the checkpoint still lives (and
+to refresh a checkpoint the plan created, see :func:`ensure_checkpoint`).
+The data of a checkpoint is its manifest's SSTs plus the WAL objects in
+``(replay_after_wal_id, next_wal_id)``; WAL entries are the newest source.
+
+How it is fast: sources are read forward with large ranged GETs and decoded
+block by block; the key range is cut into chunks of about ``chunk_bytes`` at
+block boundaries, and each chunk is merged column-wise with the compaction
+executor's ``merge_columns`` (a settled database has one source per range,
+which that function passes through untouched).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import paths
+from .checkpoint import (
+    as_checkpoint_id,
+    create_checkpoint,
+    live_checkpoint,
+    read_checkpoint_manifest,
+    refresh_checkpoint,
+)
+from .clock import SYSTEM_CLOCK, Clock
+from .compaction.executor import drop_dead, key_after, merge_columns, read_sst_meta
+from .db import wrap_store
+from .db_reader import decode_wal_object
+from .errors import CorruptionError, InvalidArgument, NotSupported, ObjectNotFound
+from .external import default_factory
+from .format.block import Block
+from .format.row import EXTRA_FLAGS, KIND_POINTER, TYPE_MASK, decode_payload
+from .format.sst import SstMeta, decode_data_block
+from .manifest.model import Manifest, SstInfo
+from .manifest.store import ManifestStore
+from .settings import MiB, Settings
+from .store.base import ObjectStore
+from .store.url import open_store
+
+Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
+"""keys, seqs, kinds, payloads of live entries in key order."""
+
+DEFAULT_TARGET_BYTES = 64 * MiB
+DEFAULT_LIFETIME_S = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPart:
+    """One key range ``[lo, hi)`` of a pinned version and where its data lives (picklable)."""
+
+    index: int
+    lo: bytes | None
+    hi: bytes | None
+    checkpoint_id: str
+    manifest_id: int
+    sources: tuple[tuple[SstInfo, ...], ...]
+    """Newest first: each L0 SST alone, then each sorted run's SSTs in the range."""
+    wal_ids: tuple[int, ...]
+    last_l0_seq: int
+    external: tuple[str, ...] = ()
+    """URLs of ``Manifest.external_dbs`` (SSTs with ``db = i`` live in ``external[i - 1]``)."""
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.size for src in self.sources for s in src)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """The parts of one read and the checkpoint they read."""
+
+    checkpoint_id: str
+    manifest_id: int
+    created: bool
+    """True if the plan created its checkpoint (it should be released or left to expire)."""
+    lifetime_s: float | None
+    parts: tuple[ReadPart, ...]
+
+
+def _stack(
+    url: str | None, store: ObjectStore | None, store_options: Mapping[str, Any] | None, clock: Clock
+) -> ObjectStore:
+    if store is None:
+        if url is None:
+            raise InvalidArgument("give a database URL or a store")
+        store = open_store(url, **dict(store_options or {}))
+    return wrap_store(store, Settings(), clock, random.Random())
+
+
+def intersect(
+    a: tuple[bytes | None, bytes | None], b: tuple[bytes | None, bytes | None]
+) -> tuple[bytes | None, bytes | None]:
+    """The intersection of two ``[lo, hi)`` ranges (None is unbounded)."""
+    lo = a[0] if b[0] is None or (a[0] is not None and a[0] > b[0]) else b[0]
+    hi = a[1] if b[1] is None or (a[1] is not None and a[1] < b[1]) else b[1]
+    return lo, hi
+
+
+def _overlaps(s: SstInfo, lo: bytes | None, hi: bytes | None) -> bool:
+    return (hi is None or s.first_key < hi) and (lo is None or s.last_key >= lo) and s.entries > 0
+
+
+def split_range(
+    ssts: Sequence[SstInfo], lo: bytes | None, hi: bytes | None, n: int
+) -> list[tuple[bytes | None, bytes | None]]:
+    """Cut ``[lo, hi)`` into up to ``n`` ranges of similar SST bytes, at SST boundaries.
+
+    Each SST's bytes are assumed spread evenly over the boundaries inside it;
+    fewer ranges come back when there are too few boundaries.
+    """
+    inside = [s for s in ssts if _overlaps(s, lo, hi)]
+    if n <= 1 or not inside:
+        return [(lo, hi)]
+    bounds = sorted(
+        {b for s in inside for b in (s.first_key, key_after(s.last_key))}
+        - {lo}
+        - ({hi} if hi is not None else set())
+    )
+    bounds = [b for b in bounds if (lo is None or b > lo) and (hi is None or b < hi)]
+    if not bounds:
+        return [(lo, hi)]
+    weight = [0.0] * (len(bounds) + 1)  # weight[i]: bytes between bounds[i - 1] and bounds[i]
+    for s in inside:
+        a = bisect_right(bounds, s.first_key)
+        b = bisect_left(bounds, key_after(s.last_key))
+        span = b - a + 1
+        for i in range(a, b + 1):
+            weight[i] += s.size / span
+    total = sum(weight)
+    cuts: list[bytes] = []
+    acc = 0.0
+    target = 1
+    for i, bound in enumerate(bounds):
+        acc += weight[i]
+        while target < n and acc >= total * target / n:
+            if not cuts or bound > cuts[-1]:
+                cuts.append(bound)
+            target += 1
+    edges: list[bytes | None] = [lo, *cuts, hi]
+    return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
+
+
+def _sources(m: Manifest, lo: bytes | None, hi: bytes | None) -> tuple[tuple[SstInfo, ...], ...]:
+    out: list[tuple[SstInfo, ...]] = [(s,) for s in m.data.l0 if _overlaps(s, lo, hi)]
+    for run in m.data.runs:
+        ssts = tuple(s for s in run.ssts if _overlaps(s, lo, hi))
+        if ssts:
+            out.append(ssts)
+    return tuple(out)
+
+
+def plan_read(
+    url: str | None = None,
+    *,
+    checkpoint: uuid.UUID | str | None = None,
+    start: bytes | None = None,
+    end: bytes | None = None,
+    partitions: int | None = None,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    lifetime_s: float | None = DEFAULT_LIFETIME_S,
+    name: str = "bulk-read",
+    store: ObjectStore | None = None,
+    store_options: Mapping[str, Any] | None = None,
+    clock: Clock | None = None,
+) -> ReadPlan:
+    """Pin a version and cut ``[start, end)`` into parts (see module docstring).
+
+    Without ``checkpoint`` a new one named ``name`` is created with
+    ``lifetime_s`` (covering every write already durable in the WAL).
+    ``partitions`` fixes the number of parts (at most; fewer when the version
+    has too few SST boundaries); by default one part per ``target_bytes``.
+    """
+    clock = clock or SYSTEM_CLOCK
+    st = _stack(url, store, store_options, clock)
+    ms = ManifestStore(st, clock, random.Random(), author="bulk-read")
+    created = checkpoint is None
+    if checkpoint is None:
+        cp = create_checkpoint(
+            ms, clock=clock, rng=random.Random(), timeout_s=60.0, lifetime=lifetime_s, name=name
+        )
+        cp_id = cp.id
+    else:
+        cp_id = as_checkpoint_id(checkpoint)
+    cp = live_checkpoint(ms.require_latest(), cp_id, clock.now(), st.describe())
+    m = read_checkpoint_manifest(ms, cp)
+    ssts = list(m.data.ssts())
+    if partitions is None:
+        in_range = sum(s.size for s in ssts if _overlaps(s, start, end))
+        partitions = max(1, -(-in_range // max(1, target_bytes)))
+    if partitions < 1:
+        raise InvalidArgument(f"partitions must be positive, got {partitions}")
+    wal_ids = tuple(range(m.replay_after_wal_id + 1, m.next_wal_id))
+    external = tuple(e.url for e in m.external_dbs)
+    parts = tuple(
+        ReadPart(i, lo, hi, str(cp_id), m.id, _sources(m, lo, hi), wal_ids, m.last_l0_seq, external)
+        for i, (lo, hi) in enumerate(split_range(ssts, start, end, partitions))
+    )
+    return ReadPlan(str(cp_id), m.id, created, lifetime_s if created else None, parts)
+
+
+def ensure_checkpoint(
+    url: str | None,
+    checkpoint_id: str,
+    *,
+    refresh_lifetime_s: float | None = None,
+    store: ObjectStore | None = None,
+    store_options: Mapping[str, Any] | None = None,
+    clock: Clock | None = None,
+) -> float | None:
+    """Check that the checkpoint lives; returns its expiry time (None: never).
+
+    With ``refresh_lifetime_s`` (for a checkpoint the read created) the expiry
+    is pushed to now + that lifetime once less than half of it is left, so a
+    read keeps its version alive while it runs and lets it lapse after.
+
+    Raises:
+        CheckpointNotFound: it expired or was deleted (the read must start over).
+    """
+    clock = clock or SYSTEM_CLOCK
+    st = _stack(url, store, store_options, clock)
+    ms = ManifestStore(st, clock, random.Random(), author="bulk-read")
+    now = clock.now()
+    cp = live_checkpoint(ms.require_latest(), as_checkpoint_id(checkpoint_id), now, st.describe())
+    if (
+        refresh_lifetime_s is not None
+        and cp.expire_time_s is not None
+        and cp.expire_time_s - now < refresh_lifetime_s / 2
+    ):
+        cp = refresh_checkpoint(ms, cp.id, clock=clock, timeout_s=60.0, lifetime=refresh_lifetime_s)
+    return cp.expire_time_s
+
+
+# ------------------------------------------------------------------ reading
+
+
+class _Source:
+    """Reads one source (a run's SSTs in key order, or one L0 SST) forward within ``[lo, hi)``."""
+
+    def __init__(
+        self,
+        store_for: Callable[[SstInfo], ObjectStore],
+        ssts: Sequence[SstInfo],
+        lo: bytes | None,
+        hi: bytes | None,
+        read_ahead: int,
+    ) -> None:
+        self.store_for = store_for
+        self.ssts = list(ssts)
+        self.lo = lo
+        self.hi = hi
+        self.read_ahead = read_ahead
+        self.metas: dict[str, SstMeta] = {}
+        self.si = -1
+        self.bi = 0
+        self.end_block = 0
+        self.buf = b""
+        self.buf_start = 0
+        self.blk: Block | None = None
+        self.pos = 0
+
+    def meta(self, info: SstInfo) -> SstMeta:
+        m = self.metas.get(info.id)
+        if m is None:
+            m = self.metas[info.id] = read_sst_meta(self.store_for(info), info)
+        return m
+
+    def blocks(self) -> list[tuple[bytes, int]]:
+        """``(last_key, stored_size)`` of the blocks overlapping the range (for chunking)."""
+        out: list[tuple[bytes, int]] = []
+        for info in self.ssts:
+            idx = self.meta(info).index
+            a = 0 if self.lo is None else bisect_left(idx.keys, self.lo)
+            b = len(idx.keys) if self.hi is None else min(len(idx.keys), bisect_left(idx.keys, self.hi) + 1)
+            out.extend((idx.keys[i], idx.offsets[i + 1] - idx.offsets[i]) for i in range(a, b))
+        return out
+
+    def _next_block(self) -> bool:
+        while self.si < 0 or self.bi >= self.end_block:
+            self.si += 1
+            if self.si >= len(self.ssts):
+                return False
+            idx = self.meta(self.ssts[self.si]).index
+            self.bi = 0 if self.lo is None else bisect_left(idx.keys, self.lo)
+            self.end_block = (
+                len(idx.keys) if self.hi is None else min(len(idx.keys), bisect_left(idx.keys, self.hi) + 1)
+            )
+            self.buf, self.buf_start = b"", 0
+        info = self.ssts[self.si]
+        offs = self.meta(info).index.offsets
+        start, end = offs[self.bi], offs[self.bi + 1]
+        if not (self.buf_start <= start and end <= self.buf_start + len(self.buf)):
+            stop = self.bi + 1
+            while stop < self.end_block and offs[stop + 1] - start <= self.read_ahead:
+                stop += 1
+            path = paths.sst_path(info.id)
+            self.buf = self.store_for(info).get_range(path, start, offs[stop])
+            self.buf_start = start
+            if len(self.buf) != offs[stop] - start:
+                raise CorruptionError(f"short read at {start} (SST shorter than its index says)", path)
+        rel = start - self.buf_start
+        try:
+            self.blk = decode_data_block(self.buf[rel : rel + end - start])
+        except CorruptionError as exc:
+            raise exc.with_path(paths.sst_path(info.id)) from exc
+        self.bi += 1
+        self.pos = 0 if self.lo is None else bisect_left(self.blk.keys, self.lo)
+        return True
+
+    def take(self, upto: bytes | None) -> Columns:
+        """Rows with key < ``upto`` (and < hi); None: to the end of the range."""
+        bound = self.hi if upto is None or (self.hi is not None and self.hi < upto) else upto
+        keys: list[bytes] = []
+        seqs: list[int] = []
+        kinds = bytearray()
+        pays: list[bytes] = []
+        while True:
+            if self.blk is None and not self._next_block():
+                break
+            b = self.blk
+            assert b is not None
+            bk = b.keys
+            end = len(bk) if bound is None else bisect_left(bk, bound, self.pos)
+            if end > self.pos:
+                keys += bk[self.pos : end]
+                seqs += b.seqs[self.pos : end]
+                kinds += b.kinds[self.pos : end]
+                pays += b.payloads(self.pos, end)
+            if end < len(bk):
+                self.pos = end
+                break
+            self.blk = None
+        return keys, seqs, bytes(kinds), pays
+
+
+def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
+    """The checkpoint's WAL entries in the part's range: newest version per key, in key order."""
+    newest: dict[bytes, tuple[int, int, bytes]] = {}
+    lo, hi = part.lo, part.hi
+    for wid in part.wal_ids:
+        path = paths.wal_path(wid)
+        try:
+            data = store.get(path)
+        except ObjectNotFound:
+            continue  # a slot a crashed writer never filled
+        keys, ents = decode_wal_object(data, path)
+        for k, e in zip(keys, ents):
+            if e[0] > part.last_l0_seq and (lo is None or k >= lo) and (hi is None or k < hi):
+                newest[k] = e  # WAL order is sequence order: later entries win
+    ks = sorted(newest)
+    ents = [newest[k] for k in ks]
+    return ks, [e[0] for e in ents], bytes(e[1] for e in ents), [e[2] for e in ents]
+
+
+def _cuts(
+    blocks: list[tuple[bytes, int]], chunk_bytes: int, lo: bytes | None, hi: bytes | None
+) -> list[bytes]:
+    blocks.sort()
+    cuts: list[bytes] = []
+    acc = 0
+    for k, size in blocks:
+        acc += size
+        if acc >= chunk_bytes:
+            c = key_after(k)
+            if (hi is None or c < hi) and (lo is None or c > lo) and (not cuts or c > cuts[-1]):
+                cuts.append(c)
+            acc = 0
+    return cuts
+
+
+def read_part(
+    part: ReadPart,
+    url: str | None = None,
+    *,
+    store: ObjectStore | None = None,
+    store_options: Mapping[str, Any] | None = None,
+    chunk_bytes: int = 8 * MiB,
+    read_ahead_bytes: int = 8 * MiB,
+    clock: Clock | None = None,
+    now_ms: int | None = None,
+) -> Iterator[Columns]:
+    """Live entries of ``part`` in key order, in chunks of about ``chunk_bytes`` of input.
+
+    The caller checks the checkpoint first (:func:`ensure_checkpoint`).
+    """
+    clock = clock or SYSTEM_CLOCK
+    st = _stack(url, store, store_options, clock)
+    factory = default_factory(Settings().retry, clock, random.Random(), store_options)
+    external: dict[int, ObjectStore] = {}
+
+    def store_for(info: SstInfo) -> ObjectStore:
+        if info.db == 0:
+            return st
+        if not 0 < info.db <= len(part.external):
+            raise CorruptionError(f"SST {info.id} refers to external database #{info.db}")
+        if info.db not in external:
+            external[info.db] = factory(part.external[info.db - 1])
+        return external[info.db]
+
+    now = int(clock.now() * 1000) if now_ms is None else now_ms
+    srcs = [_Source(store_for, ssts, part.lo, part.hi, read_ahead_bytes) for ssts in part.sources]
+    wal = _wal_columns(st, part) if part.wal_ids else None
+    blocks = [b for s in srcs for b in s.blocks()]
+    cuts = _cuts(blocks, chunk_bytes, part.lo, part.hi)
+    wal_keys = wal[0] if wal is not None else []
+    wpos = 0
+    for upto in [*cuts, None]:
+        cols = [s.take(upto) for s in reversed(srcs)]  # oldest first
+        if wal is not None:
+            wend = len(wal_keys) if upto is None else bisect_left(wal_keys, upto, wpos)
+            cols.append((wal[0][wpos:wend], wal[1][wpos:wend], wal[2][wpos:wend], wal[3][wpos:wend]))
+            wpos = wend
+        merged = drop_dead(merge_columns(cols), bottom=True, now_ms=now)
+        if merged[0]:
+            yield merged
+
+
+def values_and_metadata(kinds: bytes, payloads: list[bytes]) -> tuple[list[bytes], list[bytes | None] | None]:
+    """User values (and metadata, None when no entry has any) of live entries' payloads."""
+    if not kinds or kinds.count(0) == len(kinds):
+        return payloads, None
+    values = list(payloads)
+    metas: list[bytes | None] = [None] * len(payloads)
+    for i, t in enumerate(kinds):
+        if not t:
+            continue
+        if t & TYPE_MASK == KIND_POINTER:
+            raise NotSupported("entry points into a value journal, which this version cannot read")
+        if t & EXTRA_FLAGS:
+            values[i], metas[i], _ = decode_payload(t, payloads[i])
+    return values, metas
+
+
+__all__ = [
+    "Columns",
+    "ReadPart",
+    "ReadPlan",
+    "ensure_checkpoint",
+    "intersect",
+    "plan_read",
+    "read_part",
+    "split_range",
+    "values_and_metadata",
+]

@@ -1,0 +1,125 @@
+"""Reading a checkpoint as columns by key range (the engine of the Spark reader)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from ingest_kit import QUIET, sorted_kv, test_seed
+
+from shaledb import Db, DbReader, admin
+from shaledb.errors import CheckpointNotFound
+from shaledb.export import ensure_checkpoint, plan_read, read_part, split_range, values_and_metadata
+from shaledb.ingest import ingest_columns
+from shaledb.manifest.model import SstInfo
+
+
+def read_all(url, plan):
+    rows = []
+    for part in plan.parts:
+        for keys, seqs, kinds, pays in read_part(part, url):
+            vals, metas = values_and_metadata(kinds, pays)
+            rows.extend(zip(keys, vals, metas or [None] * len(keys), seqs))
+    return rows
+
+
+def build(url, seed):
+    """A database with a bulk-loaded run, L0 SSTs, WAL-only writes, deletes, metadata."""
+    rng = random.Random(seed)
+    keys, vals = sorted_kv(4000, rng, vlen=60)
+    ingest_columns(url, keys, vals, max_sst_size_bytes=32 * 1024)
+    model = dict(zip(keys, vals))
+    db = Db.open(url, settings=QUIET)
+    for i in range(3):
+        for k in rng.sample(keys, 200):
+            if rng.random() < 0.2:
+                db.delete(k, durable=False)
+                model.pop(k, None)
+            else:
+                v = b"l0-%d" % i
+                db.put(k, v, durable=False)
+                model[k] = v
+        db.flush(memtable=True)
+    for k in rng.sample(keys, 100):
+        db.put(k, b"wal only", durable=False, metadata=b"meta")
+        model[k] = b"wal only"
+    db.put(b"zz-new", b"new key, WAL", durable=False)
+    model[b"zz-new"] = b"new key, WAL"
+    db.flush()
+    return db, model
+
+
+def test_parts_concatenate_to_the_checkpoint_and_ignore_later_writes(tmp_path):
+    seed = test_seed()
+    url = str(tmp_path / "db")
+    db, model = build(url, seed)
+    try:
+        cp = db.create_checkpoint(lifetime=600)
+        db.put(b"after", b"not in the checkpoint")
+        db.put(next(iter(model)), b"changed after")
+        plan = plan_read(url, checkpoint=cp.id, partitions=4)
+        assert not plan.created and len(plan.parts) == 4
+        rows = read_all(url, plan)
+    finally:
+        db.close()
+    assert [r[0] for r in rows] == sorted(model)
+    assert {r[0]: r[1] for r in rows} == model
+    with DbReader.open(url, checkpoint=cp.id) as r:
+        assert [(k, v) for k, v, _, _ in rows] == list(r.scan())
+    assert {r[2] for r in rows if r[1] == b"wal only"} == {b"meta"}
+    assert all(r[2] is None for r in rows if r[1] != b"wal only")
+
+
+def test_a_key_range_reads_only_its_keys(tmp_path):
+    seed = test_seed()
+    url = str(tmp_path / "db")
+    db, model = build(url, seed)
+    db.close()
+    ks = sorted(model)
+    lo, hi = ks[1000], ks[1500]
+    plan = plan_read(url, start=lo, end=hi, partitions=3)
+    assert plan.created
+    rows = read_all(url, plan)
+    assert [r[0] for r in rows] == ks[1000:1500]
+    admin.delete_checkpoint(url, plan.checkpoint_id)
+
+
+def test_split_range_covers_the_range_in_order():
+    seed = test_seed()
+    rng = random.Random(seed)
+    ssts = []
+    for i in range(40):
+        a, b = sorted([rng.randbytes(3), rng.randbytes(3)])
+        ssts.append(SstInfo(f"0{i:025d}", rng.randint(1, 1000), a, b, 1, 1, 1))
+    for lo, hi in [(None, None), (b"\x40", None), (None, b"\xa0"), (b"\x10", b"\x20")]:
+        for n in (1, 2, 5, 17):
+            ranges = split_range(ssts, lo, hi, n)
+            assert ranges[0][0] == lo and ranges[-1][1] == hi and len(ranges) <= n
+            assert all(a[1] == b[0] and a[1] is not None for a, b in itertools.pairwise(ranges))
+            assert all(r[0] is None or r[1] is None or r[0] < r[1] for r in ranges)
+
+
+def test_a_checkpoint_created_for_a_read_is_refreshed_and_then_lapses(tmp_path):
+    url = str(tmp_path / "db")
+    ingest_columns(url, [b"a"], [b"1"])
+    plan = plan_read(url, lifetime_s=10.0)
+    cp = next(c for c in admin.list_checkpoints(url) if str(c.id) == plan.checkpoint_id)
+    assert cp.expire_time_s is not None and cp.name == "bulk-read"
+    assert ensure_checkpoint(url, plan.checkpoint_id, refresh_lifetime_s=10.0) == cp.expire_time_s
+    later = ensure_checkpoint(url, plan.checkpoint_id, refresh_lifetime_s=100.0)  # more than half gone
+    assert later is not None and later > cp.expire_time_s + 50
+    admin.delete_checkpoint(url, plan.checkpoint_id)
+    with pytest.raises(CheckpointNotFound):
+        ensure_checkpoint(url, plan.checkpoint_id)
+
+
+def test_a_clone_reads_its_parents_ssts(tmp_path):
+    parent, child = str(tmp_path / "parent"), str(tmp_path / "child")
+    keys = [b"k%04d" % i for i in range(300)]
+    ingest_columns(parent, keys, [b"p"] * len(keys))
+    cp = admin.create_checkpoint(parent, lifetime=600)
+    with Db.open_from_checkpoint(child, parent, cp.id, settings=QUIET) as clone:
+        clone.put(b"k0001", b"child")
+    rows = read_all(child, plan_read(child, partitions=2))
+    assert len(rows) == 300 and dict((r[0], r[1]) for r in rows)[b"k0001"] == b"child"
