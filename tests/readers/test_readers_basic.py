@@ -7,7 +7,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from readers_kit import QUIET
+from readers_kit import QUIET, compact_everything
 
 from shaledb import (
     CheckpointNotFound,
@@ -274,3 +274,21 @@ def test_reader_of_a_destroyed_database_serves_but_stops_refreshing(mem_url: str
     assert r.get(b"a") == b"1"
     assert admin.read_manifest(mem_url).checkpoint(cp.id) == cp  # not extended
     r.close()
+
+
+@pytest.mark.parametrize("establish", [True, False])
+def test_get_recovers_when_the_views_ssts_were_collected(mem_url: str, establish: bool) -> None:
+    """A view whose SSTs vanished (its checkpoint lost, or following the latest without one):
+    a get moves to the latest version and retries instead of failing."""
+    with Db.open(mem_url, settings=QUIET) as db:
+        for i in range(50):
+            db.put(b"k%02d" % i, b"v%d" % i)
+        db.flush(memtable=True)
+        r = DbReader.open(mem_url, options=replace(MANUAL, establish_checkpoint=establish))
+        assert r.manifest.data.l0
+        deleted = compact_everything(mem_url)
+        assert deleted
+        assert r.get(b"k07") == b"v7"
+        assert not r.manifest.data.l0 and r.manifest.data.runs
+        assert dict(r.scan()) == {b"k%02d" % i: b"v%d" % i for i in range(50)}
+        r.close()
