@@ -78,7 +78,8 @@ def bloom_filter_bytes(keys: Sequence[bytes], bits_per_key: int) -> bytes:
                 b = (lo >> np.uint64(pos)) | (hi << np.uint64(64 - pos))
             bits[(base + (b & np.uint64(511))).astype(np.int64)] = True
     header = struct.pack("<BBI", 1, probes, num_blocks)
-    return header + np.packbits(bits, bitorder="little").tobytes()
+    body: bytes = np.packbits(bits, bitorder="little").tobytes()
+    return header + body
 
 
 def _with_filter(data: bytes, filt: bytes) -> bytes:

@@ -1,0 +1,186 @@
+"""shaledb on PySpark: the "shaledb" data source, bulk ingest, checkpoint reads, compaction.
+
+    from shaledb import spark as shale_spark
+    shale_spark.register(spark)                                      # format "shaledb"
+    shale_spark.ingest(df, url, key="key")                           # range-partition, sort, write, commit
+    df.write.format("shaledb").mode("append").save(url)              # the same, on a prepared DataFrame
+    spark.read.format("shaledb").load(url)                           # key, value, seq, metadata
+    spark.read.format("shaledb").option("checkpoint", str(cp.id)).load(url)
+    with shale_spark.read_checkpoint(spark, url) as df: ...          # checkpoint deleted on exit
+    shale_spark.compact(spark, url)                                  # compaction as a Spark job
+
+Everything here reaches the engine through shaledb's public modules
+(``shaledb.ingest``, ``shaledb.export``, ``shaledb.compaction``,
+``shaledb.admin``); importing ``shaledb.spark`` does not import pyspark until
+a function needs it. See docs/spark.md for the design and every option.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..manifest.model import IngestRecord
+from .compaction import SparkCompactionReport, compact
+
+log = logging.getLogger("shaledb.spark")
+
+FORMAT = "shaledb"
+
+
+def register(spark: Any) -> None:
+    """Register the "shaledb" data source with ``spark`` (idempotent).
+
+    Also turns on ``spark.sql.python.filterPushdown.enabled``: PySpark
+    refuses to plan a Python source that implements ``pushFilters`` without
+    it.
+    """
+    from .source import ShaleDataSource
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(ShaleDataSource)
+
+
+def local_session(
+    app_name: str = "shaledb", *, master: str = "local[2]", conf: Mapping[str, str] | None = None
+) -> Any:
+    """A local SparkSession set up for shaledb on one machine (and the source registered).
+
+    Workers run this interpreter (``PYSPARK_PYTHON``), the UI and console
+    progress bar are off, logs are quiet and shuffles use as many partitions
+    as cores. ``conf`` adds or overrides settings.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    cores = master.split("[", 1)[1].split(",", maxsplit=1)[0].rstrip("]") if "[" in master else "2"
+    cores = str(os.cpu_count() or 2) if cores == "*" else cores
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.log.level": "ERROR",
+        "spark.sql.shuffle.partitions": cores,
+        "spark.default.parallelism": cores,
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
+
+
+def ingest(
+    df: Any,
+    url: str,
+    *,
+    key: str = "key",
+    value: str | None = None,
+    value_columns: Sequence[str] = (),
+    metadata: str | None = None,
+    index_columns: Sequence[str] = (),
+    ingest_id: str | None = None,
+    behind: bool = False,
+    duplicates: str = "error",
+    order_by: Sequence[str] = (),
+    partitions: int | None = None,
+    options: Mapping[str, str] | None = None,
+) -> IngestRecord:
+    """Bulk-load ``df`` into the database at ``url``: range-partition, sort, write, one commit.
+
+    ``key`` names a binary or string column; ``value`` a binary or string
+    column, or else ``value_columns`` (default: every other column) are
+    encoded as one JSON object per row. ``order_by`` columns decide which row
+    is "last" among equal keys with ``duplicates="last"``. ``partitions``
+    defaults to ``spark.sql.shuffle.partitions``. Returns the ingest's record
+    from the manifest (id, manifest, rows, seq). See docs/spark.md.
+    """
+    from .transforms import range_partition
+
+    iid = ingest_id or uuid.uuid4().hex
+    opts: dict[str, str] = {
+        "key": key,
+        "ingest_id": iid,
+        "ingest_behind": str(bool(behind)).lower(),
+        "duplicates": duplicates,
+    }
+    if value is not None:
+        opts["value"] = value
+    if value_columns:
+        opts["value_columns"] = ",".join(value_columns)
+    if metadata is not None:
+        opts["metadata"] = metadata
+    if index_columns:
+        opts["index_columns"] = ",".join(index_columns)
+    opts.update(options or {})
+    prepared = range_partition(df, key=key, partitions=partitions, order=order_by)
+    started = time.monotonic()
+    df.sparkSession.sparkContext.setJobDescription(f"shaledb ingest {iid} into {url}")
+    try:
+        prepared.write.format(FORMAT).mode("append").options(**opts).save(url)
+    finally:
+        df.sparkSession.sparkContext.setJobDescription(None)
+    from .. import admin
+
+    m = admin.read_manifest(url, store_options=_store_options(opts))
+    record = next((g for g in m.ingests if g.id == iid), None)
+    if record is None:
+        raise RuntimeError(f"ingest {iid} finished but the manifest does not record it")
+    log.info(
+        "ingest %s: %d rows committed at manifest %d in %.1fs",
+        iid,
+        record.rows,
+        record.manifest_id,
+        time.monotonic() - started,
+    )
+    return record
+
+
+def _store_options(options: Mapping[str, str]) -> dict[str, str]:
+    return {k[len("store.") :]: v for k, v in options.items() if k.startswith("store.")}
+
+
+@contextmanager
+def read_checkpoint(
+    spark: Any,
+    url: str,
+    *,
+    lifetime_s: float = 3600.0,
+    options: Mapping[str, str] | None = None,
+    name: str = "spark-read",
+) -> Iterator[Any]:
+    """A DataFrame of a checkpoint created for it, deleted when the block ends.
+
+    The checkpoint expires after ``lifetime_s`` should this process die
+    before it can delete it.
+    """
+    from .. import admin
+
+    sopts = _store_options(options or {})
+    cp = admin.create_checkpoint(url, lifetime=lifetime_s, name=name, store_options=sopts)
+    try:
+        yield spark.read.format(FORMAT).options(**(options or {})).option("checkpoint", str(cp.id)).load(url)
+    finally:
+        admin.delete_checkpoint(url, cp.id, missing_ok=True, store_options=sopts)
+
+
+__all__ = [
+    "FORMAT",
+    "SparkCompactionReport",
+    "compact",
+    "ingest",
+    "local_session",
+    "read_checkpoint",
+    "register",
+]

@@ -1,0 +1,240 @@
+"""The column contracts of the "shaledb" data source, and its options.
+
+Reading returns four columns, always in this order::
+
+    key       binary (or string with key_type=string)    not null
+    value     binary (or string with value_type=string)  not null
+    seq       long                                       not null   the entry's sequence number
+    metadata  binary                                     nullable   metadata stored with the entry
+
+Writing takes a key column and a value column (binary or string; strings
+are stored as their UTF-8 bytes). Without a value column, the other columns
+are encoded as the value: one JSON object per row, keys are the column names
+in DataFrame order, compact separators, dates and timestamps as ISO-8601
+strings, decimals as strings, binary as base64 (:func:`json_values`). An
+optional metadata column is stored as the entry's metadata; index columns
+(secondary index terms) are refused clearly, because this version of shaledb
+has no secondary indexes yet.
+
+Options are strings (Spark passes nothing else); :class:`WriteOptions` and
+:class:`ReadOptions` parse and validate them once, on the driver, so a bad
+option fails the job before any task runs. Options named ``store.<name>``
+are passed to ``shaledb.store.open_store`` (e.g. ``store.endpoint``);
+credentials are better left to the usual ``AWS_*`` environment variables,
+which Spark's local executors inherit.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidArgument, NotSupported
+from ..ingest import DUPLICATES
+
+READ_COLUMNS = ("key", "value", "seq", "metadata")
+TEXT_TYPES = ("binary", "string")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool = False) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise InvalidArgument(f"option {name} must be true or false, got {raw!r}")
+
+
+def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise InvalidArgument(f"option {name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise InvalidArgument(f"option {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(options: Mapping[str, str], name: str, default: float | None) -> float | None:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    if str(raw).strip().lower() in ("none", "never"):
+        return None
+    try:
+        value = float(str(raw))
+    except ValueError:
+        raise InvalidArgument(f"option {name} must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise InvalidArgument(f"option {name} must be positive, got {raw!r}")
+    return value
+
+
+def _names(raw: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in (raw or "").split(",") if n.strip())
+
+
+def _url(options: Mapping[str, str]) -> str:
+    url = options.get("path")
+    if not url:
+        raise InvalidArgument('give the database URL: .save(url) / .load(url) (or option "path")')
+    return str(url)
+
+
+def store_options(options: Mapping[str, str]) -> dict[str, str]:
+    """``store.<name>`` options, for ``open_store``."""
+    return {k[len("store.") :]: str(v) for k, v in options.items() if k.startswith("store.")}
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Parsed write options (see the module docstring and docs/spark.md)."""
+
+    url: str
+    key: str = "key"
+    value: str | None = None
+    value_columns: tuple[str, ...] = ()
+    metadata: str | None = None
+    ingest_id: str | None = None
+    behind: bool = False
+    duplicates: str = "error"
+    block_size_bytes: int | None = None
+    compression: str | None = None
+    bloom_bits_per_key: int | None = None
+    max_sst_size_bytes: int | None = None
+    lease_s: float = 3600.0
+    store: dict[str, str] = field(default_factory=dict)
+    fail_partition: int | None = None
+    """Testing hook ``testing.fail_partition``: that partition's first attempt fails after writing."""
+    duplicate_attempt: bool = False
+    """Testing hook ``testing.duplicate_attempt``: each task also writes a losing attempt's SSTs."""
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], columns: Mapping[str, str]) -> WriteOptions:
+        """Options checked against the DataFrame's ``columns`` (name -> simple type string)."""
+        if _names(options.get("index_columns")):
+            raise NotSupported(
+                "option index_columns asks for secondary index terms, which this version of shaledb "
+                "does not have (the value-journal/index feature); drop the option"
+            )
+        key = options.get("key", "key")
+        if key not in columns:
+            raise InvalidArgument(f"key column {key!r} is not in the DataFrame (columns: {list(columns)})")
+        metadata = options.get("metadata")
+        value = options.get("value")
+        explicit = _names(options.get("value_columns"))
+        if value is None and not explicit and "value" in columns:
+            value = "value"
+        for name, what in ((value, "value"), (metadata, "metadata")):
+            if name is not None and name not in columns:
+                raise InvalidArgument(f"{what} column {name!r} is not in the DataFrame")
+        for name, what in ((key, "key"), (value, "value"), (metadata, "metadata")):
+            if name is not None and columns[name] not in TEXT_TYPES:
+                raise InvalidArgument(
+                    f"the {what} column {name!r} must be binary or string, not {columns[name]}; "
+                    "encode it first (or leave out the value option to JSON-encode the other columns)"
+                )
+        if value is not None and explicit:
+            raise InvalidArgument("give either a value column or value_columns, not both")
+        if value is None:
+            used = {key, metadata}
+            value_columns = explicit or tuple(c for c in columns if c not in used)
+            missing = [c for c in value_columns if c not in columns]
+            if missing or not value_columns:
+                raise InvalidArgument(f"value_columns {missing or '(none)'} are not in the DataFrame")
+        else:
+            value_columns = ()
+        duplicates = options.get("duplicates", "error")
+        if duplicates not in DUPLICATES:
+            raise InvalidArgument(f"option duplicates must be one of {DUPLICATES}, got {duplicates!r}")
+        fail = options.get("testing.fail_partition")
+        return cls(
+            url=_url(options),
+            key=key,
+            value=value,
+            value_columns=value_columns,
+            metadata=metadata,
+            ingest_id=options.get("ingest_id") or None,
+            behind=_bool(options, "ingest_behind"),
+            duplicates=duplicates,
+            block_size_bytes=_int(options, "block_size_bytes", None),
+            compression=options.get("compression"),
+            bloom_bits_per_key=_int(options, "bloom_bits_per_key", None, minimum=0),
+            max_sst_size_bytes=_int(options, "max_sst_size_bytes", None, minimum=4096),
+            lease_s=_float(options, "lease_s", 3600.0) or 3600.0,
+            store=store_options(options),
+            fail_partition=None if fail is None else int(fail),
+            duplicate_attempt=_bool(options, "testing.duplicate_attempt"),
+        )
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Parsed read options (see the module docstring and docs/spark.md)."""
+
+    url: str
+    checkpoint: str | None = None
+    checkpoint_lifetime_s: float | None = 3600.0
+    partitions: int | None = None
+    key_type: str = "binary"
+    value_type: str = "binary"
+    store: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        types = {}
+        for name in ("key_type", "value_type"):
+            t = options.get(name, "binary")
+            if t not in TEXT_TYPES:
+                raise InvalidArgument(f"option {name} must be one of {TEXT_TYPES}, got {t!r}")
+            types[name] = t
+        return cls(
+            url=_url(options),
+            checkpoint=options.get("checkpoint") or None,
+            checkpoint_lifetime_s=_float(options, "checkpoint_lifetime_s", 3600.0),
+            partitions=_int(options, "partitions", None),
+            key_type=types["key_type"],
+            value_type=types["value_type"],
+            store=store_options(options),
+        )
+
+    def schema_ddl(self) -> str:
+        """The read schema (the column contract), as Spark DDL."""
+        return (
+            f"key {self.key_type} not null, value {self.value_type} not null, "
+            "seq bigint not null, metadata binary"
+        )
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (datetime.datetime, datetime.date, datetime.time)):
+        return obj.isoformat()
+    if isinstance(obj, decimal.Decimal):
+        return str(obj)
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(obj)).decode("ascii")
+    if isinstance(obj, datetime.timedelta):
+        return obj.total_seconds()
+    raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+def json_values(rows: list[dict[str, Any]]) -> list[bytes]:
+    """One compact JSON object per row (the value encoding of value_columns)."""
+    enc = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_json_default).encode
+    return [enc(r).encode() for r in rows]
+
+
+__all__ = ["READ_COLUMNS", "ReadOptions", "WriteOptions", "json_values", "store_options"]

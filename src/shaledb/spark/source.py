@@ -1,0 +1,402 @@
+"""The "shaledb" Python data source: bulk ingest (writer) and checkpoint reads (reader).
+
+Where each piece runs (PySpark 4, measured): ``DataSource.schema()`` runs
+once per ``load()`` in a planner process and the source object is pickled
+into every later plan of that DataFrame; ``reader()``, ``pushFilters()`` and
+``partitions()`` run once per query in another planner process;
+``writer()`` runs once per write; ``DataSourceArrowWriter.write()`` and
+``DataSourceReader.read()`` run in the tasks; ``commit()``/``abort()`` run
+in yet another process. Nothing is shared in memory: the reader's checkpoint
+id and the ingest plan travel inside the pickled objects, everything else
+goes through the object store.
+
+Writes: ``writer()`` calls :func:`shaledb.ingest.begin_ingest` (so a claim
+fences a live writer at planning time, before any task), each task turns its
+partition into SSTs with a :class:`~shaledb.ingest.PartWriter`, and
+``commit()`` calls :func:`shaledb.ingest.commit_ingest` with one message per
+partition (``abort()`` deletes what finished tasks wrote).
+
+Reads: ``schema()`` pins the version for the whole DataFrame -- the
+checkpoint given with ``option("checkpoint", id)``, or a new one with
+``checkpoint_lifetime_s`` (default one hour) -- so every query of one
+``load()`` sees the same data. Tasks check the checkpoint before reading and
+push a checkpoint the read created forward by its lifetime once half of it
+has passed; after the last task it lapses by itself (there is no hook for
+"the DataFrame is no longer used"). ``shaledb.spark.read_checkpoint`` is
+the explicit form that deletes its checkpoint on exit.
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from ..compaction.executor import key_after
+from ..db import prefix_end
+from ..errors import InvalidArgument
+from ..export import ReadPart, ensure_checkpoint, intersect, plan_read, read_part, values_and_metadata
+from ..ingest import (
+    IngestPart,
+    IngestPlan,
+    PartWriter,
+    abort_ingest,
+    begin_ingest,
+    commit_ingest,
+    open_ingest_store,
+)
+from ..settings import Settings
+from .schema import ReadOptions, WriteOptions, json_values
+
+log = logging.getLogger("shaledb.spark")
+
+CHUNK_ROWS = 65536
+"""Rows handed to the PartWriter at a time (bounds the Python lists alive at once)."""
+
+
+def _simple_type(dt: Any) -> str:
+    if isinstance(dt, BinaryType):
+        return "binary"
+    if isinstance(dt, StringType):
+        return "string"
+    return str(dt.simpleString())
+
+
+class ShaleDataSource(DataSource):
+    """``spark.read/write.format("shaledb")`` (see module docstring and docs/spark.md)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._pinned: tuple[str, bool] | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return "shaledb"
+
+    def schema(self) -> str:
+        opts = ReadOptions.parse(self.options)
+        self._pinned = self._pin(opts)
+        return opts.schema_ddl()
+
+    def _pin(self, opts: ReadOptions) -> tuple[str, bool]:
+        """The checkpoint every query of this DataFrame reads, and whether we created it."""
+        if opts.checkpoint is not None:
+            ensure_checkpoint(opts.url, opts.checkpoint, store_options=opts.store)
+            return opts.checkpoint, False
+        plan = plan_read(
+            opts.url,
+            partitions=1,
+            lifetime_s=opts.checkpoint_lifetime_s,
+            name="spark-read",
+            store_options=opts.store,
+        )
+        log.info("shaledb read of %s pinned checkpoint %s", opts.url, plan.checkpoint_id)
+        return plan.checkpoint_id, True
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = ReadOptions.parse(self.options)
+        if self._pinned is None:  # a user-given schema skips schema(): pin per query
+            self._pinned = self._pin(opts)
+        return ShaleReader(opts, *self._pinned)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        if overwrite:
+            raise InvalidArgument(
+                'shaledb ingests add to a database: use mode("append") (rows replace the values of '
+                "their keys); to start afresh, write to a new database URL"
+            )
+        cols = {f.name: _simple_type(f.dataType) for f in schema.fields}
+        opts = WriteOptions.parse(self.options, cols)
+        settings = Settings()
+        changes: dict[str, Any] = {}
+        if opts.block_size_bytes is not None:
+            changes["block_size_bytes"] = opts.block_size_bytes
+        if opts.compression is not None:
+            changes["compression"] = opts.compression
+        if opts.bloom_bits_per_key is not None:
+            changes["bloom_bits_per_key"] = opts.bloom_bits_per_key
+        if changes:
+            settings = settings.replace(**changes)
+        plan = begin_ingest(
+            opts.url,
+            ingest_id=opts.ingest_id,
+            behind=opts.behind,
+            duplicates=opts.duplicates,
+            settings=settings,
+            max_sst_size_bytes=opts.max_sst_size_bytes,
+            lease_s=opts.lease_s,
+            store_options=opts.store,
+        )
+        return ShaleWriter(opts, plan)
+
+
+# ------------------------------------------------------------------- writing
+
+
+@dataclass
+class ShaleCommitMessage(WriterCommitMessage):
+    """One task's output, sent to ``commit()``."""
+
+    part: IngestPart
+
+
+def _binary(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.binary() if pa.types.is_string(arr.type) else pa.large_binary())
+    return arr
+
+
+class ShaleWriter(DataSourceArrowWriter):
+    """Writes each partition as SSTs; commits all of them in one manifest CAS."""
+
+    def __init__(self, opts: WriteOptions, plan: IngestPlan) -> None:
+        self.opts = opts
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ShaleCommitMessage:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        pid = tc.partitionId() if tc is not None else 0
+        attempt = tc.attemptNumber() if tc is not None else 0
+        label = f"stage {tc.stageId()} attempt {attempt} task {tc.taskAttemptId()}" if tc else "local"
+        store = open_ingest_store(self.opts.url, store_options=self.opts.store)
+        table = pa.Table.from_batches(list(iterator))
+        keys, values, metas = self._columns(table, pid)
+        part = self._write(store, pid, label, keys, values, metas)
+        if self.opts.duplicate_attempt:  # testing: a losing (speculative) attempt's leftovers
+            self._write(store, pid, label + " (losing copy)", keys, values, metas)
+        if self.opts.fail_partition == pid and attempt == 0:
+            raise RuntimeError(
+                f"testing.fail_partition: partition {pid} fails its first attempt after writing"
+            )
+        return ShaleCommitMessage(part)
+
+    def _columns(self, table: pa.Table, pid: int) -> tuple[pa.Array, pa.Array, pa.Array | None]:
+        o = self.opts
+        if table.num_rows == 0:
+            empty = pa.array([], pa.binary())
+            return empty, empty, None
+        keys = _binary(table.column(o.key))
+        if keys.null_count:
+            raise InvalidArgument(f"partition {pid}: the key column {o.key!r} has nulls")
+        if o.value is not None:
+            values = _binary(table.column(o.value))
+            if values.null_count:
+                raise InvalidArgument(f"partition {pid}: the value column {o.value!r} has nulls")
+        else:
+            values = pa.array(json_values(table.select(list(o.value_columns)).to_pylist()), pa.binary())
+        metas = _binary(table.column(o.metadata)) if o.metadata is not None else None
+        n = len(keys)
+        if n > 1 and pc.any(pc.less(keys.slice(1), keys.slice(0, n - 1))).as_py():
+            # Not sorted (no sortWithinPartitions upstream): a stable sort keeps input order among equal keys.
+            order = pc.array_sort_indices(keys)
+            keys, values = keys.take(order), values.take(order)
+            metas = metas.take(order) if metas is not None else None
+        return keys, values, metas
+
+    def _write(
+        self,
+        store: Any,
+        pid: int,
+        label: str,
+        keys: pa.Array,
+        values: pa.Array,
+        metas: pa.Array | None,
+    ) -> IngestPart:
+        w = PartWriter(store, self.plan, pid, attempt=label)
+        try:
+            for start in range(0, len(keys), CHUNK_ROWS):
+                ks = keys.slice(start, CHUNK_ROWS).to_pylist()
+                vs = values.slice(start, CHUNK_ROWS).to_pylist()
+                ms = metas.slice(start, CHUNK_ROWS).to_pylist() if metas is not None else None
+                w.add(ks, vs, ms)
+            return w.finish()
+        except BaseException:
+            w.abort()
+            raise
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        parts = [m.part if isinstance(m, ShaleCommitMessage) else None for m in messages]
+        commit_ingest(self.plan, parts, self.opts.url, store_options=self.opts.store)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        parts = [m.part if isinstance(m, ShaleCommitMessage) else None for m in messages]
+        abort_ingest(self.plan, parts, self.opts.url, store_options=self.opts.store)
+
+
+# ------------------------------------------------------------------- reading
+
+
+class ShalePartition(InputPartition):
+    """One key range of the pinned version (pickled to a task)."""
+
+    def __init__(self, part: ReadPart) -> None:
+        super().__init__(part.index)
+        self.part = part
+
+
+Bound = tuple[bytes | None, bytes | None]
+
+
+class ShaleReader(DataSourceReader):
+    """Key-range partitions of one checkpoint, with key-range and prefix filters pushed down."""
+
+    def __init__(self, opts: ReadOptions, checkpoint_id: str, created: bool) -> None:
+        self.opts = opts
+        self.checkpoint_id = checkpoint_id
+        self.created = created
+        self.range: Bound = (None, None)
+        self.pushed: list[str] = []
+
+    # ------------------------------------------------------------ filters
+
+    def _key(self, v: Any) -> bytes | None:
+        if isinstance(v, str) and self.opts.key_type == "string":
+            return v.encode()
+        if isinstance(v, (bytes, bytearray)) and self.opts.key_type == "binary":
+            return bytes(v)
+        return None
+
+    def _bound(self, f: Filter) -> Bound | None:
+        """The exact key range of a filter on ``key``; None if it is not one we apply exactly."""
+        if getattr(f, "attribute", None) != ("key",):
+            return None
+        if isinstance(f, StringStartsWith):
+            p = self._key(f.value)
+            return None if p is None else (p or None, prefix_end(p) if p else None)
+        k = self._key(getattr(f, "value", None))
+        if k is None:
+            return None
+        if isinstance(f, EqualTo):
+            return k, key_after(k)
+        if isinstance(f, GreaterThan):
+            return key_after(k), None
+        if isinstance(f, GreaterThanOrEqual):
+            return k, None
+        if isinstance(f, LessThan):
+            return None, k
+        if isinstance(f, LessThanOrEqual):
+            return None, key_after(k)
+        return None
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            b = self._bound(f)
+            if b is not None:
+                self.range = intersect(self.range, b)
+                self.pushed.append(repr(f))
+                continue
+            if isinstance(f, In) and f.attribute == ("key",):
+                ks = [self._key(v) for v in f.value]
+                if ks and all(k is not None for k in ks):  # a hint only: Spark still applies it
+                    lo = min(k for k in ks if k is not None)
+                    hi = max(k for k in ks if k is not None)
+                    self.range = intersect(self.range, (lo, key_after(hi)))
+            yield f
+
+    # ---------------------------------------------------------- partitions
+
+    def partitions(self) -> list[InputPartition]:
+        lo, hi = self.range
+        if lo is not None and hi is not None and lo >= hi:
+            return [ShalePartition(ReadPart(0, lo, lo, self.checkpoint_id, 0, (), (), 0))]
+        plan = plan_read(
+            self.opts.url,
+            checkpoint=self.checkpoint_id,
+            start=lo,
+            end=hi,
+            partitions=self.opts.partitions,
+            store_options=self.opts.store,
+        )
+        log.info(
+            "shaledb read: checkpoint %s, %d partitions, key range %r..%r, pushed %s",
+            self.checkpoint_id,
+            len(plan.parts),
+            lo,
+            hi,
+            self.pushed,
+        )
+        return [ShalePartition(p) for p in plan.parts]
+
+    # ---------------------------------------------------------------- read
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ShalePartition)
+        part = partition.part
+        if part.lo is not None and part.lo == part.hi:
+            return
+        o = self.opts
+        ensure_checkpoint(
+            o.url,
+            part.checkpoint_id,
+            refresh_lifetime_s=o.checkpoint_lifetime_s if self.created else None,
+            store_options=o.store,
+        )
+        schema = arrow_schema(o)
+        for keys, seqs, kinds, pays in read_part(part, o.url, store_options=o.store):
+            values, metas = values_and_metadata(kinds, pays)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    _blob_array(keys, o.key_type),
+                    _blob_array(values, o.value_type),
+                    pa.array(seqs, pa.int64()),
+                    pa.nulls(len(keys), pa.binary()) if metas is None else pa.array(metas, pa.binary()),
+                ],
+                schema=schema,
+            )
+
+
+def arrow_schema(o: ReadOptions) -> pa.Schema:
+    """The Arrow form of the read contract (nullability must match Spark's)."""
+    text = {"binary": pa.binary(), "string": pa.string()}
+    return pa.schema(
+        [
+            pa.field("key", text[o.key_type], nullable=False),
+            pa.field("value", text[o.value_type], nullable=False),
+            pa.field("seq", pa.int64(), nullable=False),
+            pa.field("metadata", pa.binary(), nullable=True),
+        ]
+    )
+
+
+def _blob_array(items: list[bytes], kind: str) -> pa.Array:
+    """An Arrow array over one joined buffer: two C-level passes, no per-item Arrow calls."""
+    offsets = array("i", accumulate(map(len, items), initial=0))  # int32: chunks stay far below 2 GiB
+    arr = pa.Array.from_buffers(
+        pa.string() if kind == "string" else pa.binary(),
+        len(items),
+        [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(items))],
+    )
+    if kind == "string":
+        try:
+            arr.validate(full=True)
+        except pa.ArrowInvalid:
+            raise InvalidArgument("a value is not valid UTF-8: read it with the binary type") from None
+    return arr
+
+
+__all__ = ["ShaleCommitMessage", "ShaleDataSource", "ShalePartition", "ShaleReader", "ShaleWriter"]
