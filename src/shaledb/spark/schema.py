@@ -191,6 +191,7 @@ class ReadOptions:
     partitions: int | None = None
     key_type: str = "binary"
     value_type: str = "binary"
+    pushdown: bool = True
     store: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -208,6 +209,7 @@ class ReadOptions:
             partitions=_int(options, "partitions", None),
             key_type=types["key_type"],
             value_type=types["value_type"],
+            pushdown=_bool(options, "pushdown", True),
             store=store_options(options),
         )
 

@@ -184,8 +184,10 @@ class ShaleWriter(DataSourceArrowWriter):
         attempt = tc.attemptNumber() if tc is not None else 0
         label = f"stage {tc.stageId()} attempt {attempt} task {tc.taskAttemptId()}" if tc else "local"
         store = open_ingest_store(self.opts.url, store_options=self.opts.store)
-        table = pa.Table.from_batches(list(iterator))
-        keys, values, metas = self._columns(table, pid)
+        batches = list(iterator)
+        if not batches:  # an empty partition (e.g. fewer keys than range partitions)
+            return ShaleCommitMessage(PartWriter(store, self.plan, pid, attempt=label).finish())
+        keys, values, metas = self._columns(pa.Table.from_batches(batches), pid)
         part = self._write(store, pid, label, keys, values, metas)
         if self.opts.duplicate_attempt:  # testing: a losing (speculative) attempt's leftovers
             self._write(store, pid, label + " (losing copy)", keys, values, metas)
@@ -304,6 +306,9 @@ class ShaleReader(DataSourceReader):
         return None
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        if not self.opts.pushdown:  # Spark applies every filter; the plan reads every key
+            yield from filters
+            return
         for f in filters:
             b = self._bound(f)
             if b is not None:

@@ -1,0 +1,49 @@
+"""Helpers of the Spark tests (importable by test modules, unlike conftest)."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+from shaledb import DbReader, DbReaderOptions
+from shaledb.clock import SYSTEM_CLOCK
+from shaledb.manifest.model import Manifest
+from shaledb.manifest.store import ManifestStore
+from shaledb.store import open_store
+
+
+def test_seed() -> int:
+    """A fresh seed (or ``SHALEDB_TEST_SEED``), printed so a failure can be replayed."""
+    env = os.environ.get("SHALEDB_TEST_SEED")
+    seed = int(env) if env else random.randrange(1 << 31)
+    print(f"seed={seed} (rerun with SHALEDB_TEST_SEED={seed})")
+    return seed
+
+
+test_seed.__test__ = False  # type: ignore[attr-defined]
+
+
+def latest(url: str) -> Manifest:
+    m = ManifestStore(open_store(url), SYSTEM_CLOCK, random.Random(), author="test").read_latest()
+    assert m is not None
+    return m
+
+
+def contents(url: str) -> dict[bytes, bytes]:
+    opts = DbReaderOptions(establish_checkpoint=False, background_poll=False)
+    with DbReader.open(url, options=opts) as r:
+        return dict(r.scan())
+
+
+def kv_frame(spark: Any, rows: list[tuple[bytes, bytes]], partitions: int = 3) -> Any:
+    """A DataFrame of binary key/value rows, in random order over ``partitions`` partitions."""
+    return spark.createDataFrame(rows, "key binary, value binary").repartition(partitions)
+
+
+def referenced(url: str) -> set[str]:
+    return {s.id for s in latest(url).all_ssts()}
+
+
+def sst_ids(url: str) -> set[str]:
+    return {m.path.split("/", 1)[1][:-4] for m in open_store(url).list("compacted/")}
