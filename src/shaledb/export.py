@@ -79,6 +79,8 @@ class ReadPart:
     last_l0_seq: int
     external: tuple[str, ...] = ()
     """URLs of ``Manifest.external_dbs`` (SSTs with ``db = i`` live in ``external[i - 1]``)."""
+    l0_count: int = 0
+    """How many of ``sources`` (the first ones) are L0 SSTs; the rest are sorted runs."""
 
     @property
     def bytes(self) -> int:
@@ -136,7 +138,10 @@ def split_range(
         - {lo}
         - ({hi} if hi is not None else set())
     )
-    bounds = [b for b in bounds if (lo is None or b > lo) and (hi is None or b < hi)]
+    low = min(s.first_key for s in inside)
+    high = max(key_after(s.last_key) for s in inside)
+    # Cuts outside the data would only make empty ranges.
+    bounds = [b for b in bounds if (lo is None or b > lo) and (hi is None or b < hi) and low < b < high]
     if not bounds:
         return [(lo, hi)]
     weight = [0.0] * (len(bounds) + 1)  # weight[i]: bytes between bounds[i - 1] and bounds[i]
@@ -212,7 +217,18 @@ def plan_read(
     wal_ids = tuple(range(m.replay_after_wal_id + 1, m.next_wal_id))
     external = tuple(e.url for e in m.external_dbs)
     parts = tuple(
-        ReadPart(i, lo, hi, str(cp_id), m.id, _sources(m, lo, hi), wal_ids, m.last_l0_seq, external)
+        ReadPart(
+            i,
+            lo,
+            hi,
+            str(cp_id),
+            m.id,
+            _sources(m, lo, hi),
+            wal_ids,
+            m.last_l0_seq,
+            external,
+            sum(1 for s in m.data.l0 if _overlaps(s, lo, hi)),
+        )
         for i, (lo, hi) in enumerate(split_range(ssts, start, end, partitions))
     )
     return ReadPlan(str(cp_id), m.id, created, lifetime_s if created else None, parts)

@@ -163,6 +163,8 @@ class PartWriter:
         self._rows = 0
         self._first: bytes | None = None
         self._carry: tuple[bytes, bytes, bytes | None] | None = None
+        self._prev: bytes | None = None
+        """The last key handed to the SSTs (the carry, if any, comes after it)."""
         self._ssts: list[SstInfo] = []
         self._builder: SstBuilder | None = None
         self._bloom_keys: list[bytes] = []
@@ -187,6 +189,11 @@ class PartWriter:
             return
         ks, vs = list(keys), list(values)
         ms = None if metadata is None else list(metadata)
+        if self._carry is None and self._prev is not None and ks[0] <= self._prev:
+            raise InvalidArgument(
+                f"ingest part {self.partition}: a chunk starts at {ks[0]!r:.60}, not after the previous "
+                f"chunk's last key {self._prev!r:.60} (chunks must ascend and not split equal keys)"
+            )
         if self._carry is not None:
             ks.insert(0, self._carry[0])
             vs.insert(0, self._carry[1])
@@ -198,6 +205,37 @@ class PartWriter:
         # Hold the last row back: the next chunk may repeat its key.
         self._carry = (ks.pop(), vs.pop(), None if ms is None else ms.pop())
         self._emit(ks, vs, ms)
+
+    def add_arrow(self, keys: Any, values: Any) -> None:
+        """Append a chunk given as Arrow binary (or string) arrays, without per-row Python.
+
+        The same rules as :meth:`add` (ascending keys, the plan's duplicates
+        policy within the chunk), except that a chunk may not begin with the
+        key the previous chunk ended with. Needs pyarrow and numpy; see
+        ``shaledb.ingest.arrow``.
+        """
+        from .arrow import add_arrow
+
+        if self._done:
+            raise InvalidArgument("this part is finished")
+        add_arrow(self, keys, values)
+
+    def flush_carry(self) -> None:
+        """Emit the row :meth:`add` held back (it waits for a possible duplicate)."""
+        if self._carry is not None:
+            k, v, meta = self._carry
+            self._carry = None
+            self._emit([k], [v], None if meta is None else [meta])
+
+    def new_builder(self) -> SstBuilder:
+        return SstBuilder(
+            kind=SST_TABLE,
+            block_size=self.plan.block_size_bytes,
+            codec=self.codec,
+            bloom_bits_per_key=0,  # built vectorized at the end (bloom_filter_bytes)
+            created_at_ms=int(self.clock.now() * 1000),
+            nonce=self.rng.getrandbits(128).to_bytes(16, "little"),
+        )
 
     def _check(self, ks: list[bytes], vs: list[bytes], ms: list[bytes | None] | None) -> None:
         # C-level passes: type sets and length extremes, not a Python loop per row.
@@ -245,6 +283,7 @@ class PartWriter:
             return
         self._fp.update(ks, vs, ms)
         self._rows += n
+        self._prev = ks[-1]
         if not self.write:
             return
         if ms is None or all(x is None for x in ms):
@@ -265,14 +304,7 @@ class PartWriter:
         pos = 0
         while pos < n:
             if self._builder is None:
-                self._builder = SstBuilder(
-                    kind=SST_TABLE,
-                    block_size=self.plan.block_size_bytes,
-                    codec=self.codec,
-                    bloom_bits_per_key=0,  # built vectorized at the end (bloom_filter_bytes)
-                    created_at_ms=int(self.clock.now() * 1000),
-                    nonce=self.rng.getrandbits(128).to_bytes(16, "little"),
-                )
+                self._builder = self.new_builder()
             b = self._builder
             room = limit - b.estimated_size
             base = cum[pos - 1] if pos else 0
@@ -330,13 +362,8 @@ class PartWriter:
         """Flush the last SST and describe the part."""
         if self._done:
             raise InvalidArgument("this part is finished")
-        if self._carry is not None:
-            k, v, meta = self._carry
-            self._carry = None
-            self._emit([k], [v], None if meta is None else [meta])
-            last: bytes | None = k
-        else:
-            last = None
+        self.flush_carry()
+        last = self._prev
         self._finish_sst()
         self._done = True
         if self.write and self._ssts:

@@ -29,10 +29,8 @@ the explicit form that deletes its checkpoint on exit.
 from __future__ import annotations
 
 import logging
-from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa
@@ -57,7 +55,8 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from ..compaction.executor import key_after
 from ..db import prefix_end
 from ..errors import InvalidArgument
-from ..export import ReadPart, ensure_checkpoint, intersect, plan_read, read_part, values_and_metadata
+from ..export import ReadPart, ensure_checkpoint, intersect, plan_read
+from ..export_arrow import read_part_arrow
 from ..ingest import (
     IngestPart,
     IngestPlan,
@@ -231,6 +230,9 @@ class ShaleWriter(DataSourceArrowWriter):
     ) -> IngestPart:
         w = PartWriter(store, self.plan, pid, attempt=label)
         try:
+            if metas is None:  # plain values: the columnar path, no Python object per row
+                w.add_arrow(keys, values)
+                return w.finish()
             for start in range(0, len(keys), CHUNK_ROWS):
                 ks = keys.slice(start, CHUNK_ROWS).to_pylist()
                 vs = values.slice(start, CHUNK_ROWS).to_pylist()
@@ -362,14 +364,13 @@ class ShaleReader(DataSourceReader):
             store_options=o.store,
         )
         schema = arrow_schema(o)
-        for keys, seqs, kinds, pays in read_part(part, o.url, store_options=o.store):
-            values, metas = values_and_metadata(kinds, pays)
+        for c in read_part_arrow(part, o.url, store_options=o.store):
             yield pa.RecordBatch.from_arrays(
                 [
-                    _blob_array(keys, o.key_type),
-                    _blob_array(values, o.value_type),
-                    pa.array(seqs, pa.int64()),
-                    pa.nulls(len(keys), pa.binary()) if metas is None else pa.array(metas, pa.binary()),
+                    _text(c.keys, o.key_type),
+                    _text(c.values, o.value_type),
+                    c.seqs,
+                    pa.nulls(len(c), pa.binary()) if c.metadata is None else c.metadata,
                 ],
                 schema=schema,
             )
@@ -388,20 +389,14 @@ def arrow_schema(o: ReadOptions) -> pa.Schema:
     )
 
 
-def _blob_array(items: list[bytes], kind: str) -> pa.Array:
-    """An Arrow array over one joined buffer: two C-level passes, no per-item Arrow calls."""
-    offsets = array("i", accumulate(map(len, items), initial=0))  # int32: chunks stay far below 2 GiB
-    arr = pa.Array.from_buffers(
-        pa.string() if kind == "string" else pa.binary(),
-        len(items),
-        [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(items))],
-    )
-    if kind == "string":
-        try:
-            arr.validate(full=True)
-        except pa.ArrowInvalid:
-            raise InvalidArgument("a value is not valid UTF-8: read it with the binary type") from None
-    return arr
+def _text(arr: pa.Array, kind: str) -> pa.Array:
+    """Binary as is, or as UTF-8 strings (validated) for the string column types."""
+    if kind != "string":
+        return arr
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise InvalidArgument("a key or value is not valid UTF-8: read it with the binary type") from None
 
 
 __all__ = ["ShaleCommitMessage", "ShaleDataSource", "ShalePartition", "ShaleReader", "ShaleWriter"]

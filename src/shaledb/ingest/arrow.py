@@ -1,0 +1,242 @@
+"""The columnar fast path of :class:`~shaledb.ingest.parts.PartWriter`: Arrow arrays in, SSTs out.
+
+``PartWriter.add`` hands Python lists to ``SstBuilder.add_many``, which costs
+tens of microseconds of Python per 4 KiB block; at a hundred-odd bytes per
+row that was most of a bulk load's CPU. Here the keys and values stay in
+their Arrow buffers: order and duplicates are checked with Arrow compute
+kernels, block and SST boundaries come from numpy cumulative sums using the
+same rules as ``SstBuilder.add_many`` and ``PartWriter._emit``, and each
+block's payload (``format/block.py``: counts, offsets, sequence numbers,
+kinds, key and value blobs) is joined from slices of those buffers. The
+bytes are the ones the list path writes for the same rows in one chunk
+(``tests/ingest/test_ingest_arrow.py`` checks that), so nothing downstream
+can tell the paths apart. Only plain values take this path (no metadata).
+
+Needs pyarrow and numpy (the spark extra); the list path needs neither.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from typing import TYPE_CHECKING, Any
+
+from ..batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
+from ..errors import InvalidArgument
+from ..format.coding import crc32c_extend, frame_block
+from ..format.sst import ENTRY_OVERHEAD, SstBuilder
+
+if TYPE_CHECKING:
+    from .parts import PartWriter
+
+_U32 = struct.Struct("<I")
+_NO_META = 0xFFFFFFFF
+
+
+def _binary(arr: Any) -> Any:
+    """``arr`` as one contiguous ``binary`` array (int32 offsets)."""
+    import pyarrow as pa
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if (
+        pa.types.is_string(arr.type)
+        or pa.types.is_large_string(arr.type)
+        or pa.types.is_large_binary(arr.type)
+    ):
+        arr = arr.cast(pa.binary())
+    if not pa.types.is_binary(arr.type):
+        raise InvalidArgument(f"ingest columns must be binary or string arrays, got {arr.type}")
+    if arr.null_count:
+        raise InvalidArgument("ingest keys and values must not be null")
+    return arr
+
+
+def _buffers(arr: Any) -> tuple[Any, memoryview]:
+    """The int64 offsets (starting at 0) and the data of a binary array."""
+    import numpy as np
+
+    n = len(arr)
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + n + 1)[arr.offset :]
+    offs = offs.astype(np.int64)
+    data = arr.buffers()[2]
+    mv = memoryview(data) if data is not None else memoryview(b"")
+    return offs, mv
+
+
+def _dedupe(w: PartWriter, keys: Any, values: Any) -> tuple[Any, Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(keys)
+    if n < 2:
+        return keys, values
+    nxt, prv = keys.slice(1), keys.slice(0, n - 1)
+    if pc.any(pc.less(nxt, prv)).as_py():
+        i = pc.index(pc.less(nxt, prv), True).as_py()
+        raise InvalidArgument(
+            f"ingest part {w.partition}: keys are not in ascending order "
+            f"({keys[i].as_py()!r:.60} before {keys[i + 1].as_py()!r:.60}); sort each partition by key"
+        )
+    eq = pc.equal(nxt, prv)
+    if not pc.any(eq).as_py():
+        return keys, values
+    if w.plan.duplicates == "error":
+        i = pc.index(eq, True).as_py()
+        raise InvalidArgument(
+            f"ingest part {w.partition}: key {keys[i].as_py()!r:.80} appears more than once "
+            "(use duplicates='last' to keep the last one)"
+        )
+    keep = pc.invert(pa.concat_arrays([eq, pa.array([False])]))  # the last of equal keys wins
+    return keys.filter(keep), values.filter(keep)
+
+
+def add_arrow(w: PartWriter, keys: Any, values: Any) -> None:
+    """``w.add`` for Arrow arrays (see module docstring)."""
+    import numpy as np
+
+    keys, values = _binary(keys), _binary(values)
+    n = len(keys)
+    if len(values) != n:
+        raise InvalidArgument("key and value columns differ in length")
+    if not n:
+        return
+    w.flush_carry()
+    keys, values = _dedupe(w, keys, values)
+    n = len(keys)
+    koffs, kmv = _buffers(keys)
+    voffs, vmv = _buffers(values)
+    klen = np.diff(koffs)
+    vlen = np.diff(voffs)
+    if klen.min() < 1 or klen.max() > MAX_KEY_BYTES or vlen.max() > MAX_VALUE_BYTES:
+        raise InvalidArgument(
+            f"ingest keys must be 1..{MAX_KEY_BYTES} bytes, values at most {MAX_VALUE_BYTES}"
+        )
+    key_list: list[bytes] = keys.to_pylist()  # for the bloom filter and the SST index
+    if w._prev is not None and key_list[0] <= w._prev:
+        raise InvalidArgument(
+            f"ingest part {w.partition}: a chunk starts at {key_list[0]!r:.60}, not after the previous "
+            f"chunk's last key {w._prev!r:.60} (chunks must ascend and not split equal keys)"
+        )
+    if w._first is None:
+        w._first = key_list[0]
+    _fingerprint(w, kmv, koffs, klen, vmv, voffs, vlen, n)
+    w._rows += n
+    w._prev = key_list[-1]
+    if w.write:
+        _Emitter(w, key_list, kmv, koffs, vmv, voffs, klen + vlen).run()
+
+
+def _fingerprint(
+    w: PartWriter, kmv: memoryview, koffs: Any, klen: Any, vmv: memoryview, voffs: Any, vlen: Any, n: int
+) -> None:
+    import numpy as np
+
+    fp = w._fp
+    chunks = (
+        kmv[koffs[0] : koffs[-1]],
+        klen.astype("<u4").tobytes(),
+        vmv[voffs[0] : voffs[-1]],
+        vlen.astype("<u4").tobytes(),
+        b"",
+        np.full(n, _NO_META, dtype="<u4").tobytes(),
+    )
+    for i, c in enumerate(chunks):
+        fp.crcs[i] = crc32c_extend(fp.crcs[i], bytes(c))
+        fp.lens[i] += len(c)
+
+
+class _Emitter:
+    """Cuts rows into SSTs (``PartWriter._emit``'s rule) and blocks (``add_many``'s rule)."""
+
+    def __init__(
+        self,
+        w: PartWriter,
+        key_list: list[bytes],
+        kmv: memoryview,
+        koffs: Any,
+        vmv: memoryview,
+        voffs: Any,
+        kv_len: Any,
+    ) -> None:
+        import numpy as np
+
+        self.w = w
+        self.keys = key_list
+        self.kmv, self.koffs, self.vmv, self.voffs = kmv, koffs, vmv, voffs
+        n = len(key_list)
+        self.cum_entry = np.cumsum(kv_len + ENTRY_OVERHEAD).tolist()  # SST cuts
+        self.cum_kv = np.cumsum(kv_len)  # block cuts
+        self.seq_bytes = np.full(n, w.plan.seq, dtype="<u8").tobytes()
+        self.kinds = bytes(n)
+
+    def run(self) -> None:
+        w = self.w
+        n = len(self.keys)
+        cum = self.cum_entry
+        limit = w.plan.max_sst_size_bytes
+        pos = 0
+        while pos < n:
+            if w._builder is None:
+                w._builder = w.new_builder()
+            b = w._builder
+            room = limit - b.estimated_size
+            base = cum[pos - 1] if pos else 0
+            j = bisect_right(cum, base + room, pos)
+            if j == pos:
+                if b.entries:
+                    w._finish_sst()
+                    continue
+                j = pos + 1  # one entry larger than the limit gets an SST of its own
+            self.blocks(b, pos, j)
+            w._bloom_keys += self.keys[pos:j]
+            pos = j
+            if pos < n or b.estimated_size >= limit:
+                w._finish_sst()
+
+    def blocks(self, b: SstBuilder, lo: int, hi: int) -> None:
+        """Rows ``[lo, hi)`` as blocks, cut where ``SstBuilder.add_many`` would cut them."""
+        import numpy as np
+
+        cum = self.cum_kv
+        base = int(cum[lo - 1]) if lo else 0
+        bs = b.block_size
+        start = lo
+        while start < hi:
+            end = min(hi, int(np.searchsorted(cum[start:hi], base + bs, side="left")) + start + 1)
+            self.block(b, start, end)
+            base = int(cum[end - 1])
+            start = end
+
+    def block(self, b: SstBuilder, lo: int, hi: int) -> None:
+        ko, vo = self.koffs, self.voffs
+        m = hi - lo
+        k0, k1, v0, v1 = int(ko[lo]), int(ko[hi]), int(vo[lo]), int(vo[hi])
+        payload = b"".join(
+            (
+                _U32.pack(m),
+                (ko[lo : hi + 1] - k0).astype("<u4").tobytes(),
+                (vo[lo : hi + 1] - v0).astype("<u4").tobytes(),
+                self.seq_bytes[8 * lo : 8 * hi],
+                self.kinds[lo:hi],
+                self.kmv[k0:k1],
+                self.vmv[v0:v1],
+            )
+        )
+        stored = frame_block(payload, b.codec)
+        # The state SstBuilder._emit keeps, for a block of plain values at one sequence number.
+        b._blocks.append(stored)
+        b._offsets.append(b._offsets[-1] + len(stored))
+        seq = self.w.plan.seq
+        b._min_seq = seq if b._min_seq is None else min(b._min_seq, seq)
+        b._max_seq = max(b._max_seq, seq)
+        if b._first is None:
+            b._first = self.keys[lo]
+        b._last = self.keys[hi - 1]
+        b._index_keys.append(self.keys[hi - 1])
+        b._entries += m
+        b._raw_k += k1 - k0
+        b._raw_v += v1 - v0
+
+
+__all__ = ["add_arrow"]

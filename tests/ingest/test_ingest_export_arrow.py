@@ -1,0 +1,94 @@
+"""The Arrow fast path of checkpoint reads returns what the general path returns."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from ingest_kit import QUIET, sorted_kv, test_seed
+
+from shaledb import Compactor, Db
+from shaledb.errors import CorruptionError
+from shaledb.export import plan_read, read_part, values_and_metadata
+from shaledb.ingest import ingest_columns
+from shaledb.settings import CompactorOptions
+from shaledb.store import open_store
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("numpy")
+from shaledb.export_arrow import read_part_arrow
+
+
+def general(url, plan):
+    out = []
+    for part in plan.parts:
+        for keys, seqs, kinds, pays in read_part(part, url):
+            vals, metas = values_and_metadata(kinds, pays)
+            out.extend(zip(keys, vals, seqs, metas or [None] * len(keys)))
+    return out
+
+
+def fast(url, plan, chunk_bytes=8 << 20):
+    out = []
+    for part in plan.parts:
+        for c in read_part_arrow(part, url, chunk_bytes=chunk_bytes):
+            metas = c.metadata.to_pylist() if c.metadata is not None else [None] * len(c)
+            out.extend(zip(c.keys.to_pylist(), c.values.to_pylist(), c.seqs.to_pylist(), metas))
+    return out
+
+
+def test_a_bulk_loaded_run_reads_the_same_through_both_paths(tmp_path):
+    seed = test_seed()
+    rng = random.Random(seed)
+    url = str(tmp_path / "db")
+    keys, vals = sorted_kv(20_000, rng, vlen=0)
+    vals = [rng.randbytes(rng.choice([0, 3, 90])) for _ in keys]
+    ingest_columns(url, keys, vals, max_sst_size_bytes=256 * 1024)
+    ranges = [(None, None, 1), (None, None, 5), (keys[777], keys[15_000], 3), (b"k\x80", None, 2)]
+    for start, end, n in ranges:
+        plan = plan_read(url, start=start, end=end, partitions=n)
+        want = general(url, plan)
+        assert fast(url, plan, chunk_bytes=64 * 1024) == want
+        inside = [k for k in keys if (start is None or k >= start) and (end is None or k < end)]
+        assert [r[0] for r in want] == inside
+
+
+def test_tombstones_metadata_and_several_sources(tmp_path):
+    seed = test_seed()
+    rng = random.Random(seed)
+    url = str(tmp_path / "db")
+    keys, vals = sorted_kv(5000, rng)
+    ingest_columns(url, keys, vals, max_sst_size_bytes=64 * 1024)
+    with Db.open(url, settings=QUIET) as db:
+        for k in rng.sample(keys, 500):
+            db.delete(k, durable=False)
+        for k in rng.sample(keys, 50):
+            db.put(k, b"with metadata", metadata=b"m", durable=False)
+        db.flush(memtable=True)
+        plan = plan_read(url, partitions=3)  # an L0 SST over a run: the general path
+        assert fast(url, plan) == general(url, plan)
+    # Compacted into a run above the loaded one: tombstones and metadata inside a single run.
+    Compactor.open(url, CompactorOptions(min_l0_ssts=1, max_space_amplification=None)).run_once()
+    plan = plan_read(url, partitions=2)
+    assert any(len(p.sources) == 2 for p in plan.parts)
+    assert fast(url, plan, chunk_bytes=16 * 1024) == general(url, plan)
+    Compactor.open(url, CompactorOptions(min_l0_ssts=1, max_space_amplification=0.01)).run_once()
+    plan = plan_read(url, partitions=2)
+    assert all(len(p.sources) == 1 for p in plan.parts)  # one run: the fast path
+    got = fast(url, plan, chunk_bytes=16 * 1024)
+    assert got == general(url, plan) and any(r[3] == b"m" for r in got)
+
+
+def test_a_damaged_block_is_reported(tmp_path):
+    url = str(tmp_path / "db")
+    keys, vals = sorted_kv(3000, random.Random(5))
+    ingest_columns(url, keys, vals)
+    plan = plan_read(url, partitions=1)
+    st = open_store(url)
+    path = f"compacted/{plan.parts[0].sources[0][0].id}.sst"
+    data = bytearray(st.get(path))
+    data[5000] ^= 0x40
+    st.delete(path)
+    st.put(path, bytes(data))
+    with pytest.raises(CorruptionError, match="compacted/"):
+        fast(url, plan)
