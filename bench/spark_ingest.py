@@ -69,12 +69,15 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--work", help="scratch directory (default: a temporary one)")
+    p.add_argument("--conf", action="append", default=[], help="extra Spark setting KEY=VALUE")
     args = p.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="shaledb-spark-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     n = args.rows
     res: dict[str, Any] = {"rows": n, "key_bytes": 16, "value_bytes": 100, "master": "local[2]"}
-    spark = shale_spark.local_session("shaledb-bench", master="local[2]", conf={"spark.driver.memory": "2g"})
+    conf = {"spark.driver.memory": "2g", **dict(c.split("=", 1) for c in args.conf)}
+    res["spark_conf"] = conf
+    spark = shale_spark.local_session("shaledb-bench", master="local[2]", conf=conf)
     from pyspark.sql import functions as F
 
     i = F.col("id").cast("string")

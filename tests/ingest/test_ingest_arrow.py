@@ -16,6 +16,9 @@ from shaledb.testing.clock import ManualClock
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
 
+# Needs the spark extra (pyarrow, numpy), so it runs with the Spark tests; it starts no JVM.
+pytestmark = pytest.mark.spark
+
 
 @pytest.fixture
 def stores():

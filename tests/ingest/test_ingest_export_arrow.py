@@ -10,13 +10,16 @@ from ingest_kit import QUIET, sorted_kv, test_seed
 from shaledb import Compactor, Db
 from shaledb.errors import CorruptionError
 from shaledb.export import plan_read, read_part, values_and_metadata
+from shaledb.export_arrow import read_part_arrow
 from shaledb.ingest import ingest_columns
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
-from shaledb.export_arrow import read_part_arrow
+
+# Needs the spark extra (pyarrow, numpy), so it runs with the Spark tests; it starts no JVM.
+pytestmark = pytest.mark.spark
 
 
 def general(url, plan):
