@@ -10,6 +10,7 @@ Only the names in ``__all__`` are the public API.
 
 from . import admin
 from .batch import WriteBatch
+from .compaction import CompactionReport, Compactor
 from .db import Db, Scan, Snapshot, WriteHandle
 from .db_reader import DbReader, DbReaderOptions, ReaderSnapshot
 from .errors import (
@@ -25,6 +26,7 @@ from .errors import (
     ShaleError,
     Unavailable,
 )
+from .gc import GarbageCollector, GcReport
 from .manifest.model import Checkpoint
 from .settings import CompactorOptions, GcOptions, RetryOptions, Settings
 
@@ -36,6 +38,8 @@ __all__ = [
     "CheckpointNotFound",
     "Checkpoint",
     "ClosedError",
+    "CompactionReport",
+    "Compactor",
     "CompactorOptions",
     "ConflictError",
     "CorruptionError",
@@ -44,7 +48,9 @@ __all__ = [
     "DbReader",
     "DbReaderOptions",
     "FencedError",
+    "GarbageCollector",
     "GcOptions",
+    "GcReport",
     "InvalidArgument",
     "InvalidDbState",
     "NotFound",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ from .format.row import encode_payload
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .memtable import ENTRY_OVERHEAD, Entry, Memtable
+from .pins import ViewPins
 from .reader import ReadView, Visibility, lookup, scan_items
 from .recovery import claim_writer_epoch, replay_wal, write_fence
 from .settings import Settings
@@ -140,11 +142,11 @@ class Scan:
 class Snapshot:
     """A consistent, read-only view of the database at one sequence number."""
 
-    def __init__(self, db: Db, view: ReadView, seq: int) -> None:
+    def __init__(self, db: Db, view: ReadView, seq: int, cp: uuid.UUID | None = None) -> None:
         self._db = db
         self._view = view
         self.seq = seq
-        self._finalizer = weakref.finalize(self, db._unpin, view.mem, seq)
+        self._finalizer = weakref.finalize(self, db._unpin, view.mem, seq, cp)
 
     def get(self, key: bytes) -> bytes | None:
         k = key if type(key) is bytes else check_key(key)
@@ -278,10 +280,17 @@ class Db:
         self.manifests = ManifestStore(store, clock, rng, author="writer")
         self._space = threading.Condition(self._lock)
         self._background: list[Any] = []
+        # Serializes this process's manifest writes with adopting their result as the view.
+        self._mlock = threading.RLock()
+        self.pins = ViewPins(clock, rng, grace_s=max(60.0, settings.retry.timeout_s))
 
         m = claim_writer_epoch(
-            self.manifests, timeout_s=settings.manifest_update_timeout_s, create_if_missing=create_if_missing
+            self.manifests,
+            timeout_s=settings.manifest_update_timeout_s,
+            create_if_missing=create_if_missing,
+            extra=self.pins.on_claim,
         )
+        self.pins.confirm(m)
         self.epoch = m.writer_epoch
         fence_id, fence_rec = write_fence(
             store,
@@ -342,7 +351,30 @@ class Db:
         self._start_background()
 
     def _start_background(self) -> None:
-        """Hook for embedded background services (compactor, garbage collector)."""
+        """Pin the opened view, then start the embedded compactor and garbage collector."""
+        try:
+            self._ensure_view_pinned()
+            s = self.settings
+            if s.compactor is not None:
+                from .compaction import EmbeddedCompactor
+
+                self._background.append(EmbeddedCompactor(self, s.compactor))
+            if s.garbage_collector is not None:
+                from .gc import EmbeddedGc
+
+                self._background.append(EmbeddedGc(self, s.garbage_collector))
+        except BaseException:
+            for svc in reversed(self._background):
+                svc.stop()
+            self.flusher.stop()
+            self.wal.stop()
+            raise
+
+    def _ensure_view_pinned(self) -> None:
+        """The manifest read after fencing may have SSTs our opening checkpoint does not pin."""
+        with self._mlock:
+            if not self.pins.covers(self.manifest):
+                self.update_manifest(lambda m: None)
 
     def _resolve_store(self, db_index: int) -> ObjectStore:
         """The store holding objects with ``db == db_index`` (a clone's parents; see ``shaledb.external``)."""
@@ -521,8 +553,11 @@ class Db:
             self._unflushed -= imm.nbytes
             self._set_manifest_locked(m)
             self._space.notify_all()
+        for svc in self._background:
+            svc.wake()
 
     def _set_manifest_locked(self, m: Manifest) -> None:
+        self.pins.confirm(m)
         if m.id < self.manifest.id:
             return
         runs = self._view.runs if m.data.runs == self.manifest.data.runs else None
@@ -536,14 +571,49 @@ class Db:
             raise FencedError(
                 f"writer epoch {m.writer_epoch} took over; this writer (epoch {self.epoch}) stops"
             )
-        if m.id != self.manifest.id:
-            with self._lock:
-                self._set_manifest_locked(m)
+        if m.id > self.manifest.id:
+            with self._mlock:
+                if self.pins.covers(m):
+                    with self._lock:
+                        self._set_manifest_locked(m)
+                else:  # new SSTs (a standalone compactor): pin them before reading them
+                    m = self.update_manifest(lambda cur: None, current=m)
         return m
 
     def decorate_manifest(self, m: Manifest) -> Manifest:
-        """Hook: adjust a manifest the writer is about to write (e.g. its checkpoint)."""
-        return m
+        """Adjust a manifest the writer is about to write: its view checkpoints (``shaledb.pins``).
+
+        ``m`` must keep the id of the manifest it was derived from.
+        """
+        return self.pins.decorate(m)
+
+    def update_manifest(
+        self, mutate: Callable[[Manifest], Manifest | None], *, current: Manifest | None = None
+    ) -> Manifest:
+        """Write a manifest version from this process and make it the read view.
+
+        Serialized with the writer's other manifest writes. ``mutate`` should
+        pass its result through :meth:`decorate_manifest` (the L0 flush and
+        the embedded compactor do) so the new view is pinned by the same CAS;
+        if the result is not pinned (``mutate`` changed nothing while another
+        process changed the SSTs), one more write pins it.
+        """
+        timeout = self.settings.manifest_update_timeout_s
+        with self._mlock:
+            m = self.manifests.update(mutate, timeout_s=timeout, current=current or self.manifest)
+            with self._lock:
+                self.pins.confirm(m)
+                if self.pins.epoch is None or self.pins.covers(m):
+                    self._set_manifest_locked(m)
+                    return m
+            m = self.manifests.update(self._repin, timeout_s=timeout, current=m)
+            with self._lock:
+                self._set_manifest_locked(m)
+            return m
+
+    def _repin(self, m: Manifest) -> Manifest | None:
+        nxt = self.pins.decorate(m)
+        return None if nxt is m else nxt
 
     def closing_without_wait(self) -> bool:
         return self._failure is not None
@@ -597,27 +667,30 @@ class Db:
         s, e = scan_bounds(start, end, prefix)
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
-        view, seq = self._pin()
+        view, seq, cp = self._pin()
         it = scan_items(view, self.tables, self.vis, s, e, seq, bool(reverse), limit)
-        return Scan(it, lambda: self._unpin(view.mem, seq))
+        return Scan(it, lambda: self._unpin(view.mem, seq, cp))
 
     def snapshot(self) -> Snapshot:
         """A consistent read-only view; close it (or use ``with``) when done."""
-        view, seq = self._pin()
-        return Snapshot(self, view, seq)
+        view, seq, cp = self._pin()
+        return Snapshot(self, view, seq, cp)
 
-    def _pin(self) -> tuple[ReadView, int]:
+    def _pin(self) -> tuple[ReadView, int, uuid.UUID | None]:
+        """Pin the current view: its memtable versions at ``seq`` and its SSTs' checkpoint."""
         with self._lock:
             if self._state == _CLOSED:
                 raise ClosedError("database is closed")
             view = self._view
             seq = self._seq
             view.mem.pin(seq)
-        return view, seq
+            cp = self.pins.acquire()
+        return view, seq, cp
 
-    def _unpin(self, mem: Memtable, seq: int) -> None:
+    def _unpin(self, mem: Memtable, seq: int, cp: uuid.UUID | None = None) -> None:
         with self._lock:
             mem.unpin(seq)
+        self.pins.release(cp)
 
     # ------------------------------------------------------ flush and close
 
@@ -653,10 +726,21 @@ class Db:
             svc.stop()
         self.flusher.stop()
         self.wal.stop()
+        if not failed and self._failure is None:
+            self._release_pins()
         with self._lock:
             self._state = _CLOSED
         if error is not None and not isinstance(error, FencedError):
             raise error
+
+    def _release_pins(self) -> None:
+        """Drop this writer's unreferenced view checkpoints (one manifest write at close)."""
+        try:
+            self.manifests.update(
+                self.pins.strip, timeout_s=self.settings.manifest_update_timeout_s, current=self.manifest
+            )
+        except ShaleError as exc:
+            log.warning("could not remove this writer's checkpoints at close: %s", exc)
 
     def __enter__(self) -> Db:
         return self

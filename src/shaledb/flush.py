@@ -147,11 +147,7 @@ class MemtableFlusher:
             db.store.put(paths.sst_path(info.id), data, create=True)
         written = db.wal.drain_written()
         try:
-            m = db.manifests.update(
-                lambda m: self._add_l0(m, imm, info, written),
-                timeout_s=db.settings.manifest_update_timeout_s,
-                current=db.manifest,
-            )
+            m = db.update_manifest(lambda m: self._add_l0(m, imm, info, written), current=db.manifest)
         except BaseException:
             db.wal.note_written(written)
             raise

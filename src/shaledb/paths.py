@@ -6,6 +6,7 @@ Every object a database writes lives under its root, at a name built here:
     wal/<20-digit id>.sst             WAL SSTs and fencing objects, contiguous ids
     compacted/<ULID>.sst              L0 and sorted-run SSTs
     journal/<ULID>.journal            value-journal objects
+    compactions/<ULID>.job            leases of running compaction jobs (GC reads them)
     tmp/<...>                         temporary objects (two-phase writes, jobs)
 
 Ids are zero-padded to 20 digits so listing order is id order. Names parsed
@@ -26,6 +27,7 @@ WAL_DIR = "wal/"
 SST_DIR = "compacted/"
 JOURNAL_DIR = "journal/"
 TMP_DIR = "tmp/"
+JOB_DIR = "compactions/"
 
 _MAX_ID = 2**64 - 1
 _ID_RE = re.compile(r"[0-9]{20}")
@@ -55,6 +57,11 @@ def sst_path(sst_id: str) -> str:
 def journal_path(journal_id: str) -> str:
     check_ulid(journal_id)
     return f"{JOURNAL_DIR}{journal_id}.journal"
+
+
+def job_path(job_id: str) -> str:
+    check_ulid(job_id)
+    return f"{JOB_DIR}{job_id}.job"
 
 
 def _parse_numbered(path: str, prefix: str, suffix: str) -> int | None:
@@ -89,6 +96,14 @@ def parse_journal_id(path: str) -> str | None:
     if not (path.startswith(JOURNAL_DIR) and path.endswith(".journal")):
         return None
     core = path[len(JOURNAL_DIR) : -len(".journal")]
+    return core if _ULID_RE.fullmatch(core) else None
+
+
+def parse_job_id(path: str) -> str | None:
+    """The ULID of a ``compactions/<ULID>.job`` name, or None for anything else."""
+    if not (path.startswith(JOB_DIR) and path.endswith(".job")):
+        return None
+    core = path[len(JOB_DIR) : -len(".job")]
     return core if _ULID_RE.fullmatch(core) else None
 
 

@@ -75,24 +75,43 @@ class CompactorOptions:
 
     ``min_l0_ssts``: compact L0 once this many L0 SSTs exist.
     ``max_sources``: most sorted runs merged in one compaction.
+    ``min_merge_runs``: fewest sorted runs of similar size merged together.
     ``size_ratio``: runs are "similar" when the largest is at most this many
     times the smallest.
+    ``max_space_amplification``: when the bytes above the oldest sorted run
+    (L0 SSTs and newer runs) exceed this fraction of it, everything is merged
+    into one run (bounds stored bytes at about ``1 + this`` times the live
+    data once compaction settles, at the cost of rewriting the whole tree;
+    None turns the rule off).
     ``max_sst_size_bytes``: output SSTs of a sorted run are cut at this size.
-    ``max_subcompactions``: key ranges one compaction is split into.
+    ``max_subcompactions``: key ranges one compaction is split into (run in
+    parallel threads).
+    ``job_lease_s``: a running job renews its lease object every quarter of
+    this; the garbage collector keeps the job's outputs while the lease is
+    fresh, so a job may run longer than the GC's ``min_age_s``.
     """
 
     poll_interval_s: float = 1.0
     min_l0_ssts: int = 4
     max_sources: int = 8
+    min_merge_runs: int = 4
     size_ratio: float = 4.0
+    max_space_amplification: float | None = 0.5
     max_sst_size_bytes: int = 64 * MiB
     max_subcompactions: int = 1
     manifest_update_timeout_s: float = 300.0
+    job_lease_s: float = 600.0
 
     def __post_init__(self) -> None:
         _positive("CompactorOptions.poll_interval_s", self.poll_interval_s)
         _integer("CompactorOptions.min_l0_ssts", self.min_l0_ssts, minimum=1)
         _integer("CompactorOptions.max_sources", self.max_sources, minimum=2)
+        _integer("CompactorOptions.min_merge_runs", self.min_merge_runs, minimum=2)
+        if self.min_merge_runs > self.max_sources:
+            raise InvalidArgument("CompactorOptions.min_merge_runs must be <= max_sources")
+        if self.max_space_amplification is not None:
+            _positive("CompactorOptions.max_space_amplification", self.max_space_amplification)
+        _positive("CompactorOptions.job_lease_s", self.job_lease_s)
         _positive("CompactorOptions.size_ratio", self.size_ratio)
         if self.size_ratio < 1:
             raise InvalidArgument("CompactorOptions.size_ratio must be >= 1")

@@ -1,0 +1,544 @@
+"""The compactor: claim the compactor epoch, then schedule, execute and commit.
+
+Roles and naming: the *scheduler* (a pure function of the manifest) proposes
+:class:`~shaledb.compaction.scheduler.CompactionSpec` values; a *job* runs one
+spec: it takes a lease, the *executor* writes the new run's SSTs, and one
+manifest CAS *commits* them. :class:`Compactor` does this for one database,
+standalone (``Compactor.open(url).run()`` or ``shaledb run-compactor``) or
+embedded in the writer (:class:`EmbeddedCompactor`, a background thread).
+
+Fencing (SPEC §4.3). Opening a compactor bumps ``compactor_epoch`` by CAS.
+Every commit re-checks the epoch inside its manifest mutator, so an older
+compactor's next commit raises :class:`~shaledb.errors.FencedError` and its
+outputs become orphans for the garbage collector. An embedded compactor that
+is fenced by a standalone one logs and stops; the writer keeps running.
+
+The commit (:func:`apply_compaction`) re-validates against the *latest*
+manifest, because the writer keeps flushing while a job runs: the job's L0
+sources must still be the oldest L0 SSTs and its runs must still be present
+and consecutive, or the job is aborted (:class:`CompactionAborted`) and its
+outputs are deleted. L0 SSTs flushed meanwhile are kept above the new run. A
+writer's flush that wins the race for a manifest id only makes the CAS retry
+with the mutator re-applied to the newer manifest, so it is never lost.
+
+Job leases. While a job runs it keeps ``compactions/<ULID>.job`` (the ULID's
+time is the job's start) and rewrites it every quarter of ``job_lease_s``.
+The garbage collector reads the live leases of the current compactor epoch
+and keeps every unreferenced SST created after the oldest one started, so a
+job may run far longer than the GC's ``min_age_s`` without losing its
+outputs before the commit. A killed compactor's lease goes stale (or its
+epoch is superseded by the next compactor) and stops protecting anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import paths
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError
+from ..format.coding import CODECS
+from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
+from ..manifest.store import ManifestStore, Mutator
+from ..settings import CompactorOptions, Settings
+from ..store.base import ObjectStore
+from .executor import ExecResult, Executor, KeyRange, RangeResult
+from .scheduler import CompactionSpec, schedule
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+log = logging.getLogger("shaledb.compaction")
+
+_LIST_EVERY_POLLS = 60
+"""A standalone compactor probes for newer manifests with GETs and lists the
+manifest directory every this many polls (probing can miss versions the GC
+deleted)."""
+
+
+class CompactionAborted(ConflictError):
+    """The manifest changed under a job (its sources are gone); nothing was committed."""
+
+
+class ManifestHost(Protocol):
+    """What an embedded compactor needs from the writer it lives in."""
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+    def update_manifest(self, mutate: Mutator) -> Manifest: ...
+
+    def decorate_manifest(self, m: Manifest) -> Manifest: ...
+
+
+# ----------------------------------------------------------------- commit
+
+
+def apply_compaction(
+    m: Manifest, spec: CompactionSpec, ssts: tuple[SstInfo, ...] | list[SstInfo], epoch: int
+) -> Manifest:
+    """``m`` with ``spec``'s sources replaced by a run of ``ssts`` (pure).
+
+    Raises FencedError if another compactor took over, CompactionAborted if
+    ``m`` no longer has the sources where the spec found them.
+    """
+    if m.compactor_epoch != epoch:
+        raise FencedError(
+            f"compactor epoch {m.compactor_epoch} took over; this compactor (epoch {epoch}) stops"
+        )
+    t = m.tree(spec.tree)
+    k = len(spec.l0)
+    if k and tuple(s.id for s in t.l0[len(t.l0) - k :]) != spec.l0_ids:
+        raise CompactionAborted(f"{spec.describe()}: its L0 sources are no longer the oldest L0 SSTs")
+    runs = list(t.runs)
+    p = 0
+    if spec.runs:
+        ids = [r.id for r in runs]
+        if spec.runs[0].id not in ids:
+            raise CompactionAborted(f"{spec.describe()}: run {spec.runs[0].id} is gone")
+        p = ids.index(spec.runs[0].id)
+        window = runs[p : p + len(spec.runs)]
+        if [_run_key(r) for r in window] != [_run_key(r) for r in spec.runs]:
+            raise CompactionAborted(f"{spec.describe()}: its runs changed")
+        if k and p != 0:
+            raise CompactionAborted(f"{spec.describe()}: a newer run appeared above its L0 sources")
+        if spec.bottom and p + len(spec.runs) != len(runs):
+            raise CompactionAborted(f"{spec.describe()}: a run appeared below the bottom")
+    elif spec.bottom and runs:
+        raise CompactionAborted(f"{spec.describe()}: a run appeared below the bottom")
+    used = {r.id for r in m.data.runs} | {r.id for r in m.index.runs}
+    rid = spec.dest_run_id
+    if rid in used:
+        rid = max(m.next_run_id, max(used) + 1)
+    new_run = [SortedRun(rid, tuple(ssts))] if ssts else []
+    new_runs = (*runs[:p], *new_run, *runs[p + len(spec.runs) :])
+    nxt = m.with_tree(spec.tree, Tree(t.l0[: len(t.l0) - k], new_runs))
+    return replace(nxt, next_run_id=max(m.next_run_id, rid + 1))
+
+
+def _run_key(r: SortedRun) -> tuple[int, tuple[str, ...]]:
+    return r.id, tuple(s.id for s in r.ssts)
+
+
+# ------------------------------------------------------------------ leases
+
+
+class JobLease:
+    """``compactions/<ULID>.job`` while a job runs (see module docstring)."""
+
+    def __init__(
+        self, store: ObjectStore, clock: Clock, rng: random.Random, epoch: int, lease_s: float, what: str
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.epoch = epoch
+        self.lease_s = lease_s
+        self.what = what
+        self.job_id = paths.new_ulid(clock.now(), rng)
+        self.path = paths.job_path(self.job_id)
+        self._last = 0.0
+        self._lock = threading.Lock()
+
+    def _write(self) -> None:
+        body = {"epoch": self.epoch, "lease_s": self.lease_s, "job": self.what, "renewed_s": self.clock.now()}
+        self.store.put(self.path, json.dumps(body).encode())
+        self._last = self.clock.monotonic()
+
+    def beat(self) -> None:
+        """Renew the lease if a quarter of it has passed (cheap to call often)."""
+        if self.clock.monotonic() - self._last >= self.lease_s / 4:
+            with self._lock:
+                if self.clock.monotonic() - self._last >= self.lease_s / 4:
+                    self._write()
+
+    def __enter__(self) -> JobLease:
+        self._write()
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self.store.delete(self.path)
+        except ShaleError as exc:
+            log.warning("could not remove job lease %s: %s", self.path, exc)
+
+
+def read_lease(data: bytes) -> tuple[int, float] | None:
+    """``(epoch, lease_s)`` from a lease object, None if it is not one."""
+    try:
+        body = json.loads(data)
+        epoch, lease_s = body["epoch"], body["lease_s"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or not isinstance(lease_s, (int, float)):
+        return None
+    return epoch, float(lease_s)
+
+
+# ------------------------------------------------------------------ report
+
+
+@dataclass
+class CompactionReport:
+    """What one :meth:`Compactor.run_once` did."""
+
+    manifest_id: int = 0
+    jobs: list[str] = field(default_factory=list)
+    committed: int = 0
+    aborted: int = 0
+    input_bytes: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    entries_read: int = 0
+    entries_written: int = 0
+    duration_s: float = 0.0
+
+    @property
+    def did_work(self) -> bool:
+        return bool(self.jobs)
+
+    def add(self, res: ExecResult) -> None:
+        self.input_bytes += res.input_bytes
+        self.bytes_read += res.bytes_read
+        self.bytes_written += res.bytes_written
+        self.entries_read += res.entries_read
+        self.entries_written += res.entries_written
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "manifest_id": self.manifest_id,
+            "jobs": list(self.jobs),
+            "committed": self.committed,
+            "aborted": self.aborted,
+            "input_bytes": self.input_bytes,
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+            "entries_read": self.entries_read,
+            "entries_written": self.entries_written,
+            "duration_s": round(self.duration_s, 3),
+        }
+
+
+# --------------------------------------------------------------- compactor
+
+
+class Compactor:
+    """Compacts one database (see module docstring). Thread-safe to stop()."""
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        options: CompactorOptions | None = None,
+        *,
+        store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        settings: Settings | None = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> Compactor:
+        """Open a standalone compactor: claim ``compactor_epoch`` (fencing older ones).
+
+        ``settings`` supplies the SST format (block size, compression, bloom
+        bits) and store retries; ``options`` default to ``settings.compactor``.
+
+        Raises:
+            NotFound: no database at ``url``.
+            InvalidArgument: neither ``url`` nor ``store`` given.
+        """
+        from ..db import wrap_store
+        from ..store.url import open_store
+
+        settings = settings or Settings()
+        options = options or settings.compactor or CompactorOptions()
+        if not isinstance(options, CompactorOptions):
+            raise InvalidArgument(f"options must be a CompactorOptions, got {type(options).__name__}")
+        if store is None:
+            if url is None:
+                raise InvalidArgument("give a database URL or a store")
+            store = open_store(url, **(store_options or {}))
+        clock = clock or SYSTEM_CLOCK
+        rng = random.Random(seed)
+        c = cls(wrap_store(store, settings, clock, rng), options, settings=settings, clock=clock, rng=rng)
+        c.claim()
+        return c
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        options: CompactorOptions,
+        *,
+        settings: Settings,
+        clock: Clock,
+        rng: random.Random,
+        host: ManifestHost | None = None,
+    ) -> None:
+        self.store = store
+        self.options = options
+        self.settings = settings
+        self.clock = clock
+        self.rng = rng
+        self.host = host
+        self.manifests = ManifestStore(store, clock, random.Random(rng.getrandbits(64)), author="compactor")
+        self.executor = Executor(
+            store,
+            clock=clock,
+            rng=random.Random(rng.getrandbits(64)),
+            block_size=settings.block_size_bytes,
+            codec=CODECS[settings.compression],
+            bloom_bits_per_key=settings.bloom_bits_per_key,
+            max_sst_size_bytes=options.max_sst_size_bytes,
+        )
+        self.epoch: int | None = None
+        self.manifest: Manifest | None = None
+        self._polls = 0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+
+    # ------------------------------------------------------------ manifest
+
+    def _update(self, mutate: Mutator) -> Manifest:
+        if self.host is not None:
+            host = self.host
+
+            def decorated(m: Manifest) -> Manifest | None:
+                nxt = mutate(m)
+                return None if nxt is None else host.decorate_manifest(nxt)
+
+            m = host.update_manifest(decorated)
+        else:
+            m = self.manifests.update(
+                mutate, timeout_s=self.options.manifest_update_timeout_s, current=self.manifest
+            )
+        self.manifest = m
+        return m
+
+    def claim(self) -> int:
+        """Bump ``compactor_epoch`` (fencing older compactors); returns our epoch."""
+        if self.host is None and self.manifests.read_latest() is None:
+            raise NotFound(f"no database at {self.store.describe()}")
+        m = self._update(lambda m: replace(m, compactor_epoch=m.compactor_epoch + 1))
+        self.epoch = m.compactor_epoch
+        log.info("compactor claimed epoch %d at manifest %d", self.epoch, m.id)
+        return self.epoch
+
+    def latest(self) -> Manifest:
+        """The newest manifest this compactor knows (cheap: probes, rarely lists)."""
+        if self.host is not None:
+            return self.host.manifest
+        self._polls += 1
+        if self.manifest is None or self._polls % _LIST_EVERY_POLLS == 0:
+            m = self.manifests.require_latest()
+        else:
+            m = self.manifests.refresh(self.manifest)
+        self.manifest = m
+        return m
+
+    def _check_epoch(self, m: Manifest) -> None:
+        if self.epoch is None:
+            raise InvalidArgument("the compactor has not claimed an epoch (use Compactor.open)")
+        if m.compactor_epoch != self.epoch:
+            raise FencedError(
+                f"compactor epoch {m.compactor_epoch} took over; this compactor (epoch {self.epoch}) stops"
+            )
+
+    # ------------------------------------------------------------ the work
+
+    def schedule(self, m: Manifest | None = None) -> list[CompactionSpec]:
+        """The jobs worth running on the latest manifest (both trees)."""
+        m = m or self.latest()
+        self._check_epoch(m)
+        if not m.initialized or m.destroyed_at_s is not None:
+            return []
+        specs: list[CompactionSpec] = []
+        for tree in TREE_NAMES:
+            for spec in schedule(m, self.options, tree):
+                specs.append(replace(spec, dest_run_id=m.next_run_id + len(specs)))
+        return specs
+
+    def plan_ranges(self, spec: CompactionSpec, n: int | None = None) -> list[KeyRange]:
+        """Key ranges for subcompactions (``n`` defaults to ``max_subcompactions``)."""
+        return self.executor.plan_ranges(spec, n or self.options.max_subcompactions)
+
+    def execute_range(self, spec: CompactionSpec, lo: bytes | None, hi: bytes | None) -> RangeResult:
+        """Compact one key range of ``spec`` (no lease, no commit: for distributed runs)."""
+        return self.executor.execute_range(spec, lo, hi)
+
+    def lease(self, what: str) -> JobLease:
+        """A job lease for work on this compactor's epoch (use as a context manager)."""
+        if self.epoch is None:
+            raise InvalidArgument("the compactor has not claimed an epoch (use Compactor.open)")
+        return JobLease(self.store, self.clock, self.rng, self.epoch, self.options.job_lease_s, what)
+
+    def commit(self, spec: CompactionSpec, ssts: tuple[SstInfo, ...] | list[SstInfo]) -> Manifest:
+        """Replace ``spec``'s sources with a run of ``ssts`` in one manifest CAS.
+
+        Raises:
+            FencedError: a newer compactor claimed the database.
+            CompactionAborted: the sources changed; nothing was committed.
+        """
+        if self.epoch is None:
+            raise InvalidArgument("the compactor has not claimed an epoch (use Compactor.open)")
+        epoch = self.epoch
+        return self._update(lambda m: apply_compaction(m, spec, ssts, epoch))
+
+    def run_job(self, spec: CompactionSpec) -> ExecResult:
+        """Lease, execute and commit one spec; on abort or fencing the outputs are deleted."""
+        with self.lease(spec.describe()) as lease:
+            res = self.executor.execute(
+                spec, max_subcompactions=self.options.max_subcompactions, heartbeat=lease.beat
+            )
+            try:
+                self.commit(spec, res.ssts)
+            except (CompactionAborted, FencedError):
+                self.executor.discard(res.ssts)
+                raise
+        return res
+
+    def run_once(self) -> CompactionReport:
+        """Run every job the scheduler proposes now, one after another.
+
+        Raises:
+            FencedError: a newer compactor took over (stop using this one).
+        """
+        started = self.clock.monotonic()
+        report = CompactionReport()
+        specs = self.schedule()
+        for spec in specs:
+            if self._stop.is_set():
+                break
+            report.jobs.append(spec.describe())
+            try:
+                res = self.run_job(spec)
+            except CompactionAborted as exc:
+                report.aborted += 1
+                log.info("compaction aborted: %s", exc)
+                continue
+            report.committed += 1
+            report.add(res)
+            mb_s = res.input_bytes / 1e6 / res.duration_s if res.duration_s > 0 else 0.0
+            log.info(
+                "compacted %s: %d bytes in, %d SSTs / %d bytes out, %d ranges, %.1f MB/s",
+                spec.describe(),
+                res.input_bytes,
+                len(res.ssts),
+                res.bytes_written,
+                res.ranges,
+                mb_s,
+            )
+        report.manifest_id = (self.manifest or self.latest()).id
+        report.duration_s = self.clock.monotonic() - started
+        return report
+
+    def run(self, on_report: Callable[[CompactionReport], None] | None = None) -> None:
+        """Compact until :meth:`stop`, polling every ``poll_interval_s``.
+
+        ``on_report`` is called with the report of every pass that did work.
+
+        Raises:
+            FencedError: a newer compactor took over.
+        """
+        while not self._stop.is_set():
+            report = self.run_once()
+            if report.did_work:
+                if on_report is not None:
+                    on_report(report)
+                continue
+            self.clock.wait(self._wake, self.options.poll_interval_s)
+            self._wake.clear()
+
+    def wake(self) -> None:
+        """Look for work now instead of at the next poll."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Make :meth:`run` return after the current job."""
+        self._stop.set()
+        self._wake.set()
+
+    def close(self) -> None:
+        self.stop()
+
+    def __enter__(self) -> Compactor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Compactor({self.store.describe()}, epoch={self.epoch})"
+
+
+class EmbeddedCompactor:
+    """A compactor thread inside the writer (``Settings.compactor`` not None).
+
+    Fenced by a standalone compactor (or the writer fenced): logs and stops;
+    the writer keeps running. Other failures are logged and retried at the
+    next poll, so a flaky store does not stop compaction for good.
+    """
+
+    def __init__(self, host: Any, options: CompactorOptions) -> None:
+        self.compactor = Compactor(
+            host.store,
+            options,
+            settings=host.settings,
+            clock=host.clock,
+            rng=random.Random(host.rng.getrandbits(64)),
+            host=host,
+        )
+        self.fenced: FencedError | None = None
+        self.last_error: BaseException | None = None
+        self.reports = 0
+        self._thread = threading.Thread(target=self._run, name="shaledb-compactor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        c = self.compactor
+        opts = c.options
+        while not c._stop.is_set():
+            try:
+                if c.epoch is None:
+                    c.claim()
+                report = c.run_once()
+                self.reports += 1
+                if report.did_work:
+                    continue
+            except FencedError as exc:
+                self.fenced = exc
+                log.warning("embedded compactor stops: %s", exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - logged and retried; the writer keeps going
+                self.last_error = exc
+                log.error("embedded compaction failed (retrying in %.1fs): %s", opts.poll_interval_s, exc)
+            c.clock.wait(c._wake, opts.poll_interval_s)
+            c._wake.clear()
+
+    def wake(self) -> None:
+        self.compactor.wake()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        self.compactor.stop()
+        self._thread.join()
+
+
+__all__ = [
+    "CompactionAborted",
+    "CompactionReport",
+    "Compactor",
+    "EmbeddedCompactor",
+    "JobLease",
+    "ManifestHost",
+    "apply_compaction",
+    "read_lease",
+]

@@ -1,0 +1,598 @@
+"""Running one compaction: merge source SSTs into the SSTs of one sorted run.
+
+What the output keeps, and why that is safe
+-------------------------------------------
+Only the newest version of each key survives. Older versions are still
+readable by everyone who may need them, because nobody reads "the tree" in
+the abstract: a reader reads the SSTs of one manifest version. The writer's
+snapshots and scans pin their view (its memtables plus one manifest's SSTs)
+and the writer keeps a checkpoint on that manifest until they close; other
+processes read through checkpoints; and the garbage collector deletes no SST
+that a live checkpoint's manifest references. So the old SSTs, with their old
+versions, outlive every reader that could want them, and the new run never
+needs them.
+
+Tombstones are dropped only when the output is the *bottom* of the tree (no
+sorted run older than the sources): elsewhere a tombstone still hides older
+versions in lower runs. Entries whose expiry (``FLAG_EXPIRY``) has passed, by
+the injected clock, are dropped at the bottom and turned into tombstones
+elsewhere, for the same reason: dropping an expired value above an older,
+unexpired one would bring the older one back.
+
+How it is fast
+--------------
+Per-row Python work is what costs in CPython, so rows move in columns.
+Each source (one L0 SST, or one sorted run) is read forward with large ranged
+GETs and decoded block by block. The key space is cut into *chunks* of about
+``chunk_bytes`` of input at block boundaries; for a chunk, every source's
+columns are concatenated and the newest version of each key is found with one
+``dict.update`` per source (oldest source first, so newer sources overwrite)
+and one ``sorted`` of the surviving keys; the columns are then gathered with
+``map(list.__getitem__, ...)`` and handed to ``SstBuilder.add_many``. Only
+entries that are not plain values (tombstones, expiring entries) get a
+per-row look.
+
+Output SSTs are cut at ``max_sst_size_bytes``, always between two keys (one
+key's versions never straddle SSTs, so a reader of a run finds a key in at
+most one SST) and written as ``compacted/<ULID>.sst``.
+
+Subcompactions
+--------------
+:meth:`Executor.plan_ranges` splits the key space into up to N ranges of
+similar input size, using the sources' block boundaries (SST boundaries are
+too coarse when the sources are L0 SSTs spanning the whole key space).
+:meth:`Executor.execute_range` compacts one range and needs nothing but the
+spec, so ranges can run in threads here or as Spark tasks elsewhere; the
+ranges' outputs, concatenated in key order, form one sorted run.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import add, eq
+
+from .. import paths
+from ..clock import Clock
+from ..errors import AlreadyExists, CorruptionError
+from ..format.block import Block
+from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
+from ..format.sst import (
+    ENTRY_OVERHEAD,
+    SST_TABLE,
+    SstBuilder,
+    SstMeta,
+    SstProps,
+    decode_data_block,
+    decode_meta,
+    parse_footer,
+)
+from ..manifest.model import SstInfo
+from ..store.base import ObjectStore
+from .scheduler import CompactionSpec
+
+log = logging.getLogger("shaledb.compaction")
+
+KeyRange = tuple[bytes | None, bytes | None]
+"""``[lo, hi)``; None is unbounded."""
+
+Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
+"""keys, seqs, kinds, payloads of rows in key order."""
+
+_TAIL_READ_BYTES = 64 * 1024
+_EMPTY: Columns = ([], [], b"", [])
+
+
+def read_sst_meta(store: ObjectStore, info: SstInfo) -> SstMeta:
+    """Footer, properties, index and filter of an SST (one or two ranged GETs)."""
+    path = paths.sst_path(info.id)
+    size = info.size
+    try:
+        tail = store.get_range(path, max(0, size - _TAIL_READ_BYTES), size)
+        if len(tail) != min(size, _TAIL_READ_BYTES):
+            raise CorruptionError(f"object is shorter than the {size} bytes the manifest records")
+        footer = parse_footer(tail, size)
+        if footer.meta_start < size - len(tail):
+            tail = store.get_range(path, footer.meta_start, size)
+        return decode_meta(tail, size)
+    except CorruptionError as exc:
+        raise exc.with_path(path) from exc
+
+
+def key_after(key: bytes) -> bytes:
+    """The smallest key greater than ``key``: an exclusive bound that includes ``key``."""
+    return key + b"\x00"
+
+
+@dataclass
+class RangeResult:
+    """The output of one key range of a compaction."""
+
+    lo: bytes | None
+    hi: bytes | None
+    ssts: list[SstInfo] = field(default_factory=list)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    entries_read: int = 0
+    entries_written: int = 0
+
+
+@dataclass
+class ExecResult:
+    """The output of a whole compaction: the new run's SSTs, in key order."""
+
+    spec: CompactionSpec
+    ssts: tuple[SstInfo, ...]
+    bytes_read: int
+    bytes_written: int
+    entries_read: int
+    entries_written: int
+    ranges: int
+    duration_s: float
+
+    @property
+    def input_bytes(self) -> int:
+        return self.spec.input_bytes
+
+
+class _Cursor:
+    """Reads one source (a sorted run's SSTs, or one L0 SST) forward within ``[lo, hi)``."""
+
+    def __init__(self, ex: Executor, ssts: Sequence[SstInfo], lo: bytes | None, hi: bytes | None) -> None:
+        self.ex = ex
+        self.lo = lo
+        self.hi = hi
+        self.ssts = [
+            s
+            for s in ssts
+            if (hi is None or s.first_key < hi) and (lo is None or s.last_key >= lo) and s.entries
+        ]
+        self.si = -1
+        self.meta: SstMeta | None = None
+        self.bi = 0
+        self.end_block = 0
+        self.buf_start = 0
+        self.buf = b""
+        self.blk: Block | None = None
+        self.pos = 0
+        self.bytes_read = 0
+        self.rows = 0
+
+    def _next_sst(self) -> bool:
+        self.si += 1
+        if self.si >= len(self.ssts):
+            self.meta = None
+            return False
+        info = self.ssts[self.si]
+        meta = self.ex.meta(info)
+        keys = meta.index.keys
+        self.meta = meta
+        self.bi = 0 if self.lo is None else bisect_left(keys, self.lo)
+        self.end_block = len(keys) if self.hi is None else min(len(keys), bisect_left(keys, self.hi) + 1)
+        self.buf = b""
+        self.buf_start = 0
+        return True
+
+    def _load_block(self) -> bool:
+        while True:
+            if self.meta is None or self.bi >= self.end_block:
+                if not self._next_sst():
+                    return False
+                continue
+            break
+        meta = self.meta
+        offs = meta.index.offsets
+        start, end = offs[self.bi], offs[self.bi + 1]
+        if not (self.buf_start <= start and end <= self.buf_start + len(self.buf)):
+            # Read ahead: this block and the following ones this range needs.
+            stop = self.bi + 1
+            limit = start + self.ex.read_ahead_bytes
+            while stop < self.end_block and offs[stop + 1] <= limit:
+                stop += 1
+            info = self.ssts[self.si]
+            path = paths.sst_path(info.id)
+            data = self.ex.store.get_range(path, start, offs[stop])
+            if len(data) != offs[stop] - start:
+                raise CorruptionError(
+                    f"read {len(data)} bytes at {start}, expected {offs[stop] - start}", path
+                )
+            self.bytes_read += len(data)
+            self.buf, self.buf_start = data, start
+        rel = start - self.buf_start
+        try:
+            blk = decode_data_block(self.buf[rel : rel + end - start])
+        except CorruptionError as exc:
+            raise exc.with_path(paths.sst_path(self.ssts[self.si].id)) from exc
+        self.bi += 1
+        self.blk = blk
+        self.pos = 0 if self.lo is None else bisect_left(blk.keys, self.lo)
+        return True
+
+    def take(self, upto: bytes | None) -> Columns:
+        """Rows with key < ``upto`` (and < hi); ``upto`` None: to the end of the range."""
+        bound = self.hi if upto is None or (self.hi is not None and self.hi < upto) else upto
+        keys: list[bytes] = []
+        seqs: list[int] = []
+        kinds = bytearray()
+        pays: list[bytes] = []
+        while True:
+            if self.blk is None and not self._load_block():
+                break
+            b = self.blk
+            assert b is not None
+            bk = b.keys
+            pos = self.pos
+            end = len(bk) if bound is None else bisect_left(bk, bound, pos)
+            if end > pos:
+                keys += bk[pos:end]
+                seqs += b.seqs[pos:end]
+                kinds += b.kinds[pos:end]
+                pays += b.payloads(pos, end)
+            if end < len(bk):
+                self.pos = end
+                break
+            self.blk = None
+        self.rows += len(keys)
+        return keys, seqs, bytes(kinds), pays
+
+
+def _has_duplicates(keys: list[bytes]) -> bool:
+    return len(keys) > 1 and any(map(eq, keys, keys[1:]))
+
+
+def merge_columns(cols: list[Columns]) -> Columns:
+    """The newest version of each key; ``cols`` are sources oldest first, each in
+    key order with a repeated key's versions newest first (see module docstring)."""
+    nonempty = [c for c in cols if c[0]]
+    if not nonempty:
+        return _EMPTY
+    if len(nonempty) == 1 and not _has_duplicates(nonempty[0][0]):
+        return nonempty[0]
+    all_k: list[bytes] = []
+    all_s: list[int] = []
+    all_t = bytearray()
+    all_p: list[bytes] = []
+    newest: dict[bytes, int] = {}
+    for k, s, t, p in nonempty:
+        base = len(all_k)
+        n = len(k)
+        all_k += k
+        all_s += s
+        all_t += t
+        all_p += p
+        # Reversed: within a source the first (newest) version of a key wins.
+        newest.update(zip(reversed(k), range(base + n - 1, base - 1, -1)))
+    keys = sorted(newest)
+    idx = list(map(newest.__getitem__, keys))
+    return (
+        keys,
+        list(map(all_s.__getitem__, idx)),
+        bytes(map(all_t.__getitem__, idx)),
+        list(map(all_p.__getitem__, idx)),
+    )
+
+
+def drop_dead(cols: Columns, *, bottom: bool, now_ms: int) -> Columns:
+    """Drop tombstones (bottom only) and expired entries (tombstones elsewhere)."""
+    keys, seqs, kinds, pays = cols
+    if not kinds or kinds.count(0) == len(kinds):
+        return cols
+    drop: set[int] = set()
+    change: dict[int, int] = {}
+    for i, t in enumerate(kinds):
+        if not t:
+            continue
+        if t & TYPE_MASK == KIND_TOMBSTONE:
+            if bottom:
+                drop.add(i)
+        elif t & FLAG_EXPIRY:
+            expires = payload_expiry(t, pays[i])
+            if expires is not None and expires <= now_ms:
+                if bottom:
+                    drop.add(i)
+                else:
+                    change[i] = KIND_TOMBSTONE | (t & FLAG_INDEXED)
+    if not drop and not change:
+        return cols
+    if change:
+        kb = bytearray(kinds)
+        pays = list(pays)
+        for i, t in change.items():
+            kb[i] = t
+            pays[i] = b""
+        kinds = bytes(kb)
+    if drop:
+        keep = [i for i in range(len(keys)) if i not in drop]
+        return (
+            list(map(keys.__getitem__, keep)),
+            list(map(seqs.__getitem__, keep)),
+            bytes(map(kinds.__getitem__, keep)),
+            list(map(pays.__getitem__, keep)),
+        )
+    return keys, seqs, kinds, pays
+
+
+class _Output:
+    """Builds the output SSTs of one range, cutting them at the size limit."""
+
+    def __init__(self, ex: Executor, res: RangeResult) -> None:
+        self.ex = ex
+        self.res = res
+        self.builder: SstBuilder | None = None
+
+    def add(self, cols: Columns) -> None:
+        keys, seqs, kinds, pays = cols
+        n = len(keys)
+        if not n:
+            return
+        limit = self.ex.max_sst_size_bytes
+        cum = list(accumulate(map(add, map(add, map(len, keys), map(len, pays)), repeat(ENTRY_OVERHEAD, n))))
+        pos = 0
+        while pos < n:
+            if self.builder is None:
+                self.builder = self.ex.new_builder()
+            b = self.builder
+            room = limit - b.estimated_size
+            base = cum[pos - 1] if pos else 0
+            j = bisect_right(cum, base + room, pos)
+            if j == pos:
+                if b.entries:
+                    self.finish()
+                    continue
+                j = pos + 1  # one entry larger than the limit gets an SST of its own
+            while j < n and keys[j] == keys[j - 1]:
+                j += 1  # never split one key's versions
+            b.add_many(keys[pos:j], seqs[pos:j], kinds[pos:j], pays[pos:j])
+            self.res.entries_written += j - pos
+            pos = j
+            if pos < n or b.estimated_size >= limit:
+                self.finish()
+
+    def finish(self) -> None:
+        b = self.builder
+        self.builder = None
+        if b is None or not b.entries:
+            return
+        data, props = b.finish()
+        info = self.ex.write_sst(data, props)
+        self.res.ssts.append(info)
+        self.res.bytes_written += len(data)
+
+
+class Executor:
+    """Executes compaction specs against one store (see module docstring).
+
+    ``heartbeat`` callables passed to the execute methods are called between
+    chunks (the compactor renews its job lease there). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        block_size: int,
+        codec: int,
+        bloom_bits_per_key: int,
+        max_sst_size_bytes: int,
+        chunk_bytes: int = 4 * 1024 * 1024,
+        read_ahead_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self._rng = rng
+        self._rng_lock = threading.Lock()
+        self.block_size = block_size
+        self.codec = codec
+        self.bloom_bits_per_key = bloom_bits_per_key
+        self.max_sst_size_bytes = max_sst_size_bytes
+        self.chunk_bytes = chunk_bytes
+        self.read_ahead_bytes = read_ahead_bytes
+        self._metas: dict[str, SstMeta] = {}
+        self._meta_lock = threading.Lock()
+
+    # --------------------------------------------------------------- helpers
+
+    def meta(self, info: SstInfo) -> SstMeta:
+        with self._meta_lock:
+            m = self._metas.get(info.id)
+        if m is None:
+            if info.db:
+                raise CorruptionError(f"SST {info.id} belongs to external database #{info.db}")
+            m = read_sst_meta(self.store, info)
+            with self._meta_lock:
+                self._metas[info.id] = m
+        return m
+
+    def forget(self, spec: CompactionSpec) -> None:
+        """Drop cached metadata of ``spec``'s sources."""
+        with self._meta_lock:
+            for s in spec.ssts:
+                self._metas.pop(s.id, None)
+
+    def _random(self, bits: int) -> int:
+        with self._rng_lock:
+            return self._rng.getrandbits(bits)
+
+    def new_builder(self) -> SstBuilder:
+        return SstBuilder(
+            kind=SST_TABLE,
+            block_size=self.block_size,
+            codec=self.codec,
+            bloom_bits_per_key=self.bloom_bits_per_key,
+            created_at_ms=int(self.clock.now() * 1000),
+            nonce=self._random(128).to_bytes(16, "little"),
+        )
+
+    def write_sst(self, data: bytes, props: SstProps) -> SstInfo:
+        for _ in range(8):
+            with self._rng_lock:
+                sst_id = paths.new_ulid(self.clock.now(), self._rng)
+            try:
+                self.store.put(paths.sst_path(sst_id), data, create=True)
+            except AlreadyExists:
+                continue  # an 80-bit collision: take another id
+            return SstInfo(
+                id=sst_id,
+                size=len(data),
+                first_key=props.first_key,
+                last_key=props.last_key,
+                entries=props.entries,
+                min_seq=props.min_seq,
+                max_seq=props.max_seq,
+            )
+        raise CorruptionError("could not find a free SST id")
+
+    def _blocks(self, spec: CompactionSpec, lo: bytes | None, hi: bytes | None) -> list[tuple[bytes, int]]:
+        """``(last_key, stored_size)`` of every source block overlapping ``[lo, hi)``, by key."""
+        out: list[tuple[bytes, int]] = []
+        for info in spec.ssts:
+            if (
+                not info.entries
+                or (hi is not None and info.first_key >= hi)
+                or (lo is not None and info.last_key < lo)
+            ):
+                continue
+            idx = self.meta(info).index
+            keys = idx.keys
+            offs = idx.offsets
+            a = 0 if lo is None else bisect_left(keys, lo)
+            b = len(keys) if hi is None else min(len(keys), bisect_left(keys, hi) + 1)
+            out.extend((keys[i], offs[i + 1] - offs[i]) for i in range(a, b))
+        out.sort()
+        return out
+
+    def _cuts(
+        self, blocks: list[tuple[bytes, int]], target: int, lo: bytes | None, hi: bytes | None
+    ) -> list[bytes]:
+        """Exclusive bounds after every ``target`` bytes of blocks, strictly inside (lo, hi)."""
+        cuts: list[bytes] = []
+        acc = 0
+        for k, size in blocks:
+            acc += size
+            if acc >= target:
+                c = key_after(k)
+                if (hi is None or c < hi) and (lo is None or c > lo) and (not cuts or c > cuts[-1]):
+                    cuts.append(c)
+                acc = 0
+        return cuts
+
+    # --------------------------------------------------------------- planning
+
+    def plan_ranges(self, spec: CompactionSpec, n: int) -> list[KeyRange]:
+        """Up to ``n`` key ranges of similar input size covering the whole key space."""
+        if n <= 1:
+            return [(None, None)]
+        blocks = self._blocks(spec, None, None)
+        total = sum(s for _, s in blocks)
+        if not blocks or total == 0:
+            return [(None, None)]
+        cuts = self._cuts(blocks, max(1, -(-total // n)), None, None)[: n - 1]
+        bounds: list[bytes | None] = [None, *cuts, None]
+        return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+
+    # --------------------------------------------------------------- execution
+
+    def execute_range(
+        self,
+        spec: CompactionSpec,
+        lo: bytes | None,
+        hi: bytes | None,
+        *,
+        heartbeat: Callable[[], None] | None = None,
+    ) -> RangeResult:
+        """Compact the rows of ``spec`` with ``lo <= key < hi`` into new SSTs.
+
+        On failure the SSTs this call wrote are deleted (best effort; a crash
+        leaves them for the garbage collector) and the error is raised.
+        """
+        res = RangeResult(lo, hi)
+        now_ms = int(self.clock.now() * 1000)
+        cursors = [_Cursor(self, ssts, lo, hi) for ssts in reversed(spec.sources())]
+        out = _Output(self, res)
+        try:
+            cuts = self._cuts(self._blocks(spec, lo, hi), self.chunk_bytes, lo, hi)
+            for upto in [*cuts, None]:
+                cols = [c.take(upto) for c in cursors]
+                merged = merge_columns(cols)
+                out.add(drop_dead(merged, bottom=spec.bottom, now_ms=now_ms))
+                if heartbeat is not None:
+                    heartbeat()
+            out.finish()
+        except BaseException:
+            self.discard(res.ssts)
+            raise
+        res.bytes_read = sum(c.bytes_read for c in cursors)
+        res.entries_read = sum(c.rows for c in cursors)
+        return res
+
+    def execute(
+        self,
+        spec: CompactionSpec,
+        *,
+        max_subcompactions: int = 1,
+        heartbeat: Callable[[], None] | None = None,
+    ) -> ExecResult:
+        """Compact ``spec`` (split into up to ``max_subcompactions`` parallel ranges)."""
+        started = self.clock.monotonic()
+        try:
+            ranges = self.plan_ranges(spec, max_subcompactions)
+            if len(ranges) == 1:
+                results = [self.execute_range(spec, *ranges[0], heartbeat=heartbeat)]
+            else:
+                with ThreadPoolExecutor(len(ranges), thread_name_prefix="shaledb-subcompaction") as pool:
+                    futures = [
+                        pool.submit(self.execute_range, spec, lo, hi, heartbeat=heartbeat)
+                        for lo, hi in ranges
+                    ]
+                    results = []
+                    error: BaseException | None = None
+                    for f in futures:
+                        try:
+                            results.append(f.result())
+                        except BaseException as exc:  # noqa: BLE001 - re-raised below
+                            error = error or exc
+                    if error is not None:
+                        for r in results:
+                            self.discard(r.ssts)
+                        raise error
+        finally:
+            self.forget(spec)
+        ssts = tuple(s for r in results for s in r.ssts)
+        return ExecResult(
+            spec=spec,
+            ssts=ssts,
+            bytes_read=sum(r.bytes_read for r in results),
+            bytes_written=sum(r.bytes_written for r in results),
+            entries_read=sum(r.entries_read for r in results),
+            entries_written=sum(r.entries_written for r in results),
+            ranges=len(ranges),
+            duration_s=self.clock.monotonic() - started,
+        )
+
+    def discard(self, ssts: Sequence[SstInfo]) -> None:
+        """Delete output SSTs that will never be committed (best effort)."""
+        for s in ssts:
+            try:
+                self.store.delete(paths.sst_path(s.id))
+            except Exception as exc:  # noqa: BLE001 - GC removes what we could not
+                log.warning("could not delete unused compaction output %s: %s", s.id, exc)
+
+
+__all__ = [
+    "ExecResult",
+    "Executor",
+    "KeyRange",
+    "RangeResult",
+    "drop_dead",
+    "key_after",
+    "merge_columns",
+    "read_sst_meta",
+]

@@ -1,0 +1,227 @@
+"""The compactor role: epochs and fencing, commits racing the writer, leases, the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+from compaction_support import memory_store
+
+from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, Settings, paths
+from shaledb.cli import main
+from shaledb.compaction import Compactor, EmbeddedCompactor
+from shaledb.store import ObjectStore, StoreWrapper
+
+NO_BG = Settings(
+    l0_sst_size_bytes=4096,
+    max_unflushed_bytes=1 << 20,
+    l0_max_ssts=1000,
+    compactor=None,
+    garbage_collector=None,
+)
+OPTS = CompactorOptions(min_l0_ssts=2, max_sst_size_bytes=8192, poll_interval_s=0.05)
+
+
+def fill(db: Db, n: int, tag: bytes = b"v", flush_every: int = 50) -> dict[bytes, bytes]:
+    model = {}
+    for i in range(n):
+        k = b"key%05d" % (i * 7919 % 997)
+        val = tag + b"%d" % i * 8
+        db.put(k, val, durable=False)
+        model[k] = val
+        if i % flush_every == flush_every - 1:
+            db.flush(memtable=True)
+    db.flush(memtable=True)
+    return model
+
+
+def test_standalone_compactor_reduces_the_tree_and_keeps_every_value() -> None:
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        model = fill(db, 600)
+        assert len(db.manifest.data.l0) >= 10
+        c = Compactor.open(store=store, options=OPTS)
+        report = c.run_once()
+        assert report.committed >= 1 and report.aborted == 0
+        assert report.bytes_written > 0 and report.input_bytes > report.bytes_written
+        m = c.manifest
+        assert m is not None and len(m.data.l0) < 2
+        db.refresh_manifest()  # the writer adopts the new version (and pins it)
+        assert db.manifest.data.runs and not db.manifest.data.l0
+        assert dict(db.scan()) == model
+        assert all(db.get(k) == val for k, val in model.items())
+        db.close()
+        with Db.open(store=store, settings=NO_BG) as db2:
+            assert dict(db2.scan()) == model
+
+
+def test_two_compactors_the_older_is_fenced() -> None:
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        model = fill(db, 300)
+        old = Compactor.open(store=store, options=OPTS)
+        (spec, *_) = old.schedule()
+        res = old.executor.execute(spec)
+        new = Compactor.open(store=store, options=OPTS)
+        assert new.epoch == old.epoch + 1  # type: ignore[operator]
+        with pytest.raises(FencedError):
+            old.commit(spec, res.ssts)
+        with pytest.raises(FencedError):
+            old.run_once()
+        assert new.run_once().committed >= 1
+        db.refresh_manifest()
+        assert dict(db.scan()) == model
+        db.close()
+        # The fenced job's outputs are orphans: GC removes them, nothing referenced goes.
+        gc = GarbageCollector.open(store=store)
+        gc.run_once(min_age_s=0)
+        with Db.open(store=store, settings=NO_BG) as db2:
+            assert dict(db2.scan()) == model
+            live = {s.id for s in db2.manifest.all_ssts()}
+            listed = {paths.parse_sst_id(o.path) for o in store.list(paths.SST_DIR)}
+            assert not {s.id for s in res.ssts} & listed
+            assert live <= listed
+
+
+def test_a_writer_flush_racing_a_commit_is_retried_not_lost() -> None:
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        model = fill(db, 300)
+        c = Compactor.open(store=store, options=OPTS)
+        (spec, *_) = c.schedule()
+        res = c.executor.execute(spec)
+        stale = c.manifest
+        # The writer flushes a new L0 after the job was scheduled: the commit's first
+        # CAS (on the stale version) loses and is re-applied to the writer's version.
+        db.put(b"late", b"flush")
+        db.flush(memtable=True)
+        model[b"late"] = b"flush"
+        m = c.commit(spec, res.ssts)
+        assert stale is not None and m.id > stale.id + 1
+        assert m.data.l0 and m.data.l0[0].first_key == b"late" == m.data.l0[0].last_key
+        assert m.data.runs[0].ssts == res.ssts
+        db.refresh_manifest()
+        assert dict(db.scan()) == model
+        db.close()
+        with Db.open(store=store, settings=NO_BG) as db2:
+            assert dict(db2.scan()) == model
+
+
+class LeaseWatch(StoreWrapper):
+    """Records job lease puts and deletes."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.events: list[tuple[str, str]] = []
+
+    def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+        if path.startswith(paths.JOB_DIR):
+            self.events.append(("put", path))
+        return super().put(path, data, create=create, attributes=attributes)
+
+    def delete(self, path):  # type: ignore[no-untyped-def]
+        if path.startswith(paths.JOB_DIR):
+            self.events.append(("delete", path))
+        return super().delete(path)
+
+
+def test_each_job_holds_a_lease_until_its_commit() -> None:
+    with memory_store() as inner:
+        store = LeaseWatch(inner)
+        db = Db.open(store=store, settings=NO_BG)
+        fill(db, 300)
+        c = Compactor.open(store=store, options=OPTS)
+        seen_during_commit = []
+        real_commit = c.commit
+
+        def commit(spec, ssts):  # type: ignore[no-untyped-def]
+            seen_during_commit.append([o.path for o in inner.list(paths.JOB_DIR)])
+            return real_commit(spec, ssts)
+
+        c.commit = commit  # type: ignore[method-assign]
+        report = c.run_once()
+        assert report.committed >= 1
+        assert all(len(x) == 1 for x in seen_during_commit)
+        puts = [p for e, p in store.events if e == "put"]
+        deletes = [p for e, p in store.events if e == "delete"]
+        assert puts and set(puts) == set(deletes)
+        assert not list(inner.list(paths.JOB_DIR))
+        db.close()
+
+
+def test_embedded_compactor_is_fenced_by_a_standalone_one_and_the_writer_keeps_going() -> None:
+    with memory_store() as store:
+        settings = NO_BG.replace(compactor=OPTS)
+        db = Db.open(store=store, settings=settings)
+        (emb,) = [s for s in db._background if isinstance(s, EmbeddedCompactor)]
+        model = fill(db, 200)
+        deadline = time.monotonic() + 30
+        while db.manifest.data.l0 and time.monotonic() < deadline:  # it compacts on its own
+            time.sleep(0.01)
+        assert db.manifest.data.runs
+        standalone = Compactor.open(store=store, options=OPTS)
+        model.update(fill(db, 200, tag=b"w"))
+        deadline = time.monotonic() + 30
+        while emb.alive and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not emb.alive and isinstance(emb.fenced, FencedError)
+        db.put(b"after", b"fence")  # the writer is unaffected
+        model[b"after"] = b"fence"
+        assert standalone.run_once().aborted == 0
+        db.refresh_manifest()
+        assert dict(db.scan()) == model
+        db.close()
+
+
+def test_cli_run_compactor_once_and_gc_dry_run(tmp_path: Path) -> None:
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=NO_BG)
+    model = fill(db, 300)
+    db.close()
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["--path", url, "--json", "run-compactor", "--once"]) == 0
+    report = json.loads(buf.getvalue())
+    assert report["committed"] >= 1 and report["bytes_written"] > 0
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["--path", url, "--json", "run-gc", "--dry-run", "--min-age", "0"]) == 0
+    gc = json.loads(buf.getvalue())
+    assert gc["dry_run"] and gc["counts"]["sst"] > 0 and gc["counts"]["manifest"] > 0
+    # A dry run deleted nothing: every SST it listed is still there.
+    for p in gc["deleted"]["sst"]:
+        assert (tmp_path / "db" / p).exists()
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["--path", url, "run-gc", "--once", "--min-age", "0"]) == 0
+    assert "deleted" in buf.getvalue()
+    for p in gc["deleted"]["sst"]:
+        assert not (tmp_path / "db" / p).exists()
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["--path", url, "read-manifest"]) == 0
+    assert "sorted runs" in buf.getvalue()
+    with Db.open(url, settings=NO_BG) as db2:
+        assert dict(db2.scan()) == model
+
+
+def test_run_loop_stops_and_reports() -> None:
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        fill(db, 200)
+        c = Compactor.open(store=store, options=OPTS)
+        reports = []
+        t = threading.Thread(target=c.run, kwargs={"on_report": reports.append})
+        t.start()
+        deadline = time.monotonic() + 30
+        while not reports and time.monotonic() < deadline:
+            time.sleep(0.01)
+        c.stop()
+        t.join(30)
+        assert not t.is_alive() and reports and reports[0].committed >= 1
+        db.close()

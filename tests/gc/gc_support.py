@@ -1,0 +1,71 @@
+"""Helpers of the GC tests (importable by test modules, unlike conftest)."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from shaledb import paths
+from shaledb.store import ObjectStore, drop_memory_store, open_store
+
+
+def test_seed() -> int:
+    env = os.environ.get("SHALEDB_TEST_SEED")
+    seed = int(env) if env else random.randrange(1 << 31)
+    print(f"seed={seed} (rerun with SHALEDB_TEST_SEED={seed})")
+    return seed
+
+
+test_seed.__test__ = False  # type: ignore[attr-defined]
+
+
+@contextmanager
+def memory_store() -> Iterator[ObjectStore]:
+    name = f"gc-{uuid.uuid4().hex}"
+    try:
+        yield open_store(f"memory://{name}")
+    finally:
+        drop_memory_store(name)
+
+
+class FutureClock:
+    """The system clock ``offset_s`` ahead (grace periods and minimum ages have passed)."""
+
+    def __init__(self, offset_s: float = 86_400.0) -> None:
+        self.offset_s = offset_s
+
+    def now(self) -> float:
+        return time.time() + self.offset_s
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        return event.wait(timeout)
+
+
+def listing(store: ObjectStore) -> dict[str, int]:
+    return {m.path: m.size for m in store.list("")}
+
+
+def sst_ids(store: ObjectStore) -> set[str]:
+    return {i for i in (paths.parse_sst_id(m.path) for m in store.list(paths.SST_DIR)) if i}
+
+
+def wal_ids(store: ObjectStore) -> list[int]:
+    return [i for i in (paths.parse_wal_id(m.path) for m in store.list(paths.WAL_DIR)) if i is not None]
+
+
+def manifest_ids(store: ObjectStore) -> list[int]:
+    return [
+        i for i in (paths.parse_manifest_id(m.path) for m in store.list(paths.MANIFEST_DIR)) if i is not None
+    ]

@@ -1,0 +1,244 @@
+"""What the garbage collector deletes, what it keeps, and its dry run."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from gc_support import FutureClock, listing, manifest_ids, memory_store, sst_ids, wal_ids
+
+from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, GcOptions, Settings, paths
+from shaledb.cache import LruCache
+from shaledb.clock import SYSTEM_CLOCK
+from shaledb.compaction import Compactor
+from shaledb.format.sst import decode_meta
+from shaledb.manifest import Checkpoint, ManifestStore
+from shaledb.sstable import TableCache
+from shaledb.store import ObjectStore
+from shaledb.store.twophase import TWO_PHASE_TMP_PREFIX, SqliteCasLog, TwoPhaseStore
+from shaledb.store.wrappers import NoConditionalStore
+
+NO_BG = Settings(
+    l0_sst_size_bytes=4096,
+    max_unflushed_bytes=1 << 20,
+    l0_max_ssts=1000,
+    compactor=None,
+    garbage_collector=None,
+)
+OPTS = CompactorOptions(min_l0_ssts=2, max_sst_size_bytes=8192)
+
+
+def fill(db: Db, n: int, tag: bytes = b"v") -> dict[bytes, bytes]:
+    model = {}
+    for i in range(n):
+        k = b"key%05d" % (i * 7919 % 499)
+        v = tag + b"%d" % i * 8
+        db.put(k, v, durable=False)
+        model[k] = v
+        if i % 60 == 59:
+            db.flush(memtable=True)
+    db.flush(memtable=True)
+    return model
+
+
+def manifests(store: ObjectStore) -> ManifestStore:
+    return ManifestStore(store, SYSTEM_CLOCK, random.Random(), author="test")
+
+
+def add_checkpoint(store: ObjectStore, expire_time_s: float | None = None) -> Checkpoint:
+    ms = manifests(store)
+    cp: list[Checkpoint] = []
+
+    def add(m):  # type: ignore[no-untyped-def]
+        c = Checkpoint(uuid.uuid4(), m.id + 1, SYSTEM_CLOCK.now(), expire_time_s)
+        cp[:] = [c]
+        return replace(m, checkpoints=(*m.checkpoints, c))
+
+    ms.update(add, timeout_s=30)
+    return cp[0]
+
+
+def readable(store: ObjectStore, manifest_id: int) -> dict[bytes, bytes]:
+    """Every (newest) row of a manifest's SSTs, read straight from the store."""
+    m = manifests(store).read(manifest_id)
+    tables = TableCache(lambda _i: store, LruCache(1 << 20), 1 << 16)
+    out: dict[bytes, bytes] = {}
+    for s in reversed(list(m.data.ssts())):  # oldest first, newer overwrite
+        for k, _seq, _kind, p in tables.reader(s).all_rows():
+            out[k] = p
+    return out
+
+
+def test_dry_run_deletes_nothing_and_lists_what_a_real_pass_deletes() -> None:
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        model = fill(db, 400)
+        Compactor.open(store=store, options=OPTS).run_once()
+        db.refresh_manifest()
+        db.close()
+        (store.put("tmp/leftover", b"x"))
+        before = listing(store)
+        gc = GarbageCollector.open(store=store, options=GcOptions(min_age_s=0, dry_run=True))
+        dry = gc.run_once()
+        assert dry.dry_run and dry.counts()["sst"] > 0 and dry.counts()["wal"] > 0
+        assert dry.counts()["manifest"] > 0 and dry.counts()["tmp"] == 1
+        assert listing(store) == before
+        real = GarbageCollector.open(store=store, options=GcOptions(min_age_s=0)).run_once()
+        assert real.deleted == dry.deleted
+        after = listing(store)
+        assert set(before) - set(after) == {p for v in dry.deleted.values() for p in v}
+        with Db.open(store=store, settings=NO_BG) as db2:
+            assert dict(db2.scan()) == model
+
+
+def test_min_age_protects_young_objects() -> None:
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        fill(db, 300)
+        Compactor.open(store=store, options=OPTS).run_once()
+        db.close()
+        gc = GarbageCollector.open(store=store, options=GcOptions(min_age_s=3600))
+        assert gc.run_once().total == 0
+        assert GarbageCollector.open(store=store, clock=FutureClock(7200)).run_once(min_age_s=3600).total > 0
+
+
+def test_checkpoints_pin_manifests_ssts_and_wal_until_they_expire() -> None:
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        fill(db, 300)
+        db.close()
+        soon = SYSTEM_CLOCK.now() + 3600
+        cp_forever = add_checkpoint(store)
+        cp_expiring = add_checkpoint(store, expire_time_s=soon)
+        pinned = readable(store, cp_forever.manifest_id)
+        db = Db.open(store=store, settings=NO_BG)
+        model = fill(db, 300, tag=b"w")
+        Compactor.open(store=store, options=OPTS).run_once()
+        db.refresh_manifest()
+        db.close()
+        gc = GarbageCollector.open(store=store, options=GcOptions(min_age_s=0))
+        report = gc.run_once()
+        assert report.checkpoints_expired == []
+        assert cp_forever.manifest_id in report.active_manifests
+        assert cp_expiring.manifest_id in report.active_manifests
+        assert readable(store, cp_forever.manifest_id) == pinned  # every SST is still there
+        m = manifests(store).read(cp_forever.manifest_id)
+        assert all(i in wal_ids(store) for i in range(m.replay_after_wal_id + 1, m.next_wal_id))
+        # An hour later the expiring one is gone (removed from the manifest by CAS).
+        later = GarbageCollector.open(store=store, options=GcOptions(min_age_s=0), clock=FutureClock(7200))
+        report = later.run_once()
+        assert report.checkpoints_expired == [str(cp_expiring.id)]
+        assert readable(store, cp_forever.manifest_id) == pinned
+        latest = manifests(store).read_latest()
+        assert latest is not None and [c.id for c in latest.checkpoints] == [cp_forever.id]
+        # Removing the last pin frees its SSTs and manifest.
+        manifests(store).update(lambda m: replace(m, checkpoints=()), timeout_s=30)
+        report = later.run_once()
+        assert cp_forever.manifest_id not in manifest_ids(store)
+        latest = manifests(store).read_latest()
+        assert latest is not None
+        assert sst_ids(store) == {s.id for s in latest.all_ssts()}
+        with Db.open(store=store, settings=NO_BG) as db2:
+            assert dict(db2.scan()) == model
+
+
+def test_wal_objects_below_the_replay_point_go_but_fences_stay() -> None:
+    with memory_store() as store:
+        for round_ in range(3):  # three writer opens: three fences
+            with Db.open(store=store, settings=NO_BG) as db:
+                fill(db, 120, tag=b"%d" % round_)
+        before = wal_ids(store)
+        latest = manifests(store).read_latest()
+        assert latest is not None
+        fences = [w for w in before if decode_meta(*_whole(store, w)).props.entries == 0]
+        report = GarbageCollector.open(store=store).run_once(min_age_s=0)
+        after = wal_ids(store)
+        assert report.fences_kept == len(fences) == 3
+        assert set(after) == set(fences) | {w for w in before if w > latest.replay_after_wal_id}
+        assert len(report.deleted["wal"]) == len(before) - len(after) > 0
+
+
+def _whole(store: ObjectStore, wid: int) -> tuple[bytes, int]:
+    data = store.get(paths.wal_path(wid))
+    return data, len(data)
+
+
+def test_temporary_orphans_go_but_pending_two_phase_writes_stay(tmp_path: Path) -> None:
+    with memory_store() as inner:
+        log = SqliteCasLog(str(tmp_path / "cas.db"))
+        store = TwoPhaseStore(NoConditionalStore(inner), log)
+        db = Db.open(store=store, settings=NO_BG)
+        fill(db, 100)
+        db.close()
+        # A writer that stopped right after its commit point left a pending record.
+        pending_src = f"{TWO_PHASE_TMP_PREFIX}{uuid.uuid4().hex}.00000000"
+        inner.put(pending_src, b"pending payload")
+        # (a journal object: GC does not list journal/, so nothing rolls it forward here)
+        dest = "journal/01ARZ3NDEKTSV4RRFFQ69G5FAV.journal"
+        assert log.insert(store.namespace, dest, pending_src, SYSTEM_CLOCK.now())
+        orphan = f"{TWO_PHASE_TMP_PREFIX}{uuid.uuid4().hex}.00000000"
+        inner.put(orphan, b"orphan")
+        inner.put("tmp/spark/job-1/part-0", b"failed job output")
+        report = GarbageCollector.open(store=store).run_once(min_age_s=0)
+        assert sorted(report.deleted["tmp"]) == sorted([orphan, "tmp/spark/job-1/part-0"])
+        assert inner.get(pending_src) == b"pending payload"
+        # Without the record table the collector cannot tell, so it leaves tmp/2pc/ alone.
+        inner.put(orphan, b"orphan")
+        plain = GarbageCollector.open(store=inner).run_once(min_age_s=0)
+        assert plain.deleted["tmp"] == []
+
+
+def test_live_job_leases_protect_outputs_and_stale_ones_are_removed() -> None:
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        fill(db, 200)
+        db.close()
+        c = Compactor.open(store=store, options=OPTS)
+        (spec, *_) = c.schedule()
+        with c.lease(spec.describe()):
+            res = c.executor.execute(spec)
+            # Unreferenced outputs of a running job survive a pass with min_age 0 ...
+            report = GarbageCollector.open(store=store).run_once(min_age_s=0)
+            assert not {f"compacted/{s.id}.sst" for s in res.ssts} & set(report.deleted["sst"])
+            assert {s.id for s in res.ssts} <= sst_ids(store)
+            c.commit(spec, res.ssts)
+        # ... and the lease goes with the commit.
+        assert not list(store.list(paths.JOB_DIR))
+        # A lease left by a killed compactor of an older epoch protects nothing.
+        (spec2, *_) = c.schedule() or [None]
+        stale = c.lease("killed")
+        stale.__enter__()
+        orphan = c.executor.execute(spec2).ssts if spec2 else ()
+        Compactor.open(store=store, options=OPTS)  # the restarted compactor: a newer epoch
+        report = GarbageCollector.open(store=store).run_once(min_age_s=0)
+        assert report.deleted["job"] == [stale.path]
+        assert {s.id for s in orphan} <= {paths.parse_sst_id(p) for p in report.deleted["sst"]}
+
+
+def test_a_stalled_writer_cannot_resurrect_a_deleted_manifest_id() -> None:
+    """GC deletes the manifest id right after a stalled writer's last known one; the
+    stalled writer's create of that id succeeds (ABA) but is detected and fenced."""
+    with memory_store() as store:
+        stalled = Db.open(store=store, settings=NO_BG.replace(manifest_poll_interval_s=3600))
+        stalled.put(b"zombie", b"acked before the fence")  # durable: the next writer replays it
+        stale_id = stalled.manifest.id
+        with Db.open(store=store, settings=NO_BG) as live:  # fences the stalled writer
+            model = fill(live, 300)
+            model[b"zombie"] = b"acked before the fence"
+        report = GarbageCollector.open(store=store).run_once(min_age_s=0)
+        assert stale_id + 1 not in manifest_ids(store), report.deleted["manifest"]
+        latest_before = manifests(store).read_latest()
+        with pytest.raises(FencedError):
+            stalled.flush(memtable=True)  # builds an L0 SST and tries manifest stale_id + 1
+        stalled.close()
+        latest = manifests(store).read_latest()
+        assert latest is not None and latest_before is not None
+        assert latest.id == latest_before.id and latest.writer_epoch == latest_before.writer_epoch
+        with Db.open(store=store, settings=NO_BG) as db:
+            assert dict(db.scan()) == model
+        # The stray version (if the create landed) is not the head and GC removes it.
+        GarbageCollector.open(store=store).run_once(min_age_s=0)
+        assert stale_id + 1 not in manifest_ids(store)
