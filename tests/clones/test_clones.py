@@ -320,3 +320,37 @@ def test_clone_on_s3(s3_url_factory: Any) -> None:
         assert r.get(b"mine") == b"1" and r.get(b"k0001") == data[b"k0001"]
     with Db.open(parent_loc.url, settings=QUIET, store_options=opts) as parent:
         assert parent.get(b"mine") is None
+
+
+def test_compaction_absorbs_the_parent_and_gc_detaches_the_clone() -> None:
+    """End to end with the real compactor (reading the parent's SSTs) and garbage collector."""
+    import time
+
+    from shaledb import CompactorOptions, GarbageCollector, GcOptions
+
+    busy = QUIET.replace(
+        l0_sst_size_bytes=4096,
+        max_unflushed_bytes=1 << 20,
+        compactor=CompactorOptions(poll_interval_s=0.05, min_l0_ssts=2),
+    )
+    with memory_urls(2) as (parent_url, clone_url):
+        with Db.open(parent_url, settings=busy) as parent:
+            data = fill(parent, b"p", 300)
+            parent.flush(memtable=True)
+        with Db.open_from_checkpoint(clone_url, parent_url, settings=busy) as clone:
+            assert any(s.db for s in clone.manifest.all_ssts())
+            data.update(fill(clone, b"c", 1500))
+            data.update(fill(clone, b"p", 100, b"over"))
+            clone.flush(memtable=True)
+            deadline = time.monotonic() + 60
+            while any(s.db for s in latest(clone_url).all_ssts()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not any(s.db for s in latest(clone_url).all_ssts())
+            assert dict(clone.scan()) == data
+        gc = GarbageCollector.open(clone_url, GcOptions(min_age_s=0.0))
+        report = gc.run_once()
+        assert report.detached
+        assert clone_checkpoints(parent_url) == [] and latest(clone_url).parent is None
+        admin.destroy(parent_url, soft=False)
+        with Db.open(clone_url, settings=QUIET) as clone:
+            assert dict(clone.scan()) == data

@@ -266,7 +266,14 @@ class Compactor:
             store = open_store(url, **(store_options or {}))
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
-        c = cls(wrap_store(store, settings, clock, rng), options, settings=settings, clock=clock, rng=rng)
+        c = cls(
+            wrap_store(store, settings, clock, rng),
+            options,
+            settings=settings,
+            clock=clock,
+            rng=rng,
+            store_options=store_options,
+        )
         c.claim()
         return c
 
@@ -279,8 +286,15 @@ class Compactor:
         clock: Clock,
         rng: random.Random,
         host: ManifestHost | None = None,
+        store_options: dict[str, Any] | None = None,
     ) -> None:
+        from ..external import ExternalStores, default_factory
+
         self.store = store
+        # A clone's ancestors, opened by URL (the writer's own resolver when embedded).
+        self.external = getattr(host, "external", None) or ExternalStores(
+            default_factory(settings.retry, clock, random.Random(), store_options)
+        )
         self.options = options
         self.settings = settings
         self.clock = clock
@@ -295,12 +309,19 @@ class Compactor:
             codec=CODECS[settings.compression],
             bloom_bits_per_key=settings.bloom_bits_per_key,
             max_sst_size_bytes=options.max_sst_size_bytes,
+            resolve=self._resolve_store,
         )
         self.epoch: int | None = None
         self.manifest: Manifest | None = None
         self._polls = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
+
+    def _resolve_store(self, index: int) -> ObjectStore:
+        m = self.manifest
+        if m is None:
+            m = self.host.manifest if self.host is not None else self.manifests.require_latest()
+        return self.external.store_for(index, m)
 
     # ------------------------------------------------------------ manifest
 

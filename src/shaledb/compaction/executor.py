@@ -197,7 +197,7 @@ class _Cursor:
                 stop += 1
             info = self.ssts[self.si]
             path = paths.sst_path(info.id)
-            data = self.ex.store.get_range(path, start, offs[stop])
+            data = self.ex.source_store(info).get_range(path, start, offs[stop])
             if len(data) != offs[stop] - start:
                 raise CorruptionError(
                     f"read {len(data)} bytes at {start}, expected {offs[stop] - start}", path
@@ -384,8 +384,11 @@ class Executor:
         max_sst_size_bytes: int,
         chunk_bytes: int = 4 * 1024 * 1024,
         read_ahead_bytes: int = 4 * 1024 * 1024,
+        resolve: Callable[[int], ObjectStore] | None = None,
     ) -> None:
         self.store = store
+        self.resolve = resolve
+        """Store of sources with ``SstInfo.db > 0`` (a clone's ancestors); outputs go to ``store``."""
         self.clock = clock
         self._rng = rng
         self._rng_lock = threading.Lock()
@@ -400,13 +403,19 @@ class Executor:
 
     # --------------------------------------------------------------- helpers
 
+    def source_store(self, info: SstInfo) -> ObjectStore:
+        """The store holding source SST ``info`` (a clone reads its ancestors' SSTs)."""
+        if not info.db:
+            return self.store
+        if self.resolve is None:
+            raise CorruptionError(f"SST {info.id} belongs to external database #{info.db}")
+        return self.resolve(info.db)
+
     def meta(self, info: SstInfo) -> SstMeta:
         with self._meta_lock:
             m = self._metas.get(info.id)
         if m is None:
-            if info.db:
-                raise CorruptionError(f"SST {info.id} belongs to external database #{info.db}")
-            m = read_sst_meta(self.store, info)
+            m = read_sst_meta(self.source_store(info), info)
             with self._meta_lock:
                 self._metas[info.id] = m
         return m
