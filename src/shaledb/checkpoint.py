@@ -377,9 +377,7 @@ def create_writer_checkpoint(
         prepare=prepare,
         result=out,
     )
-    m = db.manifests.update(mutate, timeout_s=db.settings.manifest_update_timeout_s, current=db.manifest)
-    with db._lock:
-        db._set_manifest_locked(m)
+    db.update_manifest(mutate)  # serialized with the writer's other manifest writes; adopts the result
     return out[-1]
 
 
