@@ -40,7 +40,12 @@ def fast(url, plan, chunk_bytes=8 << 20):
     return out
 
 
-def test_a_bulk_loaded_run_reads_the_same_through_both_paths(tmp_path):
+def test_a_bulk_loaded_run_reads_the_same_through_both_paths(tmp_path, monkeypatch):
+    import shaledb.export_arrow as ea
+
+    def no_general(*a, **k):
+        raise AssertionError("a single bulk-loaded run must take the fast path")
+
     seed = test_seed()
     rng = random.Random(seed)
     url = str(tmp_path / "db")
@@ -51,7 +56,9 @@ def test_a_bulk_loaded_run_reads_the_same_through_both_paths(tmp_path):
     for start, end, n in ranges:
         plan = plan_read(url, start=start, end=end, partitions=n)
         want = general(url, plan)
-        assert fast(url, plan, chunk_bytes=64 * 1024) == want
+        with monkeypatch.context() as mp:
+            mp.setattr(ea, "_general", no_general)
+            assert fast(url, plan, chunk_bytes=64 * 1024) == want
         inside = [k for k in keys if (start is None or k >= start) and (end is None or k < end)]
         assert [r[0] for r in want] == inside
 
