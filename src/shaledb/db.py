@@ -554,7 +554,9 @@ class Db:
             self._set_manifest_locked(m)
             self._space.notify_all()
         for svc in self._background:
-            svc.wake()
+            wake = getattr(svc, "wake", None)
+            if wake is not None:
+                wake()  # a new L0: the embedded compactor may have work
 
     def _set_manifest_locked(self, m: Manifest) -> None:
         self.pins.confirm(m)

@@ -80,9 +80,12 @@ class CompactorOptions:
     times the smallest.
     ``max_space_amplification``: when the bytes above the oldest sorted run
     (L0 SSTs and newer runs) exceed this fraction of it, everything is merged
-    into one run (bounds stored bytes at about ``1 + this`` times the live
-    data once compaction settles, at the cost of rewriting the whole tree;
-    None turns the rule off).
+    into one run. Once compaction settles, stored SST bytes are then at most
+    ``1 + this`` times those of the fully compacted database (0.25: about
+    1.5x the raw key and value bytes, with the SST format's overhead). Lower
+    costs write amplification on growing databases (the whole tree is
+    rewritten each time it grows by this fraction); RocksDB's universal
+    compaction defaults to 2.0. None turns the rule off.
     ``max_sst_size_bytes``: output SSTs of a sorted run are cut at this size.
     ``max_subcompactions``: key ranges one compaction is split into (run in
     parallel threads).
@@ -96,7 +99,7 @@ class CompactorOptions:
     max_sources: int = 8
     min_merge_runs: int = 4
     size_ratio: float = 4.0
-    max_space_amplification: float | None = 0.5
+    max_space_amplification: float | None = 0.25
     max_sst_size_bytes: int = 64 * MiB
     max_subcompactions: int = 1
     manifest_update_timeout_s: float = 300.0

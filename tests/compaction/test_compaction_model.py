@@ -1,12 +1,16 @@
-"""Model-based test: writes, snapshots, flushes, compactions, GC passes and reopens,
-interleaved at random; every read equals a dict model (snapshots: the model when
-they were taken)."""
+"""Model-based test: writes (some with a TTL), snapshots, flushes, compactions, GC
+passes, reopens and the passing of time, interleaved at random; every read equals a
+dict model (snapshots: the model when they were taken, with expiry judged now).
+
+The writer and the compactor share a manual clock, so TTL expiry (which compaction
+turns into tombstones, or drops at the bottom) is deterministic."""
 
 from __future__ import annotations
 
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from compaction_support import FutureClock, memory_store, test_seed
@@ -14,7 +18,11 @@ from compaction_support import FutureClock, memory_store, test_seed
 from shaledb import CompactorOptions, Db, GarbageCollector, GcOptions, Settings, WriteBatch
 from shaledb.compaction import Compactor
 from shaledb.db import Snapshot
-from shaledb.store import ObjectStore
+from shaledb.store import ObjectStore, open_store
+from shaledb.testing.clock import ManualClock
+
+Model = dict[bytes, tuple[bytes, "int | None"]]
+"""key -> (value, expires_at_ms or None)"""
 
 STEP_SETTINGS = Settings(
     l0_sst_size_bytes=4096,
@@ -35,19 +43,33 @@ def expected_scan(model: dict[bytes, bytes], start, end, reverse: bool, limit) -
     return [(k, model[k]) for k in keys]
 
 
+def live(model: Model, now_ms: int) -> dict[bytes, bytes]:
+    return {k: v for k, (v, exp) in model.items() if exp is None or exp > now_ms}
+
+
 class Run:
     def __init__(self, store: ObjectStore, seed: int) -> None:
         self.store = store
         self.rng = random.Random(seed)
         self.seed = seed
-        self.db = Db.open(store=store, settings=STEP_SETTINGS, seed=seed)
-        self.model: dict[bytes, bytes] = {}
-        self.snaps: list[tuple[Snapshot, dict[bytes, bytes]]] = []
-        self.compactor = Compactor.open(store=store, options=COMPACTOR, seed=seed)
+        self.clock = ManualClock(time.time())
+        self.db = Db.open(store=store, settings=STEP_SETTINGS, seed=seed, clock=self.clock)
+        self._model: Model = {}
+        self.snaps: list[tuple[Snapshot, Model]] = []
+        self.compactor = Compactor.open(store=store, options=COMPACTOR, seed=seed, clock=self.clock)
         # A day ahead: expired grace periods and min_age never protect anything here.
         self.gc = GarbageCollector.open(store=store, options=GcOptions(min_age_s=0), clock=FutureClock())
         self.n = 0
         self.counts: dict[str, int] = {}
+
+    @property
+    def now_ms(self) -> int:
+        return int(self.clock.now() * 1000)
+
+    @property
+    def model(self) -> dict[bytes, bytes]:
+        """What a read sees now."""
+        return live(self._model, self.now_ms)
 
     def key(self) -> bytes:
         return b"k%03d" % self.rng.randrange(300)
@@ -64,12 +86,21 @@ class Run:
     def put(self) -> None:
         k, v = self.key(), self.value()
         self.db.put(k, v, durable=self.rng.random() < 0.3)
-        self.model[k] = v
+        self._model[k] = (v, None)
+
+    def put_ttl(self) -> None:
+        k, v = self.key(), self.value()
+        ttl_s = self.rng.choice([1, 5, 30])
+        self.db.put(k, v, ttl=ttl_s, durable=self.rng.random() < 0.3)
+        self._model[k] = (v, self.now_ms + ttl_s * 1000)
+
+    def advance(self) -> None:
+        self.clock.advance(self.rng.choice([0.5, 2, 10]))
 
     def delete(self) -> None:
         k = self.key()
         self.db.delete(k, durable=self.rng.random() < 0.3)
-        self.model.pop(k, None)
+        self._model.pop(k, None)
 
     def batch(self) -> None:
         b = WriteBatch()
@@ -77,11 +108,11 @@ class Run:
             k = self.key()
             if self.rng.random() < 0.2:
                 b.delete(k)
-                self.model.pop(k, None)
+                self._model.pop(k, None)
             else:
                 v = self.value()
                 b.put(k, v)
-                self.model[k] = v
+                self._model[k] = (v, None)
         self.db.write(b, durable=False)
 
     def get(self) -> None:
@@ -89,9 +120,10 @@ class Run:
             k = self.key()
             assert self.db.get(k) == self.model.get(k), self.ctx(f"get {k!r}")
 
-    def scan(self, target: Db | Snapshot | None = None, model: dict[bytes, bytes] | None = None) -> None:
+    def scan(self, target: Db | Snapshot | None = None, model: Model | None = None) -> None:
         target = target or self.db
-        model = self.model if model is None else model
+        now = self.model if model is None else live(model, self.now_ms)
+        model = now
         a, b = sorted([self.key(), self.key()])
         start = a if self.rng.random() < 0.7 else None
         end = b if self.rng.random() < 0.7 else None
@@ -102,21 +134,22 @@ class Run:
 
     def snapshot(self) -> None:
         if len(self.snaps) < 4:
-            self.snaps.append((self.db.snapshot(), dict(self.model)))
+            self.snaps.append((self.db.snapshot(), dict(self._model)))
 
     def read_snapshot(self) -> None:
         if not self.snaps:
             return
         s, m = self.rng.choice(self.snaps)
+        now = live(m, self.now_ms)
         for _ in range(5):
             k = self.key()
-            assert s.get(k) == m.get(k), self.ctx(f"snapshot get {k!r}")
+            assert s.get(k) == now.get(k), self.ctx(f"snapshot get {k!r}")
         self.scan(s, m)
 
     def close_snapshot(self) -> None:
         if self.snaps:
             s, m = self.snaps.pop(self.rng.randrange(len(self.snaps)))
-            assert dict(s.scan()) == m, self.ctx("snapshot full scan")
+            assert dict(s.scan()) == live(m, self.now_ms), self.ctx("snapshot full scan")
             s.close()
 
     def flush(self) -> None:
@@ -124,7 +157,8 @@ class Run:
 
     def compact(self) -> None:
         if self.rng.random() < 0.1:
-            self.compactor = Compactor.open(store=self.store, options=COMPACTOR)  # fences the old one
+            # A new compactor fences the old one.
+            self.compactor = Compactor.open(store=self.store, options=COMPACTOR, clock=self.clock)
         self.compactor.run_once()
         if self.rng.random() < 0.5:
             self.db.refresh_manifest()
@@ -138,11 +172,13 @@ class Run:
 
     def reopen(self) -> None:
         for s, m in self.snaps:
-            assert dict(s.scan()) == m, self.ctx("snapshot before reopen")
+            assert dict(s.scan()) == live(m, self.now_ms), self.ctx("snapshot before reopen")
             s.close()
         self.snaps.clear()
         self.db.close()
-        self.db = Db.open(store=self.store, settings=STEP_SETTINGS, seed=self.rng.randrange(1 << 30))
+        self.db = Db.open(
+            store=self.store, settings=STEP_SETTINGS, seed=self.rng.randrange(1 << 30), clock=self.clock
+        )
 
     def full_check(self) -> None:
         assert dict(self.db.scan()) == self.model, self.ctx("full scan")
@@ -150,6 +186,8 @@ class Run:
     def run(self, steps: int) -> None:
         table: list[tuple[Callable[[], None], int]] = [
             (self.put, 30),
+            (self.put_ttl, 5),
+            (self.advance, 3),
             (self.delete, 8),
             (self.batch, 6),
             (self.get, 12),
@@ -178,12 +216,13 @@ class Run:
         self.db.close()
 
 
-@pytest.mark.parametrize("round_", range(3))
-def test_model_with_compaction_gc_snapshots_and_reopen(round_: int) -> None:
+@pytest.mark.parametrize("kind", ["memory", "memory", "memory", "memory", "local", "local"])
+def test_model_with_compaction_gc_snapshots_and_reopen(kind: str, tmp_path: Path) -> None:
     seed = test_seed()
-    with memory_store() as store:
+    with memory_store() as mem:
+        store = mem if kind == "memory" else open_store(str(tmp_path / "db"))
         run = Run(store, seed)
-        run.run(600)
+        run.run(3000)
         print(run.counts)
         assert run.counts.get("compact", 0) > 5 and run.counts.get("gc_pass", 0) > 5
 
@@ -206,7 +245,7 @@ def test_model_with_embedded_compactor_and_gc() -> None:
         db = Db.open(store=store, settings=settings, seed=seed)
         model: dict[bytes, bytes] = {}
         snaps: list[tuple[Snapshot, dict[bytes, bytes]]] = []
-        for i in range(4000):
+        for i in range(15000):
             k = b"k%03d" % rng.randrange(400)
             r = rng.random()
             if r < 0.6:

@@ -205,11 +205,26 @@ class CompactionReport:
         return bool(self.jobs)
 
     def add(self, res: ExecResult) -> None:
+        """Count one executed job."""
         self.input_bytes += res.input_bytes
         self.bytes_read += res.bytes_read
         self.bytes_written += res.bytes_written
         self.entries_read += res.entries_read
         self.entries_written += res.entries_written
+
+    def merge(self, other: CompactionReport) -> None:
+        """Add ``other``'s counts to these (running totals)."""
+        self.manifest_id = max(self.manifest_id, other.manifest_id)
+        self.jobs.extend(other.jobs[-100:])
+        del self.jobs[:-100]
+        self.committed += other.committed
+        self.aborted += other.aborted
+        self.input_bytes += other.input_bytes
+        self.bytes_read += other.bytes_read
+        self.bytes_written += other.bytes_written
+        self.entries_read += other.entries_read
+        self.entries_written += other.entries_written
+        self.duration_s += other.duration_s
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -517,6 +532,10 @@ class EmbeddedCompactor:
         self.fenced: FencedError | None = None
         self.last_error: BaseException | None = None
         self.reports = 0
+        self.totals = CompactionReport()
+        """Everything this thread compacted (``jobs`` keeps the last 100)."""
+        self.idle = False
+        """The last pass found nothing to do."""
         self._thread = threading.Thread(target=self._run, name="shaledb-compactor", daemon=True)
         self._thread.start()
 
@@ -529,6 +548,8 @@ class EmbeddedCompactor:
                     c.claim()
                 report = c.run_once()
                 self.reports += 1
+                self.totals.merge(report)
+                self.idle = not report.did_work
                 if report.did_work:
                     continue
             except FencedError as exc:
