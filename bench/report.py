@@ -47,15 +47,26 @@ ENGINE_ORDER = [
 WORKLOAD_ORDER = ["fillseq", "fillrandom", "overwrite", "readrandom", "readmissing", "scan"]
 
 
-def load(path: str) -> Groups:
+def load(path: str, max_other_cores: float | None = None) -> tuple[Groups, int]:
+    """Runs by label; with ``max_other_cores``, runs measured as contended are left out.
+
+    A run without the measurement (recorded before the CpuMeter existed) is kept.
+    Returns the groups and how many runs were left out.
+    """
     groups: Groups = {}
+    dropped = 0
     with open(path) as f:
         for line in f:
             line = line.strip()
-            if line:
-                r = json.loads(line)
-                groups.setdefault(r["label"], []).append(r)
-    return groups
+            if not line:
+                continue
+            r = json.loads(line)
+            busy = r.get("other_cpu_cores")
+            if max_other_cores is not None and busy is not None and busy > max_other_cores:
+                dropped += 1
+                continue
+            groups.setdefault(r["label"], []).append(r)
+    return groups, dropped
 
 
 def med(rs: list[dict[str, Any]], k: str) -> Any:
@@ -308,14 +319,22 @@ def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="run.py report", description="median tables from a suite JSONL")
     p.add_argument("--out", required=True, help="the suite's JSONL file")
     p.add_argument("--full", action="store_true", help="also one detailed table per workload and size")
+    p.add_argument(
+        "--max-other-cores",
+        type=float,
+        default=None,
+        help="leave out runs during which other processes kept more than this many cores busy",
+    )
     a = p.parse_args(argv)
-    groups = load(a.out)
+    groups, dropped = load(a.out, a.max_other_cores)
     if not groups:
         raise SystemExit(f"no results in {a.out}")
     pending = not any(lab.startswith("shaledb") for lab in groups)
     environment(groups)
     print("\nCells: median ops/s (keys/s for writes, gets/s, 100-key scans/s), latency in brackets.")
     print("`*` = a durable run stopped by --max-seconds (ops/s over the ops it completed).")
+    if a.max_other_cores is not None:
+        print(f"Left out: {dropped} runs during which other processes kept > {a.max_other_cores} cores busy.")
     for n, v in sizes(groups):
         headline(groups, n, v, pending)
     durable_mt(groups)
