@@ -273,6 +273,8 @@ class Db:
         self.codec = CODECS[settings.compression]
         self._lock = threading.Lock()
         self._state = _OPEN
+        self.closing = False
+        """Set when close() starts: the final flush must not wait for a compactor."""
         self._failure: BaseException | None = None
         self.cache = LruCache(settings.block_cache_bytes)
         self.tables = TableCache(self._resolve_store, self.cache, settings.sst_read_ahead_bytes)
@@ -715,6 +717,7 @@ class Db:
             if self._state != _OPEN:
                 return
             failed = self._failure is not None
+            self.closing = True
         error: BaseException | None = None
         if not failed:
             try:

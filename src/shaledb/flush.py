@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import paths
-from .errors import ClosedError, FencedError
+from .errors import AlreadyExists, ClosedError, FencedError
 from .format.sst import SST_TABLE, SstBuilder
 from .manifest.model import Manifest, SstInfo, TrackedWal, Tree
 from .memtable import Memtable
@@ -62,6 +62,18 @@ def build_l0(db: Db, mem: Memtable) -> tuple[bytes, SstInfo] | None:
         max_seq=props.max_seq,
     )
     return data, info
+
+
+def put_new_sst(db: Db, data: bytes, info: SstInfo) -> SstInfo:
+    """Write a new SST; on the (astronomically rare) id collision draw another id."""
+    for _ in range(8):
+        try:
+            db.store.put(paths.sst_path(info.id), data, create=True)
+            return info
+        except AlreadyExists:
+            log.warning("SST id %s already exists; drawing another", info.id)
+            info = replace(info, id=paths.new_ulid(db.clock.now(), db.rng))
+    raise AlreadyExists(paths.sst_path(info.id))
 
 
 def merge_tracked(
@@ -144,7 +156,7 @@ class MemtableFlusher:
         info = None
         if built is not None:
             data, info = built
-            db.store.put(paths.sst_path(info.id), data, create=True)
+            info = put_new_sst(db, data, info)
         written = db.wal.drain_written()
         try:
             m = db.update_manifest(lambda m: self._add_l0(m, imm, info, written), current=db.manifest)
@@ -189,11 +201,14 @@ class MemtableFlusher:
         limit = db.settings.l0_max_ssts
         warned = False
         while len(db.manifest.data.l0) >= limit:
-            if self._stopping and db.closing_without_wait():
-                return
+            if db.closing or (self._stopping and db.closing_without_wait()):
+                return  # closing: one more L0 beats hanging; the next compaction absorbs it
             if not warned:
                 log.warning(
-                    "L0 has %d SSTs (limit %d): flushes wait for compaction", len(db.manifest.data.l0), limit
+                    "L0 has %d SSTs (limit %d): flushes wait for compaction%s",
+                    len(db.manifest.data.l0),
+                    limit,
+                    "" if db.settings.compactor else " (no embedded compactor: run `shaledb run-compactor`)",
                 )
                 warned = True
             db.refresh_manifest()

@@ -1,0 +1,70 @@
+"""Memtable-flush edge cases: a stalled L0 at close, and SST id collisions."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import pytest
+
+from shaledb import Db, Settings
+from shaledb.store import ObjectStore, StoreWrapper, open_store
+
+
+def _settings(**kw: object) -> Settings:
+    return Settings(compactor=None, garbage_collector=None, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(60)
+def test_close_does_not_wait_for_a_compactor_that_is_not_running(tmp_path: object) -> None:
+    db = Db.open(str(tmp_path), settings=_settings(l0_max_ssts=2))
+    for i in range(2):
+        db.put(b"k%d" % i, b"v")
+        db.flush(memtable=True)
+    assert db.stats()["l0_ssts"] == 2
+    db.put(b"last", b"v")
+    db.close()  # the final flush goes past the L0 limit instead of hanging
+    again = Db.open(str(tmp_path), settings=_settings(l0_max_ssts=2))
+    try:
+        assert again.get(b"last") == b"v"
+        assert again.stats()["l0_ssts"] == 3
+    finally:
+        again.close()
+
+
+class _SstSquatter(StoreWrapper):
+    """Occupies the path of the first SST the writer creates, just before it does."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.squatted: list[str] = []
+        self._lock = threading.Lock()
+
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        with self._lock:
+            first = create and path.startswith("compacted/") and not self.squatted
+            if first:
+                self.squatted.append(path)
+        if first:
+            self.inner.put(path, b"someone else's object", create=True)
+        self.inner.put(path, data, create=create, attributes=attributes)
+
+
+def test_an_sst_id_collision_draws_another_id() -> None:
+    store = _SstSquatter(open_store("memory://flush-edges-collision"))
+    with Db.open(store=store, settings=_settings(), seed=1) as db:
+        db.put(b"a", b"1")
+        db.flush(memtable=True)
+        ids = [s.id for s in db.manifest.data.l0]
+        assert db.get(b"a") == b"1"
+    assert len(store.squatted) == 1
+    assert store.squatted[0] not in {f"compacted/{i}.sst" for i in ids}
+    with Db.open(store=open_store("memory://flush-edges-collision"), settings=_settings()) as db:
+        assert db.get(b"a") == b"1"
