@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 LOCK   := requirements/lock.txt
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c $(LOCK)
 
-.PHONY: test test-core test-spark lint demo bench clean lock
+.PHONY: test test-core test-spark lint demo bench bench-anchors clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,12 @@ test: lint test-core test-spark
 demo: $(VENV)/.spark
 	$(BIN)/python -m shaledb.demo $(DEMO_ARGS)
 
-bench: $(VENV)/.test
+bench: $(VENV)/.spark
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# The engines shaledb is compared with (RocksDB, LevelDB, LMDB, SlateDB) live in their own venv.
+bench-anchors:
+	bench/setup_anchors.sh
 
 lock:
 	rm -rf /tmp/shaledb-lock && $(PYTHON) -m venv /tmp/shaledb-lock
