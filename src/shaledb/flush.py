@@ -169,12 +169,16 @@ class MemtableFlusher:
 
     def _add_l0(
         self, m: Manifest, imm: Memtable, info: SstInfo | None, written: list[TrackedWal]
-    ) -> Manifest:
+    ) -> Manifest | None:
         db = self.db
         if m.writer_epoch != db.epoch:
             raise FencedError(
                 f"writer epoch {m.writer_epoch} took over; this writer (epoch {db.epoch}) stops"
             )
+        if info is not None and m.last_l0_seq >= imm.last_seq and m.replay_after_wal_id >= imm.wal_id:
+            # Already applied: a retried CAS whose first attempt landed and was built on.
+            # Adding the SST again would put old data above newer L0s.
+            return None
         l0 = m.data.l0 if info is None else (info, *m.data.l0)
         replay_after = max(m.replay_after_wal_id, imm.wal_id)
         # WAL ids written so far, not ids handed out: a segment still in flight
