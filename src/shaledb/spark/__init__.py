@@ -124,7 +124,9 @@ def ingest(
     if index_columns:
         opts["index_columns"] = ",".join(index_columns)
     opts.update(options or {})
-    prepared = range_partition(df, key=key, partitions=partitions, order=order_by)
+    # Without order_by the writer sorts each partition itself (a stable Arrow sort, cheaper than
+    # Spark's); with it, Spark sorts by key then order_by so "last" among duplicates is defined.
+    prepared = range_partition(df, key=key, partitions=partitions, order=order_by, sort=bool(order_by))
     started = time.monotonic()
     df.sparkSession.sparkContext.setJobDescription(f"shaledb ingest {iid} into {url}")
     try:

@@ -49,17 +49,25 @@ def composite_key(
 
 
 def range_partition(
-    df: DataFrame, *, key: str = "key", partitions: int | None = None, order: Sequence[str] = ()
+    df: DataFrame,
+    *,
+    key: str = "key",
+    partitions: int | None = None,
+    order: Sequence[str] = (),
+    sort: bool = True,
 ) -> DataFrame:
-    """Range-partition by ``key`` and sort each partition by ``key`` then ``order``.
+    """Range-partition by ``key`` and (``sort``) sort each partition by ``key`` then ``order``.
 
     ``partitions`` defaults to ``spark.sql.shuffle.partitions``. Spark samples
     the keys first (one extra, cheap job) to choose the range boundaries.
+    ``sort=False`` leaves sorting to the consumer (the shaledb writer sorts a
+    partition with Arrow faster than Spark's sort hands it over).
     """
     if key not in df.columns:
         raise InvalidArgument(f"no column {key!r} to partition by (columns: {df.columns})")
     n = partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
-    return df.repartitionByRange(n, F.col(key)).sortWithinPartitions(key, *order)
+    parted = df.repartitionByRange(n, F.col(key))
+    return parted.sortWithinPartitions(key, *order) if sort else parted
 
 
 def key_value(
