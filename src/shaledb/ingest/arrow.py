@@ -195,28 +195,47 @@ class _Emitter:
                 w._finish_sst()
 
     def blocks(self, b: SstBuilder, lo: int, hi: int) -> None:
-        """Rows ``[lo, hi)`` as blocks, cut where ``SstBuilder.add_many`` would cut them."""
+        """Rows ``[lo, hi)`` as blocks, cut where ``SstBuilder.add_many`` would cut them.
+
+        The cut points come first; then every block's rebased key and value
+        offsets are computed in one numpy pass, so a block costs a join and
+        a frame in Python, not array arithmetic of its own.
+        """
         import numpy as np
 
         cum = self.cum_kv
         base = int(cum[lo - 1]) if lo else 0
         bs = b.block_size
+        cuts = [lo]
         start = lo
         while start < hi:
             end = min(hi, int(np.searchsorted(cum[start:hi], base + bs, side="left")) + start + 1)
-            self.block(b, start, end)
+            cuts.append(end)
             base = int(cum[end - 1])
             start = end
+        bounds = np.array(cuts, dtype=np.int64)
+        firsts, counts = bounds[:-1], np.diff(bounds)
+        spans = counts + 1  # a block of n rows has n + 1 offsets
+        where = np.zeros(len(spans) + 1, dtype=np.int64)
+        np.cumsum(spans, out=where[1:])
+        rows = np.repeat(firsts - where[:-1], spans) + np.arange(where[-1])  # row of each offset
+        kbase = np.repeat(self.koffs[firsts], spans)
+        vbase = np.repeat(self.voffs[firsts], spans)
+        krel = (self.koffs[rows] - kbase).astype("<u4").tobytes()
+        vrel = (self.voffs[rows] - vbase).astype("<u4").tobytes()
+        for j in range(len(firsts)):
+            a, z = 4 * int(where[j]), 4 * int(where[j + 1])
+            self.block(b, cuts[j], cuts[j + 1], krel[a:z], vrel[a:z])
 
-    def block(self, b: SstBuilder, lo: int, hi: int) -> None:
+    def block(self, b: SstBuilder, lo: int, hi: int, koff: bytes, voff: bytes) -> None:
         ko, vo = self.koffs, self.voffs
         m = hi - lo
         k0, k1, v0, v1 = int(ko[lo]), int(ko[hi]), int(vo[lo]), int(vo[hi])
         payload = b"".join(
             (
                 _U32.pack(m),
-                (ko[lo : hi + 1] - k0).astype("<u4").tobytes(),
-                (vo[lo : hi + 1] - v0).astype("<u4").tobytes(),
+                koff,
+                voff,
                 self.seq_bytes[8 * lo : 8 * hi],
                 self.kinds[lo:hi],
                 self.kmv[k0:k1],
