@@ -12,6 +12,11 @@ bytes are the ones the list path writes for the same rows in one chunk
 (``tests/ingest/test_ingest_arrow.py`` checks that), so nothing downstream
 can tell the paths apart. Only plain values take this path (no metadata).
 
+It appends finished blocks to an ``SstBuilder`` by updating the state the
+builder's ``_emit`` keeps (a public "add a stored block" method on the
+builder would be the cleaner seam; the byte-identity test fails first if
+the builder's bookkeeping changes).
+
 Needs pyarrow and numpy (the spark extra); the list path needs neither.
 """
 
@@ -254,6 +259,9 @@ class _Emitter:
         b._last = self.keys[hi - 1]
         b._index_keys.append(self.keys[hi - 1])
         b._entries += m
+        ends = getattr(b, "_ends", None)  # block entry ends, where the builder tracks them
+        if ends is not None:
+            ends.append(b._entries)
         b._raw_k += k1 - k0
         b._raw_v += v1 - v0
 
