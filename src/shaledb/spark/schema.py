@@ -13,8 +13,8 @@ are encoded as the value: one JSON object per row, keys are the column names
 in DataFrame order, compact separators, dates and timestamps as ISO-8601
 strings, decimals as strings, binary as base64 (:func:`json_values`). An
 optional metadata column is stored as the entry's metadata; index columns
-(secondary index terms) are refused clearly, because this version of shaledb
-has no secondary indexes yet.
+(secondary index terms) are refused clearly: bulk ingest does not write index
+entries yet.
 
 Options are strings (Spark passes nothing else); :class:`WriteOptions` and
 :class:`ReadOptions` parse and validate them once, on the driver, so a bad
@@ -127,8 +127,8 @@ class WriteOptions:
         """Options checked against the DataFrame's ``columns`` (name -> simple type string)."""
         if _names(options.get("index_columns")):
             raise NotSupported(
-                "option index_columns asks for secondary index terms, which this version of shaledb "
-                "does not have (the value-journal/index feature); drop the option"
+                "option index_columns asks for secondary index terms, which bulk ingest does not "
+                "write yet (it needs the engine's index-entry format, see docs/spark.md); drop the option"
             )
         key = options.get("key", "key")
         if key not in columns:
