@@ -183,4 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run through the package module so commands register where main() looks for them.
+    from shaledb.cli import main as _main
+
+    sys.exit(_main())

@@ -37,6 +37,11 @@ from .model import Manifest, from_body, to_body
 
 log = logging.getLogger("shaledb.manifest")
 
+LIST_FALLBACK_PROBES = 16
+"""Probe at most this many versions ahead before listing instead."""
+LIST_FALLBACK_INTERVAL_S = 60.0
+"""When probing finds nothing newer, still list this often (seconds) to cross GC gaps."""
+
 Mutator = Callable[[Manifest], "Manifest | None"]
 """Given the latest manifest, return the next one (its id is set for you) or
 None when no change is needed. It may raise (e.g. FencedError) to abort."""
@@ -52,6 +57,7 @@ class ManifestStore:
         self.author = author
         self._lock = threading.Lock()
         self._latest_id: int | None = None
+        self._last_list = clock.monotonic()
         self._cache: dict[int, Manifest] = {}
         self._nonces: dict[int, tuple[str | None, str | None]] = {}
         """(nonce, prev_nonce) of manifests read or written, by id (bounded)."""
@@ -143,14 +149,25 @@ class ManifestStore:
         LIST on S3) and falls back to listing if the chain looks broken.
         """
         m = current
-        for _ in range(64):
+        for _ in range(LIST_FALLBACK_PROBES):
             try:
                 m = self.read(m.id + 1)
             except ObjectNotFound:
-                # Nothing newer, unless newer versions exist beyond a gap.
-                return m
+                break
+        else:
+            return self._listed_latest(m)
+        # Nothing newer by probing. GC may have deleted versions after ours (a
+        # process that stalled longer than the GC's minimum age), leaving a gap
+        # no probe crosses, so list now and then to find the real head.
+        now = self.clock.monotonic()
+        if now - self._last_list >= LIST_FALLBACK_INTERVAL_S:
+            return self._listed_latest(m)
+        return m
+
+    def _listed_latest(self, m: Manifest) -> Manifest:
+        self._last_list = self.clock.monotonic()
         latest = self.read_latest()
-        return latest if latest is not None else m
+        return latest if latest is not None and latest.id > m.id else m
 
     def require_latest(self) -> Manifest:
         m = self.read_latest()
