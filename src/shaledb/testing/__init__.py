@@ -1,4 +1,4 @@
-"""The shipped test kit: fault injection, crash simulation, store conformance.
+"""The shipped test kit: fault injection, crash simulation, a manual clock, store conformance.
 
 ``StoreTests`` (in :mod:`shaledb.testing.store_suite`) needs pytest and is
 imported lazily, so the rest of the kit works without it.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .clock import ManualClock
 from .faults import ACTIONS, OP_ALIASES, Call, FaultInjectingStore, FaultRule, SimulatedCrash
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "Call",
     "FaultInjectingStore",
     "FaultRule",
+    "ManualClock",
     "SimulatedCrash",
     "StoreTests",
 ]
