@@ -68,6 +68,19 @@ def _int(options: Mapping[str, str], name: str, default: int | None, minimum: in
     return value
 
 
+def _key_option(options: Mapping[str, str], name: str, key_type: str) -> bytes | None:
+    """A key bound given as an option: UTF-8 text, or ``0x``-prefixed hex for binary keys."""
+    raw = options.get(name)
+    if raw is None or raw == "":
+        return None
+    if key_type == "binary" and raw.startswith("0x"):
+        try:
+            return bytes.fromhex(raw[2:])
+        except ValueError:
+            raise InvalidArgument(f"option {name} starts with 0x but is not hex: {raw!r}") from None
+    return raw.encode("utf-8")
+
+
 def _float(options: Mapping[str, str], name: str, default: float | None) -> float | None:
     raw = options.get(name)
     if raw is None:
@@ -191,7 +204,10 @@ class ReadOptions:
     partitions: int | None = None
     key_type: str = "binary"
     value_type: str = "binary"
-    pushdown: bool = True
+    pushdown: bool = False
+    start: bytes | None = None
+    end: bytes | None = None
+    prefix: bytes | None = None
     store: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -209,7 +225,10 @@ class ReadOptions:
             partitions=_int(options, "partitions", None),
             key_type=types["key_type"],
             value_type=types["value_type"],
-            pushdown=_bool(options, "pushdown", True),
+            pushdown=_bool(options, "pushdown", False),
+            start=_key_option(options, "start", types["key_type"]),
+            end=_key_option(options, "end", types["key_type"]),
+            prefix=_key_option(options, "prefix", types["key_type"]),
             store=store_options(options),
         )
 

@@ -273,7 +273,10 @@ class ShaleReader(DataSourceReader):
         self.opts = opts
         self.checkpoint_id = checkpoint_id
         self.created = created
-        self.range: Bound = (None, None)
+        # Key-range options are part of the DataFrame's definition, so they are always safe.
+        self.range: Bound = (opts.start, opts.end)
+        if opts.prefix:
+            self.range = intersect(self.range, (opts.prefix, prefix_end(opts.prefix)))
         self.pushed: list[str] = []
 
     # ------------------------------------------------------------ filters
