@@ -97,7 +97,8 @@ def _gc_line(r: GcReport) -> str:
     verb = "would delete" if r.dry_run else "deleted"
     return (
         f"manifest {r.manifest_id}: {verb} {c['manifest']} manifests, {c['wal']} WAL objects, "
-        f"{c['sst']} SSTs, {c['tmp']} temporary objects, {c['job']} job leases "
+        f"{c['sst']} SSTs, {c['journal']} journal objects, {c['tmp']} temporary objects, "
+        f"{c['job']} job leases "
         f"({human_size(r.bytes_deleted)}); {c['checkpoints']} checkpoints expired; "
         f"{r.fences_kept} fences kept; active manifests {r.active_manifests}"
         + ("; the destroyed database was deleted" if r.destroyed else "")

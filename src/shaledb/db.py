@@ -28,14 +28,17 @@ from typing import Any
 from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check_key, check_value
 from .cache import LruCache
 from .clock import SYSTEM_CLOCK, Clock
+from .db_extras import DbExtras, SnapshotExtras
 from .errors import ClosedError, FencedError, InvalidArgument, ShaleError
 from .external import ExternalStores, default_factory
-from .flush import MemtableFlusher
+from .flush import OPT_INDEXED, MemtableFlusher
 from .format.coding import CODECS
-from .format.row import encode_payload
+from .format.row import FLAG_INDEX_TREE, FLAG_TERMS, TYPE_MASK, encode_payload
+from .indexes import current_terms, plan_index_changes
+from .journal.resolver import JournalResolver
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
-from .memtable import ENTRY_OVERHEAD, Entry, Memtable
+from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from .pins import ViewPins
 from .reader import ReadView, Visibility, lookup, scan_items
 from .recovery import claim_writer_epoch, replay_wal, write_fence
@@ -139,8 +142,12 @@ class Scan:
         self.close()
 
 
-class Snapshot:
-    """A consistent, read-only view of the database at one sequence number."""
+class Snapshot(SnapshotExtras):
+    """A consistent, read-only view of the database at one sequence number.
+
+    Besides ``get`` and ``scan``: ``head``, ``index_query``, ``scan_heads``,
+    ``fold_keys`` and ``fold_objects`` (see :class:`~shaledb.db_extras.SnapshotExtras`).
+    """
 
     def __init__(self, db: Db, view: ReadView, seq: int, cp: uuid.UUID | None = None) -> None:
         self._db = db
@@ -181,8 +188,12 @@ class Snapshot:
         self.close()
 
 
-class Db:
-    """A database opened for writing (the single writer). Thread-safe."""
+class Db(DbExtras):
+    """A database opened for writing (the single writer). Thread-safe.
+
+    Key/value separation, heads, secondary indexes, folds, journal compaction,
+    ledger rebuild and backups are in :class:`~shaledb.db_extras.DbExtras`.
+    """
 
     # ------------------------------------------------------------------ open
 
@@ -278,7 +289,10 @@ class Db:
         self._failure: BaseException | None = None
         self.cache = LruCache(settings.block_cache_bytes)
         self.tables = TableCache(self._resolve_store, self.cache, settings.sst_read_ahead_bytes)
-        self.vis = Visibility(lambda: int(self.clock.now() * 1000), None)
+        self.journal = JournalResolver(self._resolve_store, self.cache, lambda: self.manifest)
+        self.vis = Visibility(lambda: int(self.clock.now() * 1000), self.journal.resolve)
+        self._index_lock = threading.Lock()
+        self._journal_lock = threading.Lock()
         self.manifests = ManifestStore(store, clock, rng, author="writer")
         self._space = threading.Condition(self._lock)
         self._background: list[Any] = []
@@ -307,21 +321,37 @@ class Db:
             raise FencedError(
                 f"writer epoch {m.writer_epoch} took over while this writer (epoch {self.epoch}) opened"
             )
+        threshold = settings.value_separation_threshold
         replay = replay_wal(
-            store, m, fence_id, verify=settings.track_and_verify_wals, mode=settings.wal_recovery_mode
+            store,
+            m,
+            fence_id,
+            verify=settings.track_and_verify_wals,
+            mode=settings.wal_recovery_mode,
+            threshold=threshold,
         )
         for note in replay.skipped:
             log.warning("recovery: %s", note)
         self.manifest = m
         self._seq = max(m.last_l0_seq, replay.max_seq)
-        mem = Memtable()
+        mem = new_memtable()
+        self._indexed = m.option(OPT_INDEXED) == "1"
         if replay.keys:
             keep = [i for i, e in enumerate(replay.ents) if e[0] > m.last_l0_seq]
             keys = [replay.keys[i] for i in keep]
             ents = [replay.ents[i] for i in keep]
+            sub = mem.sub
+            assert sub is not None
             for k, e in zip(keys, ents):
-                mem.put(k, e)
+                if e[1] & FLAG_INDEX_TREE:
+                    sub.put(k, (e[0], e[1] & ~FLAG_INDEX_TREE, e[2]))
+                    self._indexed = True
+                else:
+                    mem.put(k, e)
+                    if e[1] & FLAG_TERMS:
+                        self._indexed = True
                 mem.nbytes += len(k) + len(e[2]) + ENTRY_OVERHEAD
+            mem.locs.update(replay.locs)
         self._mem = mem
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
@@ -339,8 +369,12 @@ class Db:
             codec=self.codec,
             block_size=settings.block_size_bytes,
             on_failure=self._fail,
+            threshold=threshold,
         )
+        self.wal.sink = mem.locs
         self.wal.note_written([*replay.objects, fence_rec])
+        if threshold is not None:
+            self.wal.note_journal(replay.journal)
         self.flusher = MemtableFlusher(self, self._fail)
         if replay.skipped:
             # Salvaged: persist what was recovered and move replay_after_wal_id
@@ -365,6 +399,10 @@ class Db:
                 from .gc import EmbeddedGc
 
                 self._background.append(EmbeddedGc(self, s.garbage_collector))
+            if s.journal.compaction_interval_s is not None:
+                from .journal.compaction import EmbeddedJournalCompactor
+
+                self._background.append(EmbeddedJournalCompactor(self, s.journal.compaction_interval_s))
         except BaseException:
             for svc in reversed(self._background):
                 svc.stop()
@@ -434,22 +472,27 @@ class Db:
                 self._state
                 or self._failure is not None
                 or self._unflushed > self.settings.max_unflushed_bytes
-            ):
+            ) and not self._indexed:
                 self._admit_locked()
-            seq = self._seq = self._seq + 1
-            e = (seq, 0, value)
-            mem = self._mem
-            mem.put(key, e)
-            wal = self.wal
-            wal.keys.append(key)
-            wal.ents.append(e)
-            mem.nbytes += n
-            wal.nbytes += n
-            self._unflushed += n
-            if wal.nbytes >= wal.max_buffer_bytes:
-                wal.request_flush()
-            if mem.nbytes >= self.settings.l0_sst_size_bytes:
-                self._freeze_locked()
+            if not self._indexed:
+                seq = self._seq = self._seq + 1
+                e = (seq, 0, value)
+                mem = self._mem
+                mem.put(key, e)
+                wal = self.wal
+                wal.keys.append(key)
+                wal.ents.append(e)
+                mem.nbytes += n
+                wal.nbytes += n
+                self._unflushed += n
+                if wal.nbytes >= wal.max_buffer_bytes:
+                    wal.request_flush()
+                if mem.nbytes >= self.settings.l0_sst_size_bytes:
+                    self._freeze_locked()
+            else:
+                seq = -1
+        if seq < 0:  # a database with index terms: every write looks up the key's terms
+            return self._write_indexed(WriteBatch().put(key, value), durable)
         if durable:
             self.wal.wait_durable(seq)
         return WriteHandle(self, seq)
@@ -467,44 +510,103 @@ class Db:
             with self._lock:
                 self._admit_locked(check_space=False)
                 return WriteHandle(self, self._seq)
-        kinds = batch._kinds
+        if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
+            return self._write_indexed(batch, durable)
+        kinds = list(batch._kinds)
         payloads = list(batch._payloads)
         if batch._extras:
-            self._finish_extras(batch, payloads)
+            self._finish_extras(batch, kinds, payloads)
         n = sum(map(len, keys)) + sum(map(len, payloads)) + ENTRY_OVERHEAD * len(keys)
         with self._lock:
-            if (
-                self._state
-                or self._failure is not None
-                or self._unflushed > self.settings.max_unflushed_bytes
-            ):
-                self._admit_locked()
-            seq = self._seq = self._seq + 1
-            ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
-            mem = self._mem
-            mem.put_many(keys, ents)
-            wal = self.wal
-            wal.keys.extend(keys)
-            wal.ents.extend(ents)
-            mem.nbytes += n
-            wal.nbytes += n
-            self._unflushed += n
-            if wal.nbytes >= wal.max_buffer_bytes:
-                wal.request_flush()
-            if mem.nbytes >= self.settings.l0_sst_size_bytes:
-                self._freeze_locked()
+            indexed = self._indexed
+            if not indexed:
+                if (
+                    self._state
+                    or self._failure is not None
+                    or self._unflushed > self.settings.max_unflushed_bytes
+                ):
+                    self._admit_locked()
+                seq = self._apply_locked(keys, kinds, payloads, n)
+        if indexed:  # the first indexed write raced with this one: take the indexed path
+            return self._write_indexed(batch, durable)
         if durable:
             self.wal.wait_durable(seq)
         return WriteHandle(self, seq)
 
-    def _finish_extras(self, batch: WriteBatch, payloads: list[bytes]) -> None:
+    def _apply_locked(
+        self,
+        keys: list[bytes],
+        kinds: list[int],
+        payloads: list[bytes],
+        n: int,
+        index: tuple[list[bytes], list[int], list[bytes]] | None = None,
+    ) -> int:
+        """Apply one batch under the write lock (admission already checked); its seq."""
+        seq = self._seq = self._seq + 1
+        ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
+        mem = self._mem
+        mem.put_many(keys, ents)
+        wal = self.wal
+        wal.keys.extend(keys)
+        wal.ents.extend(ents)
+        if index is not None and index[0]:
+            ikeys, ikinds, ipays = index
+            sub = mem.sub
+            assert sub is not None
+            sub.put_many(ikeys, [(seq, k, p) for k, p in zip(ikinds, ipays)])
+            wal.keys.extend(ikeys)
+            wal.ents.extend((seq, k | FLAG_INDEX_TREE, p) for k, p in zip(ikinds, ipays))
+        mem.nbytes += n
+        wal.nbytes += n
+        self._unflushed += n
+        if wal.nbytes >= wal.max_buffer_bytes:
+            wal.request_flush()
+        if mem.nbytes >= self.settings.l0_sst_size_bytes:
+            self._freeze_locked()
+        return seq
+
+    def _write_indexed(self, batch: WriteBatch, durable: bool) -> WriteHandle:
+        """A write to a database with index terms: old terms are read, changes planned
+        and applied while holding the index lock (see ``shaledb.indexes``)."""
+        with self._index_lock:
+            with self._lock:
+                self._admit_locked(check_space=False)
+                self._indexed = True
+            tables, vis = self.tables, self.vis
+            plan = plan_index_changes(
+                list(batch._keys),
+                [k & TYPE_MASK for k in batch._kinds],
+                list(batch._payloads),
+                dict(batch._extras or ()),
+                lambda k: current_terms(self._view, tables, vis, k),
+                int(self.clock.now() * 1000),
+            )
+            keys = plan.keys + plan.index_keys
+            n = sum(map(len, keys)) + sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))
+            n += ENTRY_OVERHEAD * len(keys)
+            with self._lock:
+                if (
+                    self._state
+                    or self._failure is not None
+                    or self._unflushed > self.settings.max_unflushed_bytes
+                ):
+                    self._admit_locked()
+                seq = self._apply_locked(
+                    plan.keys,
+                    plan.kinds,
+                    plan.payloads,
+                    n,
+                    (plan.index_keys, plan.index_kinds, plan.index_payloads),
+                )
+        if durable:
+            self.wal.wait_durable(seq)
+        return WriteHandle(self, seq)
+
+    def _finish_extras(self, batch: WriteBatch, kinds: list[int], payloads: list[bytes]) -> None:
         """Encode metadata and expiry (computed now) into rich entries' payloads."""
         now_ms = int(self.clock.now() * 1000)
-        kinds = batch._kinds
         for i, extra in batch._extras or ():
             expires = now_ms + extra["ttl_ms"] if "ttl_ms" in extra else None
-            if "indexes" in extra:
-                raise InvalidArgument("secondary indexes are not enabled for this database")
             flags, payload = encode_payload(extra["value"], extra.get("metadata"), expires)
             kinds[i] = (kinds[i] & 0x03) | flags
             payloads[i] = payload
@@ -535,7 +637,8 @@ class Db:
         mem.wal_id = self.wal.seal_locked()
         mem.last_seq = self._seq
         self._imms = (mem, *self._imms)
-        self._mem = Memtable()
+        self._mem = new_memtable()
+        self.wal.sink = self._mem.locs
         self._view = ReadView(self._mem, self._imms, self.manifest, runs=self._view.runs)
         self.flusher.notify()
 
@@ -565,6 +668,7 @@ class Db:
         if m.id < self.manifest.id:
             return
         runs = self._view.runs if m.data.runs == self.manifest.data.runs else None
+        self.journal.note(m)
         self.manifest = m
         self._view = ReadView(self._mem, self._imms, m, runs=runs)
 
@@ -729,6 +833,8 @@ class Db:
             self._space.notify_all()
         for svc in reversed(self._background):
             svc.stop()
+        with self._journal_lock:
+            pass  # a running journal compaction sees the state and stops before committing
         self.flusher.stop()
         self.wal.stop()
         if not failed and self._failure is None:

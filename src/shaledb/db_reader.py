@@ -36,6 +36,10 @@ Snapshots and scans of a managed reader keep the checkpoint their view came
 from: a re-established checkpoint retires the old one, which is deleted only
 once no snapshot or scan uses it (until then its expiry keeps being extended).
 
+Values in the value journal (key/value separation) are read through the
+same pointer resolver as the writer's; ``head``, ``index_query`` and
+``scan_heads`` answer from the ledger (and the replayed WAL), as the writer's do.
+
 Reads are monotonic: a newer view always holds everything an older one did
 (new SSTs contain the WAL objects they replace, and tables are only purged
 once the manifest's SSTs cover them).
@@ -81,10 +85,13 @@ from .errors import (
     ShaleError,
 )
 from .external import ExternalStores, StoreFactory, canonical_url, default_factory
+from .format.row import FLAG_INDEX_TREE
 from .format.sst import decode_data_block, decode_meta
+from .indexes import Head, check_query, index_query, index_view, make_head, scan_heads
+from .journal.resolver import JournalResolver
 from .manifest.model import Checkpoint, Manifest, SstInfo
 from .manifest.store import ManifestStore
-from .memtable import ENTRY_OVERHEAD, Entry, Memtable
+from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from .reader import ReadView, Visibility, lookup, scan_items
 from .settings import MiB, RetryOptions, Settings, _integer, _positive
 from .sstable import TableCache
@@ -150,7 +157,7 @@ class _Table:
     __slots__ = ("first_wal", "last_wal", "mem")
 
     def __init__(self, first_wal: int) -> None:
-        self.mem = Memtable()
+        self.mem = new_memtable()
         self.first_wal = first_wal
         self.last_wal = first_wal - 1
 
@@ -214,6 +221,20 @@ class ReaderSnapshot:
         s, e = scan_bounds(start, end, prefix)
         r = self._reader
         return scan_items(self._view, r._tables, r._vis, s, e, self.seq, bool(reverse), limit)
+
+    def head(self, key: bytes) -> Head | None:
+        """The key's :class:`~shaledb.indexes.Head` at the snapshot (no journal read)."""
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        return self._reader._head_at(self._view, self.seq, key)
+
+    def index_query(
+        self, field: str, start: bytes | None = None, end: bytes | None = None, **kw: Any
+    ) -> list[Any]:
+        """As ``Db.index_query``, at the snapshot."""
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        return self._reader._index_query_at(self._view, self.seq, field, start, end, **kw)
 
     def close(self) -> None:
         self._finalizer()
@@ -301,7 +322,8 @@ class DbReader:
         self._external = external
         self._cache = LruCache(options.block_cache_bytes)
         self._tables = TableCache(self._resolve_store, self._cache, options.sst_read_ahead_bytes)
-        self._vis = Visibility(lambda: int(self.clock.now() * 1000), None)
+        self._journal = JournalResolver(self._resolve_store, self._cache, lambda: self._view.manifest)
+        self._vis = Visibility(lambda: int(self.clock.now() * 1000), self._journal.resolve)
         self._lock = threading.Lock()  # state; never held across store calls
         self._maint = threading.RLock()  # serializes polls (held across store calls)
         self._closed = False
@@ -391,6 +413,91 @@ class DbReader:
         view, seq, cp = self._pin()
         it = scan_items(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
         return Scan(it, lambda: self._unpin(view.mem, seq, cp))
+
+    def head(self, key: bytes) -> Head | None:
+        """The key's :class:`~shaledb.indexes.Head` in the current view (no journal read)."""
+        self._check_open()
+        return self._head_at(self._view, None, key)
+
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: bool = False,
+        term_regex: Any = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        """Keys by secondary-index term, as ``Db.index_query``, from one consistent view."""
+        view, seq, cp = self._pin()
+        try:
+            return self._index_query_at(
+                view,
+                seq,
+                field,
+                start,
+                end,
+                return_terms=return_terms,
+                term_regex=term_regex,
+                start_key=start_key,
+                limit=limit,
+            )
+        finally:
+            self._unpin(view.mem, seq, cp)
+
+    def scan_heads(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan:
+        """``(key, Head)`` of live keys in ``[start, end)``, from one consistent view."""
+        s, e = scan_bounds(start, end, prefix)
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+        view, seq, cp = self._pin()
+        it = scan_heads(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
+        return Scan(it, lambda: self._unpin(view.mem, seq, cp))  # type: ignore[arg-type]
+
+    def _head_at(self, view: ReadView, seq: int | None, key: bytes) -> Head | None:
+        k = key if type(key) is bytes else check_key(key)
+        e = lookup(view, self._tables, k, seq)
+        return None if e is None else make_head(e[0], e[1], e[2], self._vis.now_ms())
+
+    def _index_query_at(
+        self,
+        view: ReadView,
+        seq: int | None,
+        field: str,
+        start: bytes | None,
+        end: bytes | None,
+        *,
+        return_terms: bool = False,
+        term_regex: Any = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        pattern = check_query(field, start, end, start_key, limit, term_regex)
+        return list(
+            index_query(
+                index_view(view),
+                self._tables,
+                self._vis,
+                seq,
+                field,
+                start,
+                end,
+                return_terms=return_terms,
+                term_regex=pattern,
+                start_key=start_key,
+                limit=limit,
+            )
+        )
 
     def snapshot(self) -> ReaderSnapshot:
         """A consistent view that keeps its version pinned until closed."""
@@ -640,6 +747,7 @@ class DbReader:
             self._wal_tables = tables or [_Table(self._next_wal)]
             self._seq = max(self._seq, m.last_l0_seq)
             self._view = self._make_view(m)
+        self._journal.note(m)
 
     def _make_view(self, m: Manifest) -> ReadView:
         tables = self._wal_tables
@@ -698,6 +806,15 @@ class DbReader:
                 ents = [p[1] for p in pairs]
             t = self._wal_tables[-1]
             mem = t.mem
+            if any(e[1] & FLAG_INDEX_TREE for e in ents):
+                sub = mem.sub
+                assert sub is not None
+                for k, e in zip(keys, ents):
+                    if e[1] & FLAG_INDEX_TREE:
+                        sub.put(k, (e[0], e[1] & ~FLAG_INDEX_TREE, e[2]))
+                pairs = [(k, e) for k, e in zip(keys, ents) if not e[1] & FLAG_INDEX_TREE]
+                keys = [p[0] for p in pairs]
+                ents = [p[1] for p in pairs]
             if keys:
                 mem.put_many(keys, ents)
                 mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import paths
+from .cache import LruCache
 from .checkpoint import (
     as_checkpoint_id,
     create_checkpoint,
@@ -49,8 +50,9 @@ from .db_reader import decode_wal_object
 from .errors import CorruptionError, InvalidArgument, NotSupported, ObjectNotFound
 from .external import default_factory
 from .format.block import Block
-from .format.row import EXTRA_FLAGS, KIND_POINTER, TYPE_MASK, decode_payload
+from .format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
 from .format.sst import SstMeta, decode_data_block
+from .journal.resolver import JournalResolver
 from .manifest.model import Manifest, SstInfo
 from .manifest.store import ManifestStore
 from .settings import MiB, Settings
@@ -81,6 +83,8 @@ class ReadPart:
     """URLs of ``Manifest.external_dbs`` (SSTs with ``db = i`` live in ``external[i - 1]``)."""
     l0_count: int = 0
     """How many of ``sources`` (the first ones) are L0 SSTs; the rest are sorted runs."""
+    journal: tuple[tuple[str, int], ...] = ()
+    """``(id, db)`` of the version's value-journal files (pointers are resolved through them)."""
 
     @property
     def bytes(self) -> int:
@@ -216,6 +220,7 @@ def plan_read(
         raise InvalidArgument(f"partitions must be positive, got {partitions}")
     wal_ids = tuple(range(m.replay_after_wal_id + 1, m.next_wal_id))
     external = tuple(e.url for e in m.external_dbs)
+    journal = tuple((j.id, j.db) for j in m.journal)
     parts = tuple(
         ReadPart(
             i,
@@ -228,6 +233,7 @@ def plan_read(
             m.last_l0_seq,
             external,
             sum(1 for s in m.data.l0 if _overlaps(s, lo, hi)),
+            journal,
         )
         for i, (lo, hi) in enumerate(split_range(ssts, start, end, partitions))
     )
@@ -380,6 +386,8 @@ def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
             continue  # a slot a crashed writer never filled
         keys, ents = decode_wal_object(data, path)
         for k, e in zip(keys, ents):
+            if e[1] & FLAG_INDEX_TREE:
+                continue  # a secondary-index entry (the index tree)
             if e[0] > part.last_l0_seq and (lo is None or k >= lo) and (hi is None or k < hi):
                 newest[k] = e  # WAL order is sequence order: later entries win
     ks = sorted(newest)
@@ -433,6 +441,13 @@ def read_part(
         return external[info.db]
 
     now = int(clock.now() * 1000) if now_ms is None else now_ms
+    journal: JournalResolver | None = None
+
+    def store_of(db: int) -> ObjectStore:
+        if db == 0:
+            return st
+        return store_for(SstInfo("", 0, b"", b"", 0, 0, 0, db))
+
     srcs = [_Source(store_for, ssts, part.lo, part.hi, read_ahead_bytes) for ssts in part.sources]
     wal = _wal_columns(st, part) if part.wal_ids else None
     blocks = [b for s in srcs for b in s.blocks()]
@@ -447,7 +462,33 @@ def read_part(
             wpos = wend
         merged = drop_dead(merge_columns(cols), bottom=True, now_ms=now)
         if merged[0]:
+            if _POINTER_BYTE in merged[2].translate(_IS_POINTER):
+                if journal is None:
+                    journal = JournalResolver(store_of, LruCache(16 * MiB))
+                    journal.note_files(part.journal)
+                merged = resolve_pointers(merged, journal)
             yield merged
+
+
+_IS_POINTER = bytes(int(k & TYPE_MASK == KIND_POINTER) for k in range(256))
+_POINTER_BYTE = b"\x01"
+
+
+def resolve_pointers(cols: Columns, journal: JournalResolver) -> Columns:
+    """``cols`` with every POINTER entry turned into a VALUE entry holding its value
+    (extras kept), read from the value journal."""
+    keys, seqs, kinds, pays = cols
+    kb = bytearray(kinds)
+    pays = list(pays)
+    for i, t in enumerate(kinds):
+        if t & TYPE_MASK != KIND_POINTER:
+            continue
+        p = pays[i]
+        body = decode_payload(t, p)[0]
+        value = journal.resolve(keys[i], body)
+        pays[i] = p[: len(p) - len(body)] + value
+        kb[i] = (t & ~TYPE_MASK) | KIND_VALUE
+    return keys, seqs, bytes(kb), pays
 
 
 def values_and_metadata(kinds: bytes, payloads: list[bytes]) -> tuple[list[bytes], list[bytes | None] | None]:
@@ -460,7 +501,7 @@ def values_and_metadata(kinds: bytes, payloads: list[bytes]) -> tuple[list[bytes
         if not t:
             continue
         if t & TYPE_MASK == KIND_POINTER:
-            raise NotSupported("entry points into a value journal, which this version cannot read")
+            raise NotSupported("a value-journal pointer reached values_and_metadata: resolve it first")
         if t & EXTRA_FLAGS:
             values[i], metas[i], _ = decode_payload(t, payloads[i])
     return values, metas

@@ -6,10 +6,20 @@ One thread per writer. For the oldest frozen memtable it
    record of what preceded it);
 2. stalls while the tree already has ``l0_max_ssts`` L0 SSTs (compaction must
    catch up; writers feel it through ``max_unflushed_bytes``);
-3. writes ``compacted/<ULID>.sst`` and then a manifest version that adds it
-   to L0 and advances ``replay_after_wal_id`` to the memtable's last WAL id,
-   recording the WAL objects closed since the last update (seed 003);
+3. writes ``compacted/<ULID>.sst`` (one per non-empty tree: the data tree
+   and the index tree) and then a manifest version that adds them to L0 and
+   advances ``replay_after_wal_id`` to the memtable's last WAL id, recording
+   the WAL objects closed since the last update (seed 003);
 4. swaps the database's read view.
+
+Key/value separation (``value_separation_threshold`` set): values the WAL
+writer located (``Memtable.locs``) become POINTER entries in the L0 SST, and
+the same manifest version lists the memtable's WAL objects as value-journal
+files, so they are kept instead of becoming garbage below
+``replay_after_wal_id``. Database options ride along in that version:
+``journal_recovery`` (the recovery strategy), ``journal.complete`` (whether
+the journal holds every write since the database was created, which
+``rebuild-ledger`` needs) and ``index.enabled``.
 
 While idle it polls the manifest to pick up other processes' changes (a
 standalone compactor) and to notice a newer writer epoch.
@@ -19,15 +29,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import paths
 from .errors import AlreadyExists, ClosedError, FencedError
+from .format.row import KIND_POINTER, KIND_VALUE, TYPE_MASK
 from .format.sst import SST_TABLE, SstBuilder
-from .manifest.model import Manifest, SstInfo, TrackedWal, Tree
+from .manifest.model import JournalFile, Manifest, SstInfo, TrackedWal, Tree
 from .memtable import Memtable
+
+OPT_RECOVERY = "journal_recovery"
+OPT_COMPLETE = "journal.complete"
+OPT_INDEXED = "index.enabled"
 
 if TYPE_CHECKING:
     from .db import Db
@@ -40,6 +56,8 @@ def build_l0(db: Db, mem: Memtable) -> tuple[bytes, SstInfo] | None:
     if not mem.d:
         return None
     keys, seqs, kinds, payloads = mem.sorted_items()
+    if mem.locs:
+        to_pointers(keys, seqs, kinds, payloads, mem.locs)
     s = db.settings
     b = SstBuilder(
         kind=SST_TABLE,
@@ -74,6 +92,23 @@ def put_new_sst(db: Db, data: bytes, info: SstInfo) -> SstInfo:
             log.warning("SST id %s already exists; drawing another", info.id)
             info = replace(info, id=paths.new_ulid(db.clock.now(), db.rng))
     raise AlreadyExists(paths.sst_path(info.id))
+
+
+def to_pointers(
+    keys: list[bytes],
+    seqs: list[int],
+    kinds: list[int],
+    payloads: list[bytes],
+    locs: dict[bytes, tuple[int, bytes, int]],
+) -> None:
+    """Turn located values into POINTER entries in place (extras stay in the entry)."""
+    n = len(keys)
+    for k, (seq, ptr, vlen) in locs.items():
+        i = bisect_left(keys, k)
+        if i < n and keys[i] == k and seqs[i] == seq and kinds[i] & TYPE_MASK == KIND_VALUE:
+            p = payloads[i]
+            kinds[i] = (kinds[i] & ~TYPE_MASK) | KIND_POINTER
+            payloads[i] = p[: len(p) - vlen] + ptr
 
 
 def merge_tracked(
@@ -157,25 +192,44 @@ class MemtableFlusher:
         if built is not None:
             data, info = built
             info = put_new_sst(db, data, info)
+        ibuilt = build_l0(db, imm.sub) if imm.sub is not None else None
+        iinfo = None
+        if ibuilt is not None:
+            idata, iinfo = ibuilt
+            iinfo = put_new_sst(db, idata, iinfo)
         written = db.wal.drain_written()
+        journal = db.wal.drain_journal(imm.wal_id)
         try:
-            m = db.update_manifest(lambda m: self._add_l0(m, imm, info, written), current=db.manifest)
+            m = db.update_manifest(
+                lambda m: self._add_l0(m, imm, info, written, iinfo, journal), current=db.manifest
+            )
         except BaseException:
             db.wal.note_written(written)
+            db.wal.note_journal(journal)
             raise
         db.install_flushed(imm, m)
         with self._cv:
             self._cv.notify_all()
 
     def _add_l0(
-        self, m: Manifest, imm: Memtable, info: SstInfo | None, written: list[TrackedWal]
+        self,
+        m: Manifest,
+        imm: Memtable,
+        info: SstInfo | None,
+        written: list[TrackedWal],
+        iinfo: SstInfo | None = None,
+        journal: list[JournalFile] | None = None,
     ) -> Manifest | None:
         db = self.db
         if m.writer_epoch != db.epoch:
             raise FencedError(
                 f"writer epoch {m.writer_epoch} took over; this writer (epoch {db.epoch}) stops"
             )
-        if info is not None and m.last_l0_seq >= imm.last_seq and m.replay_after_wal_id >= imm.wal_id:
+        if (
+            (info is not None or iinfo is not None)
+            and m.last_l0_seq >= imm.last_seq
+            and m.replay_after_wal_id >= imm.wal_id
+        ):
             # Already applied: a retried CAS whose first attempt landed and was built on.
             # Adding the SST again would put old data above newer L0s.
             return None
@@ -191,13 +245,19 @@ class MemtableFlusher:
             if db.settings.track_and_verify_wals
             else ()
         )
+        index = m.index if iinfo is None else Tree((iinfo, *m.index.l0), m.index.runs)
+        have = {j.id for j in m.journal}
+        files = m.journal + tuple(j for j in journal or () if j.id not in have)
         nxt = replace(
             m,
             data=Tree(l0, m.data.runs),
+            index=index,
             replay_after_wal_id=replay_after,
             last_l0_seq=max(m.last_l0_seq, imm.last_seq),
             next_wal_id=next_wal,
             tracked_wals=tracked,
+            journal=files,
+            options=flush_options(m, db, info is not None),
         )
         return db.decorate_manifest(nxt)
 
@@ -217,3 +277,23 @@ class MemtableFlusher:
                 warned = True
             db.refresh_manifest()
             db.clock.sleep(0.05)
+
+
+def flush_options(m: Manifest, db: Db, wrote_data: bool) -> tuple[tuple[str, str], ...]:
+    """The database options after an L0 flush (see module docstring)."""
+    opts = dict(m.options)
+    journaled = db.settings.value_separation_threshold is not None
+    want = db.settings.journal.recovery_strategy
+    if want is not None and opts.get(OPT_RECOVERY) != want:
+        opts[OPT_RECOVERY] = want
+    elif journaled and OPT_RECOVERY not in opts:
+        opts[OPT_RECOVERY] = "retain"
+    if journaled and OPT_COMPLETE not in opts:
+        fresh = m.last_l0_seq == 0 and not m.data.l0 and not m.data.runs
+        opts[OPT_COMPLETE] = "1" if fresh else "0"
+    elif not journaled and wrote_data and opts.get(OPT_COMPLETE) == "1":
+        opts[OPT_COMPLETE] = "0"
+    if getattr(db, "_indexed", False):
+        opts[OPT_INDEXED] = "1"
+    out = tuple(sorted(opts.items()))
+    return m.options if out == m.options else out

@@ -15,7 +15,8 @@ A pass (seed 002's algorithm, SPEC §4.6):
    the writer finds it was fenced.
 4. Delete WAL objects at or below the lowest ``replay_after_wal_id`` of the
    active manifests (their writes are in SSTs every active manifest names),
-   older than ``min_age_s`` -- except *fencing objects* (WAL SSTs with no
+   older than ``min_age_s`` -- except WAL objects an active manifest lists as
+   value-journal files (key/value separation keeps them), and *fencing objects* (WAL SSTs with no
    entries), which are kept forever. A writer opening writes its fence at the
    first free WAL id, which is exactly the next id a zombie (an older writer
    still running) will try; the zombie's create collides with the fence and
@@ -28,6 +29,11 @@ A pass (seed 002's algorithm, SPEC §4.6):
    than ``min_age_s``, and not created after the start of a live job lease of
    the current compactor epoch (outputs of a running compaction are
    unreferenced until its commit, which may come long after ``min_age_s``).
+5b. Delete value-journal objects under ``journal/`` that no active manifest
+   lists, with the same age and job-lease rules as SSTs (journal compaction
+   writes its outputs under a job lease and leaves the objects it replaced to
+   this step: a live snapshot, checkpoint or reader pins a manifest that
+   still lists them).
 6. Delete other orphans older than ``min_age_s``: temporary objects under
    ``tmp/`` (the two-phase store's pending records keep theirs, and without
    access to the record table ``tmp/2pc/`` is left alone) and stale job leases
@@ -76,7 +82,7 @@ log = logging.getLogger("shaledb.gc")
 FENCE_PROBE_BYTES = 1024
 """WAL objects at most this big are read to see whether they are fences."""
 
-CLASSES = ("manifest", "wal", "sst", "tmp", "job")
+CLASSES = ("manifest", "wal", "sst", "journal", "tmp", "job")
 
 
 @dataclass
@@ -232,20 +238,22 @@ class GarbageCollector:
         self._wals(active, cutoff, dry, report)
         live_from = self._leases(leases, m, now, cutoff, dry, report)
         self._ssts(m, active, cutoff, live_from, dry, report)
+        self._journals(m, active, cutoff, live_from, dry, report)
         self._tmp(cutoff, dry, report)
         report.detached = self.lifecycle.detach_step(dry_run=dry)
         report.duration_s = self.clock.monotonic() - started
         c = report.counts()
         if report.total or c["checkpoints"]:
             log.info(
-                "gc%s at manifest %d: %s %d manifests, %d WAL objects, %d SSTs, %d temporary objects, "
-                "%d job leases (%d bytes); %d checkpoints expired; %d fences kept",
+                "gc%s at manifest %d: %s %d manifests, %d WAL objects, %d SSTs, %d journal objects, "
+                "%d temporary objects, %d job leases (%d bytes); %d checkpoints expired; %d fences kept",
                 " (dry run)" if dry else "",
                 m.id,
                 "would delete" if dry else "deleted",
                 c["manifest"],
                 c["wal"],
                 c["sst"],
+                c["journal"],
                 c["tmp"],
                 c["job"],
                 report.bytes_deleted,
@@ -313,13 +321,14 @@ class GarbageCollector:
 
     def _wals(self, active: dict[int, Manifest], cutoff: float, dry: bool, report: GcReport) -> None:
         upto = min(a.replay_after_wal_id for a in active.values())
+        journal = {paths.journal_object_path(j.id) for a in active.values() for j in a.journal if j.db == 0}
         for meta in list(self.store.list(paths.WAL_DIR)):
             wid = paths.parse_wal_id(meta.path)
             if wid is None:
                 continue
             if wid > upto:
                 break  # listings are sorted and ids are zero-padded: the rest are newer
-            if meta.last_modified > cutoff:
+            if meta.last_modified > cutoff or meta.path in journal:
                 continue
             if self._is_fence(wid, meta):
                 report.fences_kept += 1
@@ -389,6 +398,29 @@ class GarbageCollector:
             if max(meta.last_modified, born) > cutoff or born >= live_from:
                 continue
             self._delete("sst", meta, dry, report)
+
+    def _journals(
+        self,
+        m: Manifest,
+        active: dict[int, Manifest],
+        cutoff: float,
+        live_from: float,
+        dry: bool,
+        report: GcReport,
+    ) -> None:
+        listed = list(self.store.list(paths.JOURNAL_DIR))
+        if not listed:
+            return
+        latest = self.manifests.refresh(m)
+        referenced = {j.id for a in (*active.values(), latest) for j in a.journal if j.db == 0}
+        for meta in listed:
+            jid = paths.parse_journal_id(meta.path)
+            if jid is None or jid in referenced:
+                continue
+            born = paths.ulid_time_s(jid)
+            if max(meta.last_modified, born) > cutoff or born >= live_from:
+                continue
+            self._delete("journal", meta, dry, report)
 
     def _tmp(self, cutoff: float, dry: bool, report: GcReport) -> None:
         tp = find_two_phase(self.store)

@@ -8,6 +8,12 @@ scan instead, so alternating writes and short scans stay cheap.
 
 Entries are tuples ``(seq, kind, payload)`` (see ``format/row.py``).
 
+A writer's memtable carries a second one, ``sub``, for the index tree
+(secondary-index entries, written in the same batches), frozen and flushed
+with it; pins apply to both. ``locs`` maps keys whose value went to a WAL
+object (key/value separation) to ``(seq, pointer, value_len)``, filled by the
+WAL writer once the object is written, read by the L0 flush.
+
 Snapshots and iterators *pin* a sequence number. While any pin exists, an
 overwrite keeps the replaced entry in ``hist`` so a reader at the pinned
 sequence still finds it; with no pins there is no history and no extra work.
@@ -38,8 +44,10 @@ class Memtable:
         "first_seq",
         "hist",
         "last_seq",
+        "locs",
         "nbytes",
         "pins",
+        "sub",
         "wal_id",
     )
 
@@ -52,6 +60,10 @@ class Memtable:
         self.last_seq = 0
         self.wal_id = 0
         """After freezing: the last WAL id holding this memtable's writes."""
+        self.sub: Memtable | None = None
+        """The index-tree memtable of the same generation (writers and readers)."""
+        self.locs: dict[bytes, tuple[int, bytes, int]] = {}
+        """key -> (seq, journal pointer, value length) of separated values."""
         self._sorted: list[bytes] = []
         self._new: list[bytes] = []
 
@@ -96,8 +108,12 @@ class Memtable:
 
     def pin(self, seq: int) -> None:
         self.pins[seq] = self.pins.get(seq, 0) + 1
+        if self.sub is not None:
+            self.sub.pin(seq)
 
     def unpin(self, seq: int) -> None:
+        if self.sub is not None:
+            self.sub.unpin(seq)
         n = self.pins.get(seq, 0) - 1
         if n > 0:
             self.pins[seq] = n
@@ -187,6 +203,13 @@ class Memtable:
             [e[1] for e in ents],
             [e[2] for e in ents],
         )
+
+
+def new_memtable() -> Memtable:
+    """A data memtable with its index-tree memtable (``sub``)."""
+    m = Memtable()
+    m.sub = Memtable()
+    return m
 
 
 def _contains(srt: list[bytes], key: bytes) -> bool:

@@ -59,6 +59,22 @@ def journal_path(journal_id: str) -> str:
     return f"{JOURNAL_DIR}{journal_id}.journal"
 
 
+def journal_object_path(ref: str) -> str:
+    """The object of a value-journal file: ``ref`` is a WAL id as 20 digits
+    (``wal/<id>.sst``, a WAL object kept as a journal file) or a ULID
+    (``journal/<ULID>.journal``)."""
+    if isinstance(ref, str) and _ID_RE.fullmatch(ref):
+        return wal_path(int(ref))
+    return journal_path(ref)
+
+
+def check_journal_ref(value: str) -> str:
+    """Return ``value`` if it names a journal file (20 digits or a ULID), else raise."""
+    if isinstance(value, str) and _ID_RE.fullmatch(value):
+        return value
+    return check_ulid(value)
+
+
 def job_path(job_id: str) -> str:
     check_ulid(job_id)
     return f"{JOB_DIR}{job_id}.job"

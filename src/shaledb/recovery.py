@@ -36,11 +36,12 @@ from .errors import (
     ObjectNotFound,
 )
 from .format.coding import crc32c
+from .format.journal import wal_ref
 from .format.sst import decode_data_block, decode_meta
-from .manifest.model import Manifest, TrackedWal
+from .manifest.model import JournalFile, Manifest, TrackedWal
 from .manifest.store import ManifestStore
 from .store.base import ObjectStore
-from .wal import encode_wal, wal_object_epoch
+from .wal import Locations, encode_wal, locate_values, wal_object_epoch
 
 log = logging.getLogger("shaledb.recovery")
 
@@ -126,6 +127,10 @@ class ReplayResult:
     max_seq: int = 0
     objects: list[TrackedWal] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    locs: Locations = field(default_factory=dict)
+    """Pointers to replayed values at or above the separation threshold."""
+    journal: list[JournalFile] = field(default_factory=list)
+    """Replayed objects with entries and no damage (journal files once in L0)."""
 
 
 def replay_wal(
@@ -136,6 +141,7 @@ def replay_wal(
     verify: bool,
     mode: str,
     on_object: Callable[[int, bytes], None] | None = None,
+    threshold: int | None = None,
 ) -> ReplayResult:
     """Read WAL objects in ``(replay_after_wal_id, fence_id)`` (see module docstring)."""
     lo = m.replay_after_wal_id
@@ -186,7 +192,7 @@ def replay_wal(
         else:
             damaged = None
         is_tail = functools.partial(_only_fences, store, ids[pos + 1 :])
-        stop = _replay_object(res, path, data, damaged, mode, is_tail)
+        stop = _replay_object(res, path, data, damaged, mode, is_tail, wid, threshold)
         if stop:
             rest = [paths.wal_path(i) for i in ids[pos + 1 :]]
             if rest:
@@ -196,7 +202,14 @@ def replay_wal(
 
 
 def _replay_object(
-    res: ReplayResult, path: str, data: bytes, damaged: str | None, mode: str, is_last: Callable[[], bool]
+    res: ReplayResult,
+    path: str,
+    data: bytes,
+    damaged: str | None,
+    mode: str,
+    is_last: Callable[[], bool],
+    wal_id: int = 0,
+    threshold: int | None = None,
 ) -> bool:
     """Replay one object; True to stop replaying further objects."""
     if not data:
@@ -206,22 +219,30 @@ def _replay_object(
     except CorruptionError as exc:
         return _damage(res, path, f"metadata: {exc}", mode, is_last, whole=True)
     offs = meta.index.offsets
+    intact = damaged is None
     for i in range(len(meta.index)):
         try:
             block = decode_data_block(data[offs[i] : offs[i + 1]])
         except CorruptionError as exc:
+            intact = False
             if _damage(res, path, f"block {i}: {exc}", mode, is_last, whole=False):
                 return True
             continue
         n = len(block)
-        res.keys.extend(block.keys)
         seqs = block.seqs
         kinds = block.kinds
-        res.ents.extend(zip(seqs, kinds, block.payloads(0, n)))
+        ents = list(zip(seqs, kinds, block.payloads(0, n)))
+        if threshold is not None and n:
+            locate_values(wal_id, block.keys, ents, [offs[i], offs[i + 1]], [n], threshold, res.locs)
+        res.keys.extend(block.keys)
+        res.ents.extend(ents)
         if n:
             res.max_seq = max(res.max_seq, *seqs)
     if damaged is not None and mode == "absolute_consistency":
         raise CorruptionError(damaged, path)
+    p = meta.props
+    if intact and p.entries:
+        res.journal.append(JournalFile(wal_ref(wal_id), len(data), p.entries, p.min_seq, p.max_seq))
     return False
 
 

@@ -144,6 +144,55 @@ class GcOptions:
         _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
 
 
+RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
+
+
+@dataclass(frozen=True, slots=True)
+class JournalOptions:
+    """The value journal's recovery strategy and journal compaction (Leveled's Inker clerk).
+
+    ``recovery_strategy`` -- "retain" (journal compaction keeps the key changes
+    of superseded writes: their index entries and tombstones, so
+    ``rebuild-ledger`` restores index history exactly) or "recovr" (drops
+    them: smaller journal, but a rebuilt ledger may bring back stale index
+    terms and deleted keys). Persisted per database (manifest option
+    ``journal_recovery``, "retain" for a new one); None keeps the database's,
+    a value changes it at the next L0 flush.
+    Journal compaction scores each journal object by sampling about
+    ``sample_entries`` entries (the estimated percentage of bytes still
+    current) and compacts the best run of up to ``max_run_length``
+    consecutive objects when its mean score is below the run's target: from
+    ``single_file_target_pct`` for one object up to ``max_run_target_pct``
+    for a run of ``max_run_length`` (Leveled's defaults: 30, 70 and 8).
+    ``compaction_interval_s`` -- run journal compaction in the writer this often
+    (None: only when asked, ``Db.compact_journal`` or the CLI).
+    """
+
+    recovery_strategy: str | None = None
+    max_run_length: int = 8
+    single_file_target_pct: float = 30.0
+    max_run_target_pct: float = 70.0
+    sample_entries: int = 192
+    compaction_interval_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.recovery_strategy is not None and self.recovery_strategy not in RECOVERY_STRATEGIES:
+            raise InvalidArgument(
+                f"JournalOptions.recovery_strategy must be one of {RECOVERY_STRATEGIES} or None, "
+                f"got {self.recovery_strategy!r}"
+            )
+        _integer("JournalOptions.max_run_length", self.max_run_length, minimum=1)
+        _positive("JournalOptions.single_file_target_pct", self.single_file_target_pct, allow_zero=True)
+        _positive("JournalOptions.max_run_target_pct", self.max_run_target_pct, allow_zero=True)
+        if self.max_run_target_pct < self.single_file_target_pct or self.max_run_target_pct > 100:
+            raise InvalidArgument(
+                "JournalOptions.max_run_target_pct must be between single_file_target_pct and 100"
+            )
+        _integer("JournalOptions.sample_entries", self.sample_entries, minimum=1)
+        if self.compaction_interval_s is not None:
+            _positive("JournalOptions.compaction_interval_s", self.compaction_interval_s)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Settings of a writer (``Db``).
@@ -168,6 +217,12 @@ class Settings:
       ``track_and_verify_wals`` -- record closed WAL objects (size, CRC32C) in the
       manifest and verify them on open.
       ``wal_recovery_mode`` -- what to do with a damaged WAL object.
+    Value journal (key/value separation, docs/journal.md):
+      ``value_separation_threshold`` -- values of at least this many bytes stay
+      in the value journal (the WAL objects, kept) and the LSM holds a pointer;
+      None keeps every value in the LSM and WAL objects are garbage once in L0.
+      ``journal_max_bytes`` -- size of the objects journal compaction writes.
+      ``journal`` -- recovery strategy and journal compaction (:class:`JournalOptions`).
     """
 
     flush_interval_s: float = 0.1
@@ -186,6 +241,7 @@ class Settings:
     wal_recovery_mode: WalRecoveryMode = "absolute_consistency"
     value_separation_threshold: int | None = None
     journal_max_bytes: int = 64 * MiB
+    journal: JournalOptions = field(default_factory=JournalOptions)
     retry: RetryOptions = field(default_factory=RetryOptions)
     compactor: CompactorOptions | None = field(default_factory=CompactorOptions)
     garbage_collector: GcOptions | None = field(default_factory=GcOptions)
@@ -221,6 +277,8 @@ class Settings:
         if self.value_separation_threshold is not None:
             _integer("value_separation_threshold", self.value_separation_threshold, minimum=1)
         _integer("journal_max_bytes", self.journal_max_bytes, minimum=4 * KiB)
+        if not isinstance(self.journal, JournalOptions):
+            raise InvalidArgument(f"journal must be a JournalOptions, got {self.journal!r}")
         for name, typ in (
             ("retry", RetryOptions),
             ("compactor", CompactorOptions),
@@ -244,7 +302,12 @@ class Settings:
     def from_dict(cls, data: dict[str, Any]) -> Settings:
         """Inverse of :meth:`to_dict`; unknown keys are an error."""
         data = dict(data)
-        nested = {"retry": RetryOptions, "compactor": CompactorOptions, "garbage_collector": GcOptions}
+        nested = {
+            "retry": RetryOptions,
+            "compactor": CompactorOptions,
+            "garbage_collector": GcOptions,
+            "journal": JournalOptions,
+        }
         for key, typ in nested.items():
             if isinstance(data.get(key), dict):
                 data[key] = typ(**data[key])

@@ -14,6 +14,13 @@ When a segment is flushed:
   mixes two memtables' writes, which is what lets an L0 flush say "every WAL
   id <= N is in SSTs").
 
+Value journal: with ``value_separation_threshold`` set, every WAL object that
+holds entries is also a value-journal file (recorded in the manifest by the
+L0 flush that covers it, see ``flush.py``). When a segment is encoded the
+writer records, for each value at or above the threshold, a pointer to its
+stored block and index in the segment's memtable (``Memtable.locs``, the
+segment's *sink*), before the segment counts as durable.
+
 Fencing: if a create finds an object already at our id, the object's
 ``writer_epoch`` says who took the slot. A newer epoch means a newer writer
 fenced us: every later write fails with :class:`FencedError`. Any failure
@@ -32,21 +39,99 @@ from . import paths
 from .clock import Clock
 from .errors import AlreadyExists, ClosedError, CorruptionError, FencedError, ShaleError
 from .format.coding import crc32c
+from .format.journal import wal_pointer, wal_ref
+from .format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, TYPE_MASK, decode_payload
 from .format.sst import SST_WAL, SstBuilder, decode_meta
-from .manifest.model import TrackedWal
+from .manifest.model import JournalFile, TrackedWal
 from .memtable import Entry
 from .store.base import ObjectStore
 
 log = logging.getLogger("shaledb.wal")
 
 
-class WalSegment:
-    __slots__ = ("ents", "id", "keys")
+Locations = dict[bytes, tuple[int, bytes, int]]
+"""key -> (seq, pointer, value length): ``Memtable.locs``."""
 
-    def __init__(self, wal_id: int, keys: list[bytes], ents: list[Entry]) -> None:
+
+class WalSegment:
+    __slots__ = ("ents", "id", "keys", "sink")
+
+    def __init__(
+        self, wal_id: int, keys: list[bytes], ents: list[Entry], sink: Locations | None = None
+    ) -> None:
         self.id = wal_id
         self.keys = keys
         self.ents = ents
+        self.sink = sink
+
+
+def encode_wal_layout(
+    keys: list[bytes],
+    ents: list[Entry],
+    *,
+    epoch: int,
+    nonce: bytes,
+    created_at_ms: int,
+    codec: int,
+    block_size: int,
+) -> tuple[bytes, list[int], list[int]]:
+    """:func:`encode_wal` plus the block layout (``SstBuilder.block_layout``)."""
+    b = SstBuilder(
+        kind=SST_WAL,
+        block_size=block_size,
+        codec=codec,
+        writer_epoch=epoch,
+        created_at_ms=created_at_ms,
+        nonce=nonce,
+    )
+    if keys:
+        b.add_many(keys, [e[0] for e in ents], [e[1] for e in ents], [e[2] for e in ents])
+    offsets, ends = b.block_layout()
+    return b.finish()[0], offsets, ends
+
+
+def locate_values(
+    wal_id: int,
+    keys: list[bytes],
+    ents: list[Entry],
+    offsets: list[int],
+    ends: list[int],
+    threshold: int,
+    sink: Locations,
+) -> None:
+    """Record a pointer for every data-tree value of at least ``threshold`` bytes.
+
+    A batch (one sequence number) may write a key twice; only its last entry
+    is the key's value, so entries are visited last to first and an earlier
+    entry of a key already seen in the same batch is skipped.
+    """
+    b = len(ends) - 1
+    batch_seq = -1
+    seen: set[bytes] = set()
+    for j in range(len(ents) - 1, -1, -1):
+        e = ents[j]
+        k = keys[j]
+        if e[0] != batch_seq:
+            batch_seq = e[0]
+            seen.clear()
+        if k in seen:
+            continue
+        seen.add(k)
+        p = e[2]
+        if len(p) < threshold:
+            continue
+        kind = e[1]
+        if kind & (TYPE_MASK | FLAG_INDEX_TREE):
+            continue  # tombstones, pointers and index entries stay where they are
+        vlen = len(decode_payload(kind, p)[0]) if kind & EXTRA_FLAGS else len(p)
+        if vlen < threshold:
+            continue
+        while b > 0 and ends[b - 1] > j:
+            b -= 1
+        first = ends[b - 1] if b else 0
+        if sink.get(k, (-1,))[0] > e[0]:
+            continue  # a newer write of the key was located already (replay of several objects)
+        sink[k] = (e[0], wal_pointer(wal_id, offsets[b], offsets[b + 1] - offsets[b], j - first, vlen), vlen)
 
 
 def encode_wal(
@@ -98,8 +183,13 @@ class WalWriter:
         codec: int,
         block_size: int,
         on_failure: Callable[[BaseException], None],
+        threshold: int | None = None,
     ) -> None:
         self.store = store
+        self.threshold = threshold
+        """Value-separation threshold (None: WAL objects are not journal files)."""
+        self.sink: Locations | None = None
+        """Where the current buffer's value locations go (the memtable's ``locs``)."""
         self.clock = clock
         self.rng = rng
         self.lock = lock
@@ -121,6 +211,7 @@ class WalWriter:
         self.durable_wal_id = next_id - 1
         self.failure: BaseException | None = None
         self._written: list[TrackedWal] = []
+        self._journal: list[JournalFile] = []
         self._wake = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="shaledb-wal", daemon=True)
@@ -132,7 +223,7 @@ class WalWriter:
         """Turn the buffer into a segment with the next WAL id."""
         if not self.keys:
             return None
-        seg = WalSegment(self._next_id, self.keys, self.ents)
+        seg = WalSegment(self._next_id, self.keys, self.ents, self.sink)
         self._next_id += 1
         self.keys = []
         self.ents = []
@@ -195,6 +286,19 @@ class WalWriter:
         with self._cv:
             self._written = sorted(wals + self._written, key=lambda w: w.id)
 
+    def drain_journal(self, upto: int) -> list[JournalFile]:
+        """Journal files (WAL objects with entries) with ids up to ``upto``, in id order."""
+        with self._cv:
+            out = [j for j in self._journal if int(j.id) <= upto]
+            self._journal = [j for j in self._journal if int(j.id) > upto]
+            return out
+
+    def note_journal(self, files: list[JournalFile]) -> None:
+        """Give back journal files the manifest did not take (or replayed at open)."""
+        with self._cv:
+            merged = {j.id: j for j in files + self._journal}
+            self._journal = [merged[k] for k in sorted(merged)]
+
     def stop(self) -> None:
         """Flush what is buffered and stop the thread."""
         self._stopping = True
@@ -227,7 +331,7 @@ class WalWriter:
             self._write(seg)
 
     def _write(self, seg: WalSegment) -> None:
-        data = encode_wal(
+        data, offsets, ends = encode_wal_layout(
             seg.keys,
             seg.ents,
             epoch=self.epoch,
@@ -245,10 +349,19 @@ class WalWriter:
                     break
                 self._skip_slot(seg)
         tracked = TrackedWal(seg.id, len(data), crc32c(data))
+        thr = self.threshold
+        if thr is not None and seg.ents and seg.sink is not None:
+            locate_values(seg.id, seg.keys, seg.ents, offsets, ends, thr, seg.sink)
         with self._cv:
             self.durable_wal_id = seg.id
             if seg.ents:
                 self.durable_seq = max(self.durable_seq, seg.ents[-1][0])
+                if thr is not None:
+                    self._journal.append(
+                        JournalFile(
+                            wal_ref(seg.id), len(data), len(seg.ents), seg.ents[0][0], seg.ents[-1][0]
+                        )
+                    )
             self._written.append(tracked)
             self._cv.notify_all()
 

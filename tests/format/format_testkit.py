@@ -36,8 +36,10 @@ from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZ
 from shaledb.format.manifest import encode_manifest_body
 from shaledb.format.row import (
     FLAG_EXPIRY,
+    FLAG_INDEX_TREE,
     FLAG_INDEXED,
     FLAG_META,
+    FLAG_TERMS,
     KIND_POINTER,
     KIND_TOMBSTONE,
     KIND_VALUE,
@@ -281,7 +283,13 @@ def _u64s(b: bytes) -> list[int]:
 
 
 _KIND_NAMES = {KIND_VALUE: "VALUE", KIND_TOMBSTONE: "TOMBSTONE", KIND_POINTER: "POINTER"}
-_FLAG_NAMES = ((FLAG_META, "META"), (FLAG_EXPIRY, "EXPIRY"), (FLAG_INDEXED, "INDEXED"))
+_FLAG_NAMES = (
+    (FLAG_META, "META"),
+    (FLAG_EXPIRY, "EXPIRY"),
+    (FLAG_INDEXED, "INDEXED"),
+    (FLAG_TERMS, "TERMS"),
+    (FLAG_INDEX_TREE, "INDEX_TREE"),
+)
 
 
 def _kind_name(k: int) -> str:
@@ -393,7 +401,7 @@ def fields_index(buf: bytes, base: int = 0) -> list[Field]:
 
 def fields_props(buf: bytes, base: int = 0) -> list[Field]:
     c = _Cursor(buf, base)
-    c.take(1, lambda b: f"kind = {b[0]} ({'WAL' if b[0] else 'table'})")
+    c.take(1, lambda b: f"kind = {b[0]} ({ {0: 'table', 1: 'WAL', 2: 'journal'}.get(b[0], '?')})")
     c.take(1, lambda b: f"codec = {b[0]} ({CODEC_NAMES.get(b[0], '?')})")
     c.u("<H", "reserved")
     for name in PROPS_U64_FIELDS:

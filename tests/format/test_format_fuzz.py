@@ -45,7 +45,7 @@ from shaledb.format.coding import (
     unframe_block,
 )
 from shaledb.format.manifest import decode_manifest_body, encode_manifest_body
-from shaledb.format.row import decode_payload, encode_payload
+from shaledb.format.row import decode_extras, decode_payload, encode_payload
 from shaledb.format.sst import (
     FOOTER_SIZE,
     Footer,
@@ -560,11 +560,12 @@ def test_mutated_entry_payloads(
 ) -> None:
     _, payload = encode_payload(body, meta, expires)
     damaged = data.draw(mutations(payload))
-    out = corruption_or(decode_payload, kind, damaged)
+    out = corruption_or(decode_extras, kind, damaged)
     if out is not None:
-        b, m, e = out
-        extras = (0 if m is None else 4 + len(m)) + (0 if e is None else 8)
+        b, m, e, t = out
+        extras = (0 if m is None else 4 + len(m)) + (0 if e is None else 8) + (0 if t is None else 4 + len(t))
         assert extras + len(b) == len(damaged), "decoded parts must add up to the payload"
+        assert corruption_or(decode_payload, kind, damaged) == (b, m, e)
 
 
 def test_entry_payload_length_edits() -> None:

@@ -176,8 +176,9 @@ def test_temporary_orphans_go_but_pending_two_phase_writes_stay(tmp_path: Path) 
         # A writer that stopped right after its commit point left a pending record.
         pending_src = f"{TWO_PHASE_TMP_PREFIX}{uuid.uuid4().hex}.00000000"
         inner.put(pending_src, b"pending payload")
-        # (a journal object: GC does not list journal/, so nothing rolls it forward here)
-        dest = "journal/01ARZ3NDEKTSV4RRFFQ69G5FAV.journal"
+        # (an object in a directory GC does not list, so nothing rolls it forward here;
+        # journal/ is listed since the value journal exists)
+        dest = "exports/01ARZ3NDEKTSV4RRFFQ69G5FAV.bin"
         assert log.insert(store.namespace, dest, pending_src, SYSTEM_CLOCK.now())
         orphan = f"{TWO_PHASE_TMP_PREFIX}{uuid.uuid4().hex}.00000000"
         inner.put(orphan, b"orphan")

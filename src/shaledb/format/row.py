@@ -9,8 +9,12 @@ Every stored entry is ``(key, seq, kind, payload)``. The low two bits of
     kind & 0x04       META       payload starts with u32 len + user metadata
     kind & 0x08       EXPIRY     then u64 expires_at_ms
     kind & 0x10       INDEXED    the writer recorded index terms for this key
+    kind & 0x20       TERMS      then u32 len + the key's index terms (``encode_terms``)
+    kind & 0x80       INDEX_TREE only in WAL and journal objects: the entry belongs
+                                 to the index tree (the bit is stripped on replay)
 
 Plain values (no flags) are stored as-is, so the common path never parses.
+Extras come in the order META, EXPIRY, TERMS, then the body.
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ TYPE_MASK = 0x03
 FLAG_META = 0x04
 FLAG_EXPIRY = 0x08
 FLAG_INDEXED = 0x10
-KNOWN_BITS = 0x1F
-EXTRA_FLAGS = FLAG_META | FLAG_EXPIRY
+FLAG_TERMS = 0x20
+FLAG_INDEX_TREE = 0x80
+KNOWN_BITS = 0xBF
+EXTRA_FLAGS = FLAG_META | FLAG_EXPIRY | FLAG_TERMS
 
+_U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -38,8 +45,10 @@ def check_kind(kind: int) -> None:
         raise CorruptionError(f"unknown entry kind 0x{kind:02x}")
 
 
-def encode_payload(body: bytes, metadata: bytes | None, expires_at_ms: int | None) -> tuple[int, bytes]:
-    """Flags and payload for ``body`` with optional extras."""
+def encode_payload(
+    body: bytes, metadata: bytes | None, expires_at_ms: int | None, terms: bytes | None = None
+) -> tuple[int, bytes]:
+    """Flags and payload for ``body`` with optional extras (``terms``: ``encode_terms`` output)."""
     flags = 0
     parts: list[bytes] = []
     if metadata is not None:
@@ -49,19 +58,24 @@ def encode_payload(body: bytes, metadata: bytes | None, expires_at_ms: int | Non
     if expires_at_ms is not None:
         flags |= FLAG_EXPIRY
         parts.append(_U64.pack(expires_at_ms))
+    if terms is not None:
+        flags |= FLAG_TERMS | FLAG_INDEXED
+        parts.append(_U32.pack(len(terms)))
+        parts.append(terms)
     if not flags:
         return 0, body
     parts.append(body)
     return flags, b"".join(parts)
 
 
-def decode_payload(kind: int, payload: bytes) -> tuple[bytes, bytes | None, int | None]:
-    """``(body, metadata, expires_at_ms)`` of a stored payload."""
+def decode_extras(kind: int, payload: bytes) -> tuple[bytes, bytes | None, int | None, bytes | None]:
+    """``(body, metadata, expires_at_ms, raw_terms)`` of a stored payload."""
     if not kind & EXTRA_FLAGS:
-        return payload, None, None
+        return payload, None, None, None
     pos = 0
     meta: bytes | None = None
     expires: int | None = None
+    terms: bytes | None = None
     n = len(payload)
     if kind & FLAG_META:
         if n < 4:
@@ -76,7 +90,80 @@ def decode_payload(kind: int, payload: bytes) -> tuple[bytes, bytes | None, int 
             raise CorruptionError("entry expiry is truncated")
         (expires,) = _U64.unpack_from(payload, pos)
         pos += 8
-    return payload[pos:], meta, expires
+    if kind & FLAG_TERMS:
+        if pos + 4 > n:
+            raise CorruptionError("entry index terms length is truncated")
+        (tlen,) = _U32.unpack_from(payload, pos)
+        pos += 4
+        if pos + tlen > n:
+            raise CorruptionError("entry index terms run past the entry")
+        terms = payload[pos : pos + tlen]
+        pos += tlen
+    return payload[pos:], meta, expires, terms
+
+
+def decode_payload(kind: int, payload: bytes) -> tuple[bytes, bytes | None, int | None]:
+    """``(body, metadata, expires_at_ms)`` of a stored payload (index terms skipped)."""
+    if not kind & EXTRA_FLAGS:
+        return payload, None, None
+    body, meta, expires, _ = decode_extras(kind, payload)
+    return body, meta, expires
+
+
+def encode_terms(terms: dict[str, list[bytes]] | dict[str, tuple[bytes, ...]]) -> bytes:
+    """A key's index terms: ``u16 nfields``, then per field (sorted by name)
+    ``u16 name_len, name (UTF-8), u32 nterms``, then per term ``u16 len, term``."""
+    parts = [_U16.pack(len(terms))]
+    for name in sorted(terms):
+        raw = name.encode("utf-8")
+        ts = terms[name]
+        parts.append(_U16.pack(len(raw)))
+        parts.append(raw)
+        parts.append(_U32.pack(len(ts)))
+        for t in ts:
+            parts.append(_U16.pack(len(t)))
+            parts.append(t)
+    return b"".join(parts)
+
+
+def decode_terms(raw: bytes) -> dict[str, tuple[bytes, ...]]:
+    """Inverse of :func:`encode_terms`; raises CorruptionError on damage."""
+    n = len(raw)
+    if n < 2:
+        raise CorruptionError("index terms are truncated")
+    (nf,) = _U16.unpack_from(raw, 0)
+    pos = 2
+    out: dict[str, tuple[bytes, ...]] = {}
+    for _ in range(nf):
+        if pos + 2 > n:
+            raise CorruptionError("index field name length is truncated")
+        (ln,) = _U16.unpack_from(raw, pos)
+        pos += 2
+        if pos + ln + 4 > n:
+            raise CorruptionError("index field runs past the terms")
+        try:
+            name = raw[pos : pos + ln].decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptionError("index field name is not UTF-8") from None
+        pos += ln
+        (nt,) = _U32.unpack_from(raw, pos)
+        pos += 4
+        if nt > n:
+            raise CorruptionError("index field claims more terms than bytes")
+        ts = []
+        for _ in range(nt):
+            if pos + 2 > n:
+                raise CorruptionError("index term length is truncated")
+            (tl,) = _U16.unpack_from(raw, pos)
+            pos += 2
+            if pos + tl > n:
+                raise CorruptionError("index term runs past the terms")
+            ts.append(raw[pos : pos + tl])
+            pos += tl
+        out[name] = tuple(ts)
+    if pos != n:
+        raise CorruptionError("index terms have trailing bytes")
+    return out
 
 
 def payload_expiry(kind: int, payload: bytes) -> int | None:

@@ -52,6 +52,8 @@ FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 SST_TABLE = 0
 SST_WAL = 1
+SST_JOURNAL = 2
+"""A value-journal object (``journal/<ULID>.journal``): laid out like a WAL SST."""
 
 _FOOTER = struct.Struct("<QIQIQIHHI8s")
 FOOTER_SIZE = _FOOTER.size
@@ -168,7 +170,7 @@ def decode_props(payload: bytes) -> SstProps:
         raise CorruptionError("SST last key does not end the properties")
     last = payload[pos : pos + ll]
     kind = f[0]
-    if kind not in (SST_TABLE, SST_WAL):
+    if kind not in (SST_TABLE, SST_WAL, SST_JOURNAL):
         raise CorruptionError(f"unknown SST kind {kind}")
     return SstProps(kind, f[1], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], first, last)
 
@@ -275,6 +277,7 @@ class SstBuilder:
         self.nonce = nonce
         self._blocks: list[bytes] = []
         self._offsets: list[int] = [0]
+        self._ends: list[int] = []
         self._index_keys: list[bytes] = []
         self._hashes: list[int] = []
         self._entries = 0
@@ -339,7 +342,7 @@ class SstBuilder:
         base = 0
         while lo < n:
             hi = min(n, bisect_left(cum, base + bs, lo) + 1)
-            if self.kind == SST_WAL:
+            if self.kind != SST_TABLE:
                 while hi < n and seqs[hi] == seqs[hi - 1]:
                     hi += 1
             self._emit(keys[lo:hi], seqs[lo:hi], kinds[lo:hi], payloads[lo:hi])
@@ -371,9 +374,17 @@ class SstBuilder:
         else:
             self._index_keys.append(_U64BE.pack(seqs_a[0]))
         self._entries += n
+        self._ends.append(self._entries)
         self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
         self._raw_k += sum(map(len, keys))
         self._raw_v += sum(map(len, payloads))
+
+    def block_layout(self) -> tuple[list[int], list[int]]:
+        """``(offsets, ends)`` of the data blocks emitted so far: block ``i`` spans
+        ``offsets[i]:offsets[i + 1]`` and holds entries ``ends[i - 1]`` (0 for the
+        first) to ``ends[i]`` in the order they were added (value-journal pointers)."""
+        self._flush_pending()
+        return list(self._offsets), list(self._ends)
 
     def finish(self) -> tuple[bytes, SstProps]:
         """The whole object and its properties."""

@@ -58,6 +58,13 @@ def check_manifest(m: Manifest) -> None:
             if run.id in run_ids:
                 raise ManifestInvariantError(f"run id {run.id} used by two trees")
             run_ids.add(run.id)
+    journal_ids: set[str] = set()
+    for j in m.journal:
+        if j.id in journal_ids:
+            raise ManifestInvariantError(f"journal file {j.id} appears twice")
+        journal_ids.add(j.id)
+        if j.db > len(m.external_dbs):
+            raise ManifestInvariantError(f"journal file {j.id} refers to unknown external db {j.db}")
     cp_ids = set()
     for cp in m.checkpoints:
         if cp.id in cp_ids:

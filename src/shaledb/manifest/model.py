@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import CorruptionError
-from ..paths import check_ulid
+from ..paths import check_journal_ref, check_ulid
 
 TREE_NAMES = ("data", "index")
 
@@ -122,7 +122,13 @@ class ParentRef:
 
 @dataclass(frozen=True, slots=True)
 class JournalFile:
-    """A value-journal object (key/value separation)."""
+    """A value-journal object (key/value separation).
+
+    ``id`` is a WAL id as 20 digits (the WAL object ``wal/<id>.sst``, kept as a
+    journal file once its writes reached L0) or a ULID
+    (``journal/<ULID>.journal``, written by journal compaction). ``db`` as
+    for :class:`SstInfo`. The manifest lists them in sequence order.
+    """
 
     id: str
     size: int
@@ -369,6 +375,13 @@ class _Reader:
         except ValueError as exc:
             raise self.fail(f"field {key!r} is not a UUID") from exc
 
+    def journal_ref(self, d: Mapping[str, Any], key: str) -> str:
+        v = self.str_(d, key, 64)
+        try:
+            return check_journal_ref(v)
+        except Exception as exc:
+            raise self.fail(f"field {key!r} is not a valid journal object id") from exc
+
     def ulid(self, d: Mapping[str, Any], key: str) -> str:
         v = self.str_(d, key, 64)
         try:
@@ -448,7 +461,7 @@ def from_body(body: Mapping[str, Any], where: str = "") -> Manifest:
             raise r.fail(f"journal file refers to external database {jdb}")
         journal.append(
             JournalFile(
-                r.ulid(jd, "id"),
+                r.journal_ref(jd, "id"),
                 r.int_(jd, "size"),
                 r.int_(jd, "entries"),
                 r.int_(jd, "min_seq"),

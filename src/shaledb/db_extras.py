@@ -1,0 +1,386 @@
+"""The value-journal side of the writer's API (mixed into ``Db`` and ``Snapshot``).
+
+Leveled's Bookie paths on top of the LSM (docs/journal.md):
+
+* ``head(key)`` -- a :class:`~shaledb.indexes.Head` from the ledger, no journal read;
+* ``index_query(field, start, end, ...)`` -- keys by secondary-index term;
+* ``scan_heads`` / ``fold_heads``, ``fold_keys`` -- key-order folds without values;
+* ``fold_objects(order="key" | "sqn")`` -- values in key order (pointers resolved
+  lazily, as ``scan`` does) or in sequence order straight from the journal, each
+  entry checked to be current in the snapshot;
+* ``compact_journal()`` -- the Inker's clerk (``shaledb.journal.compaction``);
+* ``rebuild_ledger()`` -- the ledger from the journal (``shaledb.journal.rebuild``);
+* ``backup(dest_url)`` -- incremental, consistent copy (``shaledb.journal.backup``).
+
+Every fold reads one snapshot, pinned until the iterator is exhausted or closed.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from .batch import check_key
+from .errors import ClosedError, InvalidArgument
+from .indexes import Head, check_query, index_query, index_view, make_head, scan_heads, scan_keys
+from .reader import ReadView, lookup, scan_items
+
+if TYPE_CHECKING:
+    from .db import Db
+    from .journal.backup import BackupReport
+    from .journal.compaction import JournalCompactionReport
+    from .manifest.model import Manifest
+
+
+class Fold:
+    """An iterator that pins its snapshot until exhausted or closed (like ``Scan``)."""
+
+    __slots__ = ("__weakref__", "_finalizer", "_it")
+
+    def __init__(self, it: Iterator[Any], release: Callable[[], None]) -> None:
+        self._it = it
+        self._finalizer = weakref.finalize(self, release)
+
+    def __iter__(self) -> Fold:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._it)
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> Fold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _bounds(
+    start: bytes | None, end: bytes | None, prefix: bytes | None
+) -> tuple[bytes | None, bytes | None]:
+    from .db import scan_bounds
+
+    return scan_bounds(start, end, prefix)
+
+
+def _limit(limit: object) -> None:
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+
+
+class _Reads:
+    """Read operations shared by the writer and its snapshots, on ``(view, seq)``."""
+
+    def _db_(self) -> Db:
+        raise NotImplementedError
+
+    def _head_at(self, view: ReadView, seq: int | None, key: bytes) -> Head | None:
+        db = self._db_()
+        k = key if type(key) is bytes else check_key(key)
+        e = lookup(view, db.tables, k, seq)
+        if e is None:
+            return None
+        return make_head(e[0], e[1], e[2], db.vis.now_ms())
+
+    def _index_query_at(
+        self,
+        view: ReadView,
+        seq: int | None,
+        fld: str,
+        start: bytes | None,
+        end: bytes | None,
+        return_terms: bool,
+        term_regex: str | bytes | re.Pattern[bytes] | None,
+        start_key: bytes | None,
+        limit: int | None,
+    ) -> list[Any]:
+        pattern = check_query(fld, start, end, start_key, limit, term_regex)
+        db = self._db_()
+        return list(
+            index_query(
+                index_view(view),
+                db.tables,
+                db.vis,
+                seq,
+                fld,
+                start,
+                end,
+                return_terms=return_terms,
+                term_regex=pattern,
+                start_key=start_key,
+                limit=limit,
+            )
+        )
+
+    def _fold_sqn(self, view: ReadView, seq: int, s: bytes | None, e: bytes | None) -> Iterator[Any]:
+        from .journal.folds import fold_sequence_order
+
+        db = self._db_()
+        return fold_sequence_order(view, seq, db.tables, db.vis, db._resolve_store, s, e)
+
+
+class SnapshotExtras(_Reads):
+    """Heads, index queries and folds of a ``Snapshot`` (its view and sequence number)."""
+
+    _view: ReadView
+    seq: int
+
+    def _check(self) -> None:
+        raise NotImplementedError
+
+    def _db_(self) -> Db:
+        return self._db  # type: ignore[attr-defined, no-any-return]
+
+    def head(self, key: bytes) -> Head | None:
+        """The key's :class:`~shaledb.indexes.Head` at the snapshot (no journal read)."""
+        self._check()
+        return self._head_at(self._view, self.seq, key)
+
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: bool = False,
+        term_regex: str | bytes | re.Pattern[bytes] | None = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        """As :meth:`DbExtras.index_query`, at the snapshot."""
+        self._check()
+        return self._index_query_at(
+            self._view, self.seq, field, start, end, return_terms, term_regex, start_key, limit
+        )
+
+    def scan_heads(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, Head]]:
+        self._check()
+        _limit(limit)
+        s, e = _bounds(start, end, prefix)
+        db = self._db_()
+        return scan_heads(self._view, db.tables, db.vis, s, e, self.seq, bool(reverse), limit)
+
+    fold_heads = scan_heads
+
+    def fold_keys(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[bytes]:
+        self._check()
+        _limit(limit)
+        s, e = _bounds(start, end, prefix)
+        db = self._db_()
+        return scan_keys(self._view, db.tables, db.vis, s, e, self.seq, bool(reverse), limit)
+
+    def fold_objects(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        order: str = "key",
+    ) -> Iterator[Any]:
+        """``(key, value)`` in key order, or ``(seq, key, value)`` in sequence order."""
+        self._check()
+        s, e = _bounds(start, end, prefix)
+        if order == "key":
+            db = self._db_()
+            return scan_items(self._view, db.tables, db.vis, s, e, self.seq, False, None)
+        if order == "sqn":
+            return self._fold_sqn(self._view, self.seq, s, e)
+        raise InvalidArgument(f"order must be 'key' or 'sqn', got {order!r}")
+
+
+class DbExtras(_Reads):
+    """The writer's heads, secondary indexes, folds and value-journal maintenance."""
+
+    def _db_(self) -> Db:
+        return self  # type: ignore[return-value]
+
+    # ----------------------------------------------------------------- heads
+
+    def head(self, key: bytes) -> Head | None:
+        """The key's metadata: ``Head(seq, value_size, metadata, expires_at, indexes,
+        in_journal)``, or None if absent, deleted or expired. Reads no value."""
+        db = self._db_()
+        if db.closed:
+            raise ClosedError("database is closed")
+        return self._head_at(db._view, None, key)
+
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: bool = False,
+        term_regex: str | bytes | re.Pattern[bytes] | None = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        """Keys whose ``field`` has a term in ``[start, end]`` (both inclusive, None
+        unbounded), in term order then key order, read from a snapshot.
+
+        ``return_terms=True`` gives ``(term, key)`` pairs. ``term_regex`` keeps
+        terms it matches (``re.search`` over bytes). ``start_key`` skips keys
+        below it within the start term, so the page after one that ended at
+        ``(t, k)`` is ``index_query(field, t, end, start_key=k + b"\\x00", ...)``.
+        A key appears once per matching term. ``limit`` caps the result.
+        """
+        view, seq, release = self._pin_view()
+        try:
+            return self._index_query_at(
+                view, seq, field, start, end, return_terms, term_regex, start_key, limit
+            )
+        finally:
+            release()
+
+    def _pin_view(self) -> tuple[ReadView, int, Callable[[], None]]:
+        db = self._db_()
+        view, seq, cp = db._pin()
+        return view, seq, lambda: db._unpin(view.mem, seq, cp)
+
+    # ----------------------------------------------------------------- folds
+
+    def scan_heads(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+        journal_check: bool = False,
+    ) -> Fold:
+        """``(key, Head)`` for live keys in ``[start, end)``, on a snapshot; no value read.
+
+        ``journal_check=True`` (Leveled's JournalCheck) leaves out keys whose value
+        lives in a journal object that is missing from the store (one HEAD
+        request per journal object the fold meets).
+        """
+        _limit(limit)
+        s, e = _bounds(start, end, prefix)
+        db = self._db_()
+        view, seq, release = self._pin_view()
+        check = db.journal.checker() if journal_check else None
+        return Fold(scan_heads(view, db.tables, db.vis, s, e, seq, bool(reverse), limit, check), release)
+
+    fold_heads = scan_heads
+
+    def fold_keys(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Fold:
+        """Live keys in ``[start, end)`` in key order, on a snapshot."""
+        _limit(limit)
+        s, e = _bounds(start, end, prefix)
+        db = self._db_()
+        view, seq, release = self._pin_view()
+        return Fold(scan_keys(view, db.tables, db.vis, s, e, seq, bool(reverse), limit), release)
+
+    def fold_objects(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        order: str = "key",
+    ) -> Fold:
+        """Values on a snapshot: ``order="key"`` gives ``(key, value)`` in key order
+        (like ``scan``); ``order="sqn"`` gives ``(seq, key, value)`` in sequence
+        order, read straight from the journal objects and then the memtables,
+        each entry checked to be the key's current version in the snapshot.
+
+        Sequence order needs the value journal: entries that never were in it
+        (bulk-ingested rows, writes from before the threshold was set) are not
+        visited.
+        """
+        if order not in ("key", "sqn"):
+            raise InvalidArgument(f"order must be 'key' or 'sqn', got {order!r}")
+        s, e = _bounds(start, end, prefix)
+        db = self._db_()
+        view, seq, release = self._pin_view()
+        if order == "key":
+            return Fold(scan_items(view, db.tables, db.vis, s, e, seq, False, None), release)
+        return Fold(self._fold_sqn(view, seq, s, e), release)
+
+    # ---------------------------------------------------------- maintenance
+
+    def compact_journal(
+        self, *, max_runs: int | None = None, objects: Sequence[str] | None = None
+    ) -> JournalCompactionReport:
+        """Score the journal and rewrite the most rewarding runs of objects (Leveled's
+        Inker clerk; ``shaledb.journal.compaction``). Repeats until no run beats its
+        target (or ``max_runs``). ``objects`` forces one run: these consecutive
+        journal objects, whatever their scores. Returns scores, runs, bytes
+        rewritten and bytes reclaimed; ``busy`` if another call is running.
+        """
+        from .journal.compaction import WriterHost, compact_journal
+
+        db = self._db_()
+        if db.closed:
+            raise ClosedError("database is closed")
+        return compact_journal(WriterHost(db), max_runs=max_runs, objects=objects)
+
+    def rebuild_ledger(self, *, force: bool = False) -> dict[str, Any]:
+        """Rebuild the ledger (data and index trees) from the value journal (see
+        ``shaledb.journal.rebuild``); exact when the journal is complete and
+        compacted under the ``retain`` strategy."""
+        from .journal.rebuild import rebuild_ledger
+
+        return rebuild_ledger(self._db_(), force=force)
+
+    def backup(
+        self,
+        dest_url: str,
+        *,
+        store_options: dict[str, Any] | None = None,
+        prune: bool = True,
+        lifetime: timedelta | float = 3600.0,
+    ) -> BackupReport:
+        """Incremental, consistent backup to ``dest_url`` (``shaledb.journal.backup``).
+
+        Pins a checkpoint of everything written so far, copies every object
+        its version references that the destination lacks (server-side when
+        both live in one store), then writes the destination's manifest; the
+        destination opens as a database. A second backup without changes
+        copies nothing.
+        """
+        from .journal.backup import backup_from_writer
+
+        return backup_from_writer(
+            self._db_(), dest_url, store_options=store_options, prune=prune, lifetime=lifetime
+        )
+
+    def _latest_manifest(self) -> Manifest:
+        return self._db_().manifest
+
+
+__all__ = ["DbExtras", "Fold", "SnapshotExtras"]

@@ -1,0 +1,10 @@
+"""The value journal (key/value separation, Leveled's Inker): read values behind
+pointers, compact the journal, rebuild the ledger from it, back a database up.
+
+See docs/journal.md for the design and docs/format/journal.md for the bytes.
+"""
+
+from .compaction import JournalCompactionReport, compact_journal
+from .resolver import JournalResolver
+
+__all__ = ["JournalCompactionReport", "JournalResolver", "compact_journal"]

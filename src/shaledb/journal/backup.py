@@ -1,0 +1,384 @@
+"""Incremental, consistent backups (Leveled's hot backup, on an object store).
+
+1. Pin a checkpoint of the source (the writer's ``create_checkpoint`` covers
+   every write issued so far; a standalone backup covers every durable one).
+2. Read the manifest it pins and list what that version needs: every SST of
+   both trees, every value-journal object, and the WAL objects of its replay
+   range ``(replay_after_wal_id, next_wal_id)`` (writes not yet in L0).
+   Objects of a clone's ancestors are included: the backup is self-contained.
+3. Copy each one the destination lacks (same name and size: objects are
+   immutable, so present means identical). When source and destination live
+   in one store (the same bucket, memory namespace or file system) the copy
+   is server-side (``ObjectStore.copy`` on a store rooted at their common
+   prefix); otherwise it is a GET and a PUT.
+4. Write the destination's manifest **last**: the pinned version with every
+   object owned by the destination (clone references flattened, checkpoints
+   dropped). Until then the destination still opens at its previous backup.
+   If the destination already holds this very version, nothing is written:
+   a second backup without changes copies nothing.
+5. With ``prune`` (the default), delete the destination's SSTs, journal objects
+   and WAL objects that its new manifest no longer references (a mirror, like
+   Leveled's backup directory).
+6. Release the checkpoint.
+
+The destination is an ordinary database: ``Db.open(dest)`` replays its WAL
+range and reads its SSTs and journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from .. import paths
+from ..checkpoint import delete_checkpoint, read_checkpoint_manifest
+from ..clock import Clock
+from ..errors import InvalidArgument, InvalidDbState, ObjectNotFound, ShaleError
+from ..external import canonical_url
+from ..lifecycle import PENDING_RELEASE
+from ..manifest.model import JournalFile, Manifest, SortedRun, SstInfo, Tree, to_body
+from ..manifest.store import ManifestStore
+from ..store.base import ObjectStore
+from ..store.url import open_store
+
+if TYPE_CHECKING:
+    from ..db import Db
+
+log = logging.getLogger("shaledb.backup")
+
+
+@dataclass
+class BackupReport:
+    """What one backup copied and wrote."""
+
+    source_manifest_id: int = 0
+    dest_manifest_id: int = 0
+    checkpoint_id: str = ""
+    objects: int = 0
+    """Objects the backed-up version references."""
+    copied: int = 0
+    bytes_copied: int = 0
+    already_present: int = 0
+    server_side: bool = False
+    manifest_written: bool = False
+    pruned: int = 0
+    copied_paths: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source_manifest_id": self.source_manifest_id,
+            "dest_manifest_id": self.dest_manifest_id,
+            "checkpoint_id": self.checkpoint_id,
+            "objects": self.objects,
+            "copied": self.copied,
+            "bytes_copied": self.bytes_copied,
+            "already_present": self.already_present,
+            "server_side": self.server_side,
+            "manifest_written": self.manifest_written,
+            "pruned": self.pruned,
+        }
+
+
+# ------------------------------------------------------------ same store
+
+
+def common_root(src_url: str, dst_url: str) -> tuple[str, str, str] | None:
+    """``(root_url, src_prefix, dst_prefix)`` when both databases live in one store.
+
+    Local directories share the file system; ``memory://NAME/...`` share a
+    namespace; cloud URLs share a bucket. None when they do not, or when one
+    database would contain the other.
+    """
+    a, b = canonical_url(src_url), canonical_url(dst_url)
+    pa, pb = urlsplit(a), urlsplit(b)
+    if pa.scheme != pb.scheme or pa.netloc != pb.netloc or pa.query or pb.query:
+        return None
+    sa = [s for s in pa.path.split("/") if s]
+    sb = [s for s in pb.path.split("/") if s]
+    n = 0
+    while n < min(len(sa), len(sb)) and sa[n] == sb[n]:
+        n += 1
+    if n == len(sa) or n == len(sb):
+        return None  # one inside the other (or the same database)
+    root = "/".join(sa[:n])
+    if pa.scheme == "file":
+        root_url = "file://" + (os.sep + root if root else os.sep)
+    else:
+        root_url = f"{pa.scheme}://{pa.netloc}" + (f"/{root}" if root else "")
+    return root_url, "/".join(sa[n:]) + "/", "/".join(sb[n:]) + "/"
+
+
+# ------------------------------------------------------------ the backup
+
+
+def needed_objects(m: Manifest, src: ObjectStore) -> dict[str, tuple[int, int]]:
+    """path -> (owning db index, size) of every object version ``m`` needs."""
+    out: dict[str, tuple[int, int]] = {}
+    for s in m.all_ssts():
+        out[paths.sst_path(s.id)] = (s.db, s.size)
+    for j in m.journal:
+        out[paths.journal_object_path(j.id)] = (j.db, j.size)
+    for meta in src.list(paths.WAL_DIR, offset=paths.wal_path(m.replay_after_wal_id)):
+        wid = paths.parse_wal_id(meta.path)
+        if wid is not None and m.replay_after_wal_id < wid < m.next_wal_id:
+            out[meta.path] = (0, meta.size)
+    return out
+
+
+def flattened(m: Manifest) -> Manifest:
+    """``m`` owning every object it references (what the destination's manifest says)."""
+
+    def own(s: SstInfo) -> SstInfo:
+        return replace(s, db=0) if s.db else s
+
+    def tree(t: Tree) -> Tree:
+        return Tree(
+            tuple(own(s) for s in t.l0), tuple(SortedRun(r.id, tuple(own(s) for s in r.ssts)) for r in t.runs)
+        )
+
+    journal = tuple(JournalFile(j.id, j.size, j.entries, j.min_seq, j.max_seq) for j in m.journal)
+    options = tuple((k, v) for k, v in m.options if k != PENDING_RELEASE)
+    return replace(
+        m,
+        data=tree(m.data),
+        index=tree(m.index),
+        journal=journal,
+        external_dbs=(),
+        parent=None,
+        checkpoints=(),
+        destroyed_at_s=None,
+        initialized=True,
+        options=options,
+    )
+
+
+BACKUP_EPOCH = "backup.writer_epoch"
+"""Destination option: the writer epoch of the manifest the last backup wrote. A
+destination whose epoch moved on was opened by a writer since: a fork, not a backup."""
+
+
+def _content(m: Manifest) -> dict[str, Any]:
+    opts = tuple((k, v) for k, v in m.options if k != BACKUP_EPOCH)
+    body = to_body(replace(m, checkpoints=(), options=opts), nonce="", author="")
+    for k in ("id", "nonce", "author", "writer_epoch", "compactor_epoch"):
+        body.pop(k, None)
+    return body
+
+
+def backup_version(
+    m: Manifest,
+    source: ObjectStore,
+    store_for: Callable[[int], ObjectStore],
+    dest: ObjectStore,
+    *,
+    clock: Clock,
+    rng: random.Random,
+    server_copy: Callable[[str], None] | None = None,
+    prune: bool = True,
+    report: BackupReport | None = None,
+) -> BackupReport:
+    """Copy what ``m`` needs into ``dest`` and write ``dest``'s manifest (module docstring, 2-5)."""
+    rep = report or BackupReport()
+    rep.source_manifest_id = m.id
+    _check_dest(dest, clock, rng)
+    wanted = needed_objects(m, source)
+    rep.objects = len(wanted)
+    present: dict[str, int] = {}
+    for d in (paths.SST_DIR, paths.JOURNAL_DIR, paths.WAL_DIR):
+        for meta in dest.list(d):
+            present[meta.path] = meta.size
+    for path, (db, size) in sorted(wanted.items()):
+        if present.get(path) == size:
+            rep.already_present += 1
+            continue
+        if db == 0 and server_copy is not None:
+            server_copy(path)
+            rep.server_side = True
+        else:
+            try:
+                data = store_for(db).get(path)
+            except ObjectNotFound:
+                if path.startswith(paths.WAL_DIR):
+                    continue  # a WAL slot nobody filled
+                raise
+            dest.put(path, data)
+        rep.copied += 1
+        rep.bytes_copied += size
+        rep.copied_paths.append(path)
+    ms = ManifestStore(dest, clock, rng, author="backup")
+    latest = ms.read_latest()
+    if latest is not None and latest.option(BACKUP_EPOCH) != str(latest.writer_epoch):
+        raise InvalidDbState(
+            f"the destination {dest.describe()} holds a database that is not an untouched backup (a writer "
+            "opened it since the last backup, or it never was one); back up to a new location"
+        )
+    new = flattened(m)
+    if latest is not None and _content(latest) == _content(new):
+        rep.dest_manifest_id = latest.id
+    else:
+        epoch = max(new.writer_epoch, latest.writer_epoch if latest else 0)
+        nxt = replace(
+            new,
+            id=1 if latest is None else latest.id + 1,
+            writer_epoch=epoch,
+            compactor_epoch=max(new.compactor_epoch, latest.compactor_epoch if latest else 0),
+            checkpoints=latest.checkpoints if latest else (),  # readers of the backup keep their pins
+            options=tuple(sorted((*new.options, (BACKUP_EPOCH, str(epoch))))),
+        )
+        ms.write_new(nxt, latest)
+        rep.dest_manifest_id = nxt.id
+        rep.manifest_written = True
+    if prune and rep.manifest_written:
+        for path in present:
+            if path in wanted:
+                continue
+            wid = paths.parse_wal_id(path)
+            if wid is not None and wid > m.replay_after_wal_id:
+                continue  # a fence or a later write: keep the WAL contiguous
+            dest.delete(path)
+            rep.pruned += 1
+    return rep
+
+
+def _check_dest(dest: ObjectStore, clock: Clock, rng: random.Random) -> None:
+    latest = ManifestStore(dest, clock, rng, author="backup").read_latest()
+    if latest is not None and latest.option(BACKUP_EPOCH) != str(latest.writer_epoch):
+        raise InvalidDbState(
+            f"the destination {dest.describe()} holds a database that is not an untouched backup (a writer "
+            "opened it since the last backup, or it never was one); back up to a new location"
+        )
+
+
+def _server_copier(
+    src_url: str | None, dest_url: str, store_options: Mapping[str, Any] | None
+) -> Callable[[str], None] | None:
+    if src_url is None:
+        return None
+    try:
+        found = common_root(src_url, dest_url)
+    except InvalidArgument:
+        return None
+    if found is None:
+        return None
+    root_url, sp, dp = found
+    scheme = urlsplit(root_url).scheme
+    try:
+        root = open_store(root_url, **({} if scheme in ("file", "memory") else dict(store_options or {})))
+    except ShaleError:
+        return None
+
+    def copy(path: str) -> None:
+        root.copy(sp + path, dp + path)
+
+    return copy
+
+
+def open_dest(dest_url: str, store_options: Mapping[str, Any] | None) -> ObjectStore:
+    from ..clock import SYSTEM_CLOCK
+    from ..db import wrap_store
+    from ..settings import Settings
+
+    scheme = urlsplit(dest_url).scheme.lower()
+    opts = {} if scheme in ("", "file", "memory") or len(scheme) == 1 else dict(store_options or {})
+    return wrap_store(open_store(dest_url, **opts), Settings(), SYSTEM_CLOCK, random.Random())
+
+
+def backup_from_writer(
+    db: Db,
+    dest_url: str,
+    *,
+    store_options: Mapping[str, Any] | None = None,
+    prune: bool = True,
+    lifetime: timedelta | float = 3600.0,
+) -> BackupReport:
+    """``Db.backup``: checkpoint every write issued so far, copy, release."""
+    own = db.external._own
+    if own is not None and canonical_url(dest_url) == own:
+        raise InvalidArgument("a database cannot be backed up onto itself")
+    dest = open_dest(dest_url, store_options)
+    cp = db.create_checkpoint(lifetime=lifetime, name="backup")
+    rep = BackupReport(checkpoint_id=str(cp.id))
+    try:
+        m = read_checkpoint_manifest(db.manifests, cp)
+        backup_version(
+            m,
+            db.store,
+            lambda i: db.store if i == 0 else db.external.store_for(i, m),
+            dest,
+            clock=db.clock,
+            rng=random.Random(db.rng.getrandbits(64)),
+            server_copy=_server_copier(own, dest_url, store_options),
+            prune=prune,
+            report=rep,
+        )
+    finally:
+        try:
+            db.update_manifest(
+                lambda cur: (
+                    db.decorate_manifest(
+                        replace(cur, checkpoints=tuple(c for c in cur.checkpoints if c.id != cp.id))
+                    )
+                    if cur.checkpoint(cp.id) is not None
+                    else None
+                )
+            )
+        except ShaleError as exc:
+            log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
+    log.info(
+        "backup to %s: %d objects, %d copied (%d bytes), manifest %s",
+        dest_url,
+        rep.objects,
+        rep.copied,
+        rep.bytes_copied,
+        "written" if rep.manifest_written else "unchanged",
+    )
+    return rep
+
+
+def backup_url(
+    src_url: str,
+    dest_url: str,
+    *,
+    store_options: Mapping[str, Any] | None = None,
+    prune: bool = True,
+    lifetime_s: float = 3600.0,
+    clock: Clock | None = None,
+) -> BackupReport:
+    """A backup without a writer (``shaledb --path URL backup DEST``): every durable write."""
+    from ..admin import _Handle
+    from ..checkpoint import create_checkpoint
+
+    if canonical_url(src_url) == canonical_url(dest_url):
+        raise InvalidArgument("a database cannot be backed up onto itself")
+    h = _Handle(src_url, None, store_options, clock, None, "backup")
+    dest = open_dest(dest_url, store_options)
+    cp = create_checkpoint(h.ms, clock=h.clock, rng=h.rng, timeout_s=60.0, lifetime=lifetime_s, name="backup")
+    rep = BackupReport(checkpoint_id=str(cp.id))
+    try:
+        m = read_checkpoint_manifest(h.ms, cp)
+        backup_version(
+            m,
+            h.store,
+            lambda i: h.store if i == 0 else h.external.store_for(i, m),
+            dest,
+            clock=h.clock,
+            rng=random.Random(h.rng.getrandbits(64)),
+            server_copy=_server_copier(src_url, dest_url, store_options),
+            prune=prune,
+            report=rep,
+        )
+    finally:
+        try:
+            delete_checkpoint(h.ms, cp.id, timeout_s=60.0, missing_ok=True)
+        except ShaleError as exc:
+            log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
+    return rep
+
+
+__all__ = ["BackupReport", "backup_from_writer", "backup_url", "backup_version", "common_root", "flattened"]

@@ -1,0 +1,999 @@
+"""Journal compaction: Leveled's Inker clerk on an object store.
+
+The value journal is the list of journal files in the manifest (WAL objects
+kept once their writes reached L0, and objects this module writes). A value
+that was overwritten, deleted or expired still occupies its journal object;
+compaction reclaims that space without ever touching a value a live reader
+may still need.
+
+1. **Score.** Against the ledger of one manifest (its SSTs only, so writes
+   still in memtables count as not yet superseding anything: conservative),
+   each journal object gets Leveled's score: the estimated percentage of its
+   bytes that compaction would keep. The estimate samples about
+   ``JournalOptions.sample_entries`` entries from randomly chosen blocks,
+   reading only each block's head (entry count, offsets, sequence numbers,
+   kinds and keys come before the values in a block), so scoring a journal
+   of 64 KiB values reads a few hundred KiB per object, not the values. The
+   choice of blocks is seeded by the object's name: the same object scores
+   the same against the same ledger, which makes compaction converge.
+2. **Pick a run.** For every run of 1..``max_run_length`` consecutive objects,
+   ``target(L) = SF + (MR - SF) / (MRL - 1) * (L - 1)`` (SF, MR: the single-object
+   and full-run targets; SF when MRL = 1) and ``score = target(L) - mean(scores)``.
+   The best score wins (ties: the longer run); nothing is done unless it is
+   above 0. With the defaults (30, 70, 8) a lone object must be under 30 %
+   live and a run of 8 under 70 % on average.
+3. **Rewrite.** Each object of the run is read whole (CRC-checked) and each
+   entry kept or dropped: a data value is kept if it is the key's current,
+   live version in the ledger; under the ``retain`` strategy the key changes
+   of superseded writes are kept too -- their index-tree entries and
+   tombstones, which is all ``rebuild-ledger`` needs to replay index history
+   (the value itself is dropped: Leveled's conversion to a key-delta record);
+   under ``recovr`` only current entries are kept. Kept entries go, in
+   sequence order, into new ``journal/<ULID>.journal`` objects (the journal
+   object format: a WAL-like SST of kind 2), cut at ``journal_max_bytes``.
+   A damaged block is dropped (its values are already lost; reported).
+4. **Repoint and commit.** The ledger SSTs whose pointers move (data-tree
+   SSTs whose sequence range meets the run's) are rewritten with the new
+   pointers -- they hold keys, metadata and pointers, so they are small --
+   and one manifest CAS swaps them and replaces the run in the journal list.
+   The CAS re-validates like a compaction commit: the run must still be in
+   the journal list, the replaced SSTs still in the tree, and any SST that
+   appeared meanwhile and may hold pointers into the run (a ledger
+   compaction's output) is scanned and repointed first, then the CAS is
+   tried again. A flush or a compaction that wins the race is therefore
+   retried, never lost; a ledger compaction whose sources we replaced
+   aborts and reschedules, as for any compaction conflict.
+5. **Leave the old objects to GC.** They stay until no active manifest (the
+   latest, or one a live checkpoint pins -- every snapshot and reader pins
+   one) references them and they are older than ``min_age_s``. A live
+   snapshot therefore blocks the deletion, never the compaction.
+
+While it runs, a job lease (``compactions/<ULID>.job``, the compactor's
+mechanism) keeps the garbage collector away from its unreferenced outputs.
+A repeat run finds the rewritten objects fully current (score 100) and
+rewrites nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from .. import paths
+from ..cache import LruCache
+from ..clock import Clock
+from ..errors import AlreadyExists, ClosedError, CorruptionError, InvalidArgument, ObjectNotFound, ShaleError
+from ..format.coding import CODEC_NONE, CODECS, TRAILER_SIZE, u32_array, u64_array
+from ..format.journal import Pointer, decode_pointer, encode_pointer
+from ..format.row import (
+    FLAG_INDEX_TREE,
+    FLAG_INDEXED,
+    KIND_POINTER,
+    KIND_TOMBSTONE,
+    KIND_VALUE,
+    TYPE_MASK,
+    decode_payload,
+    payload_expiry,
+)
+from ..format.sst import (
+    SST_JOURNAL,
+    SST_TABLE,
+    SstBuilder,
+    SstMeta,
+    decode_data_block,
+    decode_meta,
+    decode_sst,
+)
+from ..manifest.model import JournalFile, Manifest, SortedRun, SstInfo, Tree
+from ..memtable import Memtable
+from ..reader import ReadView, Visibility, lookup
+from ..settings import JournalOptions, Settings
+from ..sstable import TableCache
+from ..store.base import ObjectStore
+
+if TYPE_CHECKING:
+    from ..db import Db
+
+log = logging.getLogger("shaledb.journal")
+
+_TAIL_READ_BYTES = 64 * 1024
+_HEAD_READ_BYTES = 2048
+_U32 = struct.Struct("<I")
+
+Mutator = Callable[[Manifest], Manifest | None]
+
+
+class _Restart(Exception):
+    """The manifest changed under the job in a way that needs a rescan."""
+
+
+class _Gone(Exception):
+    """The run is no longer in the journal list (another compaction took it)."""
+
+
+# ------------------------------------------------------------------ report
+
+
+@dataclass
+class FileScore:
+    id: str
+    db: int
+    size: int
+    score: float
+    """Estimated percentage of the object's bytes compaction would keep."""
+    sampled: int
+    damaged: bool = False
+
+
+@dataclass
+class JournalCompactionReport:
+    """What :func:`compact_journal` scored and did."""
+
+    manifest_id: int = 0
+    strategy: str = "retain"
+    busy: bool = False
+    """Another journal compaction of this database was running in this process."""
+    scores: list[FileScore] = field(default_factory=list)
+    """The first scoring pass (before anything was rewritten)."""
+    runs: list[list[str]] = field(default_factory=list)
+    run_scores: list[float] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    bytes_read: int = 0
+    """Bytes of the journal objects rewritten (and later reclaimed by GC)."""
+    bytes_rewritten: int = 0
+    """Bytes of the new journal objects."""
+    entries_kept: int = 0
+    entries_dropped: int = 0
+    entries_converted: int = 0
+    """Superseded or expired writes kept as key-change records (``retain``)."""
+    damaged_blocks: int = 0
+    ledger_ssts_rewritten: int = 0
+    ledger_bytes_written: int = 0
+    retries: int = 0
+    duration_s: float = 0.0
+
+    @property
+    def bytes_reclaimed(self) -> int:
+        return self.bytes_read - self.bytes_rewritten
+
+    @property
+    def did_work(self) -> bool:
+        return bool(self.runs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "manifest_id": self.manifest_id,
+            "strategy": self.strategy,
+            "busy": self.busy,
+            "scores": [
+                {"id": s.id, "db": s.db, "size": s.size, "score": round(s.score, 2), "sampled": s.sampled}
+                | ({"damaged": True} if s.damaged else {})
+                for s in self.scores
+            ],
+            "runs": [list(r) for r in self.runs],
+            "run_scores": [round(x, 2) for x in self.run_scores],
+            "outputs": list(self.outputs),
+            "bytes_read": self.bytes_read,
+            "bytes_rewritten": self.bytes_rewritten,
+            "bytes_reclaimed": self.bytes_reclaimed,
+            "entries_kept": self.entries_kept,
+            "entries_dropped": self.entries_dropped,
+            "entries_converted": self.entries_converted,
+            "damaged_blocks": self.damaged_blocks,
+            "ledger_ssts_rewritten": self.ledger_ssts_rewritten,
+            "ledger_bytes_written": self.ledger_bytes_written,
+            "retries": self.retries,
+            "duration_s": round(self.duration_s, 3),
+        }
+
+
+# -------------------------------------------------------------------- hosts
+
+
+class CompactionHost(Protocol):
+    """What journal compaction needs from its environment (writer or standalone)."""
+
+    store: ObjectStore
+    clock: Clock
+    rng: random.Random
+    settings: Settings
+    tables: TableCache
+    lock: threading.Lock
+
+    def store_for(self, db: int) -> ObjectStore: ...
+
+    def latest(self) -> Manifest: ...
+
+    def update(self, mutate: Mutator) -> Manifest: ...
+
+    def check_open(self) -> None: ...
+
+
+class WriterHost:
+    """Journal compaction inside the writer: commits go through ``Db.update_manifest``."""
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+        self.store = db.store
+        self.clock = db.clock
+        self.rng = random.Random(db.rng.getrandbits(64))
+        self.settings = db.settings
+        self.tables = db.tables
+        self.lock = db._journal_lock
+
+    def store_for(self, db: int) -> ObjectStore:
+        return self.db._resolve_store(db)
+
+    def latest(self) -> Manifest:
+        return self.db.refresh_manifest()
+
+    def update(self, mutate: Mutator) -> Manifest:
+        db = self.db
+
+        def decorated(m: Manifest) -> Manifest | None:
+            nxt = mutate(m)
+            return None if nxt is None else db.decorate_manifest(nxt)
+
+        return db.update_manifest(decorated)
+
+    def check_open(self) -> None:
+        from ..db import _OPEN
+
+        if self.db._state != _OPEN:
+            raise ClosedError("the database is closing: journal compaction stops")
+        self.db.check_failure()
+
+
+class StandaloneHost:
+    """Journal compaction by another process (``shaledb compact-journal``): plain manifest CAS."""
+
+    _locks: ClassVar[dict[str, threading.Lock]] = {}
+    _locks_guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        settings: Settings,
+        clock: Clock,
+        rng: random.Random,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
+        from ..external import ExternalStores, default_factory
+        from ..manifest.store import ManifestStore
+
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.settings = settings
+        self.manifests = ManifestStore(store, clock, random.Random(rng.getrandbits(64)), author="journal")
+        self.external = ExternalStores(default_factory(settings.retry, clock, random.Random(), store_options))
+        self._manifest: Manifest | None = None
+        self.tables = TableCache(self.store_for, LruCache(64 * 1024 * 1024), settings.sst_read_ahead_bytes)
+        with self._locks_guard:
+            self.lock = self._locks.setdefault(store.describe(), threading.Lock())
+
+    def store_for(self, db: int) -> ObjectStore:
+        if db == 0:
+            return self.store
+        return self.external.store_for(db, self._manifest or self.latest())
+
+    def latest(self) -> Manifest:
+        self._manifest = self.manifests.require_latest()
+        return self._manifest
+
+    def update(self, mutate: Mutator) -> Manifest:
+        self._manifest = self.manifests.update(
+            mutate, timeout_s=self.settings.manifest_update_timeout_s, current=self._manifest
+        )
+        return self._manifest
+
+    def check_open(self) -> None:
+        return None
+
+
+# ------------------------------------------------------------------ ledger
+
+
+KEEP, DROP, TOMB = 1, 0, 2
+_CURRENT, _EXPIRED, _REPLACED, _MISSING = 0, 1, 2, 3
+
+
+class _Ledger:
+    """The ledger of one manifest (SSTs only) and the keep/drop rule."""
+
+    def __init__(self, host: CompactionHost, m: Manifest, strategy: str) -> None:
+        self.m = m
+        self.tables = host.tables
+        self.data = ReadView(Memtable(), (), m)
+        self.index = ReadView(Memtable(), (), m, tree="index")
+        self.vis = Visibility(lambda: int(host.clock.now() * 1000), None)
+        self.retain = strategy == "retain"
+
+    def keep(self, key: bytes, seq: int, kind: int) -> bool:
+        """Whether compaction keeps this entry as it is (scoring: anything else is replaced)."""
+        return self.decide(key, seq, kind, None) == KEEP
+
+    def decide(self, key: bytes, seq: int, kind: int, payload: bytes | None) -> int:
+        """KEEP, DROP or TOMB (keep as a tombstone) for one journal entry (module docstring, step 3).
+
+        Under ``retain`` a value is dropped only when a newer entry of its key
+        stays in the journal: the current, live value is kept; a value that
+        has expired -- current, or gone from the ledger because compaction
+        reaped it -- becomes a tombstone, so a rebuild cannot resurrect an
+        older value of the key; a value the ledger holds a newer version of
+        is dropped (that version, or its tombstone, is kept).
+        """
+        if kind & FLAG_INDEX_TREE:
+            if self.retain:
+                return KEEP
+            return KEEP if self._status(self.index, key, seq) == _CURRENT else DROP
+        status = self._status(self.data, key, seq)
+        if kind & TYPE_MASK == KIND_TOMBSTONE:
+            return KEEP if self.retain or status == _CURRENT else DROP
+        if status == _CURRENT:
+            return KEEP
+        if not self.retain or status == _REPLACED or payload is None:
+            return DROP
+        # Current but expired, or missing from the ledger: keep the key change.
+        if status == _EXPIRED:
+            return TOMB
+        try:
+            expires = payload_expiry(kind, payload)
+        except CorruptionError:
+            return DROP
+        return TOMB if expires is not None and expires <= self.vis.now_ms() else DROP
+
+    def _status(self, view: ReadView, key: bytes, seq: int) -> int:
+        e = lookup(view, self.tables, key, None)
+        if e is None:
+            return _MISSING
+        if e[0] != seq:
+            return _REPLACED
+        if e[1] & TYPE_MASK == KIND_TOMBSTONE or self.vis.alive(e[1], e[2]):
+            return _CURRENT
+        return _EXPIRED
+
+
+# ----------------------------------------------------------------- scoring
+
+
+def read_journal_meta(store: ObjectStore, jf: JournalFile) -> SstMeta:
+    path = paths.journal_object_path(jf.id)
+    size = jf.size
+    try:
+        tail = store.get_range(path, max(0, size - _TAIL_READ_BYTES), size)
+        if len(tail) != min(size, _TAIL_READ_BYTES):
+            raise CorruptionError(f"object is shorter than the {size} bytes the manifest records")
+        meta = _decode_tail(store, path, tail, size)
+    except CorruptionError as exc:
+        raise exc.with_path(path) from exc
+    return meta
+
+
+def _decode_tail(store: ObjectStore, path: str, tail: bytes, size: int) -> SstMeta:
+    from ..format.sst import parse_footer
+
+    footer = parse_footer(tail, size)
+    if footer.meta_start < size - len(tail):
+        tail = store.get_range(path, footer.meta_start, size)
+    return decode_meta(tail, size)
+
+
+def block_head(raw: bytes) -> tuple[list[bytes], list[int], bytes, list[int]] | int:
+    """Keys, seqs, kinds and payload sizes from the first bytes of an uncompressed
+    stored block; or the number of bytes needed when ``raw`` is too short."""
+    if len(raw) < 4:
+        return 4
+    n: int = _U32.unpack_from(raw, 0)[0]
+    if n > (1 << 24):
+        raise CorruptionError(f"block claims {n} entries")
+    fixed = 4 + 8 * (n + 1) + 9 * n
+    if len(raw) < fixed:
+        return fixed
+    key_off = u32_array(raw, 4, n + 1, "block key offsets")
+    val_off = u32_array(raw, 4 + 4 * (n + 1), n + 1, "block value offsets")
+    need = fixed + int(key_off[-1])
+    if len(raw) < need:
+        return need
+    seqs = u64_array(raw, 4 + 8 * (n + 1), n, "block sequence numbers").tolist()
+    kinds = raw[4 + 8 * (n + 1) + 8 * n : fixed]
+    keys = [raw[fixed + key_off[i] : fixed + key_off[i + 1]] for i in range(n)]
+    if key_off.tolist() != sorted(key_off.tolist()) or val_off.tolist() != sorted(val_off.tolist()):
+        raise CorruptionError("block offsets decrease")
+    sizes = [val_off[i + 1] - val_off[i] for i in range(n)]
+    return keys, seqs, bytes(kinds), sizes
+
+
+def score_file(host: CompactionHost, ledger: _Ledger, jf: JournalFile, sample: int) -> FileScore:
+    """Leveled's score of one journal object (module docstring, step 1)."""
+    store = host.store_for(jf.db)
+    path = paths.journal_object_path(jf.id)
+    try:
+        meta = read_journal_meta(store, jf)
+        nb = len(meta.index)
+        if nb == 0:
+            return FileScore(jf.id, jf.db, jf.size, 0.0, 0)
+        per_block = max(1.0, meta.props.entries / nb)
+        want = max(1, min(nb, round(sample / per_block)))
+        rng = random.Random(zlib.crc32(jf.id.encode()))
+        chosen = sorted(rng.sample(range(nb), want))
+        rows = _sample_blocks(store, path, meta, chosen)
+    except (CorruptionError, ObjectNotFound) as exc:
+        log.warning("journal object %s cannot be scored (left alone): %s", path, exc)
+        return FileScore(jf.id, jf.db, jf.size, 100.0, 0, damaged=True)
+    active = replaced = 0
+    for keys, seqs, kinds, sizes in rows:
+        last = _last_flags(keys, seqs)
+        for i, k in enumerate(keys):
+            size = len(k) + sizes[i]
+            if last[i] and ledger.keep(k, seqs[i], kinds[i]):
+                active += size
+            else:
+                replaced += size
+    total = active + replaced
+    score = 100.0 * active / total if total else 0.0
+    return FileScore(jf.id, jf.db, jf.size, score, sum(len(r[0]) for r in rows))
+
+
+def _sample_blocks(
+    store: ObjectStore, path: str, meta: SstMeta, chosen: list[int]
+) -> list[tuple[list[bytes], list[int], bytes, list[int]]]:
+    offs = meta.index.offsets
+    codec_none = meta.props.codec == CODEC_NONE
+    spans = [(offs[i], offs[i + 1]) for i in chosen]
+    if codec_none:
+        reads = [(a, min(b - TRAILER_SIZE, a + _HEAD_READ_BYTES)) for a, b in spans]
+    else:
+        reads = list(spans)
+    raws = store.get_ranges(path, reads)
+    out = []
+    again: list[int] = []
+    for j, raw in enumerate(raws):
+        if not codec_none:
+            b = decode_data_block(raw)
+            out.append((b.keys, b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))]))
+            continue
+        head = block_head(raw)
+        if isinstance(head, int):
+            again.append(j)
+            out.append(([], [], b"", []))
+        else:
+            out.append(head)
+    if again:
+        more = store.get_ranges(path, [spans[j] for j in again])
+        for j, raw in zip(again, more):
+            b = decode_data_block(raw)
+            out[j] = (b.keys, b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))])
+    return out
+
+
+def _last_flags(keys: Sequence[bytes], seqs: Sequence[int]) -> list[bool]:
+    keep = [True] * len(keys)
+    seen: set[tuple[bytes, int]] = set()
+    for i in range(len(keys) - 1, -1, -1):
+        ks = (keys[i], seqs[i])
+        if ks in seen:
+            keep[i] = False
+        else:
+            seen.add(ks)
+    return keep
+
+
+def best_run(scores: Sequence[float], opts: JournalOptions) -> tuple[int, int, float] | None:
+    """``(start, length, run score)`` of the most rewarding run, or None (module docstring, step 2)."""
+    n = len(scores)
+    mrl = opts.max_run_length
+    sf, mr = opts.single_file_target_pct, opts.max_run_target_pct
+    best: tuple[int, int, float] | None = None
+    for length in range(1, min(mrl, n) + 1):
+        target = sf if mrl == 1 else sf + (mr - sf) / (mrl - 1) * (length - 1)
+        window = sum(scores[:length])
+        for start in range(0, n - length + 1):
+            if start:
+                window += scores[start + length - 1] - scores[start - 1]
+            rs = target - window / length
+            if best is None or rs > best[2] + 1e-9 or (abs(rs - best[2]) <= 1e-9 and length > best[1]):
+                best = (start, length, rs)
+    if best is None or best[2] <= 0:
+        return None
+    return best
+
+
+# ----------------------------------------------------------------- rewrite
+
+
+@dataclass
+class _Rewrite:
+    outputs: list[JournalFile] = field(default_factory=list)
+    moves: dict[tuple[str, int, int], bytes] = field(default_factory=dict)
+    """(old ref, block offset, index) -> the new pointer body."""
+    bytes_read: int = 0
+    bytes_written: int = 0
+    kept: int = 0
+    dropped: int = 0
+    converted: int = 0
+    damaged: int = 0
+
+
+class _Writer:
+    """Builds the output journal objects of one run, cut at ``max_bytes``.
+
+    Entries gather until a block's worth, then go to the builder whole
+    batches at a time (a batch never spans blocks); an object is finished
+    once it reaches ``max_bytes``, so it overshoots by at most one block.
+    """
+
+    def __init__(self, host: CompactionHost, res: _Rewrite, max_bytes: int) -> None:
+        self.host = host
+        self.res = res
+        self.max_bytes = max_bytes
+        self.block_size = host.settings.block_size_bytes
+        self.builder: SstBuilder | None = None
+        self.pending: list[tuple[tuple[str, int, int], int, int]] = []
+        self.count = 0
+        self._cols: tuple[list[bytes], list[int], list[int], list[bytes]] = ([], [], [], [])
+        self._moves: list[tuple[tuple[str, int, int], int, int]] = []
+        self._bytes = 0
+
+    def add(
+        self, keys: list[bytes], seqs: list[int], kinds: list[int], pays: list[bytes], moves: list[Any]
+    ) -> None:
+        """Entries of one source block (whole batches, in sequence order)."""
+        ck, cs, ct, cp = self._cols
+        mi = 0
+        for i in range(len(keys)):
+            if i and seqs[i] != seqs[i - 1] and self._bytes >= self.block_size:
+                self._emit()
+                ck, cs, ct, cp = self._cols
+            while mi < len(moves) and moves[mi][1] == i:
+                self._moves.append((moves[mi][0], len(ck), moves[mi][2]))
+                mi += 1
+            ck.append(keys[i])
+            cs.append(seqs[i])
+            ct.append(kinds[i])
+            cp.append(pays[i])
+            self._bytes += len(keys[i]) + len(pays[i])
+        if self._bytes >= self.block_size:
+            self._emit()
+
+    def _emit(self) -> None:
+        keys, seqs, kinds, pays = self._cols
+        if not keys:
+            return
+        if self.builder is None:
+            s = self.host.settings
+            self.builder = SstBuilder(
+                kind=SST_JOURNAL,
+                block_size=self.block_size,
+                codec=CODECS[s.compression],
+                created_at_ms=int(self.host.clock.now() * 1000),
+                nonce=self.host.rng.getrandbits(128).to_bytes(16, "little"),
+            )
+            self.count = 0
+        for old, i, vlen in self._moves:
+            self.pending.append((old, self.count + i, vlen))
+        self.builder.add_many(keys, seqs, kinds, pays)
+        self.count += len(keys)
+        self._cols = ([], [], [], [])
+        self._moves = []
+        self._bytes = 0
+        if self.builder.estimated_size >= self.max_bytes:
+            self.finish()
+
+    def finish(self) -> None:
+        if self._cols[0]:
+            self._emit()
+        b = self.builder
+        self.builder = None
+        if b is None or not b.entries:
+            return
+        offsets, ends = b.block_layout()
+        data, props = b.finish()
+        for _ in range(8):
+            ref = paths.new_ulid(self.host.clock.now(), self.host.rng)
+            try:
+                self.host.store.put(paths.journal_path(ref), data, create=True)
+                break
+            except AlreadyExists:
+                continue
+        else:
+            raise CorruptionError("could not find a free journal object id")
+        self.res.outputs.append(JournalFile(ref, len(data), props.entries, props.min_seq, props.max_seq))
+        self.res.bytes_written += len(data)
+        bi = 0
+        for old, g, vlen in self.pending:
+            while ends[bi] <= g:
+                bi += 1
+            first = ends[bi - 1] if bi else 0
+            ptr = Pointer(ref, offsets[bi], offsets[bi + 1] - offsets[bi], g - first, vlen)
+            self.res.moves[old] = encode_pointer(ptr)
+        self.pending = []
+
+
+def rewrite_run(
+    host: CompactionHost, ledger: _Ledger, run: Sequence[JournalFile], beat: Callable[[], None]
+) -> _Rewrite:
+    """Copy the kept entries of ``run`` into new journal objects (module docstring, step 3)."""
+    from .folds import last_of_batch
+
+    res = _Rewrite()
+    out = _Writer(host, res, host.settings.journal_max_bytes)
+    for jf in run:
+        host.check_open()
+        path = paths.journal_object_path(jf.id)
+        data = host.store_for(jf.db).get(path)
+        res.bytes_read += len(data)
+        try:
+            meta = decode_meta(data, len(data))
+        except CorruptionError as exc:
+            raise exc.with_path(path) from exc
+        offs = meta.index.offsets
+        for bi in range(len(meta.index)):
+            off, end = offs[bi], offs[bi + 1]
+            try:
+                b = decode_data_block(data[off:end])
+            except CorruptionError as exc:
+                res.damaged += 1
+                log.warning("journal compaction drops damaged block %d of %s: %s", bi, path, exc)
+                continue
+            last = last_of_batch(b)
+            keys: list[bytes] = []
+            seqs: list[int] = []
+            kinds: list[int] = []
+            pays: list[bytes] = []
+            moves: list[tuple[tuple[str, int, int], int, int]] = []
+            for i in range(len(b)):
+                k, s, t = b.keys[i], b.seqs[i], b.kinds[i]
+                p = b.payload(i)
+                action = ledger.decide(k, s, t, p) if last[i] else DROP
+                if action == DROP:
+                    res.dropped += 1
+                    continue
+                if action == TOMB:
+                    t, p = KIND_TOMBSTONE | (t & FLAG_INDEXED), b""
+                    res.converted += 1
+                if not t & FLAG_INDEX_TREE and t & TYPE_MASK == KIND_VALUE:
+                    try:
+                        vlen = len(decode_payload(t, p)[0])
+                    except CorruptionError:
+                        res.dropped += 1
+                        continue
+                    moves.append(((jf.id, off, i), len(keys), vlen))
+                keys.append(k)
+                seqs.append(s)
+                kinds.append(t)
+                pays.append(p)
+            res.kept += len(keys)
+            out.add(keys, seqs, kinds, pays, moves)
+        beat()
+    out.finish()
+    return res
+
+
+# ---------------------------------------------------------------- repoint
+
+
+class _Repoint:
+    """Ledger SSTs rewritten with moved pointers, kept up to date across retries."""
+
+    def __init__(self, host: CompactionHost, run: Sequence[JournalFile], moves: dict[Any, bytes]) -> None:
+        self.host = host
+        self.refs = {j.id for j in run}
+        self.lo = min(j.min_seq for j in run)
+        self.hi = max(j.max_seq for j in run)
+        self.moves = moves
+        self.scanned: set[str] = set()
+        self.replaced: dict[str, SstInfo] = {}
+        self.bytes_written = 0
+
+    def overlaps(self, s: SstInfo) -> bool:
+        return s.entries > 0 and s.min_seq <= self.hi and s.max_seq >= self.lo
+
+    def scan(self, m: Manifest) -> None:
+        """Repoint every SST of ``m``'s data tree not yet scanned that may point into the run."""
+        present = {s.id for s in m.data.ssts()}
+        for old in [k for k in self.replaced if k not in present]:
+            self._discard(self.replaced.pop(old))
+        for s in m.data.ssts():
+            if s.id in self.scanned or not self.overlaps(s):
+                continue
+            self.host.check_open()
+            new = self._rewrite(s)
+            self.scanned.add(s.id)
+            if new is not None:
+                self.replaced[s.id] = new
+
+    def _rewrite(self, s: SstInfo) -> SstInfo | None:
+        path = paths.sst_path(s.id)
+        data = self.host.store_for(s.db).get(path)
+        try:
+            _meta, blocks = decode_sst(data)
+        except CorruptionError as exc:
+            raise exc.with_path(path) from exc
+        keys: list[bytes] = []
+        seqs: list[int] = []
+        kinds: list[int] = []
+        pays: list[bytes] = []
+        changed = 0
+        for b in blocks:
+            bp = b.payloads(0, len(b))
+            keys += b.keys
+            seqs += b.seqs.tolist()
+            kb = list(b.kinds)
+            for i, t in enumerate(kb):
+                if t & TYPE_MASK != KIND_POINTER:
+                    continue
+                p = bp[i]
+                body = decode_payload(t, p)[0]
+                ptr = decode_pointer(body)
+                if ptr.ref not in self.refs:
+                    continue
+                new = self.moves.get((ptr.ref, ptr.block_off, ptr.index))
+                if new is None:
+                    continue  # a superseded version: never read through this manifest
+                bp[i] = p[: len(p) - len(body)] + new
+                changed += 1
+            kinds += kb
+            pays += bp
+        if not changed:
+            return None
+        st = self.host.settings
+        builder = SstBuilder(
+            kind=SST_TABLE,
+            block_size=st.block_size_bytes,
+            codec=CODECS[st.compression],
+            bloom_bits_per_key=st.bloom_bits_per_key,
+            created_at_ms=int(self.host.clock.now() * 1000),
+            nonce=self.host.rng.getrandbits(128).to_bytes(16, "little"),
+        )
+        builder.add_many(keys, seqs, kinds, pays)
+        out, props = builder.finish()
+        for _ in range(8):
+            sid = paths.new_ulid(self.host.clock.now(), self.host.rng)
+            try:
+                self.host.store.put(paths.sst_path(sid), out, create=True)
+                break
+            except AlreadyExists:
+                continue
+        else:
+            raise CorruptionError("could not find a free SST id")
+        self.bytes_written += len(out)
+        return SstInfo(
+            sid, len(out), props.first_key, props.last_key, props.entries, props.min_seq, props.max_seq
+        )
+
+    def _discard(self, s: SstInfo) -> None:
+        try:
+            self.host.store.delete(paths.sst_path(s.id))
+        except ShaleError as exc:
+            log.warning("could not delete unused repointed SST %s: %s", s.id, exc)
+
+    def discard_all(self) -> None:
+        for s in self.replaced.values():
+            self._discard(s)
+        self.replaced = {}
+
+    def apply(self, cur: Manifest, run: Sequence[JournalFile], outputs: list[JournalFile]) -> Manifest:
+        """``cur`` with the run replaced and the SSTs repointed; raises if it must rescan."""
+        ids = [j.id for j in cur.journal]
+        run_ids = [j.id for j in run]
+        if run_ids[0] not in ids:
+            raise _Gone()
+        p = ids.index(run_ids[0])
+        if ids[p : p + len(run_ids)] != run_ids:
+            raise _Gone()
+        present = {s.id for s in cur.data.ssts()}
+        if any(old not in present for old in self.replaced):
+            raise _Restart("a repointed SST was replaced meanwhile")
+        for s in cur.data.ssts():
+            if s.id not in self.scanned and self.overlaps(s):
+                raise _Restart(f"SST {s.id} appeared meanwhile and may point into the run")
+        rep = self.replaced
+        t = cur.data
+        data = Tree(
+            tuple(rep.get(s.id, s) for s in t.l0),
+            tuple(SortedRun(r.id, tuple(rep.get(s.id, s) for s in r.ssts)) for r in t.runs),
+        )
+        journal = (*cur.journal[:p], *outputs, *cur.journal[p + len(run_ids) :])
+        return replace(cur, data=data, journal=journal)
+
+
+# -------------------------------------------------------------- the driver
+
+
+def compact_journal(
+    host: CompactionHost,
+    *,
+    max_runs: int | None = None,
+    objects: Sequence[str] | None = None,
+    lease_s: float = 600.0,
+) -> JournalCompactionReport:
+    """Score the journal and compact runs until none is worth it (module docstring)."""
+    from ..compaction.compactor import JobLease
+
+    report = JournalCompactionReport()
+    if not host.lock.acquire(blocking=False):
+        report.busy = True
+        return report
+    started = host.clock.monotonic()
+    try:
+        opts = host.settings.journal
+        scores: dict[str, FileScore] = {}
+        runs_done = 0
+        forced = list(objects) if objects is not None else None
+        if forced is not None:
+            max_runs = 1
+        while max_runs is None or runs_done < max_runs:
+            host.check_open()
+            m = host.latest()
+            report.manifest_id = m.id
+            strategy = m.option("journal_recovery") or "retain"
+            report.strategy = strategy
+            files = list(m.journal)
+            if not files:
+                break
+            ledger = _Ledger(host, m, strategy)
+            if forced is not None:
+                ids = [j.id for j in files]
+                if not forced or forced[0] not in ids:
+                    break
+                p = ids.index(forced[0])
+                if ids[p : p + len(forced)] != forced:
+                    raise InvalidArgument("objects must be consecutive journal files of the latest manifest")
+                pick: tuple[int, int, float] | None = (p, len(forced), 0.0)
+            else:
+                for jf in files:
+                    if jf.id not in scores:
+                        scores[jf.id] = score_file(host, ledger, jf, opts.sample_entries)
+                if not report.scores:
+                    report.scores = [scores[j.id] for j in files]
+                pick = best_run([scores[j.id].score for j in files], opts)
+            if pick is None:
+                break
+            start, length, rs = pick
+            run = files[start : start + length]
+            with JobLease(
+                host.store,
+                host.clock,
+                random.Random(host.rng.getrandbits(64)),
+                m.compactor_epoch,
+                lease_s,
+                f"journal compaction of {len(run)} objects",
+            ) as lease:
+                done = _compact_run(host, ledger, m, run, lease, report)
+            for jf in run:
+                scores.pop(jf.id, None)
+            if done is None:
+                continue  # the run went away under us: score again
+            for o in done:
+                scores[o.id] = FileScore(o.id, 0, o.size, 100.0, 0)
+            report.runs.append([j.id for j in run])
+            report.run_scores.append(rs)
+            runs_done += 1
+    finally:
+        host.lock.release()
+        report.duration_s = host.clock.monotonic() - started
+    if report.runs:
+        log.info(
+            "journal compaction: %d runs, %d bytes rewritten into %d bytes (%d reclaimed), %d ledger SSTs",
+            len(report.runs),
+            report.bytes_read,
+            report.bytes_rewritten,
+            report.bytes_reclaimed,
+            report.ledger_ssts_rewritten,
+        )
+    return report
+
+
+def _compact_run(
+    host: CompactionHost,
+    ledger: _Ledger,
+    m: Manifest,
+    run: list[JournalFile],
+    lease: Any,
+    report: JournalCompactionReport,
+) -> list[JournalFile] | None:
+    res = rewrite_run(host, ledger, run, lease.beat)
+    rp = _Repoint(host, run, res.moves)
+    seen: list[Manifest] = []
+
+    def mutate(cur: Manifest) -> Manifest | None:
+        host.check_open()
+        seen.append(cur)
+        if cur.compactor_epoch != lease.epoch:
+            raise _Gone()
+        return rp.apply(cur, run, res.outputs)
+
+    try:
+        rp.scan(m)
+        for _ in range(50):
+            try:
+                host.update(mutate)
+                break
+            except _Restart as exc:
+                report.retries += 1
+                log.info("journal compaction: rescanning (%s)", exc)
+                rp.scan(seen[-1])
+                lease.beat()
+        else:
+            raise _Gone()
+    except _Gone:
+        report.retries += 1
+        rp.discard_all()
+        _delete_outputs(host, res.outputs)
+        return None
+    except BaseException:
+        rp.discard_all()
+        _delete_outputs(host, res.outputs)
+        raise
+    report.outputs.extend(o.id for o in res.outputs)
+    report.bytes_read += res.bytes_read
+    report.bytes_rewritten += res.bytes_written
+    report.entries_kept += res.kept
+    report.entries_dropped += res.dropped
+    report.entries_converted += res.converted
+    report.damaged_blocks += res.damaged
+    report.ledger_ssts_rewritten += len(rp.replaced)
+    report.ledger_bytes_written += rp.bytes_written
+    return res.outputs
+
+
+def _delete_outputs(host: CompactionHost, outputs: list[JournalFile]) -> None:
+    for o in outputs:
+        try:
+            host.store.delete(paths.journal_path(o.id))
+        except ShaleError as exc:
+            log.warning("could not delete unused journal object %s: %s", o.id, exc)
+
+
+class EmbeddedJournalCompactor:
+    """Journal compaction as a thread of the writer (``JournalOptions.compaction_interval_s``).
+
+    Failures are logged and retried at the next interval; they never stop the writer.
+    """
+
+    def __init__(self, db: Db, interval_s: float) -> None:
+        self.db = db
+        self.interval_s = interval_s
+        self.last_report: JournalCompactionReport | None = None
+        self.last_error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shaledb-journal", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self.db.clock.wait(self._stop, self.interval_s):
+            try:
+                self.last_report = compact_journal(WriterHost(self.db))
+            except ClosedError:
+                return
+            except Exception as exc:  # noqa: BLE001 - logged and retried; the writer keeps going
+                self.last_error = exc
+                log.error("embedded journal compaction failed (retrying): %s", exc)
+
+    def wake(self) -> None:
+        """Runs on its interval."""
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+__all__ = [
+    "EmbeddedJournalCompactor",
+    "FileScore",
+    "JournalCompactionReport",
+    "StandaloneHost",
+    "WriterHost",
+    "best_run",
+    "block_head",
+    "compact_journal",
+    "score_file",
+]

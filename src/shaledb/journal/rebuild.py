@@ -1,0 +1,224 @@
+"""Rebuilding the ledger from the value journal (Leveled's reload from the Journal).
+
+The journal files of the current manifest hold, in sequence order, every
+write that reached L0 -- data entries (values inline, whatever their size)
+and index-tree entries -- minus what journal compaction dropped. Replaying
+them newest-wins gives back both trees:
+
+* under ``retain`` compaction kept every tombstone and every index-tree entry
+  (the key changes of superseded writes), so the rebuilt data tree holds the
+  current version of every key and the index tree exactly the current terms:
+  the rebuild is exact;
+* under ``recovr`` those were dropped once superseded: a key deleted after
+  its tombstone was reaped comes back if an older journal object still holds
+  one of its values, and an index term removed the same way comes back
+  (Leveled's documented loss: values stay right for keys still live, index
+  history does not).
+
+Values at or above the separation threshold become pointers into the
+journal objects they are read from; smaller ones stay inline. The rebuilt
+trees are each one sorted run (tombstones and expired entries dropped: there
+is nothing under them) and replace the ledger in one manifest CAS that keeps
+L0 SSTs flushed meanwhile (their writes are newer than the journal). Writes
+still in the WAL replay range are untouched (they are in the writer's
+memtable and reach L0 as usual).
+
+A journal that does not hold every write since the database was created
+(``journal.complete`` is not "1": the threshold was set later, or journaling
+was switched off for a while) cannot rebuild an exact ledger; the rebuild then
+refuses unless forced. Bulk-ingested rows are written as SSTs, not to the
+journal, so a rebuild drops them (also refused unless forced when the
+manifest records ingests).
+
+The whole journal is read once and every key is held in memory while the
+runs are written: a tool for disaster recovery of databases that fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .. import paths
+from ..errors import AlreadyExists, CorruptionError, InvalidArgument, InvalidDbState
+from ..flush import OPT_COMPLETE
+from ..format.coding import CODECS
+from ..format.journal import Pointer, encode_pointer
+from ..format.row import (
+    EXTRA_FLAGS,
+    FLAG_INDEX_TREE,
+    KIND_POINTER,
+    KIND_TOMBSTONE,
+    KIND_VALUE,
+    TYPE_MASK,
+    decode_payload,
+    payload_expiry,
+)
+from ..format.sst import SST_TABLE, SstBuilder
+from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
+from .folds import journal_blocks
+
+if TYPE_CHECKING:
+    from ..db import Db
+
+Entry = tuple[int, int, bytes]
+
+
+def replay_journal(db: Db, m: Manifest) -> tuple[dict[bytes, Entry], dict[bytes, Entry], int, int]:
+    """Newest entry per key of each tree, from the journal files of ``m``; and
+    how many objects and entries were read."""
+    thr = db.settings.value_separation_threshold
+    data: dict[bytes, Entry] = {}
+    index: dict[bytes, Entry] = {}
+    entries = 0
+    for jf in m.journal:
+        path = paths.journal_object_path(jf.id)
+        raw = db._resolve_store(jf.db).get(path)
+        for off, length, b in journal_blocks(raw, path):
+            for i in range(len(b)):
+                entries += 1
+                k, s, t = b.keys[i], b.seqs[i], b.kinds[i]
+                p = b.payload(i)
+                if t & FLAG_INDEX_TREE:
+                    old = index.get(k)
+                    if old is None or old[0] <= s:
+                        index[k] = (s, t & ~FLAG_INDEX_TREE, p)
+                    continue
+                old = data.get(k)
+                if old is not None and old[0] > s:
+                    continue
+                if thr is not None and t & TYPE_MASK == KIND_VALUE and len(p) >= thr:
+                    try:
+                        body = decode_payload(t, p)[0] if t & EXTRA_FLAGS else p
+                    except CorruptionError as exc:
+                        raise exc.with_path(path) from exc
+                    if len(body) >= thr:
+                        ptr = encode_pointer(Pointer(jf.id, off, length, i, len(body)))
+                        t = (t & ~TYPE_MASK) | KIND_POINTER
+                        p = p[: len(p) - len(body)] + ptr
+                data[k] = (s, t, p)
+    return data, index, len(m.journal), entries
+
+
+def _write_run(db: Db, entries: dict[bytes, Entry], now_ms: int) -> list[SstInfo]:
+    s = db.settings
+    max_bytes = s.compactor.max_sst_size_bytes if s.compactor is not None else 64 * 1024 * 1024
+    out: list[SstInfo] = []
+    builder: SstBuilder | None = None
+
+    def finish() -> None:
+        nonlocal builder
+        if builder is None or not builder.entries:
+            builder = None
+            return
+        data, props = builder.finish()
+        builder = None
+        for _ in range(8):
+            sid = paths.new_ulid(db.clock.now(), db.rng)
+            try:
+                db.store.put(paths.sst_path(sid), data, create=True)
+                break
+            except AlreadyExists:
+                continue
+        out.append(
+            SstInfo(
+                sid, len(data), props.first_key, props.last_key, props.entries, props.min_seq, props.max_seq
+            )
+        )
+
+    for k in sorted(entries):
+        seq, kind, payload = entries[k]
+        if kind & TYPE_MASK == KIND_TOMBSTONE:
+            continue
+        expires = payload_expiry(kind, payload)
+        if expires is not None and expires <= now_ms:
+            continue
+        if builder is None:
+            builder = SstBuilder(
+                kind=SST_TABLE,
+                block_size=s.block_size_bytes,
+                codec=CODECS[s.compression],
+                bloom_bits_per_key=s.bloom_bits_per_key,
+                created_at_ms=now_ms,
+                nonce=db.rng.getrandbits(128).to_bytes(16, "little"),
+            )
+        builder.add(k, seq, kind, payload)
+        if builder.estimated_size >= max_bytes:
+            finish()
+    finish()
+    return out
+
+
+def rebuild_ledger(db: Db, *, force: bool = False) -> dict[str, Any]:
+    """Replace the ledger of ``db`` with one rebuilt from its journal (module docstring)."""
+    db.check_failure()
+    m = db.refresh_manifest()
+    if not m.journal:
+        if m.last_l0_seq == 0 and not any(True for _ in m.all_ssts()):
+            return {"manifest_id": m.id, "journal_objects": 0, "entries_read": 0, "data_keys": 0}
+        raise InvalidArgument("this database has no value journal to rebuild the ledger from")
+    if not force:
+        if m.option(OPT_COMPLETE) != "1":
+            raise InvalidDbState(
+                "the value journal does not hold every write of this database (it was not journaled "
+                "from the start), so a rebuilt ledger would lose data; use force=True (--force) to "
+                "rebuild anyway"
+            )
+        if m.ingests:
+            raise InvalidDbState(
+                "this database has bulk-ingested rows, which are not in the value journal; "
+                "use force=True (--force) to rebuild without them"
+            )
+    for _ in range(10):
+        done = _attempt(db, m)
+        if isinstance(done, dict):
+            return done
+        m = done
+    raise InvalidDbState("the ledger kept changing under the rebuild; stop the compactor and retry")
+
+
+class _Moved(Exception):
+    pass
+
+
+def _attempt(db: Db, m: Manifest) -> dict[str, Any] | Manifest:
+    """One rebuild against ``m``: the report, or the manifest to start over from."""
+    now_ms = int(db.clock.now() * 1000)
+    data, index, objects, read = replay_journal(db, m)
+    data_ssts = _write_run(db, data, now_ms)
+    index_ssts = _write_run(db, index, now_ms)
+    seen: list[Manifest] = []
+
+    def mutate(cur: Manifest) -> Manifest | None:
+        seen.append(cur)
+        trees = []
+        for name, ssts in (("data", data_ssts), ("index", index_ssts)):
+            t = cur.tree(name)
+            newer = tuple(s for s in t.l0 if s.min_seq > m.last_l0_seq)
+            for s in t.ssts():
+                if s.max_seq > m.last_l0_seq and s not in newer:
+                    raise _Moved()  # a compaction merged newer writes: start over
+            trees.append((newer, ssts))
+        rid = cur.next_run_id
+        data_t = Tree(trees[0][0], (SortedRun(rid, tuple(trees[0][1])),) if trees[0][1] else ())
+        index_t = Tree(trees[1][0], (SortedRun(rid + 1, tuple(trees[1][1])),) if trees[1][1] else ())
+        return db.decorate_manifest(replace(cur, data=data_t, index=index_t, next_run_id=rid + 2))
+
+    try:
+        after = db.update_manifest(mutate)
+    except _Moved:
+        for s in (*data_ssts, *index_ssts):
+            db.store.delete(paths.sst_path(s.id))
+        return seen[-1] if seen else db.refresh_manifest()
+    return {
+        "manifest_id": after.id,
+        "journal_objects": objects,
+        "entries_read": read,
+        "data_keys": sum(s.entries for s in data_ssts),
+        "index_entries": sum(s.entries for s in index_ssts),
+        "ssts_written": len(data_ssts) + len(index_ssts),
+        "bytes_written": sum(s.size for s in (*data_ssts, *index_ssts)),
+    }
+
+
+__all__ = ["rebuild_ledger", "replay_journal"]

@@ -1,0 +1,62 @@
+"""Value-journal tests: fixtures, and the seed of every randomized test.
+
+Randomized tests draw from ``SHALEDB_JOURNAL_SEED`` (a fresh one per run
+otherwise); each prints it, and a failing test's report ends with the command
+that replays it. The model-based test runs under Hypothesis, which prints its
+own reproduction blob.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from journal_kit import JOURNAL_SEED
+
+from shaledb.store import ObjectStore, drop_memory_store, open_store
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        report.sections.append(
+            ("journal test seed", f"SHALEDB_JOURNAL_SEED={JOURNAL_SEED} .venv/bin/pytest '{item.nodeid}'")
+        )
+    return report
+
+
+@pytest.fixture
+def memory_url() -> Iterator[str]:
+    name = f"journal-{uuid.uuid4().hex}"
+    yield f"memory://{name}"
+    drop_memory_store(name)
+
+
+@pytest.fixture(params=["memory", "local"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database URL of each kind."""
+    if request.param == "memory":
+        name = f"journal-{uuid.uuid4().hex}"
+        yield f"memory://{name}"
+        drop_memory_store(name)
+    else:
+        yield str(tmp_path / "db")
+
+
+@pytest.fixture
+def seed() -> int:
+    print(f"SHALEDB_JOURNAL_SEED={JOURNAL_SEED}")
+    return JOURNAL_SEED
+
+
+def store_of(url: str) -> ObjectStore:
+    return open_store(url)
