@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from operator import itemgetter
 
 from .errors import CorruptionError
@@ -198,8 +199,7 @@ def sources(
     view: ReadView, tables: TableCache, start: bytes | None, end: bytes | None, seq: int | None, reverse: bool
 ) -> list[Iterator[Row]]:
     """One row iterator per source overlapping ``[start, end)``, newest first."""
-    out: list[Iterator[Row]] = [view.mem.items_in(start, end, seq, reverse)]
-    out.extend(imm.items_in(start, end, seq, reverse) for imm in view.imms)
+    out: list[Iterator[Row]] = [m.items_in(start, end, seq, reverse) for m in (view.mem, *view.imms) if m.d]
     for info in view.l0:
         if (end is not None and info.first_key >= end) or (start is not None and info.last_key < start):
             continue
@@ -246,7 +246,23 @@ def scan_items(
 ) -> Iterator[tuple[bytes, bytes]]:
     """``(key, value)`` pairs in ``[start, end)`` visible at ``seq``."""
     if limit is not None and limit <= 0:
-        return
+        return iter(())
+    only = _only_ssts(view, start, end)
+    if only is not None:
+        return _scan_ssts(tables, vis, only, start, end, seq, reverse, limit)
+    return _scan_merged(view, tables, vis, start, end, seq, reverse, limit)
+
+
+def _scan_merged(
+    view: ReadView,
+    tables: TableCache,
+    vis: Visibility,
+    start: bytes | None,
+    end: bytes | None,
+    seq: int | None,
+    reverse: bool,
+    limit: int | None,
+) -> Iterator[tuple[bytes, bytes]]:
     rows = newest_rows(merge_rows(sources(view, tables, start, end, seq, reverse), reverse), seq)
     n = 0
     value = vis.value
@@ -261,3 +277,63 @@ def scan_items(
         n += 1
         if limit is not None and n >= limit:
             return
+
+
+def _only_ssts(view: ReadView, start: bytes | None, end: bytes | None) -> list[SstInfo] | None:
+    """The SSTs of the one source that holds the range, when the memtables are empty.
+
+    One L0 SST or one sorted run never repeats a key (a memtable flush keeps
+    the newest entry per key; compaction and ingest write one version), so
+    such a scan needs no merge and no de-duplication: the common case after
+    a reopen, a compaction or a bulk load.
+    """
+    if view.mem.d or any(m.d for m in view.imms):
+        return None
+    l0 = [
+        s
+        for s in view.l0
+        if not ((end is not None and s.first_key >= end) or (start is not None and s.last_key < start))
+    ]
+    runs = [r for r in view.runs if r.covering(start, end)]
+    if len(l0) + len(runs) != 1:
+        return None
+    return l0 if l0 else runs[0].covering(start, end)
+
+
+def _scan_ssts(
+    tables: TableCache,
+    vis: Visibility,
+    infos: list[SstInfo],
+    start: bytes | None,
+    end: bytes | None,
+    seq: int | None,
+    reverse: bool,
+    limit: int | None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """Pairs from SSTs of one source, a block at a time (see ``_only_ssts``)."""
+    left = limit
+    value = vis.value
+    for info in reversed(infos) if reverse else infos:
+        r = tables.reader(info)
+        capped = seq is not None and info.max_seq > seq
+        for keys, seqs, kinds, payloads in r.chunks_reversed(start, end) if reverse else r.chunks(start, end):
+            if reverse:
+                keys, seqs, kinds, payloads = keys[::-1], seqs[::-1], kinds[::-1], payloads[::-1]
+            if not capped and kinds.count(0) == len(kinds):
+                pairs: list[tuple[bytes, bytes]] | zip[tuple[bytes, bytes]] = zip(keys, payloads)
+                n = len(keys)
+            else:
+                pairs = []
+                for k, s, kind, p in zip(keys, seqs, kinds, payloads):
+                    if capped and s > seq:  # type: ignore[operator]
+                        continue
+                    v = p if kind == 0 else value(k, kind, p)
+                    if v is not None:
+                        pairs.append((k, v))
+                n = len(pairs)
+            if left is not None:
+                if n >= left:
+                    yield from islice(pairs, left)
+                    return
+                left -= n
+            yield from pairs
