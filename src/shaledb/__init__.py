@@ -27,8 +27,11 @@ from .errors import (
     Unavailable,
 )
 from .gc import GarbageCollector, GcReport
+from .indexes import Head
+from .journal.backup import BackupReport
+from .journal.compaction import JournalCompactionReport
 from .manifest.model import Checkpoint
-from .settings import CompactorOptions, GcOptions, RetryOptions, Settings
+from .settings import CompactorOptions, GcOptions, JournalOptions, RetryOptions, Settings
 
 open = Db.open
 
@@ -51,6 +54,10 @@ __all__ = [
     "GarbageCollector",
     "GcOptions",
     "GcReport",
+    "Head",
+    "BackupReport",
+    "JournalCompactionReport",
+    "JournalOptions",
     "InvalidArgument",
     "InvalidDbState",
     "NotFound",

@@ -882,6 +882,10 @@ class Db(DbExtras):
             "cache_hits": self.cache.hits,
             "cache_misses": self.cache.misses,
             "next_wal_id": self.wal.next_id,
+            "index_ssts": sum(1 for _ in m.index.ssts()),
+            "journal_files": len(m.journal),
+            "journal_bytes": sum(j.size for j in m.journal),
+            "journal_block_reads": self.journal.reads,
         }
 
     def __repr__(self) -> str:

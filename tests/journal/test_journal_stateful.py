@@ -19,10 +19,15 @@ pointers and multi-block SSTs appear within a few steps. Rules:
   writer opens on the inner store: every acknowledged write survives);
 * snapshots: opened at any point, read after any of the above (including
   journal compaction and GC): they must keep returning the model as it was
-  when they were taken, values included.
+  when they were taken, values included;
+* an armed crash that fires at the n-th store call from now, in whichever
+  thread makes it (a WAL write, an L0 flush, a journal compaction's rewrite,
+  repoint or commit, a rebuild, a close or an open).
 
 The recovery strategy (``retain`` or ``recovr``) and the compression are drawn
-per example. Every write is durable, so after a crash the model is exact.
+per example. Every write is durable, so after a crash the database must hold
+exactly the model -- plus, when the crash hit a write before it was
+acknowledged, possibly that write (checked on values, heads and index terms).
 Budget: ``SHALEDB_JOURNAL_EXAMPLES`` (default 150) examples of
 ``SHALEDB_JOURNAL_STEPS`` (default 60) steps on the memory store, a tenth of
 that on a local directory; Hypothesis prints the failing steps and the seed
@@ -31,11 +36,13 @@ everything is derived from.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -52,6 +59,26 @@ from shaledb.store import drop_memory_store, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash
 from shaledb.testing.model import expected_scan
 from shaledb.testing.strategies import KEYS, PREFIXES, bounds, keys
+
+Rule = Callable[..., None]
+
+
+def crashable(fn: Rule) -> Rule:
+    """Run a rule; if the store "crashed" under it, recover as a new process would."""
+
+    @functools.wraps(fn)
+    def wrapper(self: JournalMachine, *args: Any, **kwargs: Any) -> None:
+        try:
+            fn(self, *args, **kwargs)
+        except BaseException as exc:
+            if not self._is_crash(exc):
+                raise
+            self._recover()
+        finally:
+            self._maybe = None
+
+    return wrapper
+
 
 EXAMPLES = int(os.environ.get("SHALEDB_JOURNAL_EXAMPLES", "150"))
 STEPS = int(os.environ.get("SHALEDB_JOURNAL_STEPS", "60"))
@@ -104,6 +131,8 @@ class JournalMachine(RuleBasedStateMachine):
             self.inner = open_store(os.path.join(self.tmpdir, "db"))
         self.model = RichModel()
         self.snaps: list[tuple[Any, RichModel]] = []
+        self._maybe: RichModel | None = None
+        self.armed = False
 
     @initialize(
         seed=st.integers(0, 2**32 - 1),
@@ -119,6 +148,7 @@ class JournalMachine(RuleBasedStateMachine):
 
     def _open(self) -> None:
         self.faults = FaultInjectingStore(self.inner, seed=self.rng.getrandbits(32))
+        self.armed = False
         self.db = Db.open(
             store=self.faults, settings=self.settings, clock=self.clock, seed=self.rng.getrandbits(64)
         )
@@ -140,39 +170,57 @@ class JournalMachine(RuleBasedStateMachine):
 
     # ---------------------------------------------------------------- writes
 
+    def _write(self, new: RichModel, fn: Callable[[], Any]) -> None:
+        """Apply a write; the model takes it once it is acknowledged (see ``crashable``)."""
+        self._maybe = new
+        fn()
+        self.model = new
+
     @rule(op=rich_puts())
+    @crashable
     def put(self, op: tuple[Any, ...]) -> None:
         assert self.db is not None
+        db = self.db
         key, value, meta, ttl, idx = op
-        self.db.put(key, value, metadata=meta, ttl=ttl, indexes=idx)
-        self.model.put(key, value, self.now_ms(), metadata=meta, ttl_s=ttl, indexes=idx)
+        new = self.model.copy()
+        new.put(key, value, self.now_ms(), metadata=meta, ttl_s=ttl, indexes=idx)
+        self._write(new, lambda: db.put(key, value, metadata=meta, ttl=ttl, indexes=idx))
 
     @rule(key=keys(), value=values())
+    @crashable
     def plain_put(self, key: bytes, value: bytes) -> None:
         assert self.db is not None
-        self.db.put(key, value)
-        self.model.put(key, value, self.now_ms())
+        db = self.db
+        new = self.model.copy()
+        new.put(key, value, self.now_ms())
+        self._write(new, lambda: db.put(key, value))
 
     @rule(key=keys())
+    @crashable
     def delete(self, key: bytes) -> None:
         assert self.db is not None
-        self.db.delete(key)
-        self.model.delete(key)
+        db = self.db
+        new = self.model.copy()
+        new.delete(key)
+        self._write(new, lambda: db.delete(key))
 
     @rule(ops=st.lists(st.one_of(rich_puts(), keys()), min_size=1, max_size=5))
+    @crashable
     def batch(self, ops: list[Any]) -> None:
         assert self.db is not None
+        db = self.db
         wb = WriteBatch()
         now = self.now_ms()
+        new = self.model.copy()
         for op in ops:
             if isinstance(op, bytes):
                 wb.delete(op)
-                self.model.delete(op)
+                new.delete(op)
             else:
                 key, value, meta, ttl, idx = op
                 wb.put(key, value, metadata=meta, ttl=ttl, indexes=idx)
-                self.model.put(key, value, now, metadata=meta, ttl_s=ttl, indexes=idx)
-        self.db.write(wb)
+                new.put(key, value, now, metadata=meta, ttl_s=ttl, indexes=idx)
+        self._write(new, lambda: db.write(wb))
 
     @rule(seconds=st.sampled_from([0.5, 1.0, 3.0]))
     def advance_clock(self, seconds: float) -> None:
@@ -181,6 +229,7 @@ class JournalMachine(RuleBasedStateMachine):
     # ----------------------------------------------------------------- reads
 
     @rule(key=keys())
+    @crashable
     def get_and_head(self, key: bytes) -> None:
         assert self.db is not None
         now = self.now_ms()
@@ -202,6 +251,7 @@ class JournalMachine(RuleBasedStateMachine):
         reverse=st.booleans(),
         limit=st.one_of(st.none(), st.integers(0, 5)),
     )
+    @crashable
     def scans(
         self, start: bytes | None, end: bytes | None, prefix: bytes | None, reverse: bool, limit: int | None
     ) -> None:
@@ -216,6 +266,7 @@ class JournalMachine(RuleBasedStateMachine):
         ]
 
     @rule()
+    @crashable
     def folds(self) -> None:
         assert self.db is not None
         items = self.model.items(self.now_ms())
@@ -237,6 +288,7 @@ class JournalMachine(RuleBasedStateMachine):
         regex=st.one_of(st.none(), st.sampled_from([b"a", b"^b", b"\x00"])),
         limit=st.one_of(st.none(), st.integers(0, 4)),
     )
+    @crashable
     def index_query(
         self,
         fld: str,
@@ -257,6 +309,7 @@ class JournalMachine(RuleBasedStateMachine):
         assert got == (want if return_terms else [k for _, k in want])
 
     @rule(fld=st.sampled_from(FIELDS))
+    @crashable
     def index_pages(self, fld: str) -> None:
         """Paging with limit 2 and ``start_key = last + NUL`` walks the whole field once."""
         assert self.db is not None
@@ -285,6 +338,7 @@ class JournalMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------- snapshots
 
     @rule()
+    @crashable
     def snapshot_open(self) -> None:
         assert self.db is not None
         if len(self.snaps) >= 3:
@@ -292,6 +346,7 @@ class JournalMachine(RuleBasedStateMachine):
         self.snaps.append((self.db.snapshot(), self.model.copy()))
 
     @rule(pick=st.integers(0, 255), key=keys(), fld=st.sampled_from(FIELDS))
+    @crashable
     def snapshot_read(self, pick: int, key: bytes, fld: str) -> None:
         if not self.snaps:
             return
@@ -313,11 +368,13 @@ class JournalMachine(RuleBasedStateMachine):
     # ----------------------------------------------------------- maintenance
 
     @rule()
+    @crashable
     def flush_memtable(self) -> None:
         assert self.db is not None
         self.db.flush(memtable=True)
 
     @rule()
+    @crashable
     def compact_ledger(self) -> None:
         assert self.db is not None
         self.db.flush(memtable=True)
@@ -331,6 +388,7 @@ class JournalMachine(RuleBasedStateMachine):
         self.db.refresh_manifest()
 
     @rule(standalone=st.booleans())
+    @crashable
     def compact_journal(self, standalone: bool) -> None:
         assert self.db is not None
         self.db.flush(memtable=True)  # no background flush may add journal files between the runs
@@ -350,11 +408,16 @@ class JournalMachine(RuleBasedStateMachine):
         assert not again.runs, f"journal compaction did not converge: {again.to_dict()}"
 
     @rule()
+    @crashable
     def gc(self) -> None:
+        """GC with no minimum age: first let the writer finish its flushes (an L0 SST
+        written but not yet committed is young, and GC only spares young objects)."""
         assert self.db is not None
+        self.db.flush(memtable=True)
         collect(self.inner, self.clock)
 
     @rule()
+    @crashable
     def rebuild_ledger(self) -> None:
         assert self.db is not None
         if self.strategy != "retain":
@@ -362,30 +425,79 @@ class JournalMachine(RuleBasedStateMachine):
         self.db.rebuild_ledger()
 
     @rule()
+    @crashable
     def reopen(self) -> None:
         assert self.db is not None
         for s, _ in self.snaps:
             s.close()
         self.snaps = []
         self.db.close()
+        if self.faults.crashed:  # an armed crash hit a background thread (or the close)
+            self._recover()
+            return
         self._open()
 
     @rule()
     def crash(self) -> None:
+        self._recover()
+
+    @rule(n=st.integers(1, 40), action=st.sampled_from(["crash", "apply_then_crash"]))
+    def arm_crash(self, n: int, action: str) -> None:
+        """Crash at the n-th store call from now, whichever thread makes it."""
+        if not self.armed:
+            self.faults.clear_calls()
+            self.faults.add_rule(action, nth=n)  # type: ignore[arg-type]
+            self.armed = True
+
+    def _is_crash(self, exc: BaseException) -> bool:
+        return isinstance(exc, (SimulatedCrash, ShaleError)) and self.faults.crashed
+
+    def _signature(self, model: RichModel) -> Any:
+        now = self.now_ms()
+        live = model.live(now)
+        heads = {k: (r.value, r.metadata, r.expires_ms, r.terms) for k, r in live.items()}
+        return heads, [model.index(f, now) for f in FIELDS]
+
+    def _observed(self) -> Any:
         assert self.db is not None
-        for s, _ in self.snaps:
-            s.close()
+        heads = {}
+        for k, v in self.db.scan():
+            h = self.db.head(k)
+            assert h is not None
+            exp = None if h.expires_at is None else round(h.expires_at * 1000)
+            heads[k] = (v, h.metadata, exp, dict(h.indexes))
+        return heads, [self.db.index_query(f, return_terms=True) for f in FIELDS]
+
+    def _recover(self) -> None:
+        """The writer process died: reopen on the inner store; it must hold the model,
+        or the model plus the write that was in flight (``_maybe``)."""
+        maybe = self._maybe
+        self._maybe = None
+        for snap, _ in self.snaps:
+            try:
+                snap.close()
+            except (ShaleError, SimulatedCrash):
+                pass
         self.snaps = []
         self.faults.crash()
-        try:
-            self.db.close()
-        except (ShaleError, SimulatedCrash):
-            pass
+        if self.db is not None:
+            try:
+                self.db.close()
+            except (ShaleError, SimulatedCrash):
+                pass
         self._open()
+        got = self._observed()
+        if got == self._signature(self.model):
+            return
+        assert maybe is not None and got == self._signature(maybe), (
+            "recovered state is neither the acknowledged one nor it plus the write in flight"
+        )
+        self.model = maybe
 
     @invariant()
+    @crashable
     def live_reads_match(self) -> None:
-        if self.db is None:
+        if self.db is None or self.faults.crashed or self.db.closing_without_wait():
             return
         now = self.now_ms()
         items = self.model.items(now)

@@ -16,12 +16,15 @@ may still need.
    of 64 KiB values reads a few hundred KiB per object, not the values. The
    choice of blocks is seeded by the object's name: the same object scores
    the same against the same ledger, which makes compaction converge.
-2. **Pick a run.** For every run of 1..``max_run_length`` consecutive objects,
+2. **Pick runs.** For every run of 1..``max_run_length`` consecutive objects,
    ``target(L) = SF + (MR - SF) / (MRL - 1) * (L - 1)`` (SF, MR: the single-object
    and full-run targets; SF when MRL = 1) and ``score = target(L) - mean(scores)``.
    The best score wins (ties: the longer run); nothing is done unless it is
    above 0. With the defaults (30, 70, 8) a lone object must be under 30 %
-   live and a run of 8 under 70 % on average.
+   live and a run of 8 under 70 % on average. A pass takes the best run, then
+   the best among the objects left, and so on (runs never overlap), and
+   handles them together: one ledger repoint and one commit per pass. Passes
+   repeat until one finds nothing.
 3. **Rewrite.** Each object of the run is read whole (CRC-checked) and each
    entry kept or dropped: a data value is kept if it is the key's current,
    live version in the ledger; under the ``retain`` strategy the key changes
@@ -35,7 +38,7 @@ may still need.
 4. **Repoint and commit.** The ledger SSTs whose pointers move (data-tree
    SSTs whose sequence range meets the run's) are rewritten with the new
    pointers -- they hold keys, metadata and pointers, so they are small --
-   and one manifest CAS swaps them and replaces the run in the journal list.
+   and one manifest CAS swaps them and replaces the runs in the journal list.
    The CAS re-validates like a compaction commit: the run must still be in
    the journal list, the replaced SSTs still in the tree, and any SST that
    appeared meanwhile and may hold pointers into the run (a ledger
@@ -58,18 +61,14 @@ from __future__ import annotations
 
 import logging
 import random
-import struct
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .. import paths
-from ..cache import LruCache
-from ..clock import Clock
-from ..errors import AlreadyExists, ClosedError, CorruptionError, InvalidArgument, ObjectNotFound, ShaleError
-from ..format.coding import CODEC_NONE, CODECS, TRAILER_SIZE, u32_array, u64_array
+from ..errors import AlreadyExists, ClosedError, CorruptionError, InvalidArgument, ShaleError
+from ..format.coding import CODECS
 from ..format.journal import Pointer, decode_pointer, encode_pointer
 from ..format.row import (
     FLAG_INDEX_TREE,
@@ -79,34 +78,23 @@ from ..format.row import (
     KIND_VALUE,
     TYPE_MASK,
     decode_payload,
-    payload_expiry,
 )
 from ..format.sst import (
     SST_JOURNAL,
     SST_TABLE,
     SstBuilder,
-    SstMeta,
     decode_data_block,
     decode_meta,
     decode_sst,
 )
 from ..manifest.model import JournalFile, Manifest, SortedRun, SstInfo, Tree
-from ..memtable import Memtable
-from ..reader import ReadView, Visibility, lookup
-from ..settings import JournalOptions, Settings
-from ..sstable import TableCache
-from ..store.base import ObjectStore
+from .hosts import CompactionHost, StandaloneHost, WriterHost
+from .scoring import DROP, TOMB, FileScore, _Ledger, best_run, block_head, plan_runs, score_file
 
 if TYPE_CHECKING:
     from ..db import Db
 
 log = logging.getLogger("shaledb.journal")
-
-_TAIL_READ_BYTES = 64 * 1024
-_HEAD_READ_BYTES = 2048
-_U32 = struct.Struct("<I")
-
-Mutator = Callable[[Manifest], Manifest | None]
 
 
 class _Restart(Exception):
@@ -118,17 +106,6 @@ class _Gone(Exception):
 
 
 # ------------------------------------------------------------------ report
-
-
-@dataclass
-class FileScore:
-    id: str
-    db: int
-    size: int
-    score: float
-    """Estimated percentage of the object's bytes compaction would keep."""
-    sampled: int
-    damaged: bool = False
 
 
 @dataclass
@@ -148,6 +125,8 @@ class JournalCompactionReport:
     """Bytes of the journal objects rewritten (and later reclaimed by GC)."""
     bytes_rewritten: int = 0
     """Bytes of the new journal objects."""
+    bytes_kept: int = 0
+    """Key and payload bytes of the entries kept (the rest of ``bytes_read`` was dead or overhead)."""
     entries_kept: int = 0
     entries_dropped: int = 0
     entries_converted: int = 0
@@ -181,6 +160,7 @@ class JournalCompactionReport:
             "outputs": list(self.outputs),
             "bytes_read": self.bytes_read,
             "bytes_rewritten": self.bytes_rewritten,
+            "bytes_kept": self.bytes_kept,
             "bytes_reclaimed": self.bytes_reclaimed,
             "entries_kept": self.entries_kept,
             "entries_dropped": self.entries_dropped,
@@ -191,319 +171,6 @@ class JournalCompactionReport:
             "retries": self.retries,
             "duration_s": round(self.duration_s, 3),
         }
-
-
-# -------------------------------------------------------------------- hosts
-
-
-class CompactionHost(Protocol):
-    """What journal compaction needs from its environment (writer or standalone)."""
-
-    store: ObjectStore
-    clock: Clock
-    rng: random.Random
-    settings: Settings
-    tables: TableCache
-    lock: threading.Lock
-
-    def store_for(self, db: int) -> ObjectStore: ...
-
-    def latest(self) -> Manifest: ...
-
-    def update(self, mutate: Mutator) -> Manifest: ...
-
-    def check_open(self) -> None: ...
-
-
-class WriterHost:
-    """Journal compaction inside the writer: commits go through ``Db.update_manifest``."""
-
-    def __init__(self, db: Db) -> None:
-        self.db = db
-        self.store = db.store
-        self.clock = db.clock
-        self.rng = random.Random(db.rng.getrandbits(64))
-        self.settings = db.settings
-        self.tables = db.tables
-        self.lock = db._journal_lock
-
-    def store_for(self, db: int) -> ObjectStore:
-        return self.db._resolve_store(db)
-
-    def latest(self) -> Manifest:
-        return self.db.refresh_manifest()
-
-    def update(self, mutate: Mutator) -> Manifest:
-        db = self.db
-
-        def decorated(m: Manifest) -> Manifest | None:
-            nxt = mutate(m)
-            return None if nxt is None else db.decorate_manifest(nxt)
-
-        return db.update_manifest(decorated)
-
-    def check_open(self) -> None:
-        from ..db import _OPEN
-
-        if self.db._state != _OPEN:
-            raise ClosedError("the database is closing: journal compaction stops")
-        self.db.check_failure()
-
-
-class StandaloneHost:
-    """Journal compaction by another process (``shaledb compact-journal``): plain manifest CAS."""
-
-    _locks: ClassVar[dict[str, threading.Lock]] = {}
-    _locks_guard: ClassVar[threading.Lock] = threading.Lock()
-
-    def __init__(
-        self,
-        store: ObjectStore,
-        *,
-        settings: Settings,
-        clock: Clock,
-        rng: random.Random,
-        store_options: dict[str, Any] | None = None,
-    ) -> None:
-        from ..external import ExternalStores, default_factory
-        from ..manifest.store import ManifestStore
-
-        self.store = store
-        self.clock = clock
-        self.rng = rng
-        self.settings = settings
-        self.manifests = ManifestStore(store, clock, random.Random(rng.getrandbits(64)), author="journal")
-        self.external = ExternalStores(default_factory(settings.retry, clock, random.Random(), store_options))
-        self._manifest: Manifest | None = None
-        self.tables = TableCache(self.store_for, LruCache(64 * 1024 * 1024), settings.sst_read_ahead_bytes)
-        with self._locks_guard:
-            self.lock = self._locks.setdefault(store.describe(), threading.Lock())
-
-    def store_for(self, db: int) -> ObjectStore:
-        if db == 0:
-            return self.store
-        return self.external.store_for(db, self._manifest or self.latest())
-
-    def latest(self) -> Manifest:
-        self._manifest = self.manifests.require_latest()
-        return self._manifest
-
-    def update(self, mutate: Mutator) -> Manifest:
-        self._manifest = self.manifests.update(
-            mutate, timeout_s=self.settings.manifest_update_timeout_s, current=self._manifest
-        )
-        return self._manifest
-
-    def check_open(self) -> None:
-        return None
-
-
-# ------------------------------------------------------------------ ledger
-
-
-KEEP, DROP, TOMB = 1, 0, 2
-_CURRENT, _EXPIRED, _REPLACED, _MISSING = 0, 1, 2, 3
-
-
-class _Ledger:
-    """The ledger of one manifest (SSTs only) and the keep/drop rule."""
-
-    def __init__(self, host: CompactionHost, m: Manifest, strategy: str) -> None:
-        self.m = m
-        self.tables = host.tables
-        self.data = ReadView(Memtable(), (), m)
-        self.index = ReadView(Memtable(), (), m, tree="index")
-        self.vis = Visibility(lambda: int(host.clock.now() * 1000), None)
-        self.retain = strategy == "retain"
-
-    def keep(self, key: bytes, seq: int, kind: int) -> bool:
-        """Whether compaction keeps this entry as it is (scoring: anything else is replaced)."""
-        return self.decide(key, seq, kind, None) == KEEP
-
-    def decide(self, key: bytes, seq: int, kind: int, payload: bytes | None) -> int:
-        """KEEP, DROP or TOMB (keep as a tombstone) for one journal entry (module docstring, step 3).
-
-        Under ``retain`` a value is dropped only when a newer entry of its key
-        stays in the journal: the current, live value is kept; a value that
-        has expired -- current, or gone from the ledger because compaction
-        reaped it -- becomes a tombstone, so a rebuild cannot resurrect an
-        older value of the key; a value the ledger holds a newer version of
-        is dropped (that version, or its tombstone, is kept).
-        """
-        if kind & FLAG_INDEX_TREE:
-            if self.retain:
-                return KEEP
-            return KEEP if self._status(self.index, key, seq) == _CURRENT else DROP
-        status = self._status(self.data, key, seq)
-        if kind & TYPE_MASK == KIND_TOMBSTONE:
-            return KEEP if self.retain or status == _CURRENT else DROP
-        if status == _CURRENT:
-            return KEEP
-        if not self.retain or status == _REPLACED or payload is None:
-            return DROP
-        # Current but expired, or missing from the ledger: keep the key change.
-        if status == _EXPIRED:
-            return TOMB
-        try:
-            expires = payload_expiry(kind, payload)
-        except CorruptionError:
-            return DROP
-        return TOMB if expires is not None and expires <= self.vis.now_ms() else DROP
-
-    def _status(self, view: ReadView, key: bytes, seq: int) -> int:
-        e = lookup(view, self.tables, key, None)
-        if e is None:
-            return _MISSING
-        if e[0] != seq:
-            return _REPLACED
-        if e[1] & TYPE_MASK == KIND_TOMBSTONE or self.vis.alive(e[1], e[2]):
-            return _CURRENT
-        return _EXPIRED
-
-
-# ----------------------------------------------------------------- scoring
-
-
-def read_journal_meta(store: ObjectStore, jf: JournalFile) -> SstMeta:
-    path = paths.journal_object_path(jf.id)
-    size = jf.size
-    try:
-        tail = store.get_range(path, max(0, size - _TAIL_READ_BYTES), size)
-        if len(tail) != min(size, _TAIL_READ_BYTES):
-            raise CorruptionError(f"object is shorter than the {size} bytes the manifest records")
-        meta = _decode_tail(store, path, tail, size)
-    except CorruptionError as exc:
-        raise exc.with_path(path) from exc
-    return meta
-
-
-def _decode_tail(store: ObjectStore, path: str, tail: bytes, size: int) -> SstMeta:
-    from ..format.sst import parse_footer
-
-    footer = parse_footer(tail, size)
-    if footer.meta_start < size - len(tail):
-        tail = store.get_range(path, footer.meta_start, size)
-    return decode_meta(tail, size)
-
-
-def block_head(raw: bytes) -> tuple[list[bytes], list[int], bytes, list[int]] | int:
-    """Keys, seqs, kinds and payload sizes from the first bytes of an uncompressed
-    stored block; or the number of bytes needed when ``raw`` is too short."""
-    if len(raw) < 4:
-        return 4
-    n: int = _U32.unpack_from(raw, 0)[0]
-    if n > (1 << 24):
-        raise CorruptionError(f"block claims {n} entries")
-    fixed = 4 + 8 * (n + 1) + 9 * n
-    if len(raw) < fixed:
-        return fixed
-    key_off = u32_array(raw, 4, n + 1, "block key offsets")
-    val_off = u32_array(raw, 4 + 4 * (n + 1), n + 1, "block value offsets")
-    need = fixed + int(key_off[-1])
-    if len(raw) < need:
-        return need
-    seqs = u64_array(raw, 4 + 8 * (n + 1), n, "block sequence numbers").tolist()
-    kinds = raw[4 + 8 * (n + 1) + 8 * n : fixed]
-    keys = [raw[fixed + key_off[i] : fixed + key_off[i + 1]] for i in range(n)]
-    if key_off.tolist() != sorted(key_off.tolist()) or val_off.tolist() != sorted(val_off.tolist()):
-        raise CorruptionError("block offsets decrease")
-    sizes = [val_off[i + 1] - val_off[i] for i in range(n)]
-    return keys, seqs, bytes(kinds), sizes
-
-
-def score_file(host: CompactionHost, ledger: _Ledger, jf: JournalFile, sample: int) -> FileScore:
-    """Leveled's score of one journal object (module docstring, step 1)."""
-    store = host.store_for(jf.db)
-    path = paths.journal_object_path(jf.id)
-    try:
-        meta = read_journal_meta(store, jf)
-        nb = len(meta.index)
-        if nb == 0:
-            return FileScore(jf.id, jf.db, jf.size, 0.0, 0)
-        per_block = max(1.0, meta.props.entries / nb)
-        want = max(1, min(nb, round(sample / per_block)))
-        rng = random.Random(zlib.crc32(jf.id.encode()))
-        chosen = sorted(rng.sample(range(nb), want))
-        rows = _sample_blocks(store, path, meta, chosen)
-    except (CorruptionError, ObjectNotFound) as exc:
-        log.warning("journal object %s cannot be scored (left alone): %s", path, exc)
-        return FileScore(jf.id, jf.db, jf.size, 100.0, 0, damaged=True)
-    active = replaced = 0
-    for keys, seqs, kinds, sizes in rows:
-        last = _last_flags(keys, seqs)
-        for i, k in enumerate(keys):
-            size = len(k) + sizes[i]
-            if last[i] and ledger.keep(k, seqs[i], kinds[i]):
-                active += size
-            else:
-                replaced += size
-    total = active + replaced
-    score = 100.0 * active / total if total else 0.0
-    return FileScore(jf.id, jf.db, jf.size, score, sum(len(r[0]) for r in rows))
-
-
-def _sample_blocks(
-    store: ObjectStore, path: str, meta: SstMeta, chosen: list[int]
-) -> list[tuple[list[bytes], list[int], bytes, list[int]]]:
-    offs = meta.index.offsets
-    codec_none = meta.props.codec == CODEC_NONE
-    spans = [(offs[i], offs[i + 1]) for i in chosen]
-    if codec_none:
-        reads = [(a, min(b - TRAILER_SIZE, a + _HEAD_READ_BYTES)) for a, b in spans]
-    else:
-        reads = list(spans)
-    raws = store.get_ranges(path, reads)
-    out = []
-    again: list[int] = []
-    for j, raw in enumerate(raws):
-        if not codec_none:
-            b = decode_data_block(raw)
-            out.append((b.keys, b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))]))
-            continue
-        head = block_head(raw)
-        if isinstance(head, int):
-            again.append(j)
-            out.append(([], [], b"", []))
-        else:
-            out.append(head)
-    if again:
-        more = store.get_ranges(path, [spans[j] for j in again])
-        for j, raw in zip(again, more):
-            b = decode_data_block(raw)
-            out[j] = (b.keys, b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))])
-    return out
-
-
-def _last_flags(keys: Sequence[bytes], seqs: Sequence[int]) -> list[bool]:
-    keep = [True] * len(keys)
-    seen: set[tuple[bytes, int]] = set()
-    for i in range(len(keys) - 1, -1, -1):
-        ks = (keys[i], seqs[i])
-        if ks in seen:
-            keep[i] = False
-        else:
-            seen.add(ks)
-    return keep
-
-
-def best_run(scores: Sequence[float], opts: JournalOptions) -> tuple[int, int, float] | None:
-    """``(start, length, run score)`` of the most rewarding run, or None (module docstring, step 2)."""
-    n = len(scores)
-    mrl = opts.max_run_length
-    sf, mr = opts.single_file_target_pct, opts.max_run_target_pct
-    best: tuple[int, int, float] | None = None
-    for length in range(1, min(mrl, n) + 1):
-        target = sf if mrl == 1 else sf + (mr - sf) / (mrl - 1) * (length - 1)
-        window = sum(scores[:length])
-        for start in range(0, n - length + 1):
-            if start:
-                window += scores[start + length - 1] - scores[start - 1]
-            rs = target - window / length
-            if best is None or rs > best[2] + 1e-9 or (abs(rs - best[2]) <= 1e-9 and length > best[1]):
-                best = (start, length, rs)
-    if best is None or best[2] <= 0:
-        return None
-    return best
 
 
 # ----------------------------------------------------------------- rewrite
@@ -517,6 +184,7 @@ class _Rewrite:
     bytes_read: int = 0
     bytes_written: int = 0
     kept: int = 0
+    kept_bytes: int = 0
     dropped: int = 0
     converted: int = 0
     damaged: int = 0
@@ -671,6 +339,7 @@ def rewrite_run(
                 kinds.append(t)
                 pays.append(p)
             res.kept += len(keys)
+            res.kept_bytes += sum(map(len, keys)) + sum(map(len, pays))
             out.add(keys, seqs, kinds, pays, moves)
         beat()
     out.finish()
@@ -683,18 +352,19 @@ def rewrite_run(
 class _Repoint:
     """Ledger SSTs rewritten with moved pointers, kept up to date across retries."""
 
-    def __init__(self, host: CompactionHost, run: Sequence[JournalFile], moves: dict[Any, bytes]) -> None:
+    def __init__(
+        self, host: CompactionHost, runs: Sequence[Sequence[JournalFile]], moves: dict[Any, bytes]
+    ) -> None:
         self.host = host
-        self.refs = {j.id for j in run}
-        self.lo = min(j.min_seq for j in run)
-        self.hi = max(j.max_seq for j in run)
+        self.refs = {j.id for run in runs for j in run}
+        self.spans = [(min(j.min_seq for j in run), max(j.max_seq for j in run)) for run in runs]
         self.moves = moves
         self.scanned: set[str] = set()
         self.replaced: dict[str, SstInfo] = {}
         self.bytes_written = 0
 
     def overlaps(self, s: SstInfo) -> bool:
-        return s.entries > 0 and s.min_seq <= self.hi and s.max_seq >= self.lo
+        return s.entries > 0 and any(s.min_seq <= hi and s.max_seq >= lo for lo, hi in self.spans)
 
     def scan(self, m: Manifest) -> None:
         """Repoint every SST of ``m``'s data tree not yet scanned that may point into the run."""
@@ -780,15 +450,19 @@ class _Repoint:
             self._discard(s)
         self.replaced = {}
 
-    def apply(self, cur: Manifest, run: Sequence[JournalFile], outputs: list[JournalFile]) -> Manifest:
-        """``cur`` with the run replaced and the SSTs repointed; raises if it must rescan."""
+    def apply(
+        self, cur: Manifest, runs: Sequence[Sequence[JournalFile]], outputs: Sequence[Sequence[JournalFile]]
+    ) -> Manifest:
+        """``cur`` with the runs replaced and the SSTs repointed; raises if it must rescan."""
         ids = [j.id for j in cur.journal]
-        run_ids = [j.id for j in run]
-        if run_ids[0] not in ids:
-            raise _Gone()
-        p = ids.index(run_ids[0])
-        if ids[p : p + len(run_ids)] != run_ids:
-            raise _Gone()
+        at = {j: i for i, j in enumerate(ids)}
+        starts: dict[int, tuple[int, Sequence[JournalFile]]] = {}
+        for run, out in zip(runs, outputs):
+            run_ids = [j.id for j in run]
+            p = at.get(run_ids[0])
+            if p is None or ids[p : p + len(run_ids)] != run_ids:
+                raise _Gone()
+            starts[p] = (len(run_ids), out)
         present = {s.id for s in cur.data.ssts()}
         if any(old not in present for old in self.replaced):
             raise _Restart("a repointed SST was replaced meanwhile")
@@ -801,8 +475,17 @@ class _Repoint:
             tuple(rep.get(s.id, s) for s in t.l0),
             tuple(SortedRun(r.id, tuple(rep.get(s.id, s) for s in r.ssts)) for r in t.runs),
         )
-        journal = (*cur.journal[:p], *outputs, *cur.journal[p + len(run_ids) :])
-        return replace(cur, data=data, journal=journal)
+        journal: list[JournalFile] = []
+        i = 0
+        while i < len(cur.journal):
+            if i in starts:
+                n, out = starts[i]
+                journal.extend(out)
+                i += n
+            else:
+                journal.append(cur.journal[i])
+                i += 1
+        return replace(cur, data=data, journal=tuple(journal))
 
 
 # -------------------------------------------------------------- the driver
@@ -815,7 +498,12 @@ def compact_journal(
     objects: Sequence[str] | None = None,
     lease_s: float = 600.0,
 ) -> JournalCompactionReport:
-    """Score the journal and compact runs until none is worth it (module docstring)."""
+    """Score the journal and compact runs until none is worth it (module docstring).
+
+    Each pass picks every run worth compacting given the scores (best first,
+    runs never overlap), rewrites them, repoints the ledger once and commits
+    once; passes repeat until one finds nothing (or ``max_runs`` runs are done).
+    """
     from ..compaction.compactor import JobLease
 
     report = JournalCompactionReport()
@@ -826,11 +514,9 @@ def compact_journal(
     try:
         opts = host.settings.journal
         scores: dict[str, FileScore] = {}
-        runs_done = 0
         forced = list(objects) if objects is not None else None
-        if forced is not None:
-            max_runs = 1
-        while max_runs is None or runs_done < max_runs:
+        gone = 0
+        while max_runs is None or len(report.runs) < max_runs:
             host.check_open()
             m = host.latest()
             report.manifest_id = m.id
@@ -847,36 +533,43 @@ def compact_journal(
                 p = ids.index(forced[0])
                 if ids[p : p + len(forced)] != forced:
                     raise InvalidArgument("objects must be consecutive journal files of the latest manifest")
-                pick: tuple[int, int, float] | None = (p, len(forced), 0.0)
+                picks = [(p, len(forced), 0.0)]
             else:
                 for jf in files:
                     if jf.id not in scores:
                         scores[jf.id] = score_file(host, ledger, jf, opts.sample_entries)
                 if not report.scores:
                     report.scores = [scores[j.id] for j in files]
-                pick = best_run([scores[j.id].score for j in files], opts)
-            if pick is None:
+                left = None if max_runs is None else max_runs - len(report.runs)
+                picks = plan_runs([scores[j.id].score for j in files], opts, left)
+            if not picks:
                 break
-            start, length, rs = pick
-            run = files[start : start + length]
+            runs = [files[a : a + n] for a, n, _ in picks]
             with JobLease(
                 host.store,
                 host.clock,
                 random.Random(host.rng.getrandbits(64)),
                 m.compactor_epoch,
                 lease_s,
-                f"journal compaction of {len(run)} objects",
+                f"journal compaction of {sum(map(len, runs))} objects",
             ) as lease:
-                done = _compact_run(host, ledger, m, run, lease, report)
-            for jf in run:
-                scores.pop(jf.id, None)
+                done = _compact_runs(host, ledger, m, runs, lease, report)
+            for run in runs:
+                for jf in run:
+                    scores.pop(jf.id, None)
             if done is None:
-                continue  # the run went away under us: score again
-            for o in done:
-                scores[o.id] = FileScore(o.id, 0, o.size, 100.0, 0)
-            report.runs.append([j.id for j in run])
-            report.run_scores.append(rs)
-            runs_done += 1
+                gone += 1
+                if gone > 3:
+                    break  # others keep compacting the same objects: leave it to them
+                continue  # a run went away under us: score again
+            for out in done:
+                for o in out:
+                    scores[o.id] = FileScore(o.id, 0, o.size, 100.0, 0)
+            for run, (_a, _n, rs) in zip(runs, picks):
+                report.runs.append([j.id for j in run])
+                report.run_scores.append(rs)
+            if forced is not None:
+                break
     finally:
         host.lock.release()
         report.duration_s = host.clock.monotonic() - started
@@ -892,16 +585,27 @@ def compact_journal(
     return report
 
 
-def _compact_run(
+def _compact_runs(
     host: CompactionHost,
     ledger: _Ledger,
     m: Manifest,
-    run: list[JournalFile],
+    runs: list[list[JournalFile]],
     lease: Any,
     report: JournalCompactionReport,
-) -> list[JournalFile] | None:
-    res = rewrite_run(host, ledger, run, lease.beat)
-    rp = _Repoint(host, run, res.moves)
+) -> list[list[JournalFile]] | None:
+    results = []
+    moves: dict[tuple[str, int, int], bytes] = {}
+    try:
+        for run in runs:
+            res = rewrite_run(host, ledger, run, lease.beat)
+            results.append(res)
+            moves.update(res.moves)
+    except BaseException:
+        for res in results:
+            _delete_outputs(host, res.outputs)
+        raise
+    outputs = [res.outputs for res in results]
+    rp = _Repoint(host, runs, moves)
     seen: list[Manifest] = []
 
     def mutate(cur: Manifest) -> Manifest | None:
@@ -909,7 +613,7 @@ def _compact_run(
         seen.append(cur)
         if cur.compactor_epoch != lease.epoch:
             raise _Gone()
-        return rp.apply(cur, run, res.outputs)
+        return rp.apply(cur, runs, outputs)
 
     try:
         rp.scan(m)
@@ -927,22 +631,26 @@ def _compact_run(
     except _Gone:
         report.retries += 1
         rp.discard_all()
-        _delete_outputs(host, res.outputs)
+        for out in outputs:
+            _delete_outputs(host, out)
         return None
     except BaseException:
         rp.discard_all()
-        _delete_outputs(host, res.outputs)
+        for out in outputs:
+            _delete_outputs(host, out)
         raise
-    report.outputs.extend(o.id for o in res.outputs)
-    report.bytes_read += res.bytes_read
-    report.bytes_rewritten += res.bytes_written
-    report.entries_kept += res.kept
-    report.entries_dropped += res.dropped
-    report.entries_converted += res.converted
-    report.damaged_blocks += res.damaged
+    for res in results:
+        report.outputs.extend(o.id for o in res.outputs)
+        report.bytes_read += res.bytes_read
+        report.bytes_rewritten += res.bytes_written
+        report.bytes_kept += res.kept_bytes
+        report.entries_kept += res.kept
+        report.entries_dropped += res.dropped
+        report.entries_converted += res.converted
+        report.damaged_blocks += res.damaged
     report.ledger_ssts_rewritten += len(rp.replaced)
     report.ledger_bytes_written += rp.bytes_written
-    return res.outputs
+    return outputs
 
 
 def _delete_outputs(host: CompactionHost, outputs: list[JournalFile]) -> None:

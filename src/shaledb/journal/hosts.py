@@ -1,0 +1,132 @@
+"""Where journal compaction runs: in the writer, or in another process.
+
+:class:`WriterHost` commits through ``Db.update_manifest`` (serialized with
+the writer's flushes and its compactor's commits, the new view pinned by the
+same CAS); :class:`StandaloneHost` (``shaledb compact-journal``) commits with a
+plain manifest CAS, which the running writer adopts at its next poll.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from ..cache import LruCache
+from ..clock import Clock
+from ..errors import ClosedError
+from ..manifest.model import Manifest
+from ..settings import Settings
+from ..sstable import TableCache
+from ..store.base import ObjectStore
+
+if TYPE_CHECKING:
+    from ..db import Db
+
+Mutator = Callable[[Manifest], Manifest | None]
+
+
+class CompactionHost(Protocol):
+    """What journal compaction needs from its environment (writer or standalone)."""
+
+    store: ObjectStore
+    clock: Clock
+    rng: random.Random
+    settings: Settings
+    tables: TableCache
+    lock: threading.Lock
+
+    def store_for(self, db: int) -> ObjectStore: ...
+
+    def latest(self) -> Manifest: ...
+
+    def update(self, mutate: Mutator) -> Manifest: ...
+
+    def check_open(self) -> None: ...
+
+
+class WriterHost:
+    """Journal compaction inside the writer: commits go through ``Db.update_manifest``."""
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+        self.store = db.store
+        self.clock = db.clock
+        self.rng = random.Random(db.rng.getrandbits(64))
+        self.settings = db.settings
+        self.tables = db.tables
+        self.lock = db._journal_lock
+
+    def store_for(self, db: int) -> ObjectStore:
+        return self.db._resolve_store(db)
+
+    def latest(self) -> Manifest:
+        return self.db.refresh_manifest()
+
+    def update(self, mutate: Mutator) -> Manifest:
+        db = self.db
+
+        def decorated(m: Manifest) -> Manifest | None:
+            nxt = mutate(m)
+            return None if nxt is None else db.decorate_manifest(nxt)
+
+        return db.update_manifest(decorated)
+
+    def check_open(self) -> None:
+        from ..db import _OPEN
+
+        if self.db._state != _OPEN:
+            raise ClosedError("the database is closing: journal compaction stops")
+        self.db.check_failure()
+
+
+class StandaloneHost:
+    """Journal compaction by another process (``shaledb compact-journal``): plain manifest CAS."""
+
+    _locks: ClassVar[dict[str, threading.Lock]] = {}
+    _locks_guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        settings: Settings,
+        clock: Clock,
+        rng: random.Random,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
+        from ..external import ExternalStores, default_factory
+        from ..manifest.store import ManifestStore
+
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.settings = settings
+        self.manifests = ManifestStore(store, clock, random.Random(rng.getrandbits(64)), author="journal")
+        self.external = ExternalStores(default_factory(settings.retry, clock, random.Random(), store_options))
+        self._manifest: Manifest | None = None
+        self.tables = TableCache(self.store_for, LruCache(64 * 1024 * 1024), settings.sst_read_ahead_bytes)
+        with self._locks_guard:
+            self.lock = self._locks.setdefault(store.describe(), threading.Lock())
+
+    def store_for(self, db: int) -> ObjectStore:
+        if db == 0:
+            return self.store
+        return self.external.store_for(db, self._manifest or self.latest())
+
+    def latest(self) -> Manifest:
+        self._manifest = self.manifests.require_latest()
+        return self._manifest
+
+    def update(self, mutate: Mutator) -> Manifest:
+        self._manifest = self.manifests.update(
+            mutate, timeout_s=self.settings.manifest_update_timeout_s, current=self._manifest
+        )
+        return self._manifest
+
+    def check_open(self) -> None:
+        return None
+
+
+__all__ = ["CompactionHost", "Mutator", "StandaloneHost", "WriterHost"]
