@@ -33,8 +33,7 @@ from .errors import ClosedError, FencedError, InvalidArgument, ShaleError
 from .external import ExternalStores, default_factory
 from .flush import OPT_INDEXED, MemtableFlusher
 from .format.coding import CODECS
-from .format.row import FLAG_INDEX_TREE, FLAG_TERMS, TYPE_MASK, encode_payload
-from .indexes import current_terms, plan_index_changes
+from .format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
 from .journal.resolver import JournalResolver
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
@@ -564,43 +563,6 @@ class Db(DbExtras):
         if mem.nbytes >= self.settings.l0_sst_size_bytes:
             self._freeze_locked()
         return seq
-
-    def _write_indexed(self, batch: WriteBatch, durable: bool) -> WriteHandle:
-        """A write to a database with index terms: old terms are read, changes planned
-        and applied while holding the index lock (see ``shaledb.indexes``)."""
-        with self._index_lock:
-            with self._lock:
-                self._admit_locked(check_space=False)
-                self._indexed = True
-            tables, vis = self.tables, self.vis
-            plan = plan_index_changes(
-                list(batch._keys),
-                [k & TYPE_MASK for k in batch._kinds],
-                list(batch._payloads),
-                dict(batch._extras or ()),
-                lambda k: current_terms(self._view, tables, vis, k),
-                int(self.clock.now() * 1000),
-            )
-            keys = plan.keys + plan.index_keys
-            n = sum(map(len, keys)) + sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))
-            n += ENTRY_OVERHEAD * len(keys)
-            with self._lock:
-                if (
-                    self._state
-                    or self._failure is not None
-                    or self._unflushed > self.settings.max_unflushed_bytes
-                ):
-                    self._admit_locked()
-                seq = self._apply_locked(
-                    plan.keys,
-                    plan.kinds,
-                    plan.payloads,
-                    n,
-                    (plan.index_keys, plan.index_kinds, plan.index_payloads),
-                )
-        if durable:
-            self.wal.wait_durable(seq)
-        return WriteHandle(self, seq)
 
     def _finish_extras(self, batch: WriteBatch, kinds: list[int], payloads: list[bytes]) -> None:
         """Encode metadata and expiry (computed now) into rich entries' payloads."""

@@ -25,11 +25,25 @@ from typing import TYPE_CHECKING, Any
 
 from .batch import check_key
 from .errors import ClosedError, InvalidArgument
-from .indexes import Head, check_query, index_query, index_view, make_head, scan_heads, scan_keys
-from .reader import ReadView, lookup, scan_items
+from .format.row import TYPE_MASK
+from .indexes import (
+    Head,
+    check_query,
+    current_terms,
+    index_query,
+    index_view,
+    make_head,
+    plan_index_changes,
+    scan_heads,
+    scan_keys,
+)
+from .memtable import ENTRY_OVERHEAD, Memtable
+from .reader import ReadView, Visibility, lookup, scan_items
+from .sstable import TableCache
 
 if TYPE_CHECKING:
-    from .db import Db
+    from .batch import WriteBatch
+    from .db import Db, WriteHandle
     from .journal.backup import BackupReport
     from .journal.compaction import JournalCompactionReport
     from .manifest.model import Manifest
@@ -219,6 +233,44 @@ class DbExtras(_Reads):
     def _db_(self) -> Db:
         return self  # type: ignore[return-value]
 
+    # ---------------------------------------------------------------- writes
+
+    def _write_indexed(self, batch: WriteBatch, durable: bool) -> WriteHandle:
+        """A write to a database with index terms: old terms are read, changes planned
+        and applied while holding the index lock (see ``shaledb.indexes``)."""
+        db = self._db_()
+        with db._index_lock:
+            with db._lock:
+                db._admit_locked(check_space=False)
+                db._indexed = True
+            tables, vis = db.tables, db.vis
+            plan = plan_index_changes(
+                list(batch._keys),
+                [k & TYPE_MASK for k in batch._kinds],
+                list(batch._payloads),
+                dict(batch._extras or ()),
+                lambda k: current_terms(db._view, tables, vis, k),
+                int(db.clock.now() * 1000),
+            )
+            keys = plan.keys + plan.index_keys
+            n = sum(map(len, keys)) + sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))
+            n += ENTRY_OVERHEAD * len(keys)
+            with db._lock:
+                if db._state or db._failure is not None or db._unflushed > db.settings.max_unflushed_bytes:
+                    db._admit_locked()
+                seq = db._apply_locked(
+                    plan.keys,
+                    plan.kinds,
+                    plan.payloads,
+                    n,
+                    (plan.index_keys, plan.index_kinds, plan.index_payloads),
+                )
+        if durable:
+            db.wal.wait_durable(seq)
+        from .db import WriteHandle
+
+        return WriteHandle(db, seq)
+
     # ----------------------------------------------------------------- heads
 
     def head(self, key: bytes) -> Head | None:
@@ -383,4 +435,106 @@ class DbExtras(_Reads):
         return self._db_().manifest
 
 
-__all__ = ["DbExtras", "Fold", "SnapshotExtras"]
+class ReaderReads:
+    """``DbReader``'s heads, index queries and head scans (on its current view)."""
+
+    _tables: TableCache
+    _vis: Visibility
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _pin(self) -> tuple[ReadView, int, Any]:
+        raise NotImplementedError
+
+    def _unpin(self, mem: Memtable, seq: int, cp: Any) -> None:
+        raise NotImplementedError
+
+    _view: ReadView
+
+    def head(self, key: bytes) -> Head | None:
+        """The key's :class:`~shaledb.indexes.Head` in the current view (no journal read)."""
+        self._check_open()
+        return self._head_at(self._view, None, key)
+
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: bool = False,
+        term_regex: Any = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        """Keys by secondary-index term, as ``Db.index_query``, from one consistent view."""
+        view, seq, cp = self._pin()
+        try:
+            return self._index_query_at(
+                view,
+                seq,
+                field,
+                start,
+                end,
+                return_terms=return_terms,
+                term_regex=term_regex,
+                start_key=start_key,
+                limit=limit,
+            )
+        finally:
+            self._unpin(view.mem, seq, cp)
+
+    def scan_heads(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Fold:
+        """``(key, Head)`` of live keys in ``[start, end)``, from one consistent view."""
+        _limit(limit)
+        s, e = _bounds(start, end, prefix)
+        view, seq, cp = self._pin()
+        it = scan_heads(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
+        return Fold(it, lambda: self._unpin(view.mem, seq, cp))
+
+    def _head_at(self, view: ReadView, seq: int | None, key: bytes) -> Head | None:
+        k = key if type(key) is bytes else check_key(key)
+        e = lookup(view, self._tables, k, seq)
+        return None if e is None else make_head(e[0], e[1], e[2], self._vis.now_ms())
+
+    def _index_query_at(
+        self,
+        view: ReadView,
+        seq: int | None,
+        field: str,
+        start: bytes | None,
+        end: bytes | None,
+        *,
+        return_terms: bool = False,
+        term_regex: Any = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        pattern = check_query(field, start, end, start_key, limit, term_regex)
+        return list(
+            index_query(
+                index_view(view),
+                self._tables,
+                self._vis,
+                seq,
+                field,
+                start,
+                end,
+                return_terms=return_terms,
+                term_regex=pattern,
+                start_key=start_key,
+                limit=limit,
+            )
+        )
+
+
+__all__ = ["DbExtras", "Fold", "ReaderReads", "SnapshotExtras"]

@@ -75,6 +75,7 @@ from .checkpoint import (
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .db import Scan, scan_bounds, wrap_store
+from .db_extras import ReaderReads
 from .duration import to_seconds
 from .errors import (
     ClosedError,
@@ -87,7 +88,7 @@ from .errors import (
 from .external import ExternalStores, StoreFactory, canonical_url, default_factory
 from .format.row import FLAG_INDEX_TREE
 from .format.sst import decode_data_block, decode_meta
-from .indexes import Head, check_query, index_query, index_view, make_head, scan_heads
+from .indexes import Head
 from .journal.resolver import JournalResolver
 from .manifest.model import Checkpoint, Manifest, SstInfo
 from .manifest.store import ManifestStore
@@ -246,8 +247,11 @@ class ReaderSnapshot:
         self.close()
 
 
-class DbReader:
-    """A read-only client of one database (see module docstring). Thread-safe."""
+class DbReader(ReaderReads):
+    """A read-only client of one database (see module docstring). Thread-safe.
+
+    Heads, index queries and head scans: :class:`~shaledb.db_extras.ReaderReads`.
+    """
 
     # ------------------------------------------------------------------ open
 
@@ -413,91 +417,6 @@ class DbReader:
         view, seq, cp = self._pin()
         it = scan_items(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
         return Scan(it, lambda: self._unpin(view.mem, seq, cp))
-
-    def head(self, key: bytes) -> Head | None:
-        """The key's :class:`~shaledb.indexes.Head` in the current view (no journal read)."""
-        self._check_open()
-        return self._head_at(self._view, None, key)
-
-    def index_query(
-        self,
-        field: str,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        return_terms: bool = False,
-        term_regex: Any = None,
-        start_key: bytes | None = None,
-        limit: int | None = None,
-    ) -> list[Any]:
-        """Keys by secondary-index term, as ``Db.index_query``, from one consistent view."""
-        view, seq, cp = self._pin()
-        try:
-            return self._index_query_at(
-                view,
-                seq,
-                field,
-                start,
-                end,
-                return_terms=return_terms,
-                term_regex=term_regex,
-                start_key=start_key,
-                limit=limit,
-            )
-        finally:
-            self._unpin(view.mem, seq, cp)
-
-    def scan_heads(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> Scan:
-        """``(key, Head)`` of live keys in ``[start, end)``, from one consistent view."""
-        s, e = scan_bounds(start, end, prefix)
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-            raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
-        view, seq, cp = self._pin()
-        it = scan_heads(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
-        return Scan(it, lambda: self._unpin(view.mem, seq, cp))  # type: ignore[arg-type]
-
-    def _head_at(self, view: ReadView, seq: int | None, key: bytes) -> Head | None:
-        k = key if type(key) is bytes else check_key(key)
-        e = lookup(view, self._tables, k, seq)
-        return None if e is None else make_head(e[0], e[1], e[2], self._vis.now_ms())
-
-    def _index_query_at(
-        self,
-        view: ReadView,
-        seq: int | None,
-        field: str,
-        start: bytes | None,
-        end: bytes | None,
-        *,
-        return_terms: bool = False,
-        term_regex: Any = None,
-        start_key: bytes | None = None,
-        limit: int | None = None,
-    ) -> list[Any]:
-        pattern = check_query(field, start, end, start_key, limit, term_regex)
-        return list(
-            index_query(
-                index_view(view),
-                self._tables,
-                self._vis,
-                seq,
-                field,
-                start,
-                end,
-                return_terms=return_terms,
-                term_regex=pattern,
-                start_key=start_key,
-                limit=limit,
-            )
-        )
 
     def snapshot(self) -> ReaderSnapshot:
         """A consistent view that keeps its version pinned until closed."""
