@@ -29,9 +29,10 @@ from format_testkit import (
     _Cursor,
     check_fields,
     fields_sst,
-    fuzz,
     render,
 )
+from hypothesis import HealthCheck, seed, settings
+from journal_kit import JOURNAL_SEED
 
 from shaledb.errors import CorruptionError
 from shaledb.format.journal import (
@@ -56,6 +57,22 @@ from shaledb.format.row import (
 from shaledb.format.sst import SST_JOURNAL, SstBuilder, decode_sst
 from shaledb.journal.compaction import block_head
 from shaledb.wal import locate_values
+
+
+def fuzz(max_examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Hypothesis settings seeded with the journal tests' seed (printed on failure)."""
+
+    def wrap(fn: Callable[..., None]) -> Callable[..., None]:
+        configured = settings(
+            max_examples=max_examples,
+            database=None,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )(fn)
+        return seed(JOURNAL_SEED)(configured)
+
+    return wrap
+
 
 GOLDEN = Path(__file__).parent / "golden"
 DOC = Path(__file__).resolve().parents[2] / "docs" / "format" / "journal.md"
