@@ -20,7 +20,7 @@ import random
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -113,25 +113,31 @@ def scan_bounds(
 
 
 class Scan:
-    """An iterator of ``(key, value)`` that pins its snapshot until exhausted or closed."""
+    """An iterator of ``(key, value)`` that pins its snapshot until exhausted or closed.
 
-    __slots__ = ("__weakref__", "_finalizer", "_it")
+    ``iter(scan)`` hands out the underlying generator itself, so a ``for``
+    loop pays no wrapper call per row; the pin is released when the rows run
+    out, on ``close()`` / ``with``, or when the generator is garbage collected
+    (even if it never started).
+    """
+
+    __slots__ = ("_finalizer", "_gen")
 
     def __init__(self, it: Iterator[tuple[bytes, bytes]], release: Callable[[], None]) -> None:
-        self._it = it
-        self._finalizer = weakref.finalize(self, release)
+        holder: list[weakref.finalize[Any, Any]] = []
+        gen = _released_after(it, holder)
+        self._finalizer = weakref.finalize(gen, release)
+        holder.append(self._finalizer)
+        self._gen = gen
 
-    def __iter__(self) -> Scan:
-        return self
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return self._gen
 
     def __next__(self) -> tuple[bytes, bytes]:
-        try:
-            return next(self._it)
-        except BaseException:
-            self._finalizer()
-            raise
+        return next(self._gen)
 
     def close(self) -> None:
+        self._gen.close()
         self._finalizer()
 
     def __enter__(self) -> Scan:
@@ -139,6 +145,16 @@ class Scan:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _released_after(
+    it: Iterator[tuple[bytes, bytes]], holder: list[weakref.finalize[Any, Any]]
+) -> Generator[tuple[bytes, bytes], None, None]:
+    try:
+        yield from it
+    finally:
+        if holder:
+            holder[0]()
 
 
 class Snapshot(SnapshotExtras):
