@@ -125,7 +125,7 @@ def human_size(n: int) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from . import cli_core  # noqa: F401 - registers the commands
 
-    for mod in ("cli_compaction", "cli_admin", "cli_journal"):
+    for mod in ("cli_compaction", "cli_admin", "cli_journal", "cli_verify"):
         try:
             __import__(f"shaledb.{mod}")
         except ModuleNotFoundError as exc:
