@@ -22,8 +22,8 @@ $(VENV)/.spark: $(VENV)/.test
 	touch $@
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check --no-cache src tests bench
+	$(BIN)/ruff format --check --no-cache src tests bench
 	$(BIN)/mypy
 
 test-core: $(VENV)/.test

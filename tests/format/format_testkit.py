@@ -401,7 +401,7 @@ def fields_index(buf: bytes, base: int = 0) -> list[Field]:
 
 def fields_props(buf: bytes, base: int = 0) -> list[Field]:
     c = _Cursor(buf, base)
-    c.take(1, lambda b: f"kind = {b[0]} ({ {0: 'table', 1: 'WAL', 2: 'journal'}.get(b[0], '?')})")
+    c.take(1, lambda b: f"kind = {b[0]} ({ {0: 'table', 1: 'WAL', 2: 'journal'}.get(b[0], '?') })")
     c.take(1, lambda b: f"codec = {b[0]} ({CODEC_NAMES.get(b[0], '?')})")
     c.u("<H", "reserved")
     for name in PROPS_U64_FIELDS:
