@@ -14,7 +14,7 @@ from shaledb.format.bloom import build_filter, key_hash
 from shaledb.format.row import FLAG_META, decode_payload
 from shaledb.format.sst import SstBuilder, decode_sst
 from shaledb.ingest import IngestPlan, PartWriter, bloom_filter_bytes, crc32c_combine, fingerprint, write_part
-from shaledb.ingest.parts import _with_filter
+from shaledb.ingest.parts import with_filter
 from shaledb.store import drop_memory_store, open_store
 
 
@@ -51,7 +51,7 @@ def test_sst_with_spliced_filter_equals_the_reference_builder():
     raw = SstBuilder(bloom_bits_per_key=0, **kw)
     raw.add_many(keys, [5] * len(keys), bytes(len(keys)), vals)
     data, _ = raw.finish()
-    got = _with_filter(data, bloom_filter_bytes(keys, 10))
+    got = with_filter(data, bloom_filter_bytes(keys, 10))
     assert got == want
     meta, _ = decode_sst(got)
     assert meta.bloom is not None and all(meta.bloom.may_contain_key(k) for k in keys[::97])

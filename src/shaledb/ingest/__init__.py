@@ -7,8 +7,11 @@ plain program may run all three itself):
 1. :func:`begin_ingest` fixes what the ingest is ordered against and returns
    an :class:`IngestPlan` (a small, picklable value every step receives);
 2. :class:`PartWriter` (or :func:`write_part`) turns one sorted key range of
-   columns into table SSTs written straight to ``compacted/<ULID>.sst`` and
-   returns an :class:`IngestPart` describing them;
+   columns into table SSTs written straight to ``compacted/<ULID>.sst`` (plus
+   index-tree SSTs for the rows' secondary-index terms, and value-journal
+   objects for values of at least ``value_separation_threshold``; see
+   ``shaledb.ingest.outputs`` and docs/journal.md) and returns an
+   :class:`IngestPart` describing them;
 3. :func:`commit_ingest` adds every part's SSTs to the manifest in one CAS
    (:func:`abort_ingest` deletes them instead).
 

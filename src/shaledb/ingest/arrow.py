@@ -5,7 +5,7 @@ tens of microseconds of Python per 4 KiB block; at a hundred-odd bytes per
 row that was most of a bulk load's CPU. Here the keys and values stay in
 their Arrow buffers: order and duplicates are checked with Arrow compute
 kernels, block and SST boundaries come from numpy cumulative sums using the
-same rules as ``SstBuilder.add_many`` and ``PartWriter._emit``, and each
+same rules as ``SstBuilder.add_many`` and ``SstCutter.add``, and each
 block's payload (``format/block.py``: counts, offsets, sequence numbers,
 kinds, key and value blobs) is joined from slices of those buffers. The
 bytes are the ones the list path writes for the same rows in one chunk
@@ -152,7 +152,7 @@ def _fingerprint(
 
 
 class _Emitter:
-    """Cuts rows into SSTs (``PartWriter._emit``'s rule) and blocks (``add_many``'s rule)."""
+    """Cuts rows into SSTs (``SstCutter.add``'s rule) and blocks (``add_many``'s rule)."""
 
     def __init__(
         self,
@@ -182,22 +182,22 @@ class _Emitter:
         limit = w.plan.max_sst_size_bytes
         pos = 0
         while pos < n:
-            if w._builder is None:
-                w._builder = w.new_builder()
-            b = w._builder
+            if w._data.builder is None:
+                w._data.builder = w.new_builder()
+            b = w._data.builder
             room = limit - b.estimated_size
             base = cum[pos - 1] if pos else 0
             j = bisect_right(cum, base + room, pos)
             if j == pos:
                 if b.entries:
-                    w._finish_sst()
+                    w._data.finish_sst()
                     continue
                 j = pos + 1  # one entry larger than the limit gets an SST of its own
             self.blocks(b, pos, j)
-            w._bloom_keys += self.keys[pos:j]
+            w._data.bloom_keys += self.keys[pos:j]
             pos = j
             if pos < n or b.estimated_size >= limit:
-                w._finish_sst()
+                w._data.finish_sst()
 
     def blocks(self, b: SstBuilder, lo: int, hi: int) -> None:
         """Rows ``[lo, hi)`` as blocks, cut where ``SstBuilder.add_many`` would cut them.

@@ -12,9 +12,11 @@ from dataclasses import replace
 from typing import Any
 
 from .. import paths
+from ..checkpoint import delete_checkpoint, without_checkpoints
 from ..clock import SYSTEM_CLOCK, Clock
 from ..db import Db
 from ..errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound
+from ..flush import OPT_COMPLETE, OPT_INDEXED
 from ..manifest.model import IngestRecord, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore
 from ..settings import MiB, Settings
@@ -27,6 +29,7 @@ from .model import (
     IngestPart,
     IngestPlan,
     IngestResult,
+    check_index_fields,
     check_ingest_id,
     drop_lease,
     find_record,
@@ -34,7 +37,7 @@ from .model import (
     log,
     write_lease,
 )
-from .parts import delete_ssts, open_store_stack, write_part
+from .parts import delete_outputs, open_store_stack, part_outputs, write_part
 
 
 def begin_ingest(
@@ -43,6 +46,7 @@ def begin_ingest(
     ingest_id: str | None = None,
     behind: bool = False,
     duplicates: str = "error",
+    index_fields: Sequence[str] = (),
     settings: Settings | None = None,
     max_sst_size_bytes: int | None = None,
     lease_s: float = 3600.0,
@@ -54,9 +58,16 @@ def begin_ingest(
 ) -> IngestPlan:
     """Start an ingest (see module docstring): claim the database unless ``behind``.
 
-    ``settings`` supply the SST format (block size, compression, bloom bits)
-    and, for a claim, the settings the short-lived writer opens with;
-    ``max_sst_size_bytes`` (default: the compactor's) cuts output SSTs.
+    ``settings`` supply the SST format (block size, compression, bloom bits),
+    ``value_separation_threshold`` (values of at least that size go to
+    value-journal objects) and, for a claim, the settings the short-lived
+    writer opens with; ``max_sst_size_bytes`` (default: the compactor's) cuts
+    output SSTs and journal objects. ``index_fields`` names the secondary-index
+    fields the parts bring terms for (``PartWriter.add(indexes=)``); a claim of
+    a database that already has index terms pins its version in a checkpoint
+    (deleted by commit or abort) so the parts can look up the terms their rows
+    replace. Behind mode cannot take index terms: its rows sit below newer
+    versions whose terms the index already reflects.
 
     Raises:
         FencedError: another writer claimed the database while begin opened it.
@@ -69,6 +80,12 @@ def begin_ingest(
     if not lease_s > 0:
         raise InvalidArgument(f"lease_s must be positive, got {lease_s!r}")
     iid = check_ingest_id(ingest_id) if ingest_id is not None else uuid.uuid4().hex
+    fields = check_index_fields(index_fields)
+    if behind and fields:
+        raise InvalidArgument(
+            "an ingest behind existing data cannot write index terms (newer versions of its keys "
+            "would keep stale terms in the index); ingest without ingest_behind"
+        )
     clock = clock or SYSTEM_CLOCK
     rng = random.Random(seed)
     st = open_store_stack(url, store, store_options, settings, clock, rng)
@@ -88,6 +105,8 @@ def begin_ingest(
         compression=settings.compression,
         bloom_bits_per_key=settings.bloom_bits_per_key,
         max_sst_size_bytes=sst_max,
+        index_fields=fields,
+        value_separation_threshold=settings.value_separation_threshold,
     )
     ms = ManifestStore(st, clock, random.Random(rng.getrandbits(64)), author="ingest")
     m = ms.read_latest()
@@ -105,13 +124,22 @@ def begin_ingest(
         # Claim: fence any live writer, move what its WAL holds into L0, reserve a seq.
         claim = settings.replace(compactor=None, garbage_collector=None)
         db = Db.open(store=st, settings=claim, clock=clock, seed=rng.getrandbits(64))
+        terms_cp: str | None = None
         try:
             db.flush(memtable=True)
             seq = int(db.stats()["seq"]) + 1
             epoch = db.epoch
+            if not behind and dict(db.manifest.options).get(OPT_INDEXED) == "1":
+                cp = db.create_checkpoint(lifetime=lease_s, name=f"ingest {iid}")
+                terms_cp = str(cp.id)
         finally:
             db.close()
-        plan = replace(base, seq=0 if behind else seq, writer_epoch=None if behind else epoch)
+        plan = replace(
+            base,
+            seq=0 if behind else seq,
+            writer_epoch=None if behind else epoch,
+            terms_checkpoint=terms_cp,
+        )
     plan = replace(plan, lease_id=paths.new_ulid(clock.now(), rng))
     write_lease(st, plan, clock.now())
     log.info(
@@ -176,12 +204,9 @@ def _place(m: Manifest, plan: IngestPlan, parts: list[IngestPart]) -> tuple[Mani
         max((r.id for t in (m.data, m.index) for r in t.runs), default=0) + 1,
     )
     t = m.data
+    newest_first = [p.ssts for p in sorted(live, key=lambda p: -p.partition)]
     if plan.behind:
-        groups = (
-            [tuple(s for p in by_key for s in p.ssts)]
-            if disjoint
-            else [p.ssts for p in sorted(live, key=lambda p: -p.partition)]
-        )
+        groups = [tuple(s for p in by_key for s in p.ssts)] if disjoint else newest_first
         new_runs = tuple(SortedRun(rid + i, g) for i, g in enumerate(groups))
         tree = Tree(t.l0, (*t.runs, *new_runs))
         return _with(m, tree, rid + len(groups)), "bottom", tuple(r.id for r in new_runs)
@@ -189,9 +214,45 @@ def _place(m: Manifest, plan: IngestPlan, parts: list[IngestPart]) -> tuple[Mani
     if disjoint and not _overlaps_any(t.l0, [s.last_key for s in ssts], ssts):
         tree = Tree(t.l0, (SortedRun(rid, tuple(ssts)), *t.runs))
         return _with(m, tree, rid + 1), "run", (rid,)
-    newest_first = [s for p in sorted(live, key=lambda p: -p.partition) for s in p.ssts]
-    tree = Tree((*newest_first, *t.l0), t.runs)
+    tree = Tree((*(s for g in newest_first for s in g), *t.l0), t.runs)
     return _with(m, tree, m.next_run_id), "l0", ()
+
+
+def _place_index(m: Manifest, parts: list[IngestPart]) -> Manifest:
+    """``m`` with the parts' index SSTs on top of the index tree (claim mode only).
+
+    Parts' index entries interleave (index keys order by field and term
+    first) but never share a key, so each part becomes a sorted run of its
+    own on top; if an index L0 SST overlaps them (it holds older entries that
+    must not shadow the ingest's), they go into L0 in front of it instead.
+    """
+    groups = [p.index_ssts for p in parts if p.index_ssts]
+    if not groups:
+        return m
+    t = m.index
+    flat = sorted((s for g in groups for s in g), key=lambda s: s.first_key)
+    if _overlaps_any(t.l0, [s.last_key for s in flat], flat):
+        return replace(m, index=Tree((*flat, *t.l0), t.runs))
+    rid = m.next_run_id
+    runs = tuple(SortedRun(rid + i, g) for i, g in enumerate(groups))
+    return replace(m, index=Tree(t.l0, (*runs, *t.runs)), next_run_id=rid + len(runs))
+
+
+def _with_extras(m: Manifest, plan: IngestPlan, parts: list[IngestPart]) -> Manifest:
+    """Index SSTs, journal files and the options an ingest's rows change."""
+    m = _place_index(m, parts)
+    journal = tuple(j for p in parts for j in p.journal)
+    if journal:
+        m = replace(m, journal=(*journal, *m.journal) if plan.behind else (*m.journal, *journal))
+    opts = dict(m.options)
+    if any(p.index_ssts for p in parts):
+        opts[OPT_INDEXED] = "1"
+    if any(p.rows for p in parts) and opts.get(OPT_COMPLETE) == "1":
+        opts[OPT_COMPLETE] = "0"  # ingested rows are not all in the journal: rebuild could not restore them
+    out = tuple(sorted(opts.items()))
+    if plan.terms_checkpoint is not None:
+        m = without_checkpoints(m, {uuid.UUID(plan.terms_checkpoint)})
+    return m if out == m.options else replace(m, options=out)
 
 
 def _with(m: Manifest, tree: Tree, next_run_id: int) -> Manifest:
@@ -224,17 +285,18 @@ def commit_ingest(
     chosen = _select_parts(parts, plan.ingest_id)
     fp = fingerprint(chosen)
     rows = sum(p.rows for p in chosen)
-    nssts = sum(len(p.ssts) for p in chosen)
+    nssts = sum(p.objects for p in chosen)
     nbytes = sum(p.bytes for p in chosen)
     if plan.committed_manifest is None and nssts:
         write_lease(st, plan, clock.now())  # keep the GC off while we check and commit
         for p in chosen:
-            for s in p.ssts:
+            names = [paths.sst_path(s.id) for s in (*p.ssts, *p.index_ssts)]
+            for name in (*names, *(paths.journal_path(j.id) for j in p.journal)):
                 try:
-                    st.head(paths.sst_path(s.id))
+                    st.head(name)
                 except ObjectNotFound:
                     raise NotFound(
-                        f"ingest {plan.ingest_id}: SST {s.id} of partition {p.partition} is gone "
+                        f"ingest {plan.ingest_id}: {name} of partition {p.partition} is gone "
                         "(its lease lapsed and the garbage collector removed it); re-run the job"
                     ) from None
     outcome: dict[str, Any] = {}
@@ -248,7 +310,7 @@ def commit_ingest(
                     f"ingest id {plan.ingest_id!r} was committed at manifest {done.manifest_id} with other "
                     f"rows (fingerprint {done.fingerprint}, now {fp}); use a new ingest id"
                 )
-            used = {s.id for s in m.all_ssts()}
+            used = {s.id for s in m.all_ssts()} | {j.id for j in m.journal}
             outcome.update(placement="already committed", manifest_id=done.manifest_id, runs=(), used=used)
             return None
         if plan.committed_manifest is not None:
@@ -264,6 +326,7 @@ def commit_ingest(
                 "Stop the writer and re-run the job, or use ingest_behind"
             )
         nxt, placement, runs = _place(m, plan, chosen)
+        nxt = _with_extras(nxt, plan, chosen)
         record = IngestRecord(plan.ingest_id, m.id + 1, clock.now(), rows, plan.seq, fp)
         nxt = replace(
             nxt,
@@ -275,6 +338,7 @@ def commit_ingest(
 
     ms = ManifestStore(st, clock, random.Random(rng.getrandbits(64)), author="ingest")
     ms.update(mutate, timeout_s=timeout_s)
+    _drop_terms_checkpoint(ms, plan, timeout_s)
     drop_lease(st, plan)
     res = IngestResult(
         ingest_id=plan.ingest_id,
@@ -288,11 +352,18 @@ def commit_ingest(
     )
     if res.noop:  # a concurrent run of the same id won: this run's copies are not needed
         used = outcome["used"]
-        delete_ssts(st, [s for p in chosen for s in p.ssts if s.id not in used])
+        ssts, journal = part_outputs(chosen)
+        delete_outputs(st, [s for s in ssts if s.id not in used], [j for j in journal if j.id not in used])
     line = res.describe()
     log.info("%s", line)
     _progress(line)
     return res
+
+
+def _drop_terms_checkpoint(ms: ManifestStore, plan: IngestPlan, timeout_s: float) -> None:
+    """The commit drops the terms checkpoint in its CAS; a no-op commit or an abort does it here."""
+    if plan.terms_checkpoint is not None:
+        delete_checkpoint(ms, plan.terms_checkpoint, timeout_s=timeout_s, missing_ok=True)
 
 
 def _progress(line: str) -> None:
@@ -321,11 +392,15 @@ def abort_ingest(
     collector removes them once the lease is gone and they are old enough.
     """
     st = open_store_stack(url, store, store_options, settings or Settings(), SYSTEM_CLOCK, random.Random())
-    ssts = [s for p in parts if p is not None for s in p.ssts]
-    delete_ssts(st, ssts)
+    ssts, journal = part_outputs(parts)
+    delete_outputs(st, ssts, journal)
+    ms = ManifestStore(st, SYSTEM_CLOCK, random.Random(), author="ingest")
+    _drop_terms_checkpoint(ms, plan, 300.0)
     drop_lease(st, plan)
-    log.info("ingest %s aborted: %d SSTs deleted", plan.ingest_id, len(ssts))
-    return len(ssts)
+    log.info(
+        "ingest %s aborted: %d SSTs and %d journal objects deleted", plan.ingest_id, len(ssts), len(journal)
+    )
+    return len(ssts) + len(journal)
 
 
 def ingest_columns(
@@ -334,6 +409,7 @@ def ingest_columns(
     values: Sequence[bytes],
     metadata: Sequence[bytes | None] | None = None,
     *,
+    indexes: Mapping[str, Sequence[Any]] | None = None,
     store: ObjectStore | None = None,
     store_options: Mapping[str, Any] | None = None,
     settings: Settings | None = None,
@@ -341,14 +417,15 @@ def ingest_columns(
 ) -> IngestResult:
     """Begin, write one part and commit: bulk-load sorted columns without Spark.
 
+    ``indexes`` maps index fields to term columns (see ``PartWriter.add``);
     ``begin`` takes :func:`begin_ingest`'s keyword arguments (``ingest_id``,
     ``behind``, ``duplicates``, ...).
     """
     settings = settings or Settings()
     st = open_store_stack(url, store, store_options, settings, SYSTEM_CLOCK, random.Random())
-    plan = begin_ingest(store=st, settings=settings, **begin)
+    plan = begin_ingest(store=st, settings=settings, index_fields=tuple(indexes or ()), **begin)
     try:
-        part = write_part(st, plan, 0, keys, values, metadata)
+        part = write_part(st, plan, 0, keys, values, metadata, indexes=indexes)
     except BaseException:
         abort_ingest(plan, [], store=st)
         raise

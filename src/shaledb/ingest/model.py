@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import paths
 from ..errors import FencedError, InvalidArgument, ShaleError
-from ..manifest.model import IngestRecord, Manifest, SstInfo
+from ..manifest.model import IngestRecord, JournalFile, Manifest, SstInfo
 from ..settings import MiB
 from ..store.base import ObjectStore
 
@@ -51,6 +51,11 @@ class IngestPlan:
     ``seq`` is the sequence number every entry carries; ``writer_epoch`` the
     epoch claimed at begin (None for ``behind``); ``committed_manifest`` is
     set when the id was already committed at begin (then nothing is written).
+    ``index_fields`` are the secondary-index fields the rows bring terms for;
+    ``terms_checkpoint`` (set when the database already has index terms) pins
+    the version whose terms the rows replace, so each part can look them up;
+    ``value_separation_threshold`` sends values of at least that many bytes
+    to value-journal objects (None: every value inline).
     """
 
     ingest_id: str
@@ -66,18 +71,29 @@ class IngestPlan:
     compression: str = "none"
     bloom_bits_per_key: int = 10
     max_sst_size_bytes: int = 64 * MiB
+    index_fields: tuple[str, ...] = ()
+    terms_checkpoint: str | None = None
+    value_separation_threshold: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__slots__}
+        d = {f: getattr(self, f) for f in self.__slots__}
+        d["index_fields"] = list(self.index_fields)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> IngestPlan:
-        return cls(**dict(d))
+        kw = dict(d)
+        kw["index_fields"] = tuple(kw.get("index_fields", ()))
+        return cls(**kw)
 
 
 @dataclass(frozen=True, slots=True)
 class IngestPart:
-    """One partition's output: its SSTs (in key order) and a fingerprint of its rows."""
+    """One partition's output: its SSTs (in key order) and a fingerprint of its rows.
+
+    ``index_ssts`` hold the part's index-tree entries (in index-key order);
+    ``journal`` the value-journal objects its large values went to.
+    """
 
     partition: int
     attempt: str
@@ -87,10 +103,16 @@ class IngestPart:
     last_key: bytes | None
     streams: tuple[tuple[int, int], ...]
     """(crc32c, length) of each fingerprint stream (see :data:`STREAMS`)."""
+    index_ssts: tuple[SstInfo, ...] = ()
+    journal: tuple[JournalFile, ...] = ()
 
     @property
     def bytes(self) -> int:
-        return sum(s.size for s in self.ssts)
+        return sum(s.size for s in (*self.ssts, *self.index_ssts)) + sum(j.size for j in self.journal)
+
+    @property
+    def objects(self) -> int:
+        return len(self.ssts) + len(self.index_ssts) + len(self.journal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +160,16 @@ def check_ingest_id(ingest_id: str) -> str:
             f"an ingest id is 1..{MAX_INGEST_ID_CHARS} printable characters, got {ingest_id!r}"
         )
     return ingest_id
+
+
+def check_index_fields(fields: Sequence[str]) -> tuple[str, ...]:
+    out = tuple(fields)
+    for f in out:
+        if not isinstance(f, str) or not f or "\x00" in f:
+            raise InvalidArgument(f"index field names are non-empty str without NUL, got {f!r}")
+    if len(set(out)) != len(out):
+        raise InvalidArgument(f"index fields repeat: {list(out)}")
+    return out
 
 
 def find_record(m: Manifest, ingest_id: str) -> IngestRecord | None:
@@ -230,6 +262,7 @@ __all__ = [
     "IngestPart",
     "IngestPlan",
     "IngestResult",
+    "check_index_fields",
     "check_ingest_id",
     "crc32c_combine",
     "drop_lease",

@@ -15,11 +15,10 @@ import hashlib
 import random
 import struct
 from array import array
-from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from itertools import accumulate, repeat
-from operator import add, lt
-from typing import Any
+from itertools import repeat
+from operator import lt
+from typing import TYPE_CHECKING, Any
 
 from .. import paths
 from ..batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
@@ -28,9 +27,8 @@ from ..db import wrap_store
 from ..errors import AlreadyExists, InvalidArgument, ShaleError
 from ..format.bloom import BLOCK_BITS, build_filter, key_hash, probes_for
 from ..format.coding import CODEC_NONE, CODECS, crc32c_extend, frame_block
-from ..format.row import FLAG_META, KIND_VALUE, encode_payload
+from ..format.row import KIND_VALUE, encode_payload, encode_terms
 from ..format.sst import (
-    ENTRY_OVERHEAD,
     FOOTER_SIZE,
     SST_TABLE,
     Footer,
@@ -39,11 +37,15 @@ from ..format.sst import (
     encode_footer,
     parse_footer,
 )
-from ..manifest.model import SstInfo
+from ..manifest.model import JournalFile, SstInfo
 from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.url import open_store
 from .model import STREAMS, IngestPart, IngestPlan, log, write_lease
+from .outputs import JournalCutter, SstCutter, TermColumn, TermsPlanner
+
+if TYPE_CHECKING:
+    from ..db_reader import DbReader
 
 _NO_META = 0xFFFFFFFF
 
@@ -82,7 +84,7 @@ def bloom_filter_bytes(keys: Sequence[bytes], bits_per_key: int) -> bytes:
     return header + body
 
 
-def _with_filter(data: bytes, filt: bytes) -> bytes:
+def with_filter(data: bytes, filt: bytes) -> bytes:
     """Insert a filter block into an SST built without one (public footer API only)."""
     f = parse_footer(data[-FOOTER_SIZE:], len(data))
     stored = frame_block(filt, CODEC_NONE)
@@ -162,14 +164,33 @@ class PartWriter:
         self._fp = _Fingerprint()
         self._rows = 0
         self._first: bytes | None = None
-        self._carry: tuple[bytes, bytes, bytes | None] | None = None
+        self._carry: tuple[bytes, bytes, bytes | None, dict[str, Any] | None] | None = None
         self._prev: bytes | None = None
         """The last key handed to the SSTs (the carry, if any, comes after it)."""
-        self._ssts: list[SstInfo] = []
-        self._builder: SstBuilder | None = None
-        self._bloom_keys: list[bytes] = []
+        self._data = SstCutter(self)
+        self._index = SstCutter(self)
+        self._journal = (
+            None
+            if plan.value_separation_threshold is None
+            else JournalCutter(self, plan.value_separation_threshold, self._data)
+        )
+        self._reader: DbReader | None = None
+        self._terms = TermsPlanner(plan.index_fields, self._old_terms if plan.terms_checkpoint else None)
         self._last_lease = -float("inf")  # renewed with the first SST, then every lease_s / 4
         self._done = False
+
+    @property
+    def rows_path_needed(self) -> bool:
+        """True when rows must go through :meth:`add` (terms or journal work per row)."""
+        return self._terms.active or self._journal is not None
+
+    def _old_terms(self, key: bytes) -> dict[str, tuple[bytes, ...]]:
+        if self._reader is None:
+            from ..db_reader import DbReader
+
+            self._reader = DbReader.open(store=self.store, checkpoint=self.plan.terms_checkpoint)
+        h = self._reader.head(key)
+        return {} if h is None else dict(h.indexes)
 
     # ------------------------------------------------------------------ rows
 
@@ -178,17 +199,26 @@ class PartWriter:
         keys: Sequence[bytes],
         values: Sequence[bytes],
         metadata: Sequence[bytes | None] | None = None,
+        indexes: Mapping[str, TermColumn] | None = None,
     ) -> None:
-        """Append a chunk; keys ascending (equal keys per the plan's ``duplicates``)."""
+        """Append a chunk; keys ascending (equal keys per the plan's ``duplicates``).
+
+        ``indexes`` maps each of the plan's ``index_fields`` to a column of
+        terms (a list of bytes, one bytes term, or None/empty for none): they
+        replace the key's terms for that field, as ``Db.put(indexes=)`` does.
+        """
         if self._done:
             raise InvalidArgument("this part is finished")
         n = len(keys)
         if len(values) != n or (metadata is not None and len(metadata) != n):
             raise InvalidArgument("key, value and metadata columns differ in length")
+        if indexes is not None and any(len(c) != n for c in indexes.values()):
+            raise InvalidArgument("index term columns and the key column differ in length")
         if not n:
             return
         ks, vs = list(keys), list(values)
         ms = None if metadata is None else list(metadata)
+        idx = None if indexes is None else {f: list(c) for f, c in indexes.items()}
         if self._carry is None and self._prev is not None and ks[0] <= self._prev:
             raise InvalidArgument(
                 f"ingest part {self.partition}: a chunk starts at {ks[0]!r:.60}, not after the previous "
@@ -200,11 +230,25 @@ class PartWriter:
             if ms is not None or self._carry[2] is not None:
                 ms = [None] * (len(ks) - 1) if ms is None else ms
                 ms.insert(0, self._carry[2])
+            carried = self._carry[3]
+            if idx is not None or carried is not None:
+                idx = idx if idx is not None else {f: [None] * (len(ks) - 1) for f in carried or ()}
+                for f, col in idx.items():
+                    col.insert(0, None if carried is None else carried.get(f))
         self._check(ks, vs, ms)
-        ks, vs, ms = self._dedupe(ks, vs, ms)
+        keep = self._dedupe(ks)
+        if keep is not None:
+            ks, vs = [ks[i] for i in keep], [vs[i] for i in keep]
+            ms = None if ms is None else [ms[i] for i in keep]
+            idx = None if idx is None else {f: [c[i] for i in keep] for f, c in idx.items()}
         # Hold the last row back: the next chunk may repeat its key.
-        self._carry = (ks.pop(), vs.pop(), None if ms is None else ms.pop())
-        self._emit(ks, vs, ms)
+        self._carry = (
+            ks.pop(),
+            vs.pop(),
+            None if ms is None else ms.pop(),
+            None if idx is None else {f: c.pop() for f, c in idx.items()},
+        )
+        self._emit(ks, vs, ms, idx)
 
     def add_arrow(self, keys: Any, values: Any) -> None:
         """Append a chunk given as Arrow binary (or string) arrays, without per-row Python.
@@ -218,14 +262,18 @@ class PartWriter:
 
         if self._done:
             raise InvalidArgument("this part is finished")
+        if self.rows_path_needed:  # per-row work (terms, journal): the list path
+            self.add(_pylist(keys), _pylist(values))
+            return
         add_arrow(self, keys, values)
 
     def flush_carry(self) -> None:
         """Emit the row :meth:`add` held back (it waits for a possible duplicate)."""
         if self._carry is not None:
-            k, v, meta = self._carry
+            k, v, meta, terms = self._carry
             self._carry = None
-            self._emit([k], [v], None if meta is None else [meta])
+            idx = None if terms is None else {f: [t] for f, t in terms.items()}
+            self._emit([k], [v], None if meta is None else [meta], idx)
 
     def new_builder(self) -> SstBuilder:
         return SstBuilder(
@@ -246,13 +294,12 @@ class PartWriter:
         if ms is not None and not set(map(type, ms)) <= {bytes, type(None)}:
             raise InvalidArgument("ingest metadata must be bytes or None")
 
-    def _dedupe(
-        self, ks: list[bytes], vs: list[bytes], ms: list[bytes | None] | None
-    ) -> tuple[list[bytes], list[bytes], list[bytes | None] | None]:
+    def _dedupe(self, ks: list[bytes]) -> list[int] | None:
+        """The positions to keep (None: all of them), per the plan's duplicates policy."""
         if all(map(lt, ks, ks[1:])):
             if self._first is None:
                 self._first = ks[0]
-            return ks, vs, ms
+            return None
         keep: list[int] = []
         for i in range(len(ks)):
             if i + 1 < len(ks):
@@ -271,13 +318,15 @@ class PartWriter:
             keep.append(i)
         if self._first is None:
             self._first = ks[keep[0]]
-        return (
-            [ks[i] for i in keep],
-            [vs[i] for i in keep],
-            None if ms is None else [ms[i] for i in keep],
-        )
+        return keep
 
-    def _emit(self, ks: list[bytes], vs: list[bytes], ms: list[bytes | None] | None) -> None:
+    def _emit(
+        self,
+        ks: list[bytes],
+        vs: list[bytes],
+        ms: list[bytes | None] | None,
+        idx: Mapping[str, TermColumn] | None = None,
+    ) -> None:
         n = len(ks)
         if not n:
             return
@@ -286,59 +335,33 @@ class PartWriter:
         self._prev = ks[-1]
         if not self.write:
             return
-        if ms is None or all(x is None for x in ms):
-            kinds = bytes(n)
+        terms = self._terms.rows(ks, idx) if self._terms.active else None
+        if terms is None and (ms is None or all(x is None for x in ms)):
+            kinds: bytes | list[int] = bytes(n)
             pays = vs
         else:
-            kb = bytearray(n)
+            kinds = [KIND_VALUE] * n
             pays = list(vs)
-            for i, meta in enumerate(ms):
-                if meta is not None:
-                    flags, pays[i] = encode_payload(vs[i], meta, None)
-                    kb[i] = KIND_VALUE | flags
-            kinds = bytes(kb)
-            assert all(k in (0, FLAG_META) for k in kinds)
-        seqs = [self.plan.seq] * n
-        limit = self.plan.max_sst_size_bytes
-        cum = list(accumulate(map(add, map(add, map(len, ks), map(len, pays)), repeat(ENTRY_OVERHEAD, n))))
-        pos = 0
-        while pos < n:
-            if self._builder is None:
-                self._builder = self.new_builder()
-            b = self._builder
-            room = limit - b.estimated_size
-            base = cum[pos - 1] if pos else 0
-            j = bisect_right(cum, base + room, pos)
-            if j == pos:
-                if b.entries:
-                    self._finish_sst()
-                    continue
-                j = pos + 1  # one entry larger than the limit gets an SST of its own
-            b.add_many(ks[pos:j], seqs[pos:j], kinds[pos:j], pays[pos:j])
-            self._bloom_keys += ks[pos:j]
-            pos = j
-            if pos < n or b.estimated_size >= limit:
-                self._finish_sst()
+            for i in range(n):
+                meta = None if ms is None else ms[i]
+                t = None if terms is None else terms[i]
+                if meta is not None or t is not None:
+                    flags, pays[i] = encode_payload(vs[i], meta, None, None if t is None else encode_terms(t))
+                    kinds[i] = KIND_VALUE | flags
+        if self._journal is not None:
+            self._journal.add(ks, kinds, pays, list(map(len, vs)))
+        else:
+            self._data.add(ks, kinds, pays)
 
-    def _finish_sst(self) -> None:
-        b = self._builder
-        self._builder = None
-        if b is None or not b.entries:
-            return
-        data, props = b.finish()
-        if self.plan.bloom_bits_per_key:
-            data = _with_filter(data, bloom_filter_bytes(self._bloom_keys, self.plan.bloom_bits_per_key))
-        self._bloom_keys = []
-        self._ssts.append(self._upload(data, props))
-        self._renew_lease()
-
-    def _upload(self, data: bytes, props: SstProps) -> SstInfo:
+    def upload_sst(self, data: bytes, props: SstProps) -> SstInfo:
+        """Upload a finished SST under a fresh id (the lease is renewed as SSTs land)."""
         for _ in range(8):
             sst_id = paths.new_ulid(self.clock.now(), self.rng)
             try:
                 self.store.put(paths.sst_path(sst_id), data, create=True)
             except AlreadyExists:
                 continue  # an 80-bit collision: take another id
+            self.renew_lease()
             return SstInfo(
                 id=sst_id,
                 size=len(data),
@@ -350,7 +373,7 @@ class PartWriter:
             )
         raise InvalidArgument("could not find a free SST id")
 
-    def _renew_lease(self) -> None:
+    def renew_lease(self) -> None:
         now = self.clock.monotonic()
         if now - self._last_lease >= self.plan.lease_s / 4:
             self._last_lease = now
@@ -364,25 +387,45 @@ class PartWriter:
             raise InvalidArgument("this part is finished")
         self.flush_carry()
         last = self._prev
-        self._finish_sst()
+        if self._journal is not None:
+            self._journal.flush()
+        self._data.finish_sst()
+        self._terms.write(self._index)
+        self._index.finish_sst()
         self._done = True
-        if self.write and self._ssts:
-            write_lease(self.store, self.plan, self.clock.now())
-        return IngestPart(
+        self._close_reader()
+        part = IngestPart(
             partition=self.partition,
             attempt=self.attempt,
-            ssts=tuple(self._ssts),
+            ssts=tuple(self._data.ssts),
             rows=self._rows,
             first_key=self._first,
             last_key=last,
             streams=self._fp.streams(),
+            index_ssts=tuple(self._index.ssts),
+            journal=() if self._journal is None else tuple(self._journal.files),
         )
+        if self.write and part.objects:
+            write_lease(self.store, self.plan, self.clock.now())
+        return part
 
     def abort(self) -> None:
-        """Delete the SSTs uploaded so far (best effort)."""
+        """Delete the objects uploaded so far (best effort)."""
         self._done = True
-        delete_ssts(self.store, self._ssts)
-        self._ssts = []
+        self._close_reader()
+        delete_outputs(
+            self.store,
+            [*self._data.ssts, *self._index.ssts],
+            [] if self._journal is None else self._journal.files,
+        )
+        self._data.ssts, self._index.ssts = [], []
+        if self._journal is not None:
+            self._journal.files = []
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 def write_part(
@@ -393,24 +436,45 @@ def write_part(
     values: Sequence[bytes],
     metadata: Sequence[bytes | None] | None = None,
     *,
+    indexes: Mapping[str, TermColumn] | None = None,
     attempt: str = "",
 ) -> IngestPart:
     """Write one partition's sorted columns (a :class:`PartWriter` in one call)."""
     w = PartWriter(store, plan, partition, attempt=attempt)
     try:
-        w.add(keys, values, metadata)
+        w.add(keys, values, metadata, indexes)
         return w.finish()
     except BaseException:
         w.abort()
         raise
 
 
-def delete_ssts(store: ObjectStore, ssts: Sequence[SstInfo]) -> None:
-    for s in ssts:
+def delete_outputs(store: ObjectStore, ssts: Sequence[SstInfo], journal: Sequence[JournalFile] = ()) -> None:
+    """Delete ingest output that will not be committed (best effort)."""
+    names = [paths.sst_path(s.id) for s in ssts] + [paths.journal_path(j.id) for j in journal]
+    for name in names:
         try:
-            store.delete(paths.sst_path(s.id))
+            store.delete(name)
         except ShaleError as exc:  # the garbage collector removes what we could not
-            log.warning("could not delete unused ingest output %s: %s", s.id, exc)
+            log.warning("could not delete unused ingest output %s: %s", name, exc)
+
+
+def part_outputs(parts: Sequence[IngestPart | None]) -> tuple[list[SstInfo], list[JournalFile]]:
+    """Every SST (data and index) and journal object the parts name."""
+    live = [p for p in parts if p is not None]
+    return [s for p in live for s in (*p.ssts, *p.index_ssts)], [j for p in live for j in p.journal]
+
+
+def _pylist(arr: Any) -> list[bytes]:
+    """An Arrow binary or string column as a list of bytes."""
+    import pyarrow as pa
+
+    if isinstance(arr, (list, tuple)):
+        return list(arr)
+    t = arr.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        arr = arr.cast(pa.binary() if pa.types.is_string(t) else pa.large_binary())
+    return list(arr.to_pylist())
 
 
 def open_store_stack(
@@ -438,7 +502,8 @@ def open_ingest_store(
 __all__ = [
     "PartWriter",
     "bloom_filter_bytes",
-    "delete_ssts",
+    "delete_outputs",
+    "part_outputs",
     "open_ingest_store",
     "open_store_stack",
     "write_part",

@@ -1,0 +1,277 @@
+"""What one ingest part writes besides its rows: table SSTs cut by size, index-tree
+entries, value-journal objects (the output side of :class:`~shaledb.ingest.PartWriter`).
+
+* :class:`SstCutter` turns sorted entries into table SSTs of at most
+  ``plan.max_sst_size_bytes``, uploading each as it fills (the data tree and
+  the index tree each have one).
+* :class:`TermsPlanner` works out each row's index terms and the index-tree
+  entries, with the same rules as ``Db.put(..., indexes=)``: the fields a row
+  gives replace that key's terms for those fields, the others keep theirs
+  (looked up in the version the plan pins when the database already has
+  terms), and a term the key loses gets an index tombstone.
+* :class:`JournalCutter` holds rows back until the journal object their large
+  values go to is written, because a pointer names the object's block
+  offsets, which are known only once the object is built.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import accumulate, repeat
+from operator import add
+from typing import TYPE_CHECKING
+
+from .. import paths
+from ..errors import AlreadyExists, InvalidArgument
+from ..format.journal import Pointer, encode_pointer, index_key
+from ..format.row import KIND_POINTER, KIND_TOMBSTONE, KIND_VALUE, TYPE_MASK
+from ..format.sst import ENTRY_OVERHEAD, SST_JOURNAL, SstBuilder
+from ..manifest.model import JournalFile, SstInfo
+
+if TYPE_CHECKING:
+    from ..db_reader import DbReader
+    from .parts import PartWriter
+
+Terms = dict[str, tuple[bytes, ...]]
+TermColumn = Sequence[Sequence[bytes] | bytes | None]
+
+
+class SstCutter:
+    """Sorted entries in, table SSTs of at most the plan's size out (uploaded as they fill)."""
+
+    def __init__(self, w: PartWriter, *, bloom: bool = True) -> None:
+        self.w = w
+        self.bloom = bloom
+        self.builder: SstBuilder | None = None
+        self.bloom_keys: list[bytes] = []
+        self.ssts: list[SstInfo] = []
+
+    def add(self, ks: list[bytes], kinds: bytes | Sequence[int], pays: Sequence[bytes]) -> None:
+        n = len(ks)
+        if not n:
+            return
+        seqs = [self.w.plan.seq] * n
+        limit = self.w.plan.max_sst_size_bytes
+        cum = list(accumulate(map(add, map(add, map(len, ks), map(len, pays)), repeat(ENTRY_OVERHEAD, n))))
+        pos = 0
+        while pos < n:
+            if self.builder is None:
+                self.builder = self.w.new_builder()
+            b = self.builder
+            room = limit - b.estimated_size
+            base = cum[pos - 1] if pos else 0
+            j = bisect_right(cum, base + room, pos)
+            if j == pos:
+                if b.entries:
+                    self.finish_sst()
+                    continue
+                j = pos + 1  # one entry larger than the limit gets an SST of its own
+            b.add_many(ks[pos:j], seqs[pos:j], kinds[pos:j], pays[pos:j])
+            self.bloom_keys += ks[pos:j]
+            pos = j
+            if pos < n or b.estimated_size >= limit:
+                self.finish_sst()
+
+    def finish_sst(self) -> None:
+        b = self.builder
+        self.builder = None
+        if b is None or not b.entries:
+            return
+        from .parts import bloom_filter_bytes, with_filter
+
+        data, props = b.finish()
+        bits = self.w.plan.bloom_bits_per_key
+        if bits and self.bloom:
+            data = with_filter(data, bloom_filter_bytes(self.bloom_keys, bits))
+        self.bloom_keys = []
+        self.ssts.append(self.w.upload_sst(data, props))
+
+
+class TermsPlanner:
+    """Each row's terms (the TERMS extra) and the part's index-tree entries."""
+
+    def __init__(self, fields: Sequence[str], old_terms: Callable[[bytes], Terms] | None) -> None:
+        self.fields = tuple(fields)
+        self.old_terms = old_terms
+        self.index_keys: list[bytes] = []
+        self.index_kinds = bytearray()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.fields) or self.old_terms is not None
+
+    def rows(self, ks: Sequence[bytes], given: Mapping[str, TermColumn] | None) -> list[Terms | None]:
+        """The terms each row's entry records (None: no TERMS extra), noting index entries."""
+        n = len(ks)
+        cols = _term_columns(self.fields, given, n)
+        out: list[Terms | None] = []
+        ik, kinds = self.index_keys, self.index_kinds
+        lookup = self.old_terms
+        for i, k in enumerate(ks):
+            old = lookup(k) if lookup is not None else {}
+            new = dict(old)
+            for f, col in cols:
+                ts = col[i]
+                if ts:
+                    new[f] = ts
+                else:
+                    new.pop(f, None)
+            if old:
+                keep = {(f, t) for f, ts in new.items() for t in ts}
+                for f, ts in old.items():
+                    for t in ts:
+                        if (f, t) not in keep:
+                            ik.append(index_key(f, t, k))
+                            kinds.append(KIND_TOMBSTONE)
+            for f, ts in new.items():
+                for t in ts:
+                    ik.append(index_key(f, t, k))
+                    kinds.append(KIND_VALUE)
+            out.append(new or None)
+        return out
+
+    def write(self, cutter: SstCutter) -> None:
+        """Write the index entries gathered, sorted, through ``cutter``."""
+        ik, kinds = self.index_keys, self.index_kinds
+        order = sorted(range(len(ik)), key=ik.__getitem__)
+        cutter.add([ik[i] for i in order], bytes(kinds[i] for i in order), [b""] * len(order))
+        self.index_keys, self.index_kinds = [], bytearray()
+
+
+def _term_columns(
+    fields: Sequence[str], given: Mapping[str, TermColumn] | None, n: int
+) -> list[tuple[str, list[tuple[bytes, ...]]]]:
+    """The given term columns, each row's terms checked, deduplicated and sorted."""
+    if not given:
+        if fields:
+            raise InvalidArgument(f"this ingest brings index terms for {list(fields)}: pass indexes=")
+        return []
+    if set(given) != set(fields):
+        raise InvalidArgument(
+            f"indexes= has fields {sorted(given)}, but the ingest began with index_fields {list(fields)}"
+        )
+    from ..batch import check_key
+
+    out = []
+    for f in fields:
+        col = given[f]
+        if len(col) != n:
+            raise InvalidArgument(f"index column {f!r} has {len(col)} rows, the keys {n}")
+        terms: list[tuple[bytes, ...]] = []
+        for x in col:
+            if x is None:
+                terms.append(())
+            elif type(x) is bytes:
+                terms.append((check_key(x),))
+            elif isinstance(x, (str, bytearray, memoryview)):
+                raise InvalidArgument(
+                    f"index terms of {f!r} must be bytes (or lists of bytes), got {x!r:.60}"
+                )
+            else:
+                terms.append(tuple(sorted({check_key(t) for t in x})))
+        out.append((f, terms))
+    return out
+
+
+def reader_terms(reader: DbReader) -> Callable[[bytes], Terms]:
+    """``key -> terms`` at the reader's pinned version ({} for absent, deleted, expired)."""
+
+    def terms(key: bytes) -> Terms:
+        h = reader.head(key)
+        return {} if h is None else dict(h.indexes)
+
+    return terms
+
+
+class JournalCutter:
+    """Rows whose large values go to value-journal objects; the rest wait for the pointers.
+
+    Rows arrive in key order; values of at least ``threshold`` bytes are
+    added to the current journal object, and every row (large or not) waits
+    until that object is uploaded, then goes to ``out`` in order, its large
+    values replaced by POINTER entries (extras kept, as the L0 flush does).
+    """
+
+    def __init__(self, w: PartWriter, threshold: int, out: SstCutter) -> None:
+        self.w = w
+        self.threshold = threshold
+        self.out = out
+        self.builder: SstBuilder | None = None
+        self.ks: list[bytes] = []
+        self.kinds: list[int] = []
+        self.pays: list[bytes] = []
+        self.moves: list[tuple[int, int, int]] = []
+        """(row position, entry number in the journal object, value length)."""
+        self.files: list[JournalFile] = []
+
+    def add(self, ks: list[bytes], kinds: Iterable[int], pays: list[bytes], vlens: list[int]) -> None:
+        base = len(self.ks)
+        self.ks += ks
+        self.kinds += kinds
+        self.pays += pays
+        big = [i for i, n in enumerate(vlens) if n >= self.threshold]
+        if not big:
+            if self.builder is None:
+                self._release()
+            return
+        if self.builder is None:
+            self.builder = SstBuilder(
+                kind=SST_JOURNAL,
+                block_size=self.w.plan.block_size_bytes,
+                codec=self.w.codec,
+                bloom_bits_per_key=0,
+                created_at_ms=int(self.w.clock.now() * 1000),
+                nonce=self.w.rng.getrandbits(128).to_bytes(16, "little"),
+            )
+        b = self.builder
+        first = b.entries
+        b.add_many(
+            [ks[i] for i in big],
+            [self.w.plan.seq] * len(big),
+            [self.kinds[base + i] for i in big],
+            [pays[i] for i in big],
+        )
+        self.moves += [(base + i, first + j, vlens[i]) for j, i in enumerate(big)]
+        if b.estimated_size >= self.w.plan.max_sst_size_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        """Upload the current journal object, point its rows at it and release every held row."""
+        b = self.builder
+        self.builder = None
+        if b is not None and b.entries:
+            offsets, ends = b.block_layout()
+            data, props = b.finish()
+            ref = self._upload(data)
+            self.files.append(JournalFile(ref, len(data), props.entries, props.min_seq, props.max_seq))
+            bi = 0
+            for pos, g, vlen in self.moves:
+                while ends[bi] <= g:
+                    bi += 1
+                start = ends[bi - 1] if bi else 0
+                blen = offsets[bi + 1] - offsets[bi]
+                ptr = encode_pointer(Pointer(ref, offsets[bi], blen, g - start, vlen))
+                p = self.pays[pos]
+                self.kinds[pos] = (self.kinds[pos] & ~TYPE_MASK) | KIND_POINTER
+                self.pays[pos] = p[: len(p) - vlen] + ptr
+        self.moves = []
+        self._release()
+
+    def _release(self) -> None:
+        self.out.add(self.ks, self.kinds, self.pays)
+        self.ks, self.kinds, self.pays = [], [], []
+
+    def _upload(self, data: bytes) -> str:
+        for _ in range(8):
+            ref = paths.new_ulid(self.w.clock.now(), self.w.rng)
+            try:
+                self.w.store.put(paths.journal_path(ref), data, create=True)
+            except AlreadyExists:
+                continue  # an 80-bit collision: take another id
+            self.w.renew_lease()
+            return ref
+        raise InvalidArgument("could not find a free journal object id")
+
+
+__all__ = ["JournalCutter", "SstCutter", "TermsPlanner", "reader_terms"]
