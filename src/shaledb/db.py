@@ -35,6 +35,7 @@ from .flush import OPT_INDEXED, MemtableFlusher
 from .format.coding import CODECS
 from .format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
 from .journal.resolver import JournalResolver
+from .keys import prefix_end
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
@@ -80,17 +81,6 @@ def wrap_store(store: ObjectStore, settings: Settings, clock: Clock, rng: random
     if isinstance(store, RetryingStore):
         return store
     return RetryingStore(InstrumentedStore(store), settings.retry, clock, random.Random(rng.getrandbits(64)))
-
-
-def prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix``."""
-    p = bytearray(prefix)
-    while p and p[-1] == 0xFF:
-        p.pop()
-    if not p:
-        return None
-    p[-1] += 1
-    return bytes(p)
 
 
 def scan_bounds(

@@ -44,7 +44,7 @@ from .checkpoint import (
     refresh_checkpoint,
 )
 from .clock import SYSTEM_CLOCK, Clock
-from .compaction.executor import drop_dead, key_after, merge_columns, read_sst_meta
+from .compaction.executor import drop_dead, merge_columns, read_sst_meta
 from .db import wrap_store
 from .db_reader import decode_wal_object
 from .errors import CorruptionError, InvalidArgument, NotSupported, ObjectNotFound
@@ -53,6 +53,7 @@ from .format.block import Block
 from .format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
 from .format.sst import SstMeta, decode_data_block
 from .journal.resolver import JournalResolver
+from .keys import key_after
 from .manifest.model import Manifest, SstInfo
 from .manifest.store import ManifestStore
 from .settings import MiB, Settings

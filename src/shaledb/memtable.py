@@ -88,16 +88,15 @@ class Memtable:
                 self.put(k, e)
             return
         n0 = len(d)
+        # The keys this batch adds, found before the update with one C-level
+        # membership test per key (searching ``_new`` afterwards cost O(memtable)).
+        fresh = [k for k in keys if k not in d] if n0 else keys
         d.update(zip(keys, entries))
         added = len(d) - n0
-        if added == len(keys):
-            self._new.extend(keys)
-        elif added:
-            # Some keys already existed (or repeat within the batch): find the new ones.
-            s = set(self._new)
-            fresh = {k for k in keys if k not in s}
-            srt = self._sorted
-            self._new.extend(k for k in fresh if not _contains(srt, k))
+        if added == len(fresh):
+            self._new.extend(fresh)
+        elif added:  # a key repeats within the batch
+            self._new.extend(dict.fromkeys(fresh))
 
     def _keep(self, key: bytes, old: Entry) -> None:
         if old[0] > max(self.pins):
@@ -210,8 +209,3 @@ def new_memtable() -> Memtable:
     m = Memtable()
     m.sub = Memtable()
     return m
-
-
-def _contains(srt: list[bytes], key: bytes) -> bool:
-    i = bisect_left(srt, key)
-    return i < len(srt) and srt[i] == key

@@ -73,6 +73,7 @@ from ..format.sst import (
     decode_meta,
     parse_footer,
 )
+from ..keys import key_after
 from ..manifest.model import SstInfo
 from ..store.base import ObjectStore
 from .scheduler import CompactionSpec
@@ -103,11 +104,6 @@ def read_sst_meta(store: ObjectStore, info: SstInfo) -> SstMeta:
         return decode_meta(tail, size)
     except CorruptionError as exc:
         raise exc.with_path(path) from exc
-
-
-def key_after(key: bytes) -> bytes:
-    """The smallest key greater than ``key``: an exclusive bound that includes ``key``."""
-    return key + b"\x00"
 
 
 @dataclass

@@ -206,6 +206,24 @@ class JournalCutter:
         self.files: list[JournalFile] = []
 
     def add(self, ks: list[bytes], kinds: Iterable[int], pays: list[bytes], vlens: list[int]) -> None:
+        """Rows in key order; a journal object is cut before the value that would overflow it."""
+        kl = list(kinds)
+        thr, limit = self.threshold, self.w.plan.max_sst_size_bytes
+        size = 0 if self.builder is None else self.builder.estimated_size
+        lo = 0
+        for i, n in enumerate(vlens):
+            if n >= thr:
+                grow = len(ks[i]) + len(pays[i]) + ENTRY_OVERHEAD
+                if size and size + grow > limit:
+                    self._segment(ks[lo:i], kl[lo:i], pays[lo:i], vlens[lo:i])
+                    self.flush()
+                    lo, size = i, 0
+                size += grow
+        self._segment(ks[lo:], kl[lo:], pays[lo:], vlens[lo:])
+        if self.builder is not None and self.builder.estimated_size >= limit:
+            self.flush()
+
+    def _segment(self, ks: list[bytes], kinds: list[int], pays: list[bytes], vlens: list[int]) -> None:
         base = len(self.ks)
         self.ks += ks
         self.kinds += kinds
@@ -229,12 +247,10 @@ class JournalCutter:
         b.add_many(
             [ks[i] for i in big],
             [self.w.plan.seq] * len(big),
-            [self.kinds[base + i] for i in big],
+            [kinds[i] for i in big],
             [pays[i] for i in big],
         )
         self.moves += [(base + i, first + j, vlens[i]) for j, i in enumerate(big)]
-        if b.estimated_size >= self.w.plan.max_sst_size_bytes:
-            self.flush()
 
     def flush(self) -> None:
         """Upload the current journal object, point its rows at it and release every held row."""
