@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 from spark_kit import contents, kv_frame, latest, referenced, sst_ids, test_seed
@@ -147,7 +148,148 @@ def test_duplicates_fail_the_job_unless_last_is_asked_for(spark, tmp_path):
 def test_unsupported_requests_fail_before_any_task(spark, tmp_path):
     url = str(tmp_path / "db")
     df = kv_frame(spark, [(b"a", b"1")], partitions=1)
-    with pytest.raises(Exception, match="secondary index"):
-        shale_spark.ingest(df, url, index_columns=["value"])
     with pytest.raises(Exception, match='mode\\("append"\\)'):
         df.write.format("shaledb").mode("overwrite").save(url)
+    assert not (tmp_path / "db").exists()
+
+
+# ------------------------------------------------------------ index terms
+
+
+def pairs(db: Db, field: str) -> set[tuple[bytes, bytes]]:
+    """Every (term, key) of ``field`` in the index."""
+    got = db.index_query(field, return_terms=True)
+    assert len(got) == len(set(got))
+    return set(got)
+
+
+def expected_pairs(terms: dict[bytes, Any]) -> set[tuple[bytes, bytes]]:
+    """(term, key) pairs of a column of str / list-of-str-or-None / None per key (empties: no term)."""
+    out = set()
+    for k, ts in terms.items():
+        for t in [ts] if isinstance(ts, str) else ts or ():
+            if t:
+                out.add((t.encode(), k))
+    return out
+
+
+def term_rows(rng: random.Random, n: int) -> dict[bytes, tuple[str | None, list[str | None] | None]]:
+    """Per key: a destination (sometimes null or empty) and a tag array (null, empty, null elements)."""
+    out = {}
+    for i in range(n):
+        dest = rng.choice(["LAX", "SFO", "JFK", "BOS", "ÅRE", None, ""])
+        tags = (
+            None
+            if rng.random() < 0.15
+            else [rng.choice(["a", "b", "c", "dd", None, ""]) for _ in range(rng.randrange(0, 4))]
+        )
+        out[b"k%05d" % i] = (dest, tags)
+    return out
+
+
+def test_index_columns_write_exactly_the_terms_of_each_row(spark, tmp_path):
+    seed = test_seed()
+    rng = random.Random(seed)
+    url = str(tmp_path / "db")
+    terms = term_rows(rng, 3000)
+    rows = [(k.decode(), d, t, rng.randrange(100)) for k, (d, t) in terms.items()]
+    rng.shuffle(rows)  # each task sorts its partition (no order_by): terms must follow their rows
+    df = spark.createDataFrame(rows, "key string, dest string, tags array<string>, n int").repartition(3)
+    rec = shale_spark.ingest(df, url, index_columns=["dest", "tags"], partitions=3)
+    assert rec.rows == 3000
+    with Db.open(url, settings=QUIET) as db:
+        assert pairs(db, "dest") == expected_pairs({k: d for k, (d, _) in terms.items()})
+        assert pairs(db, "tags") == expected_pairs({k: t for k, (_, t) in terms.items()})
+        lax = sorted(k for k, (d, _) in terms.items() if d == "LAX")
+        assert db.index_query("dest", b"LAX", b"LAX") == lax
+        are = sorted(k for k, (d, _) in terms.items() if d == "ÅRE")
+        assert db.index_query("dest", "ÅRE".encode(), "ÅRE".encode()) == are
+        k, (d, t) = next((k, v) for k, v in terms.items() if v[0] and v[1] and "a" in v[1])
+        h = db.head(k)
+        assert h is not None and h.indexes["dest"] == (d.encode(),)
+        assert h.indexes["tags"] == tuple(sorted({x.encode() for x in t if x}))
+        # The index columns stay part of the JSON value built from the other columns.
+        value = json.loads(db.get(k) or b"")
+        assert value["dest"] == d and value["tags"] == t and set(value) == {"dest", "tags", "n"}
+
+
+def test_index_terms_of_the_last_duplicate_win(spark, tmp_path):
+    url = str(tmp_path / "db")
+    df = spark.createDataFrame(
+        [("k", "v1", "A", 1), ("k", "v3", "C", 3), ("k", "v2", "B", 2), ("j", "w", None, 1)],
+        "key string, value string, dest string, t int",
+    )
+    shale_spark.ingest(df, url, value="value", index_columns=["dest"], duplicates="last", order_by=["t"])
+    with Db.open(url, settings=QUIET) as db:
+        assert db.get(b"k") == b"v3"
+        assert db.index_query("dest", return_terms=True) == [(b"C", b"k")]
+
+
+def test_a_second_ingest_replaces_terms_and_leaves_none_stale(spark, tmp_path):
+    seed = test_seed()
+    rng = random.Random(seed)
+    url = str(tmp_path / "db")
+    first = term_rows(rng, 2000)
+    df1 = spark.createDataFrame(
+        [(k, d, t) for k, (d, t) in first.items()], "key binary, dest string, tags array<string>"
+    )
+    shale_spark.ingest(df1, url, index_columns=["dest", "tags"], partitions=3)
+    # Half the keys again with new terms for dest only (tags keep theirs), and some new keys.
+    changed = {k: rng.choice(["SEA", "LAX", None, ""]) for k in rng.sample(sorted(first), 1000)}
+    changed.update({b"new%03d" % i: "SEA" for i in range(50)})
+    df2 = spark.createDataFrame(list(changed.items()), "key binary, dest string").repartition(2)
+    shale_spark.ingest(df2, url, index_columns=["dest"], partitions=2)
+    dest = {k: d for k, (d, _) in first.items()} | changed
+    tags = {k: t for k, (_, t) in first.items()}
+    with Db.open(url, settings=QUIET) as db:
+        assert pairs(db, "dest") == expected_pairs(dest)
+        assert pairs(db, "tags") == expected_pairs(tags)
+        assert db.index_query("dest", b"SEA", b"SEA") == sorted(k for k, d in dest.items() if d == "SEA")
+        db.delete(b"new000")
+        db.put(next(iter(changed)), b"plain put keeps the terms")
+    # A third, plain ingest into a database with terms (the writer takes the row path): terms kept.
+    some = sorted(first)[:100]
+    shale_spark.ingest(kv_frame(spark, [(k, b"plain") for k in some], partitions=2), url)
+    dest.pop(b"new000")
+    with Db.open(url, settings=QUIET) as db:
+        assert pairs(db, "dest") == expected_pairs(dest)
+        assert pairs(db, "tags") == expected_pairs(tags)
+        assert all(db.get(k) == b"plain" for k in some)
+
+
+def test_value_separation_threshold_puts_large_values_in_the_journal(spark, tmp_path):
+    seed = test_seed()
+    rng = random.Random(seed)
+    url = str(tmp_path / "db")
+    data = {rng.randbytes(10): rng.randbytes(rng.choice([100, 2000, 5000])) for _ in range(300)}
+    df = kv_frame(spark, list(data.items()), partitions=2)
+    shale_spark.ingest(df, url, partitions=2, value_separation_threshold=1024)
+    with Db.open(url, settings=QUIET) as db:
+        for k, v in data.items():
+            h = db.head(k)
+            assert h is not None and h.in_journal == (len(v) >= 1024) and h.value_size == len(v)
+            assert db.get(k) == v
+    assert contents(url) == data
+    back = spark.read.format("shaledb").load(url).collect()
+    assert {r.key: r.value for r in back} == data
+
+
+def test_invalid_index_and_journal_options_fail_before_any_task(spark, tmp_path):
+    url = str(tmp_path / "db")
+    df = spark.createDataFrame(
+        [("a", 1, ["x"], [1], "LAX")], "key string, n int, tags array<string>, nums array<int>, dest string"
+    )
+    cases = [
+        ({"index_columns": "n"}, "index column 'n' must be string, binary or an array of them, not int"),
+        ({"index_columns": "nums"}, "index column 'nums' must be string, binary .* not array<int>"),
+        ({"index_columns": "dest,nope"}, "index column 'nope' is not in the DataFrame"),
+        ({"index_columns": "dest,dest"}, "names a column twice"),
+        ({"value_separation_threshold": "0"}, "value_separation_threshold must be >= 1"),
+        ({"value_separation_threshold": "big"}, "value_separation_threshold must be an integer"),
+        ({"index_columns": "tags", "ingest_behind": "true"}, "behind existing data cannot write index terms"),
+    ]
+    for opts, message in cases:
+        with pytest.raises(Exception, match=message) as info:
+            df.write.format("shaledb").mode("append").options(**opts).save(url)
+        assert "InvalidArgument" in str(info.value), opts
+    assert not (tmp_path / "db").exists()

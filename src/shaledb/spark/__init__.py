@@ -90,6 +90,7 @@ def ingest(
     value_columns: Sequence[str] = (),
     metadata: str | None = None,
     index_columns: Sequence[str] = (),
+    value_separation_threshold: int | None = None,
     ingest_id: str | None = None,
     behind: bool = False,
     duplicates: str = "error",
@@ -102,7 +103,10 @@ def ingest(
     ``key`` names a binary or string column; ``value`` a binary or string
     column, or else ``value_columns`` (default: every other column) are
     encoded as one JSON object per row. ``order_by`` columns decide which row
-    is "last" among equal keys with ``duplicates="last"``. ``partitions``
+    is "last" among equal keys with ``duplicates="last"``. ``index_columns``
+    (string, binary or arrays of them) are the rows' secondary index terms, one
+    field per column; values of at least ``value_separation_threshold`` bytes go
+    to value-journal objects. ``partitions``
     defaults to ``spark.sql.shuffle.partitions``. Returns the ingest's record
     from the manifest (id, manifest, rows, seq). See docs/spark.md.
     """
@@ -123,6 +127,8 @@ def ingest(
         opts["metadata"] = metadata
     if index_columns:
         opts["index_columns"] = ",".join(index_columns)
+    if value_separation_threshold is not None:
+        opts["value_separation_threshold"] = str(value_separation_threshold)
     opts.update(options or {})
     # Without order_by the writer sorts each partition itself (a stable Arrow sort, cheaper than
     # Spark's); with it, Spark sorts by key then order_by so "last" among duplicates is defined.

@@ -12,9 +12,19 @@ are stored as their UTF-8 bytes). Without a value column, the other columns
 are encoded as the value: one JSON object per row, keys are the column names
 in DataFrame order, compact separators, dates and timestamps as ISO-8601
 strings, decimals as strings, binary as base64 (:func:`json_values`). An
-optional metadata column is stored as the entry's metadata; index columns
-(secondary index terms) are refused clearly: bulk ingest does not write index
-entries yet.
+optional metadata column is stored as the entry's metadata.
+
+Index columns (option ``index_columns``, comma-separated) give each row's
+secondary index terms: the index field is named after the column, and the
+column is string, binary, or an array of either (strings are stored as their
+UTF-8 bytes). A null, an empty array, empty strings and null array elements
+mean no term; an array gives one term per distinct element. The terms replace
+the key's terms for those fields, as ``Db.put(key, value, indexes=...)`` does
+(fields not named keep their terms). Index columns stay part of a JSON value
+built from the other columns (they are only left out if ``value_columns`` or
+a ``value`` column says so). ``value_separation_threshold`` (bytes) puts
+values of at least that size into value-journal objects, as the engine's
+setting of that name does for the writer.
 
 Options are strings (Spark passes nothing else); :class:`WriteOptions` and
 :class:`ReadOptions` parse and validate them once, on the driver, so a bad
@@ -34,11 +44,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidArgument, NotSupported
+from ..errors import InvalidArgument
 from ..ingest import DUPLICATES
 
 READ_COLUMNS = ("key", "value", "seq", "metadata")
 TEXT_TYPES = ("binary", "string")
+INDEX_TYPES = (*TEXT_TYPES, *(f"array<{t}>" for t in TEXT_TYPES))
+"""Column types an index column may have (as ``source._simple_type`` spells them)."""
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -112,6 +124,24 @@ def store_options(options: Mapping[str, str]) -> dict[str, str]:
     return {k[len("store.") :]: str(v) for k, v in options.items() if k.startswith("store.")}
 
 
+def _index_columns(options: Mapping[str, str], columns: Mapping[str, str]) -> tuple[str, ...]:
+    """The ``index_columns`` option, checked: existing columns of a type terms can come from."""
+    names = _names(options.get("index_columns"))
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"option index_columns names a column twice: {list(names)}")
+    for name in names:
+        if name not in columns:
+            raise InvalidArgument(f"index column {name!r} is not in the DataFrame (columns: {list(columns)})")
+        if columns[name] not in INDEX_TYPES:
+            raise InvalidArgument(
+                f"the index column {name!r} must be string, binary or an array of them, not "
+                f"{columns[name]}; cast or format it first (e.g. F.col(...).cast('string'))"
+            )
+        if "\x00" in name:
+            raise InvalidArgument(f"index column {name!r}: field names cannot contain NUL")
+    return names
+
+
 @dataclass(frozen=True)
 class WriteOptions:
     """Parsed write options (see the module docstring and docs/spark.md)."""
@@ -121,6 +151,10 @@ class WriteOptions:
     value: str | None = None
     value_columns: tuple[str, ...] = ()
     metadata: str | None = None
+    index_columns: tuple[str, ...] = ()
+    """Columns whose values are the rows' index terms (field name = column name)."""
+    value_separation_threshold: int | None = None
+    """Values of at least this many bytes go to value-journal objects (None: inline)."""
     ingest_id: str | None = None
     behind: bool = False
     duplicates: str = "error"
@@ -138,11 +172,6 @@ class WriteOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], columns: Mapping[str, str]) -> WriteOptions:
         """Options checked against the DataFrame's ``columns`` (name -> simple type string)."""
-        if _names(options.get("index_columns")):
-            raise NotSupported(
-                "option index_columns asks for secondary index terms, which bulk ingest does not "
-                "write yet (it needs the engine's index-entry format, see docs/spark.md); drop the option"
-            )
         key = options.get("key", "key")
         if key not in columns:
             raise InvalidArgument(f"key column {key!r} is not in the DataFrame (columns: {list(columns)})")
@@ -170,6 +199,7 @@ class WriteOptions:
                 raise InvalidArgument(f"value_columns {missing or '(none)'} are not in the DataFrame")
         else:
             value_columns = ()
+        index_columns = _index_columns(options, columns)
         duplicates = options.get("duplicates", "error")
         if duplicates not in DUPLICATES:
             raise InvalidArgument(f"option duplicates must be one of {DUPLICATES}, got {duplicates!r}")
@@ -180,6 +210,8 @@ class WriteOptions:
             value=value,
             value_columns=value_columns,
             metadata=metadata,
+            index_columns=index_columns,
+            value_separation_threshold=_int(options, "value_separation_threshold", None),
             ingest_id=options.get("ingest_id") or None,
             behind=_bool(options, "ingest_behind"),
             duplicates=duplicates,

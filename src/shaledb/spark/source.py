@@ -12,7 +12,10 @@ goes through the object store.
 
 Writes: ``writer()`` calls :func:`shaledb.ingest.begin_ingest` (so a claim
 fences a live writer at planning time, before any task), each task turns its
-partition into SSTs with a :class:`~shaledb.ingest.PartWriter`, and
+partition into SSTs with a :class:`~shaledb.ingest.PartWriter` (the
+columnar ``add_arrow`` path for plain keys and values; chunks of rows through
+``add`` with metadata, index terms from ``index_columns``, or when the plan
+asks for it, e.g. values separated into journal objects), and
 ``commit()`` calls :func:`shaledb.ingest.commit_ingest` with one message per
 partition (``abort()`` deletes what finished tasks wrote).
 
@@ -33,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (
@@ -50,10 +54,8 @@ from pyspark.sql.datasource import (
     StringStartsWith,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
 
-from ..compaction.executor import key_after
-from ..db import prefix_end
 from ..errors import InvalidArgument
 from ..export import ReadPart, ensure_checkpoint, intersect, plan_read
 from ..export_arrow import read_part_arrow
@@ -66,6 +68,7 @@ from ..ingest import (
     commit_ingest,
     open_ingest_store,
 )
+from ..keys import key_after, prefix_end
 from ..settings import Settings
 from .schema import ReadOptions, WriteOptions, json_values
 
@@ -78,8 +81,10 @@ CHUNK_ROWS = 65536
 def _simple_type(dt: Any) -> str:
     if isinstance(dt, BinaryType):
         return "binary"
-    if isinstance(dt, StringType):
+    if isinstance(dt, StringType):  # collated strings too ("string collate ...")
         return "string"
+    if isinstance(dt, ArrayType):
+        return f"array<{_simple_type(dt.elementType)}>"
     return str(dt.simpleString())
 
 
@@ -136,6 +141,8 @@ class ShaleDataSource(DataSource):
             changes["compression"] = opts.compression
         if opts.bloom_bits_per_key is not None:
             changes["bloom_bits_per_key"] = opts.bloom_bits_per_key
+        if opts.value_separation_threshold is not None:
+            changes["value_separation_threshold"] = opts.value_separation_threshold
         if changes:
             settings = settings.replace(**changes)
         plan = begin_ingest(
@@ -144,6 +151,7 @@ class ShaleDataSource(DataSource):
             behind=opts.behind,
             duplicates=opts.duplicates,
             settings=settings,
+            index_fields=opts.index_columns,
             max_sst_size_bytes=opts.max_sst_size_bytes,
             lease_s=opts.lease_s,
             store_options=opts.store,
@@ -152,6 +160,17 @@ class ShaleDataSource(DataSource):
 
 
 # ------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """One partition's columns, sorted by key and aligned row for row."""
+
+    keys: pa.Array
+    values: pa.Array
+    metas: pa.Array | None
+    terms: dict[str, pa.Array]
+    """Index field -> binary (one term or null) or list-of-binary column."""
 
 
 @dataclass
@@ -165,7 +184,42 @@ def _binary(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         arr = arr.cast(pa.binary() if pa.types.is_string(arr.type) else pa.large_binary())
+    elif pa.types.is_string_view(arr.type):
+        arr = arr.cast(pa.binary())
     return arr
+
+
+def _term_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """An index column as terms: binary (null: no term) or a list of binary per row.
+
+    Strings become their UTF-8 bytes; nulls, empty strings and (in lists) null
+    elements are no term -- the engine's terms are non-empty bytes. All in
+    Arrow kernels; the result's ``to_pylist()`` is what ``PartWriter.add`` takes.
+    """
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = arr.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        if pa.types.is_list_view(t):
+            arr = arr.cast(pa.list_(t.value_type))
+        n = len(arr)
+        bounds = arr.offsets  # of this slice; a null list may still span elements
+        lo, hi = bounds[0].as_py(), bounds[n].as_py()
+        values = _binary(arr.values.slice(lo, hi - lo))  # every element, in row order
+        parents = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)  # row of each element
+        keep = pc.fill_null(pc.greater(pc.binary_length(values), 0), False).to_numpy(zero_copy_only=False)
+        if arr.null_count:
+            keep &= arr.is_valid().to_numpy(zero_copy_only=False)[parents]
+        counts = np.bincount(parents[keep], minlength=n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return pa.LargeListArray.from_arrays(pa.array(offsets), values.filter(pa.array(keep)))
+    binary = _binary(arr)
+    if not (pa.types.is_binary(binary.type) or pa.types.is_large_binary(binary.type)):
+        raise InvalidArgument(f"an index column has type {t}, not string, binary or a list of them")
+    empty = pc.equal(pc.binary_length(binary), 0)
+    if pc.any(empty).as_py():
+        binary = pc.if_else(empty, pa.scalar(None, binary.type), binary)
+    return binary
 
 
 class ShaleWriter(DataSourceArrowWriter):
@@ -186,21 +240,21 @@ class ShaleWriter(DataSourceArrowWriter):
         batches = list(iterator)
         if not batches:  # an empty partition (e.g. fewer keys than range partitions)
             return ShaleCommitMessage(PartWriter(store, self.plan, pid, attempt=label).finish())
-        keys, values, metas = self._columns(pa.Table.from_batches(batches), pid)
-        part = self._write(store, pid, label, keys, values, metas)
+        cols = self._columns(pa.Table.from_batches(batches), pid)
+        part = self._write(store, pid, label, cols)
         if self.opts.duplicate_attempt:  # testing: a losing (speculative) attempt's leftovers
-            self._write(store, pid, label + " (losing copy)", keys, values, metas)
+            self._write(store, pid, label + " (losing copy)", cols)
         if self.opts.fail_partition == pid and attempt == 0:
             raise RuntimeError(
                 f"testing.fail_partition: partition {pid} fails its first attempt after writing"
             )
         return ShaleCommitMessage(part)
 
-    def _columns(self, table: pa.Table, pid: int) -> tuple[pa.Array, pa.Array, pa.Array | None]:
+    def _columns(self, table: pa.Table, pid: int) -> _Columns:
         o = self.opts
         if table.num_rows == 0:
             empty = pa.array([], pa.binary())
-            return empty, empty, None
+            return _Columns(empty, empty, None, {})
         keys = _binary(table.column(o.key))
         if keys.null_count:
             raise InvalidArgument(f"partition {pid}: the key column {o.key!r} has nulls")
@@ -211,33 +265,29 @@ class ShaleWriter(DataSourceArrowWriter):
         else:
             values = pa.array(json_values(table.select(list(o.value_columns)).to_pylist()), pa.binary())
         metas = _binary(table.column(o.metadata)) if o.metadata is not None else None
+        terms = {name: _term_column(table.column(name)) for name in o.index_columns}
         n = len(keys)
         if n > 1 and pc.any(pc.less(keys.slice(1), keys.slice(0, n - 1))).as_py():
             # Not sorted (no sortWithinPartitions upstream): a stable sort keeps input order among equal keys.
             order = pc.array_sort_indices(keys)
             keys, values = keys.take(order), values.take(order)
             metas = metas.take(order) if metas is not None else None
-        return keys, values, metas
+            terms = {name: col.take(order) for name, col in terms.items()}
+        return _Columns(keys, values, metas, terms)
 
-    def _write(
-        self,
-        store: Any,
-        pid: int,
-        label: str,
-        keys: pa.Array,
-        values: pa.Array,
-        metas: pa.Array | None,
-    ) -> IngestPart:
+    def _write(self, store: Any, pid: int, label: str, cols: _Columns) -> IngestPart:
         w = PartWriter(store, self.plan, pid, attempt=label)
         try:
-            if metas is None:  # plain values: the columnar path, no Python object per row
-                w.add_arrow(keys, values)
+            if cols.metas is None and not cols.terms and not w.rows_path_needed:
+                # Plain values: the columnar path, no Python object per row.
+                w.add_arrow(cols.keys, cols.values)
                 return w.finish()
-            for start in range(0, len(keys), CHUNK_ROWS):
-                ks = keys.slice(start, CHUNK_ROWS).to_pylist()
-                vs = values.slice(start, CHUNK_ROWS).to_pylist()
-                ms = metas.slice(start, CHUNK_ROWS).to_pylist() if metas is not None else None
-                w.add(ks, vs, ms)
+            for start in range(0, len(cols.keys), CHUNK_ROWS):
+                ks = cols.keys.slice(start, CHUNK_ROWS).to_pylist()
+                vs = cols.values.slice(start, CHUNK_ROWS).to_pylist()
+                ms = cols.metas.slice(start, CHUNK_ROWS).to_pylist() if cols.metas is not None else None
+                ix = {name: col.slice(start, CHUNK_ROWS).to_pylist() for name, col in cols.terms.items()}
+                w.add(ks, vs, ms, indexes=ix or None)
             return w.finish()
         except BaseException:
             w.abort()
