@@ -28,17 +28,14 @@ from typing import Any
 
 from . import checkpoint as _cp
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import InvalidArgument
 from .external import ExternalStores, canonical_url, default_factory
 from .lifecycle import DestroyStatus, gc_destroyed_database, gc_detach_clone
 from .lifecycle import destroy as _destroy
 from .manifest.model import Checkpoint, Manifest
 from .manifest.store import ManifestStore
-from .settings import RetryOptions
+from .settings import RetryOptions, Settings
 from .store.base import ObjectStore
-from .store.retrying import RetryingStore
-from .store.url import open_store
-from .store.wrappers import InstrumentedStore
+from .store.stack import open_stack
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -57,19 +54,10 @@ class _Handle:
     ) -> None:
         self.clock = clock or SYSTEM_CLOCK
         self.rng = random.Random(seed)
-        retry = RetryOptions()
-        if store is None:
-            if url is None:
-                raise InvalidArgument("give a database URL or a store")
-            store = open_store(url, **dict(store_options or {}))
-        if not isinstance(store, RetryingStore):
-            store = RetryingStore(
-                InstrumentedStore(store), retry, self.clock, random.Random(self.rng.getrandbits(64))
-            )
-        self.store = store
+        self.store = store = open_stack(url, store, store_options, Settings(), self.clock, self.rng)
         self.ms = ManifestStore(store, self.clock, self.rng, author=author)
         self.external = ExternalStores(
-            default_factory(retry, self.clock, random.Random(), store_options),
+            default_factory(RetryOptions(), self.clock, random.Random(), store_options),
             own_url=canonical_url(url) if url else None,
         )
 

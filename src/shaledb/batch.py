@@ -38,6 +38,13 @@ def check_key(key: object) -> bytes:
     raise _key_error(key)
 
 
+def check_field(fld: object) -> str:
+    """An index field name: a non-empty str without NUL (NUL ends it in index keys)."""
+    if not isinstance(fld, str) or not fld or "\x00" in fld:
+        raise InvalidArgument(f"index field names are non-empty str without NUL, got {fld!r}")
+    return fld
+
+
 def check_value(value: object) -> bytes:
     if type(value) is bytes and len(value) <= MAX_VALUE_BYTES:
         return value
@@ -122,8 +129,7 @@ class WriteBatch:
                 raise InvalidArgument("indexes must map field names to lists of byte terms")
             terms: dict[str, list[bytes]] = {}
             for fld, ts in indexes.items():
-                if not isinstance(fld, str) or not fld or "\x00" in fld:
-                    raise InvalidArgument(f"index field names are non-empty str without NUL, got {fld!r}")
+                check_field(fld)
                 if isinstance(ts, (bytes, str)):
                     raise InvalidArgument(f"index terms for {fld!r} must be a list of bytes")
                 terms[fld] = sorted({check_key(t) for t in ts})

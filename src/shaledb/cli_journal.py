@@ -34,9 +34,9 @@ def _compact_args(p: argparse.ArgumentParser) -> None:
     _compact_args
 )
 def compact_journal_cmd(args: argparse.Namespace, out: Output) -> int | None:
-    from .db import wrap_store
     from .journal.compaction import StandaloneHost, compact_journal
     from .manifest.store import ManifestStore
+    from .store.stack import wrap_store
     from .store.url import open_store
 
     settings = _settings(args)

@@ -380,7 +380,7 @@ def open_clone(
     store_options: dict[str, Any] | None,
 ) -> Db:
     """``Db.open_from_checkpoint``: initialize the clone if needed, then open it as a writer."""
-    from .db import wrap_store
+    from .store.stack import wrap_store
 
     if settings is None:
         settings = Settings()

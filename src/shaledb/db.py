@@ -40,14 +40,12 @@ from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from .pins import ViewPins
-from .reader import ReadView, Visibility, lookup, scan_items
+from .reader import ReadView, Visibility, check_limit, lookup, scan_items
 from .recovery import claim_writer_epoch, replay_wal, write_fence
 from .settings import Settings
 from .sstable import TableCache
 from .store.base import ObjectStore
-from .store.retrying import RetryingStore
-from .store.url import open_store
-from .store.wrappers import InstrumentedStore
+from .store.stack import open_stack
 from .wal import WalWriter
 
 log = logging.getLogger("shaledb.db")
@@ -74,13 +72,6 @@ class WriteHandle:
 
     def __repr__(self) -> str:
         return f"WriteHandle(seq={self.seq}, durable={self.durable})"
-
-
-def wrap_store(store: ObjectStore, settings: Settings, clock: Clock, rng: random.Random) -> RetryingStore:
-    """The stack every role uses: retries (resolving ambiguous creates) over accounting."""
-    if isinstance(store, RetryingStore):
-        return store
-    return RetryingStore(InstrumentedStore(store), settings.retry, clock, random.Random(rng.getrandbits(64)))
 
 
 def scan_bounds(
@@ -219,16 +210,12 @@ class Db(DbExtras):
             settings = Settings()
         elif not isinstance(settings, Settings):
             raise InvalidArgument(f"settings must be a shaledb.Settings, got {type(settings).__name__}")
-        if store is None:
-            if url is None:
-                raise InvalidArgument("give a database URL or a store")
-            store = open_store(url, **(store_options or {}))
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
+        wrapped = open_stack(url, store, store_options, settings, clock, rng)
         external = ExternalStores(
             default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
         )
-        wrapped = wrap_store(store, settings, clock, rng)
         return cls(wrapped, settings, clock, rng, create_if_missing, external=external)
 
     @classmethod
@@ -741,8 +728,7 @@ class Db(DbExtras):
         The scan reads one consistent snapshot taken when it is called.
         """
         s, e = scan_bounds(start, end, prefix)
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-            raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+        check_limit(limit)
         view, seq, cp = self._pin()
         it = scan_items(view, self.tables, self.vis, s, e, seq, bool(reverse), limit)
         return Scan(it, lambda: self._unpin(view.mem, seq, cp))

@@ -38,7 +38,7 @@ from .indexes import (
     scan_keys,
 )
 from .memtable import ENTRY_OVERHEAD, Memtable
-from .reader import ReadView, Visibility, lookup, scan_items
+from .reader import ReadView, Visibility, check_limit, lookup, scan_items
 from .sstable import TableCache
 
 if TYPE_CHECKING:
@@ -84,11 +84,6 @@ def _bounds(
     from .db import scan_bounds
 
     return scan_bounds(start, end, prefix)
-
-
-def _limit(limit: object) -> None:
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
 
 
 class _Reads:
@@ -186,7 +181,7 @@ class SnapshotExtras(_Reads):
         limit: int | None = None,
     ) -> Iterator[tuple[bytes, Head]]:
         self._check()
-        _limit(limit)
+        check_limit(limit)
         s, e = _bounds(start, end, prefix)
         db = self._db_()
         return scan_heads(self._view, db.tables, db.vis, s, e, self.seq, bool(reverse), limit)
@@ -203,7 +198,7 @@ class SnapshotExtras(_Reads):
         limit: int | None = None,
     ) -> Iterator[bytes]:
         self._check()
-        _limit(limit)
+        check_limit(limit)
         s, e = _bounds(start, end, prefix)
         db = self._db_()
         return scan_keys(self._view, db.tables, db.vis, s, e, self.seq, bool(reverse), limit)
@@ -332,7 +327,7 @@ class DbExtras(_Reads):
         lives in a journal object that is missing from the store (one HEAD
         request per journal object the fold meets).
         """
-        _limit(limit)
+        check_limit(limit)
         s, e = _bounds(start, end, prefix)
         db = self._db_()
         view, seq, release = self._pin_view()
@@ -351,7 +346,7 @@ class DbExtras(_Reads):
         limit: int | None = None,
     ) -> Fold:
         """Live keys in ``[start, end)`` in key order, on a snapshot."""
-        _limit(limit)
+        check_limit(limit)
         s, e = _bounds(start, end, prefix)
         db = self._db_()
         view, seq, release = self._pin_view()
@@ -495,7 +490,7 @@ class ReaderReads:
         limit: int | None = None,
     ) -> Fold:
         """``(key, Head)`` of live keys in ``[start, end)``, from one consistent view."""
-        _limit(limit)
+        check_limit(limit)
         s, e = _bounds(start, end, prefix)
         view, seq, cp = self._pin()
         it = scan_heads(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)

@@ -74,7 +74,7 @@ from .checkpoint import (
     read_checkpoint_manifest,
 )
 from .clock import SYSTEM_CLOCK, Clock
-from .db import Scan, scan_bounds, wrap_store
+from .db import Scan, scan_bounds
 from .db_extras import ReaderReads
 from .duration import to_seconds
 from .errors import (
@@ -93,11 +93,11 @@ from .journal.resolver import JournalResolver
 from .manifest.model import Checkpoint, Manifest, SstInfo
 from .manifest.store import ManifestStore
 from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
-from .reader import ReadView, Visibility, lookup, scan_items
+from .reader import ReadView, Visibility, check_limit, lookup, scan_items
 from .settings import MiB, RetryOptions, Settings, _integer, _positive
 from .sstable import TableCache
 from .store.base import ObjectStore
-from .store.url import open_store
+from .store.stack import open_stack
 
 log = logging.getLogger("shaledb.reader")
 
@@ -297,12 +297,8 @@ class DbReader(ReaderReads):
             opts = replace(opts, **changes)
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
-        if store is None:
-            if url is None:
-                raise InvalidArgument("give a database URL or a store")
-            store = open_store(url, **dict(store_options or {}))
         settings = Settings(retry=opts.retry, compactor=None, garbage_collector=None)
-        wrapped = wrap_store(store, settings, clock, rng)
+        wrapped = open_stack(url, store, store_options, settings, clock, rng)
         factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options)
         external = ExternalStores(factory, own_url=canonical_url(url) if url else None)
         cp_id = None if checkpoint is None else as_checkpoint_id(checkpoint)
@@ -412,8 +408,7 @@ class DbReader(ReaderReads):
     ) -> Scan:
         """``(key, value)`` pairs with ``start <= key < end`` in key order, from one consistent view."""
         s, e = scan_bounds(start, end, prefix)
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-            raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+        check_limit(limit)
         view, seq, cp = self._pin()
         it = scan_items(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
         return Scan(it, lambda: self._unpin(view.mem, seq, cp))

@@ -45,7 +45,6 @@ from .checkpoint import (
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .compaction.executor import drop_dead, merge_columns, read_sst_meta
-from .db import wrap_store
 from .db_reader import decode_wal_object
 from .errors import CorruptionError, InvalidArgument, NotSupported, ObjectNotFound
 from .external import default_factory
@@ -58,7 +57,7 @@ from .manifest.model import Manifest, SstInfo
 from .manifest.store import ManifestStore
 from .settings import MiB, Settings
 from .store.base import ObjectStore
-from .store.url import open_store
+from .store.stack import open_stack
 
 Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
 """keys, seqs, kinds, payloads of live entries in key order."""
@@ -107,11 +106,7 @@ class ReadPlan:
 def _stack(
     url: str | None, store: ObjectStore | None, store_options: Mapping[str, Any] | None, clock: Clock
 ) -> ObjectStore:
-    if store is None:
-        if url is None:
-            raise InvalidArgument("give a database URL or a store")
-        store = open_store(url, **dict(store_options or {}))
-    return wrap_store(store, Settings(), clock, random.Random())
+    return open_stack(url, store, store_options, Settings(), clock, random.Random())
 
 
 def intersect(

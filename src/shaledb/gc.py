@@ -75,6 +75,7 @@ from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .settings import GcOptions, Settings
 from .store.base import ObjectMeta, ObjectStore
+from .store.stack import open_stack
 from .store.twophase import TWO_PHASE_TMP_PREFIX, TwoPhaseStore
 
 log = logging.getLogger("shaledb.gc")
@@ -160,21 +161,15 @@ class GarbageCollector:
             NotFound: no database there.
             InvalidArgument: neither ``url`` nor ``store`` given.
         """
-        from .db import wrap_store
-        from .store.url import open_store
-
         settings = settings or Settings()
         options = options or settings.garbage_collector or GcOptions()
         if not isinstance(options, GcOptions):
             raise InvalidArgument(f"options must be a GcOptions, got {type(options).__name__}")
-        if store is None:
-            if url is None:
-                raise InvalidArgument("give a database URL or a store")
-            store = open_store(url, **(store_options or {}))
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
+        st = open_stack(url, store, store_options, settings, clock, rng)
         gc = cls(
-            wrap_store(store, settings, clock, rng),
+            st,
             options,
             clock=clock,
             rng=rng,
@@ -182,7 +177,7 @@ class GarbageCollector:
             store_options=store_options,
         )
         if gc.manifests.read_latest() is None:
-            raise NotFound(f"no database at {store.describe()}")
+            raise NotFound(f"no database at {st.describe()}")
         return gc
 
     def __init__(

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .batch import check_field
 from .errors import CorruptionError, InvalidArgument
 from .format.journal import (
     decode_index_key,
@@ -53,7 +54,7 @@ from .format.row import (
     encode_terms,
 )
 from .memtable import Memtable
-from .reader import ReadView, Visibility, lookup, merge_rows, newest_rows, scan_items, sources
+from .reader import ReadView, Visibility, check_limit, lookup, merge_rows, newest_rows, scan_items, sources
 from .sstable import TableCache
 
 Terms = dict[str, tuple[bytes, ...]]
@@ -168,23 +169,33 @@ def plan_index_changes(
             flags, payload = encode_payload(value, meta, expires, encode_terms(new) if new else None)
             out_kinds.append(KIND_VALUE | flags)
             out_pays.append(payload)
-        if old:
-            keep = {(f, t) for f, ts in new.items() for t in ts}
-            for f, ts in old.items():
-                for t in ts:
-                    if (f, t) not in keep:
-                        ik.append(index_key(f, t, k))
-                        it.append(KIND_TOMBSTONE)
-                        ip.append(b"")
+        ikind, ipay = KIND_TOMBSTONE, b""
         if new:
             iflags, ipay = encode_payload(b"", None, expires)
-            for f, ts in new.items():
-                for t in ts:
-                    ik.append(index_key(f, t, k))
-                    it.append(KIND_VALUE | iflags)
-                    ip.append(ipay)
+            ikind = KIND_VALUE | iflags
+        for ikey, live in term_changes(k, old, new):
+            ik.append(ikey)
+            it.append(ikind if live else KIND_TOMBSTONE)
+            ip.append(ipay if live else b"")
         overlay[k] = new
     return IndexedBatch(keys, out_kinds, out_pays, ik, it, ip)
+
+
+def term_changes(
+    key: bytes, old: Mapping[str, tuple[bytes, ...]], new: Terms
+) -> Iterator[tuple[bytes, bool]]:
+    """The index-tree keys a write of ``key`` touches: ``(index key, False)`` for each term
+    it loses (a tombstone), then ``(index key, True)`` for each term it has (re-written, so
+    the entry carries the write's expiry)."""
+    if old:
+        keep = {(f, t) for f, ts in new.items() for t in ts}
+        for f, ts in old.items():
+            for t in ts:
+                if (f, t) not in keep:
+                    yield index_key(f, t, key), False
+    for f, ts in new.items():
+        for t in ts:
+            yield index_key(f, t, key), True
 
 
 def index_view(view: ReadView) -> ReadView:
@@ -213,13 +224,11 @@ def _bounds(fld: str, start: bytes | None, end: bytes | None, start_key: bytes |
 def check_query(
     fld: object, start: object, end: object, start_key: object, limit: object, term_regex: object
 ) -> re.Pattern[bytes] | None:
-    if not isinstance(fld, str) or not fld or "\x00" in fld:
-        raise InvalidArgument(f"index field names are non-empty str without NUL, got {fld!r}")
+    check_field(fld)
     for name, v in (("start", start), ("end", end), ("start_key", start_key)):
         if v is not None and not isinstance(v, bytes):
             raise InvalidArgument(f"index_query {name} must be bytes or None, got {type(v).__name__}")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+    check_limit(limit)
     if term_regex is None:
         return None
     if isinstance(term_regex, re.Pattern):
@@ -347,4 +356,5 @@ __all__ = [
     "plan_index_changes",
     "scan_heads",
     "scan_keys",
+    "term_changes",
 ]

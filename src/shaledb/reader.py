@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from operator import itemgetter
 
-from .errors import CorruptionError
+from .errors import CorruptionError, InvalidArgument
 from .format.bloom import key_hash, probe_mask
 from .format.row import (
     EXTRA_FLAGS,
@@ -88,6 +88,12 @@ class ReadView:
 
     def memtables(self) -> tuple[Memtable, ...]:
         return (self.mem, *self.imms)
+
+
+def check_limit(limit: object) -> None:
+    """A scan or query limit is None or a non-negative int (bool is not a count)."""
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
 
 
 class Visibility:

@@ -48,6 +48,7 @@ from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore, Mutator
 from ..settings import CompactorOptions, Settings
 from ..store.base import ObjectStore
+from ..store.stack import open_stack
 from .executor import ExecResult, Executor, KeyRange, RangeResult
 from .scheduler import CompactionSpec, schedule
 
@@ -268,21 +269,14 @@ class Compactor:
             NotFound: no database at ``url``.
             InvalidArgument: neither ``url`` nor ``store`` given.
         """
-        from ..db import wrap_store
-        from ..store.url import open_store
-
         settings = settings or Settings()
         options = options or settings.compactor or CompactorOptions()
         if not isinstance(options, CompactorOptions):
             raise InvalidArgument(f"options must be a CompactorOptions, got {type(options).__name__}")
-        if store is None:
-            if url is None:
-                raise InvalidArgument("give a database URL or a store")
-            store = open_store(url, **(store_options or {}))
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
         c = cls(
-            wrap_store(store, settings, clock, rng),
+            open_stack(url, store, store_options, settings, clock, rng),
             options,
             settings=settings,
             clock=clock,

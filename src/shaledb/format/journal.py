@@ -105,6 +105,24 @@ def wal_pointer(wal_id: int, block_off: int, block_len: int, index: int, value_l
     )
 
 
+def pointers_into(
+    ref: str, offsets: list[int], ends: list[int], entries: list[tuple[int, int]]
+) -> list[bytes]:
+    """Encoded pointers to entries of one object, given its block layout.
+
+    ``offsets``/``ends`` are ``SstBuilder.block_layout()``; ``entries`` are
+    ``(entry number in the object, value length)`` in ascending entry order.
+    """
+    out = []
+    bi = 0
+    for g, vlen in entries:
+        while ends[bi] <= g:
+            bi += 1
+        first = ends[bi - 1] if bi else 0
+        out.append(encode_pointer(Pointer(ref, offsets[bi], offsets[bi + 1] - offsets[bi], g - first, vlen)))
+    return out
+
+
 def decode_pointer(raw: bytes) -> Pointer:
     """Parse a pointer; CorruptionError if it is not one this version writes."""
     n = len(raw)
@@ -189,6 +207,7 @@ def decode_index_key(raw: bytes) -> tuple[str, bytes, bytes]:
 
 
 __all__ = [
+    "pointers_into",
     "POINTER_SIZE_JOURNAL",
     "POINTER_SIZE_WAL",
     "Pointer",

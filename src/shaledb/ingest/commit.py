@@ -21,6 +21,7 @@ from ..manifest.model import IngestRecord, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore
 from ..settings import MiB, Settings
 from ..store.base import ObjectStore
+from ..store.stack import open_stack
 from .model import (
     DUPLICATES,
     INGEST_HISTORY,
@@ -37,7 +38,7 @@ from .model import (
     log,
     write_lease,
 )
-from .parts import delete_outputs, open_store_stack, part_outputs, write_part
+from .parts import delete_outputs, part_outputs, write_part
 
 
 def begin_ingest(
@@ -88,7 +89,7 @@ def begin_ingest(
         )
     clock = clock or SYSTEM_CLOCK
     rng = random.Random(seed)
-    st = open_store_stack(url, store, store_options, settings, clock, rng)
+    st = open_stack(url, store, store_options, settings, clock, rng)
     sst_max = max_sst_size_bytes or (
         settings.compactor.max_sst_size_bytes if settings.compactor else 64 * MiB
     )
@@ -281,7 +282,7 @@ def commit_ingest(
     settings = settings or Settings()
     clock = clock or SYSTEM_CLOCK
     rng = random.Random()
-    st = open_store_stack(url, store, store_options, settings, clock, rng)
+    st = open_stack(url, store, store_options, settings, clock, rng)
     chosen = _select_parts(parts, plan.ingest_id)
     fp = fingerprint(chosen)
     rows = sum(p.rows for p in chosen)
@@ -391,7 +392,7 @@ def abort_ingest(
     Attempts that died mid-way leave SSTs no part names: the garbage
     collector removes them once the lease is gone and they are old enough.
     """
-    st = open_store_stack(url, store, store_options, settings or Settings(), SYSTEM_CLOCK, random.Random())
+    st = open_stack(url, store, store_options, settings or Settings(), SYSTEM_CLOCK, random.Random())
     ssts, journal = part_outputs(parts)
     delete_outputs(st, ssts, journal)
     ms = ManifestStore(st, SYSTEM_CLOCK, random.Random(), author="ingest")
@@ -422,7 +423,7 @@ def ingest_columns(
     ``behind``, ``duplicates``, ...).
     """
     settings = settings or Settings()
-    st = open_store_stack(url, store, store_options, settings, SYSTEM_CLOCK, random.Random())
+    st = open_stack(url, store, store_options, settings, SYSTEM_CLOCK, random.Random())
     plan = begin_ingest(store=st, settings=settings, index_fields=tuple(indexes or ()), **begin)
     try:
         part = write_part(st, plan, 0, keys, values, metadata, indexes=indexes)

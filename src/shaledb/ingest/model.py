@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import paths
+from ..batch import check_field
 from ..errors import FencedError, InvalidArgument, ShaleError
 from ..manifest.model import IngestRecord, JournalFile, Manifest, SstInfo
 from ..settings import MiB
@@ -163,10 +164,7 @@ def check_ingest_id(ingest_id: str) -> str:
 
 
 def check_index_fields(fields: Sequence[str]) -> tuple[str, ...]:
-    out = tuple(fields)
-    for f in out:
-        if not isinstance(f, str) or not f or "\x00" in f:
-            raise InvalidArgument(f"index field names are non-empty str without NUL, got {f!r}")
+    out = tuple(map(check_field, fields))
     if len(set(out)) != len(out):
         raise InvalidArgument(f"index fields repeat: {list(out)}")
     return out

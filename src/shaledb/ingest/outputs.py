@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 
 from .. import paths
 from ..errors import AlreadyExists, InvalidArgument
-from ..format.journal import Pointer, encode_pointer, index_key
+from ..format.journal import pointers_into
 from ..format.row import KIND_POINTER, KIND_TOMBSTONE, KIND_VALUE, TYPE_MASK
 from ..format.sst import ENTRY_OVERHEAD, SST_JOURNAL, SstBuilder
+from ..indexes import term_changes
 from ..manifest.model import JournalFile, SstInfo
 
 if TYPE_CHECKING:
-    from ..db_reader import DbReader
     from .parts import PartWriter
 
 Terms = dict[str, tuple[bytes, ...]]
@@ -117,17 +117,9 @@ class TermsPlanner:
                     new[f] = ts
                 else:
                     new.pop(f, None)
-            if old:
-                keep = {(f, t) for f, ts in new.items() for t in ts}
-                for f, ts in old.items():
-                    for t in ts:
-                        if (f, t) not in keep:
-                            ik.append(index_key(f, t, k))
-                            kinds.append(KIND_TOMBSTONE)
-            for f, ts in new.items():
-                for t in ts:
-                    ik.append(index_key(f, t, k))
-                    kinds.append(KIND_VALUE)
+            for ikey, live in term_changes(k, old, new):
+                ik.append(ikey)
+                kinds.append(KIND_VALUE if live else KIND_TOMBSTONE)
             out.append(new or None)
         return out
 
@@ -172,16 +164,6 @@ def _term_columns(
                 terms.append(tuple(sorted({check_key(t) for t in x})))
         out.append((f, terms))
     return out
-
-
-def reader_terms(reader: DbReader) -> Callable[[bytes], Terms]:
-    """``key -> terms`` at the reader's pinned version ({} for absent, deleted, expired)."""
-
-    def terms(key: bytes) -> Terms:
-        h = reader.head(key)
-        return {} if h is None else dict(h.indexes)
-
-    return terms
 
 
 class JournalCutter:
@@ -261,13 +243,8 @@ class JournalCutter:
             data, props = b.finish()
             ref = self._upload(data)
             self.files.append(JournalFile(ref, len(data), props.entries, props.min_seq, props.max_seq))
-            bi = 0
-            for pos, g, vlen in self.moves:
-                while ends[bi] <= g:
-                    bi += 1
-                start = ends[bi - 1] if bi else 0
-                blen = offsets[bi + 1] - offsets[bi]
-                ptr = encode_pointer(Pointer(ref, offsets[bi], blen, g - start, vlen))
+            ptrs = pointers_into(ref, offsets, ends, [(g, vlen) for _, g, vlen in self.moves])
+            for (pos, _, vlen), ptr in zip(self.moves, ptrs):
                 p = self.pays[pos]
                 self.kinds[pos] = (self.kinds[pos] & ~TYPE_MASK) | KIND_POINTER
                 self.pays[pos] = p[: len(p) - vlen] + ptr
@@ -290,4 +267,4 @@ class JournalCutter:
         raise InvalidArgument("could not find a free journal object id")
 
 
-__all__ = ["JournalCutter", "SstCutter", "TermsPlanner", "reader_terms"]
+__all__ = ["JournalCutter", "SstCutter", "TermsPlanner"]

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from .. import paths
 from ..batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from ..clock import SYSTEM_CLOCK, Clock
-from ..db import wrap_store
 from ..errors import AlreadyExists, InvalidArgument, ShaleError
 from ..format.bloom import BLOCK_BITS, build_filter, key_hash, probes_for
 from ..format.coding import CODEC_NONE, CODECS, crc32c_extend, frame_block
@@ -40,7 +39,7 @@ from ..format.sst import (
 from ..manifest.model import JournalFile, SstInfo
 from ..settings import Settings
 from ..store.base import ObjectStore
-from ..store.url import open_store
+from ..store.stack import open_stack
 from .model import STREAMS, IngestPart, IngestPlan, log, write_lease
 from .outputs import JournalCutter, SstCutter, TermColumn, TermsPlanner
 
@@ -477,26 +476,11 @@ def _pylist(arr: Any) -> list[bytes]:
     return list(arr.to_pylist())
 
 
-def open_store_stack(
-    url: str | None,
-    store: ObjectStore | None,
-    store_options: Mapping[str, Any] | None,
-    settings: Settings,
-    clock: Clock,
-    rng: random.Random,
-) -> ObjectStore:
-    if store is None:
-        if url is None:
-            raise InvalidArgument("give a database URL or a store")
-        store = open_store(url, **dict(store_options or {}))
-    return wrap_store(store, settings, clock, rng)
-
-
 def open_ingest_store(
     url: str, *, store_options: Mapping[str, Any] | None = None, settings: Settings | None = None
 ) -> ObjectStore:
     """The store stack a task writes through (retries and accounting included)."""
-    return open_store_stack(url, None, store_options, settings or Settings(), SYSTEM_CLOCK, random.Random())
+    return open_stack(url, None, store_options, settings or Settings(), SYSTEM_CLOCK, random.Random())
 
 
 __all__ = [
@@ -505,6 +489,5 @@ __all__ = [
     "delete_outputs",
     "part_outputs",
     "open_ingest_store",
-    "open_store_stack",
     "write_part",
 ]

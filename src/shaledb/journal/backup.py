@@ -281,8 +281,8 @@ def _server_copier(
 
 def open_dest(dest_url: str, store_options: Mapping[str, Any] | None) -> ObjectStore:
     from ..clock import SYSTEM_CLOCK
-    from ..db import wrap_store
     from ..settings import Settings
+    from ..store.stack import wrap_store
 
     scheme = urlsplit(dest_url).scheme.lower()
     opts = {} if scheme in ("", "file", "memory") or len(scheme) == 1 else dict(store_options or {})

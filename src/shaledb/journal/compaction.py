@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 from .. import paths
 from ..errors import AlreadyExists, ClosedError, CorruptionError, InvalidArgument, ShaleError
 from ..format.coding import CODECS
-from ..format.journal import Pointer, decode_pointer, encode_pointer
+from ..format.journal import decode_pointer, pointers_into
 from ..format.row import (
     FLAG_INDEX_TREE,
     FLAG_INDEXED,
@@ -275,13 +275,9 @@ class _Writer:
             raise CorruptionError("could not find a free journal object id")
         self.res.outputs.append(JournalFile(ref, len(data), props.entries, props.min_seq, props.max_seq))
         self.res.bytes_written += len(data)
-        bi = 0
-        for old, g, vlen in self.pending:
-            while ends[bi] <= g:
-                bi += 1
-            first = ends[bi - 1] if bi else 0
-            ptr = Pointer(ref, offsets[bi], offsets[bi + 1] - offsets[bi], g - first, vlen)
-            self.res.moves[old] = encode_pointer(ptr)
+        ptrs = pointers_into(ref, offsets, ends, [(g, vlen) for _, g, vlen in self.pending])
+        for (old, _, _), ptr in zip(self.pending, ptrs):
+            self.res.moves[old] = ptr
         self.pending = []
 
 

@@ -29,9 +29,9 @@ from typing import Any
 
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionAborted, CompactionSpec, Compactor, RangeResult
-from ..db import wrap_store
 from ..errors import FencedError
 from ..settings import CompactorOptions, Settings
+from ..store.stack import wrap_store
 from ..store.url import open_store
 
 log = logging.getLogger("shaledb.spark")

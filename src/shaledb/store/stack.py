@@ -1,0 +1,46 @@
+"""The store stack every role opens: retries (resolving ambiguous creates) over accounting.
+
+One place decides how a URL (or an already open store) becomes the store a
+writer, reader, compactor, garbage collector, ingest or admin call talks to,
+so they all retry and count requests the same way.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from ..clock import Clock
+from ..errors import InvalidArgument
+from ..settings import Settings
+from .base import ObjectStore
+from .retrying import RetryingStore
+from .url import open_store
+from .wrappers import InstrumentedStore
+
+
+def wrap_store(store: ObjectStore, settings: Settings, clock: Clock, rng: random.Random) -> RetryingStore:
+    """``store`` under retries and accounting (a store already wrapped is returned as is)."""
+    if isinstance(store, RetryingStore):
+        return store
+    return RetryingStore(InstrumentedStore(store), settings.retry, clock, random.Random(rng.getrandbits(64)))
+
+
+def open_stack(
+    url: str | None,
+    store: ObjectStore | None,
+    store_options: Mapping[str, Any] | None,
+    settings: Settings,
+    clock: Clock,
+    rng: random.Random,
+) -> RetryingStore:
+    """The wrapped store of ``url``, or of ``store`` when one is given."""
+    if store is None:
+        if url is None:
+            raise InvalidArgument("give a database URL or a store")
+        store = open_store(url, **dict(store_options or {}))
+    return wrap_store(store, settings, clock, rng)
+
+
+__all__ = ["open_stack", "wrap_store"]
