@@ -16,7 +16,9 @@ its view comes from:
   process's change costs one extra manifest write, and only when the SST set
   changed.
 * Snapshots and scans take a reference on the view's checkpoint; an old
-  checkpoint stays non-expiring while referenced. Unreferenced old checkpoints
+  checkpoint stays non-expiring while referenced. The checkpoint a write
+  supersedes is left as it is by that write (readers may still take it until
+  the write is confirmed) and handled by the next one. Unreferenced old checkpoints
   are given an expiry ``grace_s`` ahead at the writer's next manifest write (a
   point lookup holds its view without a reference for at most one read, so a
   grace of a store timeout covers it); the garbage collector then removes
@@ -110,6 +112,7 @@ class ViewPins:
             cur = self.current
             keep_current = cur is not None and objects == self._current_set
             live_set = objects if not keep_current else self._current_set
+            cur_set = None if cur is None else self._pinned.get(cur.id)
             out: list[Checkpoint] = []
             changed = False
             have_current = False
@@ -121,13 +124,20 @@ class ViewPins:
                 elif cur is not None and c.id == cur.id and keep_current:
                     have_current = True
                     out.append(c)
+                elif cur is not None and c.id == cur.id:
+                    # Superseded by this write, but acquire() hands it out until confirm()
+                    # switches to the new one: a reader may take it meanwhile, so it is
+                    # expired or dropped by a later write, when its references are known.
+                    out.append(c)
                 elif self._refs.get(c.id, 0) > 0:
                     if c.expire_time_s is not None:
                         c = replace(c, expire_time_s=None)
                         changed = True
                     out.append(c)
-                elif live_set is not None and self._pinned.get(c.id, _UNKNOWN) <= live_set:
-                    changed = True  # the new view pins all it pinned: nothing to protect
+                elif (live_set is not None and self._pinned.get(c.id, _UNKNOWN) <= live_set) or (
+                    cur_set is not None and self._pinned.get(c.id, _UNKNOWN) <= cur_set
+                ):
+                    changed = True  # the new view (or the kept current one) pins all it pinned
                     self._pinned.pop(c.id, None)
                 elif c.expire_time_s is None:
                     out.append(replace(c, expire_time_s=now + self.grace_s))

@@ -101,19 +101,16 @@ def locate_values(
 ) -> None:
     """Record a pointer for every data-tree value of at least ``threshold`` bytes.
 
-    A batch (one sequence number) may write a key twice; only its last entry
-    is the key's value, so entries are visited last to first and an earlier
-    entry of a key already seen in the same batch is skipped.
+    Only a key's newest entry in the object is its value (a batch may write a
+    key twice, and a later batch may overwrite or delete it), so entries are
+    visited last to first and every earlier entry of a key already seen is
+    skipped: a value a later tombstone deleted gets no location.
     """
     b = len(ends) - 1
-    batch_seq = -1
     seen: set[bytes] = set()
     for j in range(len(ents) - 1, -1, -1):
         e = ents[j]
         k = keys[j]
-        if e[0] != batch_seq:
-            batch_seq = e[0]
-            seen.clear()
         if k in seen:
             continue
         seen.add(k)

@@ -9,6 +9,8 @@ from shaledb import CompactorOptions, Db, GarbageCollector, Settings
 from shaledb.compaction import Compactor
 from shaledb.manifest import Manifest
 from shaledb.pins import referenced_objects
+from shaledb.store import ObjectStore
+from shaledb.store.wrappers import StoreWrapper
 
 NO_BG = Settings(
     l0_sst_size_bytes=4096,
@@ -36,9 +38,11 @@ def test_view_checkpoints_follow_the_sst_set() -> None:
         assert cp.writer_epoch == db.epoch and cp.expire_time_s is None
         manifest_writes = db.manifest.id
         write(db, 300, b"a")
-        # Flushes only add SSTs: the previous checkpoint protects nothing and is gone.
-        (cp2,) = writer_cps(db.manifest)
-        assert cp2.id != cp.id
+        # Flushes only add SSTs: a superseded checkpoint protects nothing and is dropped by
+        # the write after the one that superseded it (until then a reader may still take it).
+        cps = writer_cps(db.manifest)
+        assert len(cps) <= 2 and cp.id not in {c.id for c in cps}
+        cp2 = next(c for c in cps if c.manifest_id == max(c.manifest_id for c in cps))
         pinned = db.manifests.read(cp2.manifest_id)
         assert referenced_objects(pinned) == referenced_objects(db.manifest)
         flushes = db.manifest.id - manifest_writes
@@ -79,3 +83,42 @@ def test_close_and_the_next_writer_remove_the_old_checkpoints() -> None:
         db2.close()
         assert writer_cps(db2.manifests.require_latest()) == []
         kept.close()
+
+
+class SnapshotDuringManifestWrite(StoreWrapper):
+    """Takes a snapshot of the writer while its next manifest version is being written:
+    after the CAS chose the checkpoints, before the writer switched to the new one."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.db: Db | None = None
+        self.snap: object = None
+
+    def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+        if self.db is not None and self.snap is None and path.startswith("manifest/"):
+            self.snap = self.db.snapshot()
+        self.inner.put(path, data, create=create, attributes=attributes)
+
+
+def test_a_checkpoint_taken_while_a_write_supersedes_it_stays_in_that_write() -> None:
+    """A reader that pins the view between the CAS and its confirmation references the
+    checkpoint being superseded: the write must not drop it (GC would free its SSTs)."""
+    with memory_store() as mem:
+        store = SnapshotDuringManifestWrite(mem)
+        db = Db.open(store=store, settings=NO_BG)
+        write(db, 50, b"a")
+        store.db = db
+        write(db, 50, b"b")  # the flush's manifest write takes the snapshot mid-way
+        snap = store.snap
+        assert snap is not None
+        refs = db.pins.refs()
+        assert len(refs) == 1
+        (taken,) = refs
+        assert taken in {c.id for c in writer_cps(db.manifests.require_latest())}
+        before = dict(snap.scan())  # type: ignore[attr-defined]
+        Compactor.open(store=mem, options=CompactorOptions(min_l0_ssts=2)).run_once()
+        db.refresh_manifest()
+        GarbageCollector.open(store=mem, clock=FutureClock()).run_once(min_age_s=0)
+        assert dict(snap.scan()) == before  # type: ignore[attr-defined]
+        snap.close()  # type: ignore[attr-defined]
+        db.close()
