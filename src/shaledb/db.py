@@ -477,6 +477,7 @@ class Db(DbExtras):
                 mem.nbytes += n
                 wal.nbytes += n
                 self._unflushed += n
+                latch = wal.pending
                 if wal.nbytes >= wal.max_buffer_bytes:
                     wal.request_flush()
                 if mem.nbytes >= self.settings.l0_sst_size_bytes:
@@ -486,7 +487,7 @@ class Db(DbExtras):
         if seq < 0:  # a database with index terms: every write looks up the key's terms
             return self._write_indexed(WriteBatch().put(key, value), durable)
         if durable:
-            self.wal.wait_durable(seq)
+            self.wal.wait_durable(seq, latch=latch)
         return WriteHandle(self, seq)
 
     def delete(self, key: bytes, *, durable: bool = True) -> WriteHandle:
@@ -518,11 +519,12 @@ class Db(DbExtras):
                     or self._unflushed > self.settings.max_unflushed_bytes
                 ):
                     self._admit_locked()
+                latch = self.wal.pending  # before _apply_locked, which may seal the buffer
                 seq = self._apply_locked(keys, kinds, payloads, n)
         if indexed:  # the first indexed write raced with this one: take the indexed path
             return self._write_indexed(batch, durable)
         if durable:
-            self.wal.wait_durable(seq)
+            self.wal.wait_durable(seq, latch=latch)
         return WriteHandle(self, seq)
 
     def _apply_locked(

@@ -54,15 +54,22 @@ Locations = dict[bytes, tuple[int, bytes, int]]
 
 
 class WalSegment:
-    __slots__ = ("ents", "id", "keys", "sink")
+    __slots__ = ("done", "ents", "id", "keys", "sink")
 
     def __init__(
-        self, wal_id: int, keys: list[bytes], ents: list[Entry], sink: Locations | None = None
+        self,
+        wal_id: int,
+        keys: list[bytes],
+        ents: list[Entry],
+        sink: Locations | None = None,
+        done: threading.Event | None = None,
     ) -> None:
         self.id = wal_id
         self.keys = keys
         self.ents = ents
         self.sink = sink
+        self.done = done or threading.Event()
+        """Set once the object is written (or the WAL failed): wakes only this segment's waiters."""
 
 
 def encode_wal_layout(
@@ -200,7 +207,10 @@ class WalWriter:
         self.keys: list[bytes] = []
         self.ents: list[Entry] = []
         self.nbytes = 0
+        self.pending = threading.Event()
+        """The buffer's latch (becomes its segment's ``done``): a durable write waits on it."""
         self._sealed: deque[WalSegment] = deque()
+        self._writing: WalSegment | None = None
         self._next_id = next_id
         # Durability (guarded by ``_cv``).
         self._cv = threading.Condition(threading.Lock())
@@ -220,7 +230,8 @@ class WalWriter:
         """Turn the buffer into a segment with the next WAL id."""
         if not self.keys:
             return None
-        seg = WalSegment(self._next_id, self.keys, self.ents, self.sink)
+        seg = WalSegment(self._next_id, self.keys, self.ents, self.sink, self.pending)
+        self.pending = threading.Event()
         self._next_id += 1
         self.keys = []
         self.ents = []
@@ -244,8 +255,18 @@ class WalWriter:
     def request_flush(self) -> None:
         self._wake.set()
 
-    def wait_durable(self, seq: int, timeout: float | None = None) -> bool:
-        """Block until ``seq`` is durable; False on timeout. Raises the failure."""
+    def wait_durable(
+        self, seq: int, timeout: float | None = None, latch: threading.Event | None = None
+    ) -> bool:
+        """Block until ``seq`` is durable; False on timeout. Raises the failure.
+
+        ``latch`` is the ``pending`` event read under the write lock when ``seq``
+        was buffered: waiting on it wakes this thread only when its own segment
+        is written, where the condition would wake every waiter on every write
+        (with many writer threads, those wake-ups cost more than the writes).
+        """
+        if latch is not None:
+            return self._wait_latch(seq, timeout, latch)
         with self._cv:
             if self.durable_seq >= seq:
                 return True
@@ -261,6 +282,23 @@ class WalWriter:
                     return False
                 self._cv.wait(0.5 if remaining is None else min(remaining, 0.5))
             return True
+
+    def _wait_latch(self, seq: int, timeout: float | None, latch: threading.Event) -> bool:
+        if self.durable_seq >= seq:
+            return True
+        self._wake.set()
+        deadline = None if timeout is None else self.clock.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - self.clock.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            latch.wait(0.5 if remaining is None else min(remaining, 0.5))
+            if self.durable_seq >= seq:
+                return True
+            if self.failure is not None:
+                raise _surface(self.failure)
+            if self._stopping and not self._thread.is_alive():
+                raise ClosedError("database closed before the write became durable")
 
     def wait_wal_id(self, wal_id: int) -> None:
         """Block until every WAL object up to ``wal_id`` is written."""
@@ -325,7 +363,10 @@ class WalWriter:
                 seg = self._sealed.popleft() if self._sealed else self.cut_locked()
             if seg is None:
                 return
+            self._writing = seg
             self._write(seg)
+            self._writing = None
+            seg.done.set()
 
     def _write(self, seg: WalSegment) -> None:
         data, offsets, ends = encode_wal_layout(
@@ -410,6 +451,12 @@ class WalWriter:
         with self._cv:
             self.failure = exc
             self._cv.notify_all()
+        with self.lock:
+            latches = [s.done for s in self._sealed] + [self.pending]
+        if self._writing is not None:
+            latches.append(self._writing.done)
+        for latch in latches:
+            latch.set()
         try:
             self.on_failure(exc)
         except Exception:

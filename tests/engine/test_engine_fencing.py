@@ -93,6 +93,41 @@ def test_zombie_durable_write_is_fenced_and_acknowledged_writes_survive(
     assert all(got[b"a%02d" % i] == b"from-a-%d" % i for i in range(30))
 
 
+def test_every_writer_thread_waiting_on_a_fenced_wal_write_is_told(
+    store: ObjectStore, clock: ManualClock
+) -> None:
+    """Durable puts wait on their own WAL segment's latch: a failed write must open every latch."""
+    gate = GateStore(store, lambda op, path: op == "put_create" and path.startswith("wal/"))
+    a = _open(gate, clock)
+    a.put(b"before", b"acknowledged")
+    gate.close_gate()
+    first = _Thread(lambda: a.put(b"w0", b"x"))
+    first.start()
+    gate.wait_for_waiters(1)  # w0's WAL object is in flight
+    rest = [_Thread(lambda i=i: a.put(b"w%d" % i, b"x")) for i in range(1, 9)]
+    for t in rest:
+        t.start()
+    for _ in range(1000):  # the other eight are buffered behind it
+        if len(a.wal.keys) == 8:
+            break
+        threading.Event().wait(0.01)
+    assert len(a.wal.keys) == 8
+    b = _open(store, clock)  # its fence takes the slot w0's object is headed for
+    gate.open_gate()
+    outcomes = []
+    for t in [first, *rest]:
+        try:
+            t.outcome()
+            outcomes.append("acknowledged")
+        except FencedError:
+            outcomes.append("fenced")
+    assert outcomes == ["fenced"] * 9
+    assert b.get(b"before") == b"acknowledged"
+    assert all(b.get(b"w%d" % i) is None for i in range(9))
+    a.close()
+    b.close()
+
+
 def test_zombie_memtable_flush_and_manifest_update_are_fenced(store: ObjectStore, clock: ManualClock) -> None:
     a = _open(store, clock)
     a.put(b"k", b"durable in the WAL, not in L0")

@@ -21,6 +21,7 @@ each other or with the contract in :mod:`.base`:
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -48,6 +49,8 @@ from ..errors import (
 )
 from ..paths import check_prefix, check_relative_path
 from .base import ObjectMeta
+
+log = logging.getLogger(__name__)
 
 _MEMORY_STORES: dict[str, Any] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -386,6 +389,7 @@ class LocalObstoreStore(ObstoreStore):
         os.makedirs(real, exist_ok=True)
         self._real_root = real
         self._checked: dict[str, str] = {}
+        self._dirs: dict[str, str] = {}
         self._files: dict[str, _OpenFile] = {}
         self._files_lock = threading.Lock()
         super().__init__(
@@ -399,20 +403,108 @@ class LocalObstoreStore(ObstoreStore):
         return self._real_root
 
     def _p(self, path: str) -> str:
-        if path in self._checked:
-            return path
+        self._resolve(path)
+        return path
+
+    def _resolve(self, path: str, *, final: bool = True) -> str:
+        """The absolute path of ``path``, checked to stay inside the real root.
+
+        Existing directories are resolved once and remembered, so a new object
+        costs at most one ``lstat`` of its own name rather than a ``realpath``
+        walk of every component (the WAL writes one object per group commit).
+        ``final=False`` skips that ``lstat`` too: for a create, whose ``link``
+        never follows a link at the name (it fails, as for any existing name).
+        """
+        full = self._checked.get(path)
+        if full is not None:
+            return full
         check_relative_path(path)
-        full = os.path.realpath(os.path.join(self._real_root, path))
-        if os.path.commonpath([full, self._real_root]) != self._real_root:
-            raise InvalidPathError(
-                f"{path!r} resolves outside {self._description} (through a symlink); "
-                "remove the link or use a directory without links that leave it"
-            )
+        parent, _, name = path.rpartition("/")
+        real_parent = self._dirs.get(parent)
+        if real_parent is None:
+            real_parent = os.path.realpath(os.path.join(self._real_root, parent))
+            self._check_inside(path, real_parent)
+            if os.path.isdir(real_parent) and len(self._dirs) < 4096:
+                self._dirs[parent] = real_parent
+        full = os.path.join(real_parent, name)
+        if not final:
+            return full
+        if os.path.islink(full):
+            self._check_inside(path, os.path.realpath(full))
+        self._remember(path, full)
+        return full
+
+    def _remember(self, path: str, full: str) -> None:
         if path.startswith(self.IMMUTABLE_PREFIXES):
             if len(self._checked) > 65536:
                 self._checked.clear()
             self._checked[path] = full
-        return path
+
+    def _check_inside(self, path: str, real: str) -> None:
+        if os.path.commonpath([real, self._real_root]) != self._real_root:
+            raise InvalidPathError(
+                f"{path!r} resolves outside {self._description} (through a symlink); "
+                "remove the link or use a directory without links that leave it"
+            )
+
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create-if-absent puts are done here, the way object_store does them.
+
+        Stage ``<path>#<n>`` (listings skip names with ``#``), ``link`` it to
+        ``path`` (fails if ``path`` exists: the create-if-absent check), unlink
+        the stage. The same syscalls as obstore's local store, without its
+        runtime hand-off, which was two thirds of a 1 KiB WAL object's write.
+        """
+        if not create:
+            super().put(path, data, create=False, attributes=attributes)
+            return
+        full = self._resolve(path, final=False)
+        try:
+            stage = self._stage(full, data)
+        except OSError as exc:
+            raise Unavailable(f"cannot write {path} in {self._description}: {exc}") from exc
+        try:
+            os.link(stage, full)
+            self._remember(path, full)  # our own regular file now
+        except FileExistsError:
+            raise AlreadyExists(path) from None
+        except OSError as exc:
+            raise Unavailable(f"cannot write {path} in {self._description}: {exc}") from exc
+        finally:
+            try:
+                os.unlink(stage)
+            except OSError:
+                log.warning("could not remove staging file %s", stage)
+
+    def _stage(self, full: str, data: bytes | bytearray | memoryview) -> str:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        n = 1
+        while True:
+            stage = f"{full}#{n}"
+            try:
+                fd = os.open(stage, flags, 0o666)
+                break
+            except FileExistsError:
+                n += 1  # another writer's stage (object_store numbers them the same way)
+            except FileNotFoundError:
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+        try:
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.close(fd)
+            os.unlink(stage)
+            raise
+        os.close(fd)
+        return stage
 
     def _acquire(self, path: str) -> _OpenFile:
         with self._files_lock:
@@ -420,8 +512,7 @@ class LocalObstoreStore(ObstoreStore):
             if f is not None:
                 f.users += 1
                 return f
-        self._p(path)
-        full = self._checked.get(path) or os.path.join(self._real_root, path)
+        full = self._resolve(path)
         try:
             fd = os.open(full, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
