@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shaledb.flush")
 
 
-def build_l0(db: Db, mem: Memtable) -> tuple[bytes, SstInfo] | None:
+def build_l0(db: Db, mem: Memtable) -> tuple[bytearray, SstInfo] | None:
     """Encode a memtable as a table SST (None if it is empty)."""
     if not mem.d:
         return None
@@ -68,7 +68,7 @@ def build_l0(db: Db, mem: Memtable) -> tuple[bytes, SstInfo] | None:
         nonce=db.rng.getrandbits(128).to_bytes(16, "little"),
     )
     b.add_many(keys, seqs, kinds, payloads)
-    data, props = b.finish()
+    data, props = b.finish_buffer()
     sst_id = paths.new_ulid(db.clock.now(), db.rng)
     info = SstInfo(
         id=sst_id,
@@ -82,7 +82,7 @@ def build_l0(db: Db, mem: Memtable) -> tuple[bytes, SstInfo] | None:
     return data, info
 
 
-def put_new_sst(db: Db, data: bytes, info: SstInfo) -> SstInfo:
+def put_new_sst(db: Db, data: bytes | bytearray, info: SstInfo) -> SstInfo:
     """Write a new SST; on the (astronomically rare) id collision draw another id."""
     for _ in range(8):
         try:

@@ -355,7 +355,7 @@ class _Output:
         self.builder = None
         if b is None or not b.entries:
             return
-        data, props = b.finish()
+        data, props = b.finish_buffer()
         info = self.ex.write_sst(data, props)
         self.res.ssts.append(info)
         self.res.bytes_written += len(data)
@@ -436,7 +436,7 @@ class Executor:
             nonce=self._random(128).to_bytes(16, "little"),
         )
 
-    def write_sst(self, data: bytes, props: SstProps) -> SstInfo:
+    def write_sst(self, data: bytes | bytearray, props: SstProps) -> SstInfo:
         for _ in range(8):
             with self._rng_lock:
                 sst_id = paths.new_ulid(self.clock.now(), self._rng)

@@ -33,7 +33,7 @@ from operator import add
 
 from ..errors import CorruptionError
 from .block import Block, decode_block, encode_block
-from .bloom import BloomFilter, build_filter, key_hash
+from .bloom import BloomFilter, build_filter_from_digests, key_digest
 from .coding import (
     CODEC_NONE,
     check_offsets,
@@ -275,11 +275,12 @@ class SstBuilder:
         self.writer_epoch = writer_epoch
         self.created_at_ms = created_at_ms
         self.nonce = nonce
-        self._blocks: list[bytes] = []
+        self._data = bytearray()
+        """The object so far: grown in place, so finishing needs no second copy."""
         self._offsets: list[int] = [0]
         self._ends: list[int] = []
         self._index_keys: list[bytes] = []
-        self._hashes: list[int] = []
+        self._digests = bytearray()
         self._entries = 0
         self._tombstones = 0
         self._raw_k = 0
@@ -357,7 +358,7 @@ class SstBuilder:
         seqs_a = array("Q", seqs)
         payload = encode_block(keys, seqs_a, kinds_b, payloads)
         stored = frame_block(payload, self.codec)
-        self._blocks.append(stored)
+        self._data += stored
         self._offsets.append(self._offsets[-1] + len(stored))
         lo_seq = min(seqs_a)
         hi_seq = max(seqs_a)
@@ -370,7 +371,7 @@ class SstBuilder:
             self._last = keys[-1]
             self._index_keys.append(keys[-1])
             if self.bloom_bits:
-                self._hashes.extend(map(key_hash, keys))
+                self._digests += b"".join(map(key_digest, keys))
         else:
             self._index_keys.append(_U64BE.pack(seqs_a[0]))
         self._entries += n
@@ -378,6 +379,34 @@ class SstBuilder:
         self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
         self._raw_k += sum(map(len, keys))
         self._raw_v += sum(map(len, payloads))
+
+    def append_block(
+        self,
+        stored: bytes,
+        *,
+        first_key: bytes,
+        last_key: bytes,
+        entries: int,
+        seq: int,
+        raw_key_bytes: int,
+        raw_value_bytes: int,
+    ) -> None:
+        """A framed data block of plain values at one sequence number, encoded by the
+        caller (the Arrow ingest path builds blocks from columns without row objects).
+        Table SSTs only; keys go to no filter (that path inserts its own)."""
+        self._flush_pending()
+        self._data += stored
+        self._offsets.append(self._offsets[-1] + len(stored))
+        self._min_seq = seq if self._min_seq is None else min(self._min_seq, seq)
+        self._max_seq = max(self._max_seq, seq)
+        if self._first is None:
+            self._first = first_key
+        self._last = last_key
+        self._index_keys.append(last_key)
+        self._entries += entries
+        self._ends.append(self._entries)
+        self._raw_k += raw_key_bytes
+        self._raw_v += raw_value_bytes
 
     def block_layout(self) -> tuple[list[int], list[int]]:
         """``(offsets, ends)`` of the data blocks emitted so far: block ``i`` spans
@@ -388,19 +417,28 @@ class SstBuilder:
 
     def finish(self) -> tuple[bytes, SstProps]:
         """The whole object and its properties."""
+        data, props = self.finish_buffer()
+        return bytes(data), props
+
+    def finish_buffer(self) -> tuple[bytearray, SstProps]:
+        """:meth:`finish` without the copy into ``bytes``: for objects that only go to a
+        store (compaction outputs, L0 SSTs), whose peak memory is then one object."""
         self._flush_pending()
-        data_end = self._offsets[-1]
-        parts = list(self._blocks)
-        pos = data_end
+        data = self._data
+        self._data = bytearray()
+        pos = self._offsets[-1]
         filter_off = filter_len = 0
-        if self.bloom_bits and self._hashes:
-            stored = frame_block(build_filter(self._hashes, len(self._hashes), self.bloom_bits), CODEC_NONE)
+        count = len(self._digests) // 16
+        if self.bloom_bits and count:
+            filt = build_filter_from_digests(self._digests, count, self.bloom_bits)
+            self._digests = bytearray()
+            stored = frame_block(filt, CODEC_NONE)
             filter_off, filter_len = pos, len(stored)
-            parts.append(stored)
+            data += stored
             pos += len(stored)
         index = frame_block(encode_index(self._offsets, self._index_keys), CODEC_NONE)
         index_off = pos
-        parts.append(index)
+        data += index
         pos += len(index)
         props = SstProps(
             kind=self.kind,
@@ -419,14 +457,11 @@ class SstBuilder:
         )
         pstored = frame_block(_encode_props(props), CODEC_NONE)
         props_off = pos
-        parts.append(pstored)
-        pos += len(pstored)
-        parts.append(
-            encode_footer(
-                Footer(index_off, len(index), filter_off, filter_len, props_off, len(pstored), FORMAT_VERSION)
-            )
+        data += pstored
+        data += encode_footer(
+            Footer(index_off, len(index), filter_off, filter_len, props_off, len(pstored), FORMAT_VERSION)
         )
-        return b"".join(parts), props
+        return data, props
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,23 +247,15 @@ class _Emitter:
                 self.vmv[v0:v1],
             )
         )
-        stored = frame_block(payload, b.codec)
-        # The state SstBuilder._emit keeps, for a block of plain values at one sequence number.
-        b._blocks.append(stored)
-        b._offsets.append(b._offsets[-1] + len(stored))
-        seq = self.w.plan.seq
-        b._min_seq = seq if b._min_seq is None else min(b._min_seq, seq)
-        b._max_seq = max(b._max_seq, seq)
-        if b._first is None:
-            b._first = self.keys[lo]
-        b._last = self.keys[hi - 1]
-        b._index_keys.append(self.keys[hi - 1])
-        b._entries += m
-        ends = getattr(b, "_ends", None)  # block entry ends, where the builder tracks them
-        if ends is not None:
-            ends.append(b._entries)
-        b._raw_k += k1 - k0
-        b._raw_v += v1 - v0
+        b.append_block(
+            frame_block(payload, b.codec),
+            first_key=self.keys[lo],
+            last_key=self.keys[hi - 1],
+            entries=m,
+            seq=self.w.plan.seq,
+            raw_key_bytes=k1 - k0,
+            raw_value_bytes=v1 - v0,
+        )
 
 
 __all__ = ["add_arrow"]
