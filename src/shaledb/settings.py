@@ -86,7 +86,9 @@ class CompactorOptions:
     costs write amplification on growing databases (the whole tree is
     rewritten each time it grows by this fraction); RocksDB's universal
     compaction defaults to 2.0. None turns the rule off.
-    ``max_sst_size_bytes``: output SSTs of a sorted run are cut at this size.
+    ``max_sst_size_bytes``: output SSTs of a sorted run are cut at this size,
+    or at half of ``Settings.max_unflushed_bytes`` if that is smaller (an
+    output is built in memory; see ``compaction.compactor.working_set``).
     ``max_subcompactions``: key ranges one compaction is split into (run in
     parallel threads).
     ``job_lease_s``: a running job renews its lease object every quarter of

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
+from shaledb.compaction.compactor import working_set
 from shaledb.compaction.scheduler import CompactionSpec, format_shape, parse_shape, schedule
-from shaledb.settings import CompactorOptions
+from shaledb.settings import CompactorOptions, Settings
 
 OPTS = CompactorOptions(
     min_l0_ssts=4, max_sources=8, min_merge_runs=4, size_ratio=4.0, max_space_amplification=None
@@ -128,3 +129,13 @@ def test_index_tree_is_scheduled_separately() -> None:
     assert schedule(m2, OPTS, "data") == []
     (spec,) = schedule(m2, OPTS, "index")
     assert spec.tree == "index" and len(spec.l0) == 4
+
+
+def test_compaction_working_set_follows_the_write_budget() -> None:
+    mib = 1 << 20
+    assert working_set(Settings(), CompactorOptions()) == (64 * mib, 4 * mib, 4 * mib)  # defaults: unchanged
+    tight = Settings(max_unflushed_bytes=16 * mib, l0_sst_size_bytes=8 * mib)
+    assert working_set(tight, CompactorOptions()) == (8 * mib, 512 * 1024, 2 * mib)
+    tiny = Settings(max_unflushed_bytes=64 * 1024, l0_sst_size_bytes=4096)
+    assert working_set(tiny, CompactorOptions()) == (1 * mib, 256 * 1024, 256 * 1024)  # floors
+    assert working_set(tiny, CompactorOptions(max_sst_size_bytes=8192))[0] == 8192  # an explicit size wins

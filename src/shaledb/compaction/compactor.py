@@ -310,6 +310,7 @@ class Compactor:
         self.rng = rng
         self.host = host
         self.manifests = ManifestStore(store, clock, random.Random(rng.getrandbits(64)), author="compactor")
+        max_sst, read_ahead, chunk = working_set(settings, options)
         self.executor = Executor(
             store,
             clock=clock,
@@ -317,7 +318,9 @@ class Compactor:
             block_size=settings.block_size_bytes,
             codec=CODECS[settings.compression],
             bloom_bits_per_key=settings.bloom_bits_per_key,
-            max_sst_size_bytes=options.max_sst_size_bytes,
+            max_sst_size_bytes=max_sst,
+            chunk_bytes=chunk,
+            read_ahead_bytes=read_ahead,
             resolve=self._resolve_store,
         )
         self.epoch: int | None = None
@@ -504,6 +507,28 @@ class Compactor:
 
     def __repr__(self) -> str:
         return f"Compactor({self.store.describe()}, epoch={self.epoch})"
+
+
+_MiB = 1 << 20
+
+
+def working_set(settings: Settings, options: CompactorOptions) -> tuple[int, int, int]:
+    """``(output SST size, read-ahead per source, chunk)`` bytes of a compaction.
+
+    A compaction holds one output SST while it builds it (object stores take
+    whole objects), a read-ahead buffer per source and one decoded chunk of
+    input. All three are capped from ``max_unflushed_bytes``, the budget a
+    user sets for the writer's write-side memory, so shrinking that budget
+    shrinks compaction's memory too: outputs at most half of it, read-ahead
+    buffers together at most a quarter, a chunk at most an eighth. With the
+    default budget (256 MiB) the caps are above the defaults (64 MiB outputs,
+    4 MiB read-ahead and chunks) and change nothing.
+    """
+    budget = settings.max_unflushed_bytes
+    max_sst = min(options.max_sst_size_bytes, max(1 * _MiB, budget // 2))
+    read_ahead = min(4 * _MiB, max(256 * 1024, budget // (4 * options.max_sources)))
+    chunk = min(4 * _MiB, max(256 * 1024, budget // 8))
+    return max_sst, read_ahead, chunk
 
 
 class EmbeddedCompactor:
