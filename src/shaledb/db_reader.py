@@ -23,7 +23,9 @@ Three ways to open one:
   3. otherwise extends the checkpoint's expiry once half its lifetime has
      passed (not on every poll: slatedb#1750);
   4. probes for the next WAL object (one GET of ``wal/<next id>``) and
-     replays each one found.
+     replays each one found. One that went missing after the writer flushed
+     it to L0 moves the view to the manifest holding that L0 SST; only a
+     slot no manifest covers (a crashed writer's) is skipped.
 
   If its checkpoint expired (a store outage longer than the lifetime) or
   vanished, it re-establishes from the latest manifest by itself instead of
@@ -548,8 +550,7 @@ class DbReader(ReaderReads):
             view_m = self._view.manifest
             if self._mode == "latest":
                 if force or _sst_key(latest) != _sst_key(view_m):
-                    check_usable(latest, self._where)
-                    self._install_manifest(latest)
+                    self._follow(latest)
             else:
                 now = self.clock.now()
                 cur = self._own.get(self._current) if self._current is not None else None
@@ -559,7 +560,7 @@ class DbReader(ReaderReads):
                         log.warning(
                             "reader %s: its checkpoint expired or vanished; re-establishing", self._where
                         )
-                    self._install_manifest(self._establish(latest))
+                    self._follow(latest)
                 elif self._refresh_due(now):
                     self._refresh_expiry(latest)
             self._poll_wal()
@@ -650,6 +651,14 @@ class DbReader(ReaderReads):
         self._latest = m
         self.counters["refreshed"] += 1
 
+    def _follow(self, latest: Manifest) -> None:
+        """Move the view to ``latest`` (a managed reader first checkpoints it)."""
+        if self._mode == "latest":
+            check_usable(latest, self._where)
+            self._install_manifest(latest)
+        else:
+            self._install_manifest(self._establish(latest))
+
     def _install_manifest(self, m: Manifest) -> None:
         """Read ``m``'s SSTs from now on; drop tables its SSTs cover."""
         floor = m.replay_after_wal_id
@@ -675,40 +684,95 @@ class DbReader(ReaderReads):
     # ------------------------------------------------------------------ WAL
 
     def _poll_wal(self) -> None:
-        """Replay every WAL object present from the next id on (GET probes, no LIST)."""
+        """Replay every WAL object present from the next id on (GET probes, no LIST).
+
+        A reader far behind a busy writer can stay in this loop for seconds
+        (objects keep arriving about as fast as it replays them), longer than
+        its checkpoint's lifetime, so a managed reader maintains its
+        checkpoint here too, not only at the start of a poll: an expired
+        checkpoint lets the garbage collector delete the view's SSTs and the
+        WAL objects not yet replayed (see :meth:`_after_missing`).
+        """
         while True:
             wid = self._next_wal
-            path = paths.wal_path(wid)
             try:
-                data = self.store.get(path)
+                data = self.store.get(paths.wal_path(wid))
             except ObjectNotFound:
-                nxt = self._after_gap(wid)
-                if nxt is None:
-                    return
-                log.warning("reader %s: WAL %s is missing; continuing at %s", self._where, path, nxt)
-                with self._lock:
-                    self._next_wal = nxt
-                continue
+                if self._after_missing(wid):
+                    continue
+                return
             self._apply_wal(wid, data)
+            if self._mode == "managed":
+                self._maintain_during_replay()
 
-    def _after_gap(self, wid: int) -> int | None:
-        """The next WAL id present when ``wid`` can never appear, else None.
+    def _maintain_during_replay(self) -> None:
+        """The checkpoint maintenance of a poll, between two replayed WAL objects.
 
-        Within one writer WAL objects appear strictly in id order, so a
-        missing id below the manifest's ``next_wal_id`` with a later object
-        present is a slot a crashed writer left empty. Checked with one
-        listing, only when the manifest says ids beyond ``wid`` are in use,
-        and once per (id, manifest).
+        Extends the checkpoint once due; one that expired anyway (a replay
+        step or manifest write slower than half the lifetime) is replaced by a checkpoint on
+        the latest manifest, which also becomes the view.
         """
-        latest = self._latest
-        if latest.next_wal_id <= wid + 1 or self._gap_checked == (wid, latest.id):
-            return None
+        now = self.clock.now()
+        with self._lock:
+            cur = self._own.get(self._current) if self._current is not None else None
+        if cur is None or cur.expired(now):
+            self._follow(self._ms.refresh(self._latest))
+        elif self._refresh_due(now):
+            self._refresh_expiry(self._latest)
+
+    def _after_missing(self, wid: int) -> bool:
+        """WAL object ``wid`` is missing: True to go on probing (from ``self._next_wal``),
+        False to wait for it.
+
+        Within one writer WAL objects appear strictly in id order, so when the
+        manifest read before the GET (``self._latest``) already counts ids
+        beyond ``wid``, the object was written and deleted since, or its slot
+        was left empty by a crashed writer. The latest manifest, read now,
+        tells the two apart:
+
+        * Deleted: the writer flushed ``wid``'s memtable to an L0 SST and the
+          garbage collector deleted the object -- which it does only once
+          some manifest's ``replay_after_wal_id`` reached ``wid`` (our
+          checkpoint expired during a long replay, or a follow-latest reader
+          has none). ``wid``'s writes are then only in that manifest's SSTs,
+          so the view moves to it (dropping the tables it covers) and replay
+          goes on after its replay point. Skipping ``wid`` instead lost those
+          writes, and for good: the table that holds the objects before and
+          after ``wid`` still held older values of its keys, which shadow the
+          L0 SST after that manifest is installed, because the table also
+          holds objects past its replay point and so is kept (the reader
+          process tests' flake, seed 2159074111).
+        * Never written: the latest manifest does not cover ``wid``, and as
+          ``replay_after_wal_id`` never decreases no manifest covered it at
+          the GET either, so no collector deleted it: it is a slot a crashed
+          writer left empty, and the next object present (one listing, once
+          per (id, manifest)) follows it.
+        """
+        hint = self._latest
+        if hint.next_wal_id <= wid + 1 or self._gap_checked == (wid, hint.id):
+            return False
+        latest = self._ms.refresh(hint)
+        self._latest = latest
+        if latest.replay_after_wal_id >= wid:
+            log.info(
+                "reader %s: WAL %d was flushed and collected; moving to manifest %d",
+                self._where,
+                wid,
+                latest.id,
+            )
+            self._follow(latest)
+            return True
         self._gap_checked = (wid, latest.id)
         for meta in self.store.list(paths.WAL_DIR, offset=paths.wal_path(wid)):
             nxt = paths.parse_wal_id(meta.path)
             if nxt is not None and nxt > wid:
-                return nxt
-        return None
+                log.warning(
+                    "reader %s: WAL %s is missing; continuing at %s", self._where, paths.wal_path(wid), nxt
+                )
+                with self._lock:
+                    self._next_wal = nxt
+                return True
+        return False
 
     def _apply_wal(self, wid: int, data: bytes) -> None:
         keys, ents = decode_wal_object(data, paths.wal_path(wid))

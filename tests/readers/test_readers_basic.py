@@ -7,7 +7,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from readers_kit import QUIET, compact_everything
+from readers_kit import QUIET, OnFirstGet, compact_everything
 
 from shaledb import (
     CheckpointNotFound,
@@ -201,6 +201,50 @@ def test_reader_skips_a_wal_slot_that_was_never_written(mem_url: str) -> None:
         ms.update(lambda m: replace(m, next_wal_id=max(m.next_wal_id, gap + 2)), timeout_s=5)
         r.refresh()
         assert r.get(b"b") == b"2" and r.get(b"lost") is None
+        r.close()
+
+
+@pytest.mark.parametrize("establish", [True, False])
+def test_reader_never_skips_a_wal_object_flushed_and_collected_while_it_replays(
+    mem_url: str, establish: bool
+) -> None:
+    """The process tests' lost write (seed 2159074111), step by step.
+
+    A reader far behind a busy writer stays in its WAL replay loop; its
+    checkpoint can expire meanwhile (or, following the latest, nothing
+    protects the objects), so the writer flushes WAL object ``w2`` into an L0
+    SST and the garbage collector deletes the object before the reader gets
+    to it. The manifest the reader's poll read already counts ids beyond
+    ``w2``, and a later object exists: the reader once took ``w2`` for a slot
+    a crashed writer left empty and skipped it. Its writes were then only in
+    an L0 SST of a manifest the reader had not installed, and the reader's
+    in-memory table still held ``g``'s older value from ``w1``, which shadows
+    the L0 SST even after later refreshes install that manifest (the table
+    also holds ``w4``, above the manifest's replay point, so it is kept).
+    """
+    store = open_store(mem_url)
+    with Db.open(store=store, settings=QUIET) as db:
+        db.put(b"a", b"1")
+        w1 = db.stats()["next_wal_id"]
+        w2 = w1 + 1
+
+        def flush_and_collect() -> None:
+            db.flush(memtable=True)  # g=v2 and h=1 into L0; replay_after_wal_id >= w3
+            store.delete(f"wal/{w2:020d}.sst")  # what GC does once the reader no longer pins w2
+            db.put(b"z", b"1")  # w4, above the flushed memtable
+
+        spy = OnFirstGet(open_store(mem_url), f"wal/{w2:020d}.sst", flush_and_collect)
+        r = DbReader.open(store=spy, options=replace(MANUAL, establish_checkpoint=establish))
+        assert r.stats()["next_wal_id"] == w1
+        db.put(b"g", b"v1")  # w1
+        db.put(b"g", b"v2")  # w2
+        db.put(b"h", b"1")  # w3
+        db.create_checkpoint()  # a manifest counting w1..w3 (next_wal_id > w2 + 1), no new SSTs
+        r.refresh()  # replays w1, then finds w2 gone
+        assert r.get(b"g") == b"v2" and r.get(b"h") == b"1" and r.get(b"z") == b"1"
+        assert r.manifest.replay_after_wal_id >= w2
+        r.refresh()
+        assert dict(r.scan()) == dict(db.scan()) == {b"a": b"1", b"g": b"v2", b"h": b"1", b"z": b"1"}
         r.close()
 
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 
 import pytest
-from readers_kit import QUIET
+from readers_kit import QUIET, OnFirstGet
 
 from shaledb import Db, DbReader, DbReaderOptions, Unavailable, admin
 from shaledb.manifest.store import ManifestStore
@@ -64,6 +64,34 @@ def test_refresh_at_half_life_not_on_every_poll(mem_url: str, clock: ManualClock
             assert cp2.expire_time_s == pytest.approx(clock.now() + LIFE)
             assert admin.read_manifest(mem_url).checkpoint(cp.id) == cp2
             assert r.stats()["refreshed"] == 1
+
+
+@pytest.mark.parametrize("replay_s", [LIFE / 2 + 1, LIFE + 1])
+def test_a_long_wal_replay_keeps_its_checkpoint_alive(
+    mem_url: str, clock: ManualClock, replay_s: float
+) -> None:
+    """A reader far behind a busy writer replays for a long time in one poll: its checkpoint
+    is maintained during the replay (extended once due, replaced if it expired anyway), not
+    left to expire until the next poll (meanwhile the garbage collector would delete the
+    view's SSTs and the WAL objects the reader has yet to replay)."""
+    with Db.open(mem_url, settings=QUIET, clock=clock) as db:
+        db.put(b"a", b"1")
+        last = db.stats()["next_wal_id"] + 1
+        spy = OnFirstGet(open_store(mem_url), f"wal/{last:020d}.sst", lambda: clock.advance(replay_s))
+        with DbReader.open(store=spy, options=OPTS, clock=clock) as r:
+            cp = r.checkpoint
+            assert cp is not None and cp.expire_time_s == pytest.approx(clock.now() + LIFE)
+            db.put(b"b", b"1")
+            db.put(b"c", b"1")  # WAL object `last`: the replay reaches it `replay_s` later
+            r.refresh()
+            assert r.get(b"b") == b"1" and r.get(b"c") == b"1"
+            cp2 = r.checkpoint
+            assert cp2 is not None and cp2.expire_time_s == pytest.approx(clock.now() + LIFE)
+            assert admin.read_manifest(mem_url).checkpoint(cp2.id) == cp2
+            if replay_s < LIFE:
+                assert cp2.id == cp.id and r.stats()["refreshed"] == 1
+            else:
+                assert cp2.id != cp.id and r.stats()["reestablished"] == 2
 
 
 def test_recovers_after_an_outage_longer_than_the_lifetime(mem_url: str, clock: ManualClock) -> None:
