@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,18 +44,18 @@ from .checkpoint import (
     refresh_checkpoint,
 )
 from .clock import SYSTEM_CLOCK, Clock
-from .compaction.executor import drop_dead, merge_columns, read_sst_meta
+from .compaction.executor import SourceCursor, chunk_cuts, drop_dead, merge_columns
 from .db_reader import decode_wal_object
 from .errors import CorruptionError, InvalidArgument, NotSupported, ObjectNotFound
 from .external import default_factory
-from .format.block import Block
 from .format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
-from .format.sst import SstMeta, decode_data_block
+from .format.sst import SstMeta
 from .journal.resolver import JournalResolver
 from .keys import key_after
 from .manifest.model import Manifest, SstInfo
 from .manifest.store import ManifestStore
 from .settings import MiB, Settings
+from .sstable import read_sst_meta
 from .store.base import ObjectStore
 from .store.stack import open_stack
 
@@ -271,105 +271,6 @@ def ensure_checkpoint(
 # ------------------------------------------------------------------ reading
 
 
-class _Source:
-    """Reads one source (a run's SSTs in key order, or one L0 SST) forward within ``[lo, hi)``."""
-
-    def __init__(
-        self,
-        store_for: Callable[[SstInfo], ObjectStore],
-        ssts: Sequence[SstInfo],
-        lo: bytes | None,
-        hi: bytes | None,
-        read_ahead: int,
-    ) -> None:
-        self.store_for = store_for
-        self.ssts = list(ssts)
-        self.lo = lo
-        self.hi = hi
-        self.read_ahead = read_ahead
-        self.metas: dict[str, SstMeta] = {}
-        self.si = -1
-        self.bi = 0
-        self.end_block = 0
-        self.buf = b""
-        self.buf_start = 0
-        self.blk: Block | None = None
-        self.pos = 0
-
-    def meta(self, info: SstInfo) -> SstMeta:
-        m = self.metas.get(info.id)
-        if m is None:
-            m = self.metas[info.id] = read_sst_meta(self.store_for(info), info)
-        return m
-
-    def blocks(self) -> list[tuple[bytes, int]]:
-        """``(last_key, stored_size)`` of the blocks overlapping the range (for chunking)."""
-        out: list[tuple[bytes, int]] = []
-        for info in self.ssts:
-            idx = self.meta(info).index
-            a = 0 if self.lo is None else bisect_left(idx.keys, self.lo)
-            b = len(idx.keys) if self.hi is None else min(len(idx.keys), bisect_left(idx.keys, self.hi) + 1)
-            out.extend((idx.keys[i], idx.offsets[i + 1] - idx.offsets[i]) for i in range(a, b))
-        return out
-
-    def _next_block(self) -> bool:
-        while self.si < 0 or self.bi >= self.end_block:
-            self.si += 1
-            if self.si >= len(self.ssts):
-                return False
-            idx = self.meta(self.ssts[self.si]).index
-            self.bi = 0 if self.lo is None else bisect_left(idx.keys, self.lo)
-            self.end_block = (
-                len(idx.keys) if self.hi is None else min(len(idx.keys), bisect_left(idx.keys, self.hi) + 1)
-            )
-            self.buf, self.buf_start = b"", 0
-        info = self.ssts[self.si]
-        offs = self.meta(info).index.offsets
-        start, end = offs[self.bi], offs[self.bi + 1]
-        if not (self.buf_start <= start and end <= self.buf_start + len(self.buf)):
-            stop = self.bi + 1
-            while stop < self.end_block and offs[stop + 1] - start <= self.read_ahead:
-                stop += 1
-            path = paths.sst_path(info.id)
-            self.buf = self.store_for(info).get_range(path, start, offs[stop])
-            self.buf_start = start
-            if len(self.buf) != offs[stop] - start:
-                raise CorruptionError(f"short read at {start} (SST shorter than its index says)", path)
-        rel = start - self.buf_start
-        try:
-            self.blk = decode_data_block(self.buf[rel : rel + end - start])
-        except CorruptionError as exc:
-            raise exc.with_path(paths.sst_path(info.id)) from exc
-        self.bi += 1
-        self.pos = 0 if self.lo is None else bisect_left(self.blk.keys, self.lo)
-        return True
-
-    def take(self, upto: bytes | None) -> Columns:
-        """Rows with key < ``upto`` (and < hi); None: to the end of the range."""
-        bound = self.hi if upto is None or (self.hi is not None and self.hi < upto) else upto
-        keys: list[bytes] = []
-        seqs: list[int] = []
-        kinds = bytearray()
-        pays: list[bytes] = []
-        while True:
-            if self.blk is None and not self._next_block():
-                break
-            b = self.blk
-            assert b is not None
-            bk = b.keys
-            end = len(bk) if bound is None else bisect_left(bk, bound, self.pos)
-            if end > self.pos:
-                keys += bk[self.pos : end]
-                seqs += b.seqs[self.pos : end]
-                kinds += b.kinds[self.pos : end]
-                pays += b.payloads(self.pos, end)
-            if end < len(bk):
-                self.pos = end
-                break
-            self.blk = None
-        return keys, seqs, bytes(kinds), pays
-
-
 def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
     """The checkpoint's WAL entries in the part's range: newest version per key, in key order."""
     newest: dict[bytes, tuple[int, int, bytes]] = {}
@@ -389,22 +290,6 @@ def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
     ks = sorted(newest)
     ents = [newest[k] for k in ks]
     return ks, [e[0] for e in ents], bytes(e[1] for e in ents), [e[2] for e in ents]
-
-
-def _cuts(
-    blocks: list[tuple[bytes, int]], chunk_bytes: int, lo: bytes | None, hi: bytes | None
-) -> list[bytes]:
-    blocks.sort()
-    cuts: list[bytes] = []
-    acc = 0
-    for k, size in blocks:
-        acc += size
-        if acc >= chunk_bytes:
-            c = key_after(k)
-            if (hi is None or c < hi) and (lo is None or c > lo) and (not cuts or c > cuts[-1]):
-                cuts.append(c)
-            acc = 0
-    return cuts
 
 
 def read_part(
@@ -444,10 +329,20 @@ def read_part(
             return st
         return store_for(SstInfo("", 0, b"", b"", 0, 0, 0, db))
 
-    srcs = [_Source(store_for, ssts, part.lo, part.hi, read_ahead_bytes) for ssts in part.sources]
+    metas: dict[str, SstMeta] = {}
+
+    def meta(info: SstInfo) -> SstMeta:
+        m = metas.get(info.id)
+        if m is None:
+            m = metas[info.id] = read_sst_meta(store_for(info), info)
+        return m
+
+    srcs = [
+        SourceCursor(ssts, part.lo, part.hi, meta=meta, store_for=store_for, read_ahead=read_ahead_bytes)
+        for ssts in part.sources
+    ]
     wal = _wal_columns(st, part) if part.wal_ids else None
-    blocks = [b for s in srcs for b in s.blocks()]
-    cuts = _cuts(blocks, chunk_bytes, part.lo, part.hi)
+    cuts = chunk_cuts([b for s in srcs for b in s.blocks()], chunk_bytes, part.lo, part.hi)
     wal_keys = wal[0] if wal is not None else []
     wpos = 0
     for upto in [*cuts, None]:

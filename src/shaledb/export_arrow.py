@@ -26,7 +26,6 @@ from typing import Any
 
 from . import paths
 from .clock import SYSTEM_CLOCK, Clock
-from .compaction.executor import read_sst_meta
 from .errors import CorruptionError
 from .export import ReadPart, _stack, _wal_columns, read_part, values_and_metadata
 from .format.block import _BAD_KIND, MAX_ENTRIES, decode_block
@@ -34,6 +33,7 @@ from .format.coding import unframe_block
 from .format.row import KIND_TOMBSTONE
 from .manifest.model import SstInfo
 from .settings import MiB
+from .sstable import read_sst_meta
 from .store.base import ObjectStore
 
 _U32 = struct.Struct("<I")

@@ -35,11 +35,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import paths
-from .errors import AlreadyExists, ClosedError, FencedError
+from .errors import ClosedError, FencedError
 from .format.row import KIND_POINTER, KIND_VALUE, TYPE_MASK
-from .format.sst import SST_TABLE, SstBuilder
+from .format.sst import SST_TABLE, SstBuilder, SstProps
 from .manifest.model import JournalFile, Manifest, SstInfo, TrackedWal, Tree
 from .memtable import Memtable
+from .sstable import put_new_sst
 
 OPT_RECOVERY = "journal_recovery"
 OPT_COMPLETE = "journal.complete"
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shaledb.flush")
 
 
-def build_l0(db: Db, mem: Memtable) -> tuple[bytearray, SstInfo] | None:
+def build_l0(db: Db, mem: Memtable) -> tuple[bytearray, SstProps] | None:
     """Encode a memtable as a table SST (None if it is empty)."""
     if not mem.d:
         return None
@@ -68,30 +69,15 @@ def build_l0(db: Db, mem: Memtable) -> tuple[bytearray, SstInfo] | None:
         nonce=db.rng.getrandbits(128).to_bytes(16, "little"),
     )
     b.add_many(keys, seqs, kinds, payloads)
-    data, props = b.finish_buffer()
-    sst_id = paths.new_ulid(db.clock.now(), db.rng)
-    info = SstInfo(
-        id=sst_id,
-        size=len(data),
-        first_key=props.first_key,
-        last_key=props.last_key,
-        entries=props.entries,
-        min_seq=props.min_seq,
-        max_seq=props.max_seq,
-    )
-    return data, info
+    return b.finish_buffer()
 
 
-def put_new_sst(db: Db, data: bytes | bytearray, info: SstInfo) -> SstInfo:
-    """Write a new SST; on the (astronomically rare) id collision draw another id."""
-    for _ in range(8):
-        try:
-            db.store.put(paths.sst_path(info.id), data, create=True)
-            return info
-        except AlreadyExists:
-            log.warning("SST id %s already exists; drawing another", info.id)
-            info = replace(info, id=paths.new_ulid(db.clock.now(), db.rng))
-    raise AlreadyExists(paths.sst_path(info.id))
+def write_l0(db: Db, mem: Memtable) -> SstInfo | None:
+    """Build and write ``mem``'s L0 SST (None if it is empty)."""
+    built = build_l0(db, mem)
+    if built is None:
+        return None
+    return put_new_sst(db.store, *built, lambda: paths.new_ulid(db.clock.now(), db.rng))
 
 
 def to_pointers(
@@ -187,16 +173,8 @@ class MemtableFlusher:
         db = self.db
         db.wal.wait_wal_id(imm.wal_id)
         self._stall_for_l0(db)
-        built = build_l0(db, imm)
-        info = None
-        if built is not None:
-            data, info = built
-            info = put_new_sst(db, data, info)
-        ibuilt = build_l0(db, imm.sub) if imm.sub is not None else None
-        iinfo = None
-        if ibuilt is not None:
-            idata, iinfo = ibuilt
-            iinfo = put_new_sst(db, idata, iinfo)
+        info = write_l0(db, imm)
+        iinfo = write_l0(db, imm.sub) if imm.sub is not None else None
         written = db.wal.drain_written()
         journal = db.wal.drain_journal(imm.wal_id)
         try:

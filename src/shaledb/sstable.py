@@ -1,4 +1,4 @@
-"""Reading SSTs from the store: metadata, cached blocks and read-ahead.
+"""SST objects in the store: metadata, cached blocks and read-ahead; new objects.
 
 An :class:`SstReader` is opened from one ranged read of the object's tail
 (footer, properties, index, filter). Data blocks come through the shared
@@ -7,19 +7,25 @@ An :class:`SstReader` is opened from one ranged read of the object's tail
 asked for, so a cold SST costs a few large GETs instead of one per block.
 A block that fails its checksum is re-read from the store once (the cached
 copy may be the damaged one) before ``CorruptionError`` names the object.
+
+:func:`read_object_meta` is the one tail read every role uses (readers,
+compaction, export, journal scoring); :func:`put_new_sst` the one way a new
+table SST gets its id (flush, compaction, ingest, journal compaction);
+:class:`SstSplitter` the one rule for where a run's SSTs end (compaction
+outputs, bulk ingest).
 """
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator, Sequence
 
 from . import paths
 from .cache import LruCache
-from .errors import CorruptionError
+from .errors import AlreadyExists, CorruptionError
 from .format.block import Block
-from .format.sst import SstMeta, decode_data_block, decode_meta, parse_footer
+from .format.sst import SstBuilder, SstMeta, SstProps, decode_data_block, decode_meta, parse_footer
 from .manifest.model import SstInfo
 from .store.base import ObjectStore
 
@@ -30,6 +36,109 @@ Chunk = tuple[list[bytes], "array[int]", bytes, list[bytes]]
 """Columns of consecutive rows of one block: keys, seqs, kinds, payloads."""
 StoreResolver = Callable[[int], ObjectStore]
 """Maps ``SstInfo.db`` (0 = this database, i > 0 = an external database) to its store."""
+
+
+def read_object_meta(store: ObjectStore, path: str, size: int) -> SstMeta:
+    """Footer, properties, index and filter of the SST-format object at ``path``
+    (one ranged GET of its tail; a second when the metadata is larger)."""
+    try:
+        tail = store.get_range(path, max(0, size - TAIL_READ_BYTES), size)
+        if len(tail) != min(size, TAIL_READ_BYTES):
+            raise CorruptionError(f"object is shorter than the {size} bytes the manifest records")
+        footer = parse_footer(tail, size)
+        if footer.meta_start < size - len(tail):
+            tail = store.get_range(path, footer.meta_start, size)
+        return decode_meta(tail, size)
+    except CorruptionError as exc:
+        raise exc.with_path(path) from exc
+
+
+def read_sst_meta(store: ObjectStore, info: SstInfo) -> SstMeta:
+    """:func:`read_object_meta` of a table SST."""
+    return read_object_meta(store, paths.sst_path(info.id), info.size)
+
+
+def put_new_sst(
+    store: ObjectStore, data: bytes | bytearray, props: SstProps, new_id: Callable[[], str]
+) -> SstInfo:
+    """Write ``data`` as a new table SST under an id from ``new_id`` and describe it.
+
+    Ids are ULIDs with 80 random bits, so the create-if-absent write fails only
+    on a collision (or a bad RNG): another id is drawn, a few times at most.
+    """
+    path = ""
+    for _ in range(8):
+        sst_id = new_id()
+        path = paths.sst_path(sst_id)
+        try:
+            store.put(path, data, create=True)
+        except AlreadyExists:
+            continue
+        return SstInfo(
+            id=sst_id,
+            size=len(data),
+            first_key=props.first_key,
+            last_key=props.last_key,
+            entries=props.entries,
+            min_seq=props.min_seq,
+            max_seq=props.max_seq,
+        )
+    raise AlreadyExists(path)
+
+
+class SstSplitter:
+    """Cuts sorted rows into table SSTs of at most ``limit`` estimated bytes.
+
+    An SST takes rows while its estimated size stays within the limit; a row
+    larger than the limit gets an SST of its own; with ``keys`` given, one
+    key's versions never straddle two SSTs (a reader of a run then finds a key
+    in one SST). ``new_builder`` opens an SST, ``emit`` takes a full one.
+    """
+
+    def __init__(
+        self, limit: int, new_builder: Callable[[], SstBuilder], emit: Callable[[SstBuilder], None]
+    ) -> None:
+        self.limit = limit
+        self.new_builder = new_builder
+        self.emit = emit
+        self.builder: SstBuilder | None = None
+
+    def place(
+        self,
+        cum: Sequence[int],
+        n: int,
+        fill: Callable[[SstBuilder, int, int], None],
+        keys: Sequence[bytes] | None = None,
+    ) -> None:
+        """Place rows ``0..n`` whose running entry sizes are ``cum``: ``fill(builder,
+        lo, hi)`` adds rows ``[lo, hi)`` to the SST being built (one call per SST)."""
+        limit = self.limit
+        pos = 0
+        while pos < n:
+            if self.builder is None:
+                self.builder = self.new_builder()
+            b = self.builder
+            base = cum[pos - 1] if pos else 0
+            j = bisect_right(cum, base + limit - b.estimated_size, pos)
+            if j == pos:
+                if b.entries:
+                    self.finish()
+                    continue
+                j = pos + 1  # one row larger than the limit gets an SST of its own
+            if keys is not None:
+                while j < n and keys[j] == keys[j - 1]:
+                    j += 1  # never split one key's versions
+            fill(b, pos, j)
+            pos = j
+            if pos < n or b.estimated_size >= limit:
+                self.finish()
+
+    def finish(self) -> None:
+        """Emit the SST being built, if it has rows."""
+        b = self.builder
+        self.builder = None
+        if b is not None and b.entries:
+            self.emit(b)
 
 
 class SstReader:
@@ -208,18 +317,7 @@ class TableCache:
         if r is not None:
             return r
         store = self.resolve(info.db)
-        path = paths.sst_path(info.id)
-        size = info.size
-        try:
-            tail = store.get_range(path, max(0, size - TAIL_READ_BYTES), size)
-            if len(tail) != min(size, TAIL_READ_BYTES):
-                raise CorruptionError(f"object is shorter than the {size} bytes the manifest records")
-            footer = parse_footer(tail, size)
-            if footer.meta_start < size - len(tail):
-                tail = store.get_range(path, footer.meta_start, size)
-            meta = decode_meta(tail, size)
-        except CorruptionError as exc:
-            raise exc.with_path(path) from exc
+        meta = read_sst_meta(store, info)
         r = SstReader(info, store, meta, self.cache, self.read_ahead)
         self.cache.put(key, r, r.nbytes)
         return r

@@ -92,7 +92,8 @@ def encode_wal_layout(
         nonce=nonce,
     )
     if keys:
-        b.add_many(keys, [e[0] for e in ents], [e[1] for e in ents], [e[2] for e in ents])
+        seqs, kinds, payloads = zip(*ents)
+        b.add_many(keys, seqs, kinds, payloads)
     offsets, ends = b.block_layout()
     return b.finish()[0], offsets, ends
 
@@ -149,17 +150,9 @@ def encode_wal(
     block_size: int,
 ) -> bytes:
     """A WAL SST for entries in sequence order (empty: a fencing object)."""
-    b = SstBuilder(
-        kind=SST_WAL,
-        block_size=block_size,
-        codec=codec,
-        writer_epoch=epoch,
-        created_at_ms=created_at_ms,
-        nonce=nonce,
-    )
-    if keys:
-        b.add_many(keys, [e[0] for e in ents], [e[1] for e in ents], [e[2] for e in ents])
-    return b.finish()[0]
+    return encode_wal_layout(
+        keys, ents, epoch=epoch, nonce=nonce, created_at_ms=created_at_ms, codec=codec, block_size=block_size
+    )[0]
 
 
 def wal_object_epoch(data: bytes) -> int | None:

@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -60,7 +60,7 @@ from operator import add, eq
 
 from .. import paths
 from ..clock import Clock
-from ..errors import AlreadyExists, CorruptionError
+from ..errors import CorruptionError
 from ..format.block import Block
 from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
 from ..format.sst import (
@@ -70,11 +70,10 @@ from ..format.sst import (
     SstMeta,
     SstProps,
     decode_data_block,
-    decode_meta,
-    parse_footer,
 )
 from ..keys import key_after
 from ..manifest.model import SstInfo
+from ..sstable import SstSplitter, put_new_sst, read_sst_meta
 from ..store.base import ObjectStore
 from .scheduler import CompactionSpec
 
@@ -86,24 +85,7 @@ KeyRange = tuple[bytes | None, bytes | None]
 Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
 """keys, seqs, kinds, payloads of rows in key order."""
 
-_TAIL_READ_BYTES = 64 * 1024
 _EMPTY: Columns = ([], [], b"", [])
-
-
-def read_sst_meta(store: ObjectStore, info: SstInfo) -> SstMeta:
-    """Footer, properties, index and filter of an SST (one or two ranged GETs)."""
-    path = paths.sst_path(info.id)
-    size = info.size
-    try:
-        tail = store.get_range(path, max(0, size - _TAIL_READ_BYTES), size)
-        if len(tail) != min(size, _TAIL_READ_BYTES):
-            raise CorruptionError(f"object is shorter than the {size} bytes the manifest records")
-        footer = parse_footer(tail, size)
-        if footer.meta_start < size - len(tail):
-            tail = store.get_range(path, footer.meta_start, size)
-        return decode_meta(tail, size)
-    except CorruptionError as exc:
-        raise exc.with_path(path) from exc
 
 
 @dataclass
@@ -137,20 +119,37 @@ class ExecResult:
         return self.spec.input_bytes
 
 
-class _Cursor:
-    """Reads one source (a sorted run's SSTs, or one L0 SST) forward within ``[lo, hi)``."""
+class SourceCursor:
+    """Reads one source (a sorted run's SSTs, or one L0 SST) forward within ``[lo, hi)``.
 
-    def __init__(self, ex: Executor, ssts: Sequence[SstInfo], lo: bytes | None, hi: bytes | None) -> None:
-        self.ex = ex
+    Compaction and the bulk checkpoint read (``export``) both merge sources
+    chunk by chunk through it: large ranged GETs (``read_ahead`` bytes of the
+    blocks the range needs), blocks decoded one at a time, rows handed out as
+    columns.
+    """
+
+    def __init__(
+        self,
+        ssts: Sequence[SstInfo],
+        lo: bytes | None,
+        hi: bytes | None,
+        *,
+        meta: Callable[[SstInfo], SstMeta],
+        store_for: Callable[[SstInfo], ObjectStore],
+        read_ahead: int,
+    ) -> None:
         self.lo = lo
         self.hi = hi
+        self.meta = meta
+        self.store_for = store_for
+        self.read_ahead = read_ahead
         self.ssts = [
             s
             for s in ssts
             if (hi is None or s.first_key < hi) and (lo is None or s.last_key >= lo) and s.entries
         ]
         self.si = -1
-        self.meta: SstMeta | None = None
+        self.sst_meta: SstMeta | None = None
         self.bi = 0
         self.end_block = 0
         self.buf_start = 0
@@ -160,40 +159,50 @@ class _Cursor:
         self.bytes_read = 0
         self.rows = 0
 
+    def _block_span(self, meta: SstMeta) -> tuple[int, int]:
+        """First and end block of ``meta`` that may hold keys in ``[lo, hi)``."""
+        keys = meta.index.keys
+        first = 0 if self.lo is None else bisect_left(keys, self.lo)
+        end = len(keys) if self.hi is None else min(len(keys), bisect_left(keys, self.hi) + 1)
+        return first, end
+
+    def blocks(self) -> list[tuple[bytes, int]]:
+        """``(last_key, stored_size)`` of the blocks this cursor will read (for chunking)."""
+        out: list[tuple[bytes, int]] = []
+        for info in self.ssts:
+            meta = self.meta(info)
+            keys, offs = meta.index.keys, meta.index.offsets
+            first, end = self._block_span(meta)
+            out.extend((keys[i], offs[i + 1] - offs[i]) for i in range(first, end))
+        return out
+
     def _next_sst(self) -> bool:
         self.si += 1
         if self.si >= len(self.ssts):
-            self.meta = None
+            self.sst_meta = None
             return False
-        info = self.ssts[self.si]
-        meta = self.ex.meta(info)
-        keys = meta.index.keys
-        self.meta = meta
-        self.bi = 0 if self.lo is None else bisect_left(keys, self.lo)
-        self.end_block = len(keys) if self.hi is None else min(len(keys), bisect_left(keys, self.hi) + 1)
+        meta = self.meta(self.ssts[self.si])
+        self.sst_meta = meta
+        self.bi, self.end_block = self._block_span(meta)
         self.buf = b""
         self.buf_start = 0
         return True
 
     def _load_block(self) -> bool:
-        while True:
-            if self.meta is None or self.bi >= self.end_block:
-                if not self._next_sst():
-                    return False
-                continue
-            break
-        meta = self.meta
-        offs = meta.index.offsets
+        while self.sst_meta is None or self.bi >= self.end_block:
+            if not self._next_sst():
+                return False
+        offs = self.sst_meta.index.offsets
         start, end = offs[self.bi], offs[self.bi + 1]
+        info = self.ssts[self.si]
+        path = paths.sst_path(info.id)
         if not (self.buf_start <= start and end <= self.buf_start + len(self.buf)):
             # Read ahead: this block and the following ones this range needs.
             stop = self.bi + 1
-            limit = start + self.ex.read_ahead_bytes
+            limit = start + self.read_ahead
             while stop < self.end_block and offs[stop + 1] <= limit:
                 stop += 1
-            info = self.ssts[self.si]
-            path = paths.sst_path(info.id)
-            data = self.ex.source_store(info).get_range(path, start, offs[stop])
+            data = self.store_for(info).get_range(path, start, offs[stop])
             if len(data) != offs[stop] - start:
                 raise CorruptionError(
                     f"read {len(data)} bytes at {start}, expected {offs[stop] - start}", path
@@ -204,7 +213,7 @@ class _Cursor:
         try:
             blk = decode_data_block(self.buf[rel : rel + end - start])
         except CorruptionError as exc:
-            raise exc.with_path(paths.sst_path(self.ssts[self.si].id)) from exc
+            raise exc.with_path(path) from exc
         self.bi += 1
         self.blk = blk
         self.pos = 0 if self.lo is None else bisect_left(blk.keys, self.lo)
@@ -236,6 +245,23 @@ class _Cursor:
             self.blk = None
         self.rows += len(keys)
         return keys, seqs, bytes(kinds), pays
+
+
+def chunk_cuts(
+    blocks: list[tuple[bytes, int]], target: int, lo: bytes | None, hi: bytes | None
+) -> list[bytes]:
+    """Exclusive bounds after every ``target`` bytes of ``blocks`` (sorted here), strictly inside (lo, hi)."""
+    blocks.sort()
+    cuts: list[bytes] = []
+    acc = 0
+    for k, size in blocks:
+        acc += size
+        if acc >= target:
+            c = key_after(k)
+            if (hi is None or c < hi) and (lo is None or c > lo) and (not cuts or c > cuts[-1]):
+                cuts.append(c)
+            acc = 0
+    return cuts
 
 
 def _has_duplicates(keys: list[bytes]) -> bool:
@@ -315,49 +341,32 @@ def drop_dead(cols: Columns, *, bottom: bool, now_ms: int) -> Columns:
 
 
 class _Output:
-    """Builds the output SSTs of one range, cutting them at the size limit."""
+    """The output SSTs of one range, cut at the size limit (:class:`SstSplitter`)."""
 
     def __init__(self, ex: Executor, res: RangeResult) -> None:
         self.ex = ex
         self.res = res
-        self.builder: SstBuilder | None = None
+        self.ssts = SstSplitter(ex.max_sst_size_bytes, ex.new_builder, self._emit)
 
     def add(self, cols: Columns) -> None:
         keys, seqs, kinds, pays = cols
         n = len(keys)
         if not n:
             return
-        limit = self.ex.max_sst_size_bytes
         cum = list(accumulate(map(add, map(add, map(len, keys), map(len, pays)), repeat(ENTRY_OVERHEAD, n))))
-        pos = 0
-        while pos < n:
-            if self.builder is None:
-                self.builder = self.ex.new_builder()
-            b = self.builder
-            room = limit - b.estimated_size
-            base = cum[pos - 1] if pos else 0
-            j = bisect_right(cum, base + room, pos)
-            if j == pos:
-                if b.entries:
-                    self.finish()
-                    continue
-                j = pos + 1  # one entry larger than the limit gets an SST of its own
-            while j < n and keys[j] == keys[j - 1]:
-                j += 1  # never split one key's versions
-            b.add_many(keys[pos:j], seqs[pos:j], kinds[pos:j], pays[pos:j])
-            self.res.entries_written += j - pos
-            pos = j
-            if pos < n or b.estimated_size >= limit:
-                self.finish()
+
+        def fill(b: SstBuilder, lo: int, hi: int) -> None:
+            b.add_many(keys[lo:hi], seqs[lo:hi], kinds[lo:hi], pays[lo:hi])
+
+        self.ssts.place(cum, n, fill, keys)
+        self.res.entries_written += n
 
     def finish(self) -> None:
-        b = self.builder
-        self.builder = None
-        if b is None or not b.entries:
-            return
+        self.ssts.finish()
+
+    def _emit(self, b: SstBuilder) -> None:
         data, props = b.finish_buffer()
-        info = self.ex.write_sst(data, props)
-        self.res.ssts.append(info)
+        self.res.ssts.append(self.ex.write_sst(data, props))
         self.res.bytes_written += len(data)
 
 
@@ -437,57 +446,23 @@ class Executor:
         )
 
     def write_sst(self, data: bytes | bytearray, props: SstProps) -> SstInfo:
-        for _ in range(8):
-            with self._rng_lock:
-                sst_id = paths.new_ulid(self.clock.now(), self._rng)
-            try:
-                self.store.put(paths.sst_path(sst_id), data, create=True)
-            except AlreadyExists:
-                continue  # an 80-bit collision: take another id
-            return SstInfo(
-                id=sst_id,
-                size=len(data),
-                first_key=props.first_key,
-                last_key=props.last_key,
-                entries=props.entries,
-                min_seq=props.min_seq,
-                max_seq=props.max_seq,
+        return put_new_sst(self.store, data, props, self._new_id)
+
+    def _new_id(self) -> str:
+        with self._rng_lock:
+            return paths.new_ulid(self.clock.now(), self._rng)
+
+    def cursors(self, spec: CompactionSpec, lo: bytes | None, hi: bytes | None) -> list[SourceCursor]:
+        """One cursor per source of ``spec`` within ``[lo, hi)``, oldest source first."""
+        return [
+            SourceCursor(
+                ssts, lo, hi, meta=self.meta, store_for=self.source_store, read_ahead=self.read_ahead_bytes
             )
-        raise CorruptionError("could not find a free SST id")
+            for ssts in reversed(spec.sources())
+        ]
 
-    def _blocks(self, spec: CompactionSpec, lo: bytes | None, hi: bytes | None) -> list[tuple[bytes, int]]:
-        """``(last_key, stored_size)`` of every source block overlapping ``[lo, hi)``, by key."""
-        out: list[tuple[bytes, int]] = []
-        for info in spec.ssts:
-            if (
-                not info.entries
-                or (hi is not None and info.first_key >= hi)
-                or (lo is not None and info.last_key < lo)
-            ):
-                continue
-            idx = self.meta(info).index
-            keys = idx.keys
-            offs = idx.offsets
-            a = 0 if lo is None else bisect_left(keys, lo)
-            b = len(keys) if hi is None else min(len(keys), bisect_left(keys, hi) + 1)
-            out.extend((keys[i], offs[i + 1] - offs[i]) for i in range(a, b))
-        out.sort()
-        return out
-
-    def _cuts(
-        self, blocks: list[tuple[bytes, int]], target: int, lo: bytes | None, hi: bytes | None
-    ) -> list[bytes]:
-        """Exclusive bounds after every ``target`` bytes of blocks, strictly inside (lo, hi)."""
-        cuts: list[bytes] = []
-        acc = 0
-        for k, size in blocks:
-            acc += size
-            if acc >= target:
-                c = key_after(k)
-                if (hi is None or c < hi) and (lo is None or c > lo) and (not cuts or c > cuts[-1]):
-                    cuts.append(c)
-                acc = 0
-        return cuts
+    def _blocks(self, cursors: list[SourceCursor]) -> list[tuple[bytes, int]]:
+        return [b for c in cursors for b in c.blocks()]
 
     # --------------------------------------------------------------- planning
 
@@ -495,11 +470,11 @@ class Executor:
         """Up to ``n`` key ranges of similar input size covering the whole key space."""
         if n <= 1:
             return [(None, None)]
-        blocks = self._blocks(spec, None, None)
+        blocks = self._blocks(self.cursors(spec, None, None))
         total = sum(s for _, s in blocks)
         if not blocks or total == 0:
             return [(None, None)]
-        cuts = self._cuts(blocks, max(1, -(-total // n)), None, None)[: n - 1]
+        cuts = chunk_cuts(blocks, max(1, -(-total // n)), None, None)[: n - 1]
         bounds: list[bytes | None] = [None, *cuts, None]
         return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
 
@@ -520,10 +495,10 @@ class Executor:
         """
         res = RangeResult(lo, hi)
         now_ms = int(self.clock.now() * 1000)
-        cursors = [_Cursor(self, ssts, lo, hi) for ssts in reversed(spec.sources())]
+        cursors = self.cursors(spec, lo, hi)
         out = _Output(self, res)
         try:
-            cuts = self._cuts(self._blocks(spec, lo, hi), self.chunk_bytes, lo, hi)
+            cuts = chunk_cuts(self._blocks(cursors), self.chunk_bytes, lo, hi)
             for upto in [*cuts, None]:
                 cols = [c.take(upto) for c in cursors]
                 merged = merge_columns(cols)
@@ -596,8 +571,9 @@ __all__ = [
     "Executor",
     "KeyRange",
     "RangeResult",
+    "SourceCursor",
+    "chunk_cuts",
     "drop_dead",
     "key_after",
     "merge_columns",
-    "read_sst_meta",
 ]

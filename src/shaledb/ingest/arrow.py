@@ -23,7 +23,6 @@ Needs pyarrow and numpy (the spark extra); the list path needs neither.
 from __future__ import annotations
 
 import struct
-from bisect import bisect_right
 from typing import TYPE_CHECKING, Any
 
 from ..batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
@@ -152,7 +151,7 @@ def _fingerprint(
 
 
 class _Emitter:
-    """Cuts rows into SSTs (``SstCutter.add``'s rule) and blocks (``add_many``'s rule)."""
+    """Cuts rows into SSTs (:class:`~shaledb.sstable.SstSplitter`) and blocks (``add_many``'s rule)."""
 
     def __init__(
         self,
@@ -176,28 +175,13 @@ class _Emitter:
         self.kinds = bytes(n)
 
     def run(self) -> None:
-        w = self.w
-        n = len(self.keys)
-        cum = self.cum_entry
-        limit = w.plan.max_sst_size_bytes
-        pos = 0
-        while pos < n:
-            if w._data.builder is None:
-                w._data.builder = w.new_builder()
-            b = w._data.builder
-            room = limit - b.estimated_size
-            base = cum[pos - 1] if pos else 0
-            j = bisect_right(cum, base + room, pos)
-            if j == pos:
-                if b.entries:
-                    w._data.finish_sst()
-                    continue
-                j = pos + 1  # one entry larger than the limit gets an SST of its own
-            self.blocks(b, pos, j)
-            w._data.bloom_keys += self.keys[pos:j]
-            pos = j
-            if pos < n or b.estimated_size >= limit:
-                w._data.finish_sst()
+        out = self.w._data
+
+        def fill(b: SstBuilder, lo: int, hi: int) -> None:
+            self.blocks(b, lo, hi)
+            out.bloom_keys += self.keys[lo:hi]
+
+        out.splitter.place(self.cum_entry, len(self.keys), fill)
 
     def blocks(self, b: SstBuilder, lo: int, hi: int) -> None:
         """Rows ``[lo, hi)`` as blocks, cut where ``SstBuilder.add_many`` would cut them.

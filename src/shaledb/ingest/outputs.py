@@ -16,7 +16,6 @@ entries, value-journal objects (the output side of :class:`~shaledb.ingest.PartW
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
@@ -29,6 +28,7 @@ from ..format.row import KIND_POINTER, KIND_TOMBSTONE, KIND_VALUE, TYPE_MASK
 from ..format.sst import ENTRY_OVERHEAD, SST_JOURNAL, SstBuilder
 from ..indexes import term_changes
 from ..manifest.model import JournalFile, SstInfo
+from ..sstable import SstSplitter
 
 if TYPE_CHECKING:
     from .parts import PartWriter
@@ -43,7 +43,7 @@ class SstCutter:
     def __init__(self, w: PartWriter, *, bloom: bool = True) -> None:
         self.w = w
         self.bloom = bloom
-        self.builder: SstBuilder | None = None
+        self.splitter = SstSplitter(w.plan.max_sst_size_bytes, w.new_builder, self._emit)
         self.bloom_keys: list[bytes] = []
         self.ssts: list[SstInfo] = []
 
@@ -52,32 +52,18 @@ class SstCutter:
         if not n:
             return
         seqs = [self.w.plan.seq] * n
-        limit = self.w.plan.max_sst_size_bytes
         cum = list(accumulate(map(add, map(add, map(len, ks), map(len, pays)), repeat(ENTRY_OVERHEAD, n))))
-        pos = 0
-        while pos < n:
-            if self.builder is None:
-                self.builder = self.w.new_builder()
-            b = self.builder
-            room = limit - b.estimated_size
-            base = cum[pos - 1] if pos else 0
-            j = bisect_right(cum, base + room, pos)
-            if j == pos:
-                if b.entries:
-                    self.finish_sst()
-                    continue
-                j = pos + 1  # one entry larger than the limit gets an SST of its own
-            b.add_many(ks[pos:j], seqs[pos:j], kinds[pos:j], pays[pos:j])
-            self.bloom_keys += ks[pos:j]
-            pos = j
-            if pos < n or b.estimated_size >= limit:
-                self.finish_sst()
+
+        def fill(b: SstBuilder, lo: int, hi: int) -> None:
+            b.add_many(ks[lo:hi], seqs[lo:hi], kinds[lo:hi], pays[lo:hi])
+            self.bloom_keys += ks[lo:hi]
+
+        self.splitter.place(cum, n, fill)
 
     def finish_sst(self) -> None:
-        b = self.builder
-        self.builder = None
-        if b is None or not b.entries:
-            return
+        self.splitter.finish()
+
+    def _emit(self, b: SstBuilder) -> None:
         from .parts import bloom_filter_bytes, with_filter
 
         data, props = b.finish()

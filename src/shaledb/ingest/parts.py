@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .. import paths
 from ..batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import AlreadyExists, InvalidArgument, ShaleError
+from ..errors import InvalidArgument, ShaleError
 from ..format.bloom import BLOCK_BITS, build_filter, key_hash, probes_for
 from ..format.coding import CODEC_NONE, CODECS, crc32c_extend, frame_block
 from ..format.row import KIND_VALUE, encode_payload, encode_terms
@@ -38,6 +38,7 @@ from ..format.sst import (
 )
 from ..manifest.model import JournalFile, SstInfo
 from ..settings import Settings
+from ..sstable import put_new_sst
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
 from .model import STREAMS, IngestPart, IngestPlan, log, write_lease
@@ -354,23 +355,9 @@ class PartWriter:
 
     def upload_sst(self, data: bytes, props: SstProps) -> SstInfo:
         """Upload a finished SST under a fresh id (the lease is renewed as SSTs land)."""
-        for _ in range(8):
-            sst_id = paths.new_ulid(self.clock.now(), self.rng)
-            try:
-                self.store.put(paths.sst_path(sst_id), data, create=True)
-            except AlreadyExists:
-                continue  # an 80-bit collision: take another id
-            self.renew_lease()
-            return SstInfo(
-                id=sst_id,
-                size=len(data),
-                first_key=props.first_key,
-                last_key=props.last_key,
-                entries=props.entries,
-                min_seq=props.min_seq,
-                max_seq=props.max_seq,
-            )
-        raise InvalidArgument("could not find a free SST id")
+        info = put_new_sst(self.store, data, props, lambda: paths.new_ulid(self.clock.now(), self.rng))
+        self.renew_lease()
+        return info
 
     def renew_lease(self) -> None:
         now = self.clock.monotonic()

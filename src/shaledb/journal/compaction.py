@@ -88,6 +88,7 @@ from ..format.sst import (
     decode_sst,
 )
 from ..manifest.model import JournalFile, Manifest, SortedRun, SstInfo, Tree
+from ..sstable import put_new_sst
 from .hosts import CompactionHost, StandaloneHost, WriterHost
 from .scoring import DROP, TOMB, FileScore, _Ledger, best_run, block_head, plan_runs, score_file
 
@@ -420,20 +421,12 @@ class _Repoint:
             nonce=self.host.rng.getrandbits(128).to_bytes(16, "little"),
         )
         builder.add_many(keys, seqs, kinds, pays)
-        out, props = builder.finish()
-        for _ in range(8):
-            sid = paths.new_ulid(self.host.clock.now(), self.host.rng)
-            try:
-                self.host.store.put(paths.sst_path(sid), out, create=True)
-                break
-            except AlreadyExists:
-                continue
-        else:
-            raise CorruptionError("could not find a free SST id")
-        self.bytes_written += len(out)
-        return SstInfo(
-            sid, len(out), props.first_key, props.last_key, props.entries, props.min_seq, props.max_seq
+        out, props = builder.finish_buffer()
+        info = put_new_sst(
+            self.host.store, out, props, lambda: paths.new_ulid(self.host.clock.now(), self.host.rng)
         )
+        self.bytes_written += len(out)
+        return info
 
     def _discard(self, s: SstInfo) -> None:
         try:

@@ -40,7 +40,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import paths
-from ..errors import AlreadyExists, CorruptionError, InvalidArgument, InvalidDbState
+from ..errors import CorruptionError, InvalidArgument, InvalidDbState
 from ..flush import OPT_COMPLETE
 from ..format.coding import CODECS
 from ..format.journal import Pointer, encode_pointer
@@ -56,6 +56,7 @@ from ..format.row import (
 )
 from ..format.sst import SST_TABLE, SstBuilder
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
+from ..sstable import put_new_sst
 from .folds import journal_blocks
 
 if TYPE_CHECKING:
@@ -111,20 +112,9 @@ def _write_run(db: Db, entries: dict[bytes, Entry], now_ms: int) -> list[SstInfo
         if builder is None or not builder.entries:
             builder = None
             return
-        data, props = builder.finish()
+        data, props = builder.finish_buffer()
         builder = None
-        for _ in range(8):
-            sid = paths.new_ulid(db.clock.now(), db.rng)
-            try:
-                db.store.put(paths.sst_path(sid), data, create=True)
-                break
-            except AlreadyExists:
-                continue
-        out.append(
-            SstInfo(
-                sid, len(data), props.first_key, props.last_key, props.entries, props.min_seq, props.max_seq
-            )
-        )
+        out.append(put_new_sst(db.store, data, props, lambda: paths.new_ulid(db.clock.now(), db.rng)))
 
     for k in sorted(entries):
         seq, kind, payload = entries[k]

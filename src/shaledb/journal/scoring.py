@@ -18,17 +18,17 @@ from .. import paths
 from ..errors import CorruptionError, ObjectNotFound
 from ..format.coding import CODEC_NONE, TRAILER_SIZE, u32_array, u64_array
 from ..format.row import FLAG_INDEX_TREE, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
-from ..format.sst import SstMeta, decode_data_block, decode_meta
+from ..format.sst import SstMeta, decode_data_block
 from ..manifest.model import JournalFile, Manifest
 from ..memtable import Memtable
 from ..reader import ReadView, Visibility, lookup
 from ..settings import JournalOptions
+from ..sstable import read_object_meta
 from ..store.base import ObjectStore
 from .hosts import CompactionHost
 
 log = logging.getLogger("shaledb.journal")
 
-_TAIL_READ_BYTES = 64 * 1024
 _HEAD_READ_BYTES = 2048
 _U32 = struct.Struct("<I")
 
@@ -108,25 +108,7 @@ class _Ledger:
 
 
 def read_journal_meta(store: ObjectStore, jf: JournalFile) -> SstMeta:
-    path = paths.journal_object_path(jf.id)
-    size = jf.size
-    try:
-        tail = store.get_range(path, max(0, size - _TAIL_READ_BYTES), size)
-        if len(tail) != min(size, _TAIL_READ_BYTES):
-            raise CorruptionError(f"object is shorter than the {size} bytes the manifest records")
-        meta = _decode_tail(store, path, tail, size)
-    except CorruptionError as exc:
-        raise exc.with_path(path) from exc
-    return meta
-
-
-def _decode_tail(store: ObjectStore, path: str, tail: bytes, size: int) -> SstMeta:
-    from ..format.sst import parse_footer
-
-    footer = parse_footer(tail, size)
-    if footer.meta_start < size - len(tail):
-        tail = store.get_range(path, footer.meta_start, size)
-    return decode_meta(tail, size)
+    return read_object_meta(store, paths.journal_object_path(jf.id), jf.size)
 
 
 def block_head(raw: bytes) -> tuple[list[bytes], list[int], bytes, list[int]] | int:
