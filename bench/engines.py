@@ -80,6 +80,9 @@ class Engine:
     """Defaults shared by the adapters (sync, on disk, readable)."""
 
     name = "?"
+    module: str | None = None
+    """The engine's Python module: imported before the first open so the memory check can
+    count the engine's own code as part of the interpreter, separately from its data."""
     is_async = False
     has_disk = True
     supports_durable = True
@@ -194,6 +197,8 @@ class MotoServer:
 
 class ShaleDB(Engine):
     """shaledb through its public API (SPEC §5) on a local directory, memory:// or s3://."""
+
+    module = "shaledb"
 
     def __init__(self, data_dir: str, settings: dict[str, Any], store: str = "file") -> None:
         super().__init__(data_dir, settings, store)
@@ -320,6 +325,8 @@ class SlateDB(Engine):
     ``--setting flush_interval=10ms`` maps to ``Settings.set("flush_interval", '"10ms"')``.
     """
 
+    module = "slatedb"
+
     is_async = True
 
     def __init__(self, data_dir: str, settings: dict[str, Any], store: str = "file") -> None:
@@ -436,6 +443,8 @@ class RocksDict(Engine):
     durable = WriteOptions.sync=True. ``--setting bloom_bits=10`` adds a bloom filter.
     """
 
+    module = "rocksdict"
+
     def __init__(self, data_dir: str, settings: dict[str, Any], store: str = "file") -> None:
         super().__init__(data_dir, settings, store)
         self.name = "rocksdict" + settings_suffix(settings)
@@ -495,6 +504,8 @@ class Plyvel(Engine):
     it recovers its log into an L0 table. ``--setting bloom_bits=10`` adds a bloom filter.
     """
 
+    module = "plyvel"
+
     def __init__(self, data_dir: str, settings: dict[str, Any], store: str = "file") -> None:
         super().__init__(data_dir, settings, store)
         self.name = "plyvel" + settings_suffix(settings)
@@ -543,6 +554,8 @@ class LMDB(Engine):
     One write transaction per batch or put; durable = env.sync(True) after each commit.
     Reads use one long-lived read transaction and one cursor.
     """
+
+    module = "lmdb"
 
     def __init__(self, data_dir: str, settings: dict[str, Any], store: str = "file") -> None:
         super().__init__(data_dir, settings, store)

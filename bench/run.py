@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import platform
@@ -66,18 +67,28 @@ def machine_info() -> dict[str, Any]:
 
 
 def memory_check(eng: Any, res: dict[str, Any]) -> dict[str, Any]:
-    """shaledb only: peak RSS against 1.5 x (max_unflushed_bytes + block_cache_bytes) + baseline."""
+    """shaledb only: peak RSS against 1.5 x (max_unflushed_bytes + block_cache_bytes) + interpreter.
+
+    The interpreter is measured twice: with the workload's data but before the engine's
+    module is imported (``rss_base_mb``), and after that import (``rss_import_mb``: the
+    engine's code, 11-12 MiB for shaledb, before any database opens). The check counts the
+    engine's code as part of the interpreter (``rss_limit_mb``); the stricter form that
+    charges it to the budgets is kept beside it (``*_pre_import``).
+    """
     if not hasattr(eng, "budget_bytes"):
         return {}
     budgets = eng.budget_bytes()
     budget_mb = sum(budgets.values()) / MiB
-    limit = BUDGET_FACTOR * budget_mb + res["rss_base_mb"]
+    limit = BUDGET_FACTOR * budget_mb + res["rss_import_mb"]
+    strict = BUDGET_FACTOR * budget_mb + res["rss_base_mb"]
     return {
         "budgets": budgets,
         "budget_mb": budget_mb,
         "rss_limit_mb": limit,
-        "peak_over_base_mb": res["peak_rss_mb"] - res["rss_base_mb"],
+        "peak_over_base_mb": res["peak_rss_mb"] - res["rss_import_mb"],
         "rss_within_limit": res["peak_rss_mb"] <= limit,
+        "rss_limit_pre_import_mb": strict,
+        "rss_within_limit_pre_import": res["peak_rss_mb"] <= strict,
     }
 
 
@@ -111,6 +122,9 @@ def single(argv: list[str]) -> None:
     scratch = a.dir or tempfile.mkdtemp(prefix="shaledb-bench-")
     os.makedirs(scratch, exist_ok=True)
     eng = engines.ENGINES[a.engine](scratch, engines.parse_settings(a.setting), a.store)
+    if eng.module:
+        importlib.import_module(eng.module)
+    rss_import = workloads.rss_mb()  # ... plus the engine's own code, before any database opens
     if (a.durable or a.workload == "durable_mt") and not eng.supports_durable:
         raise SystemExit(f"{a.engine} has no durable writes")
     res: dict[str, Any] = {
@@ -124,6 +138,7 @@ def single(argv: list[str]) -> None:
         "durable": a.durable or a.workload == "durable_mt",
         "max_seconds": a.max_seconds,
         "rss_base_mb": rss_base,
+        "rss_import_mb": rss_import,
     }
     try:
         res.update(asyncio.run(workloads.run_workload(eng, a.workload, plan, a)))

@@ -12,8 +12,9 @@ so that figures line up with ``shared/bench/RESULTS.md``:
   in Python included; latencies are per call (per batch, per put, per get, per scan).
 
 Everything a workload needs (keys, values, read keys, scan starts) is generated *before*
-the engine is imported or opened, and the process RSS is sampled right then: that is the
-interpreter baseline the memory check compares the peak against.
+the engine is imported or opened, and the process RSS is sampled right then and again after
+the engine's module is imported: the interpreter baselines the memory check compares the
+peak against (``run.memory_check``).
 
 Every timed loop is written twice, once plain and once with ``await``, because SlateDB's
 binding is async: awaiting a synchronous engine would add cost to it, and driving an async

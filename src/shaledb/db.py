@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+from .allocator import fix_mmap_threshold
 from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check_key, check_value
 from .cache import LruCache
 from .clock import SYSTEM_CLOCK, Clock
@@ -46,7 +47,7 @@ from .settings import Settings
 from .sstable import TableCache
 from .store.base import ObjectStore
 from .store.stack import open_stack
-from .wal import WalWriter
+from .wal import WalWriter, wal_object_bytes
 
 log = logging.getLogger("shaledb.db")
 
@@ -266,6 +267,8 @@ class Db(DbExtras):
         *,
         external: ExternalStores | None = None,
     ) -> None:
+        if settings.malloc_mmap_threshold_bytes is not None:
+            fix_mmap_threshold(settings.malloc_mmap_threshold_bytes)
         self.settings = settings
         self.external = external or ExternalStores(
             default_factory(settings.retry, clock, random.Random(), None)
@@ -357,7 +360,7 @@ class Db(DbExtras):
             next_id=fence_id + 1,
             durable_seq=self._seq,
             flush_interval_s=settings.flush_interval_s,
-            max_buffer_bytes=settings.wal_max_bytes,
+            max_buffer_bytes=wal_object_bytes(settings),
             codec=self.codec,
             block_size=settings.block_size_bytes,
             on_failure=self._fail,

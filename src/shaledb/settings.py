@@ -202,7 +202,8 @@ class Settings:
     Write path:
       ``flush_interval_s`` -- non-durable writes reach a WAL object at least this
       often (durable writes trigger a flush at once: group commit).
-      ``wal_max_bytes`` -- a WAL object is cut when its buffer reaches this size.
+      ``wal_max_bytes`` -- a WAL object is cut when its buffer reaches this size
+      (or a sixteenth of ``max_unflushed_bytes``, if smaller: ``wal.wal_object_bytes``).
       ``l0_sst_size_bytes`` -- the memtable is frozen and flushed to an L0 SST at
       this size (accounted bytes include Python's per-entry overhead).
       ``max_unflushed_bytes`` -- writes block while memtables not yet in L0
@@ -212,6 +213,11 @@ class Settings:
     Read path:
       ``block_cache_bytes`` -- byte budget of the decoded-block cache.
       ``sst_read_ahead_bytes`` -- a block-cache miss fetches this much of the SST.
+    Memory:
+      ``malloc_mmap_threshold_bytes`` -- on glibc, fix malloc's mmap threshold at
+      this size when the database opens (process-wide), so freed SST and WAL
+      buffers go back to the OS instead of fragmenting the heap
+      (``shaledb.allocator``); None leaves malloc alone.
     Format:
       ``block_size_bytes``, ``bloom_bits_per_key`` (0 = no filter),
       ``compression`` ("none", "lz4", "zstd").
@@ -237,6 +243,7 @@ class Settings:
     compression: Compression = "none"
     block_cache_bytes: int = 128 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
+    malloc_mmap_threshold_bytes: int | None = 128 * KiB
     manifest_poll_interval_s: float = 1.0
     manifest_update_timeout_s: float = 300.0
     track_and_verify_wals: bool = True
@@ -268,6 +275,12 @@ class Settings:
             raise InvalidArgument(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
         _integer("block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        if self.malloc_mmap_threshold_bytes is not None:
+            _integer("malloc_mmap_threshold_bytes", self.malloc_mmap_threshold_bytes, minimum=1)
+            if self.malloc_mmap_threshold_bytes > 32 * MiB:
+                raise InvalidArgument(
+                    "malloc_mmap_threshold_bytes must be <= 32 MiB (glibc's limit), or None"
+                )
         _positive("manifest_poll_interval_s", self.manifest_poll_interval_s)
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)
         if not isinstance(self.track_and_verify_wals, bool):

@@ -38,12 +38,13 @@ from collections.abc import Callable
 from . import paths
 from .clock import Clock
 from .errors import AlreadyExists, ClosedError, CorruptionError, FencedError, ShaleError
-from .format.coding import crc32c
+from .format.coding import crc32c_of
 from .format.journal import wal_pointer, wal_ref
 from .format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, TYPE_MASK, decode_payload
 from .format.sst import SST_WAL, SstBuilder, decode_meta
 from .manifest.model import JournalFile, TrackedWal
 from .memtable import Entry
+from .settings import Settings
 from .store.base import ObjectStore
 
 log = logging.getLogger("shaledb.wal")
@@ -72,6 +73,14 @@ class WalSegment:
         """Set once the object is written (or the WAL failed): wakes only this segment's waiters."""
 
 
+def wal_object_bytes(settings: Settings) -> int:
+    """Where the writer cuts a WAL object: ``wal_max_bytes``, or a sixteenth of
+    ``max_unflushed_bytes`` (at least 256 KiB) if that is smaller. The object is
+    built in memory beside the memtables, so a small write budget shrinks it too;
+    the defaults (4 MiB of 256 MiB) are unchanged."""
+    return min(settings.wal_max_bytes, max(256 * 1024, settings.max_unflushed_bytes // 16))
+
+
 def encode_wal_layout(
     keys: list[bytes],
     ents: list[Entry],
@@ -81,8 +90,9 @@ def encode_wal_layout(
     created_at_ms: int,
     codec: int,
     block_size: int,
-) -> tuple[bytes, list[int], list[int]]:
-    """:func:`encode_wal` plus the block layout (``SstBuilder.block_layout``)."""
+) -> tuple[bytearray, list[int], list[int]]:
+    """:func:`encode_wal` plus the block layout (``SstBuilder.block_layout``), as the
+    builder's own buffer: the object only goes to the store, so no copy into bytes."""
     b = SstBuilder(
         kind=SST_WAL,
         block_size=block_size,
@@ -95,7 +105,7 @@ def encode_wal_layout(
         seqs, kinds, payloads = zip(*ents)
         b.add_many(keys, seqs, kinds, payloads)
     offsets, ends = b.block_layout()
-    return b.finish()[0], offsets, ends
+    return b.finish_buffer()[0], offsets, ends
 
 
 def locate_values(
@@ -150,9 +160,17 @@ def encode_wal(
     block_size: int,
 ) -> bytes:
     """A WAL SST for entries in sequence order (empty: a fencing object)."""
-    return encode_wal_layout(
-        keys, ents, epoch=epoch, nonce=nonce, created_at_ms=created_at_ms, codec=codec, block_size=block_size
-    )[0]
+    return bytes(
+        encode_wal_layout(
+            keys,
+            ents,
+            epoch=epoch,
+            nonce=nonce,
+            created_at_ms=created_at_ms,
+            codec=codec,
+            block_size=block_size,
+        )[0]
+    )
 
 
 def wal_object_epoch(data: bytes) -> int | None:
@@ -379,7 +397,7 @@ class WalWriter:
                 if self._collision(seg.id, data):
                     break
                 self._skip_slot(seg)
-        tracked = TrackedWal(seg.id, len(data), crc32c(data))
+        tracked = TrackedWal(seg.id, len(data), crc32c_of(data))
         thr = self.threshold
         if thr is not None and seg.ents and seg.sink is not None:
             locate_values(seg.id, seg.keys, seg.ents, offsets, ends, thr, seg.sink)
@@ -396,7 +414,7 @@ class WalWriter:
             self._written.append(tracked)
             self._cv.notify_all()
 
-    def _collision(self, wal_id: int, ours: bytes) -> bool:
+    def _collision(self, wal_id: int, ours: bytes | bytearray) -> bool:
         """Someone's object is at our slot: True if it is ours, False to skip the slot; else raise."""
         path = paths.wal_path(wal_id)
         theirs = self.store.get(path)

@@ -135,7 +135,7 @@ def test_compaction_working_set_follows_the_write_budget() -> None:
     mib = 1 << 20
     assert working_set(Settings(), CompactorOptions()) == (64 * mib, 4 * mib, 4 * mib)  # defaults: unchanged
     tight = Settings(max_unflushed_bytes=16 * mib, l0_sst_size_bytes=8 * mib)
-    assert working_set(tight, CompactorOptions()) == (8 * mib, 512 * 1024, 2 * mib)
+    assert working_set(tight, CompactorOptions()) == (4 * mib, 256 * 1024, 1 * mib)
     tiny = Settings(max_unflushed_bytes=64 * 1024, l0_sst_size_bytes=4096)
     assert working_set(tiny, CompactorOptions()) == (1 * mib, 256 * 1024, 256 * 1024)  # floors
     assert working_set(tiny, CompactorOptions(max_sst_size_bytes=8192))[0] == 8192  # an explicit size wins

@@ -519,15 +519,17 @@ def working_set(settings: Settings, options: CompactorOptions) -> tuple[int, int
     whole objects), a read-ahead buffer per source and one decoded chunk of
     input. All three are capped from ``max_unflushed_bytes``, the budget a
     user sets for the writer's write-side memory, so shrinking that budget
-    shrinks compaction's memory too: outputs at most half of it, read-ahead
-    buffers together at most a quarter, a chunk at most an eighth. With the
+    shrinks compaction's memory too: outputs at most a quarter of it,
+    read-ahead buffers (all sources together) an eighth, a chunk a sixteenth.
+    The memtables (which the budget also covers) and an L0 SST being built
+    are in memory at the same time. With the
     default budget (256 MiB) the caps are above the defaults (64 MiB outputs,
     4 MiB read-ahead and chunks) and change nothing.
     """
     budget = settings.max_unflushed_bytes
-    max_sst = min(options.max_sst_size_bytes, max(1 * _MiB, budget // 2))
-    read_ahead = min(4 * _MiB, max(256 * 1024, budget // (4 * options.max_sources)))
-    chunk = min(4 * _MiB, max(256 * 1024, budget // 8))
+    max_sst = min(options.max_sst_size_bytes, max(1 * _MiB, budget // 4))
+    read_ahead = min(4 * _MiB, max(256 * 1024, budget // (8 * options.max_sources)))
+    chunk = min(4 * _MiB, max(256 * 1024, budget // 16))
     return max_sst, read_ahead, chunk
 
 

@@ -13,10 +13,12 @@ import struct
 import sys
 import threading
 from array import array
+from typing import TYPE_CHECKING
 
 import google_crc32c
-import lz4.block
-import zstandard
+
+if TYPE_CHECKING:
+    import zstandard
 
 from ..errors import CorruptionError
 
@@ -40,12 +42,30 @@ def crc32c_extend(crc: int, data: bytes) -> int:
     return int(google_crc32c.extend(crc, data))
 
 
+def crc32c_of(data: bytes | bytearray) -> int:
+    """CRC32C of ``data``; a bytearray (the C extension takes only read-only
+    buffers) is copied a MiB at a time rather than whole."""
+    if isinstance(data, bytes):
+        return int(crc32c(data))
+    view = memoryview(data)
+    crc = 0
+    for i in range(0, len(view), 1 << 20):
+        crc = crc32c_extend(crc, view[i : i + (1 << 20)].tobytes())
+    return crc
+
+
 _tls = threading.local()
+
+
+# The codec libraries load on first use (2.7 MiB of resident memory that a
+# database without compression never needs).
 
 
 def _zstd_c() -> zstandard.ZstdCompressor:
     c = getattr(_tls, "zc", None)
     if c is None:
+        import zstandard
+
         c = _tls.zc = zstandard.ZstdCompressor(level=3)
     return c
 
@@ -53,6 +73,8 @@ def _zstd_c() -> zstandard.ZstdCompressor:
 def _zstd_d() -> zstandard.ZstdDecompressor:
     d = getattr(_tls, "zd", None)
     if d is None:
+        import zstandard
+
         d = _tls.zd = zstandard.ZstdDecompressor()
     return d
 
@@ -62,6 +84,8 @@ def frame_block(payload: bytes, codec: int) -> bytes:
     raw_len = len(payload)
     body = payload
     if codec == CODEC_LZ4:
+        import lz4.block
+
         comp = lz4.block.compress(payload, store_size=False)
         if len(comp) < raw_len:
             body = comp
@@ -97,11 +121,15 @@ def unframe_block(stored: bytes | memoryview, what: str = "block") -> bytes:
         return body
     try:
         if codec == CODEC_LZ4:
+            import lz4.block
+
             out = lz4.block.decompress(body, uncompressed_size=raw_len)
         elif codec == CODEC_ZSTD:
             # zstd sizes its output from the frame header and ignores
             # max_output_size when the header has a content size: check it here,
             # or a small frame could inflate far beyond raw_len before we notice.
+            import zstandard
+
             declared = zstandard.frame_content_size(body)
             if declared >= 0 and declared != raw_len:
                 raise CorruptionError(f"{what} zstd frame holds {declared} bytes, expected {raw_len}")
