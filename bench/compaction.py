@@ -38,35 +38,16 @@ from typing import Any
 
 import shaledb
 from shaledb import CompactorOptions, Db, GarbageCollector, GcOptions, Settings
-from shaledb.compaction import Compactor, EmbeddedCompactor, schedule
+from shaledb.compaction import Compactor, EmbeddedCompactor
+from workloads import disk_usage, read_rate, settle
 
 MB = 1e6
-
-
-def dir_bytes(path: str) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
-    return total
 
 
 def shape(db: Db) -> str:
     t = db.manifest.data
     runs = ", ".join(f"{len(r.ssts)} SSTs/{r.size / MB:.1f} MB" for r in t.runs)
     return f"{len(t.l0)} L0 ({sum(s.size for s in t.l0) / MB:.1f} MB), runs [{runs}]"
-
-
-def readrandom(path: str, keys: list[bytes], n: int, seed: int) -> float:
-    settings = Settings(compactor=None, garbage_collector=None)
-    rng = random.Random(seed)
-    sample = [keys[rng.randrange(len(keys))] for _ in range(n)]
-    with Db.open(path, settings=settings) as db:
-        get = db.get
-        t0 = time.perf_counter()
-        for k in sample:
-            if get(k) is None:
-                raise AssertionError(f"missing key {k!r}")
-        return n / (time.perf_counter() - t0)
 
 
 def main() -> int:
@@ -112,26 +93,16 @@ def main() -> int:
         put(keys[k], pool[i & 1023], durable=False)
     db.flush()
     write_s = time.perf_counter() - t0
-    at_end_of_writes = {"stored_bytes": dir_bytes(path), "shape": shape(db)}
+    at_end_of_writes = {"stored_bytes": disk_usage(path)[0], "shape": shape(db)}
 
     # Settle: memtable to L0, then wait for the compactor to run out of work.
-    t1 = time.perf_counter()
-    db.flush(memtable=True)
-    last_id, stable_since = -1, time.perf_counter()
-    while True:
-        m = db.manifest
-        if m.id != last_id:
-            last_id, stable_since = m.id, time.perf_counter()
-        if emb.idle and not schedule(m, compactor_opts) and time.perf_counter() - stable_since > 1.0:
-            break
-        time.sleep(0.05)
-    settle_s = time.perf_counter() - t1
+    settle_s = settle(db, emb, compactor_opts)
     written = stats.snapshot().bytes_written
     totals = emb.totals
     settled_shape = shape(db)
     db.close()
     gc = GarbageCollector.open(path).run_once(min_age_s=0)
-    stored = dir_bytes(path)
+    stored = disk_usage(path)[0]
 
     # Fully compacted copy: one sorted run, no L0.
     shutil.copytree(path, full)
@@ -148,13 +119,13 @@ def main() -> int:
     with Db.open(full, settings=Settings(compactor=None, garbage_collector=None)) as fdb:
         full_shape = shape(fdb)
         full_sst_bytes = fdb.manifest.data.size
-    full_stored = dir_bytes(full)
+    full_stored = disk_usage(full)[0]
 
     rates: dict[str, list[float]] = {"settled": [], "fully_compacted": []}
     pair = [("settled", path), ("fully_compacted", full)]
     for rnd in range(args.rounds):
         for name, p in pair if rnd % 2 == 0 else pair[::-1]:
-            rates[name].append(readrandom(p, keys, args.reads, args.seed + rnd))
+            rates[name].append(read_rate(p, keys, args.reads, args.seed + rnd))
     settled_rate = statistics.median(rates["settled"])
     full_rate = statistics.median(rates["fully_compacted"])
 

@@ -44,43 +44,10 @@ from typing import Any
 
 import shaledb
 from shaledb import CompactorOptions, Db, GarbageCollector, Settings
-from shaledb.compaction import EmbeddedCompactor, schedule
+from shaledb.compaction import EmbeddedCompactor
+from workloads import disk_usage, read_rate, settle
 
 MB = 1e6
-
-
-def dir_bytes(path: str, sub: str = "") -> int:
-    total = 0
-    for root, _dirs, files in os.walk(os.path.join(path, sub)):
-        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
-    return total
-
-
-def settle(db: Db, emb: EmbeddedCompactor, opts: CompactorOptions) -> float:
-    t = time.perf_counter()
-    db.flush(memtable=True)
-    last_id, stable_since = -1, time.perf_counter()
-    while True:
-        m = db.manifest
-        if m.id != last_id:
-            last_id, stable_since = m.id, time.perf_counter()
-        busy = any(schedule(m, opts, tree) for tree in ("data", "index"))
-        if emb.idle and not busy and time.perf_counter() - stable_since > 1.0:
-            return time.perf_counter() - t
-        time.sleep(0.05)
-
-
-def read_rate(path: str, keys: list[bytes], n: int, seed: int, *, op: str, threshold: int | None) -> float:
-    settings = Settings(compactor=None, garbage_collector=None, value_separation_threshold=threshold)
-    rng = random.Random(seed)
-    sample = [keys[rng.randrange(len(keys))] for _ in range(n)]
-    with Db.open(path, settings=settings) as db:
-        fn = db.get if op == "get" else db.head
-        t0 = time.perf_counter()
-        for k in sample:
-            if fn(k) is None:
-                raise AssertionError(f"missing key {k!r}")
-        return n / (time.perf_counter() - t0)
 
 
 def run_mode(args: argparse.Namespace, path: str, threshold: int | None) -> dict[str, Any]:
@@ -139,7 +106,7 @@ def run_mode(args: argparse.Namespace, path: str, threshold: int | None) -> dict
     }
     if threshold is not None:
         t1 = time.perf_counter()
-        before_gc = dir_bytes(path)
+        before_gc = disk_usage(path)[0]
         r = db.compact_journal()
         jc_s = time.perf_counter() - t1
         dead = r.bytes_read - r.bytes_kept
@@ -165,17 +132,18 @@ def run_mode(args: argparse.Namespace, path: str, threshold: int | None) -> dict
         db.close()
         GarbageCollector.open(path).run_once(min_age_s=0)
         out["journal_compaction"]["stored_bytes_before_gc"] = before_gc
-        out["journal_compaction"]["stored_bytes_after_gc"] = dir_bytes(path)
+        out["journal_compaction"]["stored_bytes_after_gc"] = disk_usage(path)[0]
     else:
         db.close()
         GarbageCollector.open(path).run_once(min_age_s=0)
-    out["stored_bytes"] = dir_bytes(path)
+    out["stored_bytes"] = disk_usage(path)[0]
     rates: dict[str, list[float]] = {"get": []}
     if threshold is not None:
         rates["head"] = []
     for rnd in range(args.rounds):
         for op, got in rates.items():
-            got.append(read_rate(path, keys, args.reads, args.seed + rnd, op=op, threshold=threshold))
+            settings = Settings(value_separation_threshold=threshold)
+            got.append(read_rate(path, keys, args.reads, args.seed + rnd, op=op, settings=settings))
     for op, v in rates.items():
         out[f"{op}_per_s"] = round(statistics.median(v))
         out[f"{op}_rounds"] = [round(x) for x in v]

@@ -117,6 +117,46 @@ def own_cpu_s() -> float:
     return t.user + t.system
 
 
+# ------------------------------------------------------- shaledb-only scripts (compaction, journal)
+
+
+def settle(db: Any, emb: Any, opts: Any) -> float:
+    """Memtable to L0, then wait until the embedded compactor ``emb`` is idle, the scheduler
+    proposes nothing for either tree and the manifest has not changed for 1 s; seconds taken."""
+    from shaledb.compaction import schedule
+
+    t = time.perf_counter()
+    db.flush(memtable=True)
+    last_id, stable_since = -1, time.perf_counter()
+    while True:
+        m = db.manifest
+        if m.id != last_id:
+            last_id, stable_since = m.id, time.perf_counter()
+        busy = any(schedule(m, opts, tree) for tree in ("data", "index"))
+        if emb.idle and not busy and time.perf_counter() - stable_since > 1.0:
+            return time.perf_counter() - t
+        time.sleep(0.05)
+
+
+def read_rate(
+    path: str, keys: list[bytes], n: int, seed: int, *, op: str = "get", settings: Any = None
+) -> float:
+    """``op`` ("get" or "head") per second over ``n`` keys drawn from ``keys``, on the
+    database at ``path`` opened cold with no compactor or GC (``settings`` adds to that)."""
+    from shaledb import Db, Settings
+
+    settings = (settings or Settings()).replace(compactor=None, garbage_collector=None)
+    rng = random.Random(seed)
+    sample = [keys[rng.randrange(len(keys))] for _ in range(n)]
+    with Db.open(path, settings=settings) as db:
+        fn = db.get if op == "get" else db.head
+        t0 = time.perf_counter()
+        for k in sample:
+            if fn(k) is None:
+                raise AssertionError(f"missing key {k!r}")
+        return n / (time.perf_counter() - t0)
+
+
 def disk_usage(path: str) -> tuple[int, int]:
     """(apparent bytes, allocated bytes) of every file under ``path``."""
     apparent = allocated = 0

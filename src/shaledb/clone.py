@@ -72,7 +72,7 @@ from .errors import (
     Unavailable,
 )
 from .external import ExternalStores, canonical_url, check_external_urls, default_factory
-from .manifest.model import ExternalDb, Manifest, ParentRef, SortedRun, SstInfo, Tree
+from .manifest.model import ExternalDb, Manifest, ParentRef, SstInfo, Tree
 from .manifest.store import ManifestStore
 from .settings import Settings
 from .store.base import ObjectStore
@@ -96,10 +96,7 @@ def _shift(s: SstInfo) -> SstInfo:
 
 
 def _shift_tree(t: Tree) -> Tree:
-    return Tree(
-        tuple(_shift(s) for s in t.l0),
-        tuple(SortedRun(r.id, tuple(_shift(s) for s in r.ssts)) for r in t.runs),
-    )
+    return t.map_ssts(_shift)
 
 
 def build_clone_manifest(

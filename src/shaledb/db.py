@@ -20,7 +20,7 @@ import random
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -36,12 +36,12 @@ from .flush import OPT_INDEXED, MemtableFlusher
 from .format.coding import CODECS
 from .format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
 from .journal.resolver import JournalResolver
-from .keys import prefix_end
+from .keys import scan_bounds
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from .pins import ViewPins
-from .reader import ReadView, Visibility, check_limit, lookup, scan_items
+from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from .recovery import claim_writer_epoch, replay_wal, write_fence
 from .settings import Settings
 from .sstable import TableCache
@@ -73,70 +73,6 @@ class WriteHandle:
 
     def __repr__(self) -> str:
         return f"WriteHandle(seq={self.seq}, durable={self.durable})"
-
-
-def scan_bounds(
-    start: bytes | None, end: bytes | None, prefix: bytes | None
-) -> tuple[bytes | None, bytes | None]:
-    """Validate and intersect ``[start, end)`` with a prefix range."""
-    for name, v in (("start", start), ("end", end), ("prefix", prefix)):
-        if v is not None and not isinstance(v, (bytes, bytearray, memoryview)):
-            raise InvalidArgument(f"scan {name} must be bytes or None, got {type(v).__name__}")
-    s = bytes(start) if start is not None else None
-    e = bytes(end) if end is not None else None
-    if prefix is not None:
-        p = bytes(prefix)
-        pe = prefix_end(p)
-        if p and (s is None or s < p):
-            s = p
-        if pe is not None and (e is None or e > pe):
-            e = pe
-    return s, e
-
-
-class Scan:
-    """An iterator of ``(key, value)`` that pins its snapshot until exhausted or closed.
-
-    ``iter(scan)`` hands out the underlying generator itself, so a ``for``
-    loop pays no wrapper call per row; the pin is released when the rows run
-    out, on ``close()`` / ``with``, or when the generator is garbage collected
-    (even if it never started).
-    """
-
-    __slots__ = ("_finalizer", "_gen")
-
-    def __init__(self, it: Iterator[tuple[bytes, bytes]], release: Callable[[], None]) -> None:
-        holder: list[weakref.finalize[Any, Any]] = []
-        gen = _released_after(it, holder)
-        self._finalizer = weakref.finalize(gen, release)
-        holder.append(self._finalizer)
-        self._gen = gen
-
-    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
-        return self._gen
-
-    def __next__(self) -> tuple[bytes, bytes]:
-        return next(self._gen)
-
-    def close(self) -> None:
-        self._gen.close()
-        self._finalizer()
-
-    def __enter__(self) -> Scan:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _released_after(
-    it: Iterator[tuple[bytes, bytes]], holder: list[weakref.finalize[Any, Any]]
-) -> Generator[tuple[bytes, bytes], None, None]:
-    try:
-        yield from it
-    finally:
-        if holder:
-            holder[0]()
 
 
 class Snapshot(SnapshotExtras):
@@ -727,7 +663,7 @@ class Db(DbExtras):
         prefix: bytes | None = None,
         reverse: bool = False,
         limit: int | None = None,
-    ) -> Scan:
+    ) -> Scan[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < end`` in key order.
 
         The scan reads one consistent snapshot taken when it is called.

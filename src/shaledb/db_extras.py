@@ -18,14 +18,12 @@ Every fold reads one snapshot, pinned until the iterator is exhausted or closed.
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .batch import check_key
 from .errors import ClosedError, InvalidArgument
-from .format.row import TYPE_MASK
 from .indexes import (
     Head,
     check_query,
@@ -37,8 +35,9 @@ from .indexes import (
     scan_heads,
     scan_keys,
 )
+from .keys import scan_bounds
 from .memtable import ENTRY_OVERHEAD, Memtable
-from .reader import ReadView, Visibility, check_limit, lookup, scan_items
+from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from .sstable import TableCache
 
 if TYPE_CHECKING:
@@ -46,44 +45,6 @@ if TYPE_CHECKING:
     from .db import Db, WriteHandle
     from .journal.backup import BackupReport
     from .journal.compaction import JournalCompactionReport
-    from .manifest.model import Manifest
-
-
-class Fold:
-    """An iterator that pins its snapshot until exhausted or closed (like ``Scan``)."""
-
-    __slots__ = ("__weakref__", "_finalizer", "_it")
-
-    def __init__(self, it: Iterator[Any], release: Callable[[], None]) -> None:
-        self._it = it
-        self._finalizer = weakref.finalize(self, release)
-
-    def __iter__(self) -> Fold:
-        return self
-
-    def __next__(self) -> Any:
-        try:
-            return next(self._it)
-        except BaseException:
-            self._finalizer()
-            raise
-
-    def close(self) -> None:
-        self._finalizer()
-
-    def __enter__(self) -> Fold:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _bounds(
-    start: bytes | None, end: bytes | None, prefix: bytes | None
-) -> tuple[bytes | None, bytes | None]:
-    from .db import scan_bounds
-
-    return scan_bounds(start, end, prefix)
 
 
 class _Reads:
@@ -98,7 +59,7 @@ class _Reads:
         e = lookup(view, db.tables, k, seq)
         if e is None:
             return None
-        return make_head(e[0], e[1], e[2], db.vis.now_ms())
+        return make_head(e[0], e[1], e[2], db.vis.now_ms)
 
     def _index_query_at(
         self,
@@ -182,7 +143,7 @@ class SnapshotExtras(_Reads):
     ) -> Iterator[tuple[bytes, Head]]:
         self._check()
         check_limit(limit)
-        s, e = _bounds(start, end, prefix)
+        s, e = scan_bounds(start, end, prefix)
         db = self._db_()
         return scan_heads(self._view, db.tables, db.vis, s, e, self.seq, bool(reverse), limit)
 
@@ -199,7 +160,7 @@ class SnapshotExtras(_Reads):
     ) -> Iterator[bytes]:
         self._check()
         check_limit(limit)
-        s, e = _bounds(start, end, prefix)
+        s, e = scan_bounds(start, end, prefix)
         db = self._db_()
         return scan_keys(self._view, db.tables, db.vis, s, e, self.seq, bool(reverse), limit)
 
@@ -213,7 +174,7 @@ class SnapshotExtras(_Reads):
     ) -> Iterator[Any]:
         """``(key, value)`` in key order, or ``(seq, key, value)`` in sequence order."""
         self._check()
-        s, e = _bounds(start, end, prefix)
+        s, e = scan_bounds(start, end, prefix)
         if order == "key":
             db = self._db_()
             return scan_items(self._view, db.tables, db.vis, s, e, self.seq, False, None)
@@ -239,20 +200,21 @@ class DbExtras(_Reads):
                 db._admit_locked(check_space=False)
                 db._indexed = True
             tables, vis = db.tables, db.vis
-            plan = plan_index_changes(
-                list(batch._keys),
-                [k & TYPE_MASK for k in batch._kinds],
-                list(batch._payloads),
+            plan = plan_index_changes(  # reads the batch's lists, keeps none of them
+                batch._keys,
+                batch._kinds,
+                batch._payloads,
                 dict(batch._extras or ()),
                 lambda k: current_terms(db._view, tables, vis, k),
                 int(db.clock.now() * 1000),
             )
-            keys = plan.keys + plan.index_keys
-            n = sum(map(len, keys)) + sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))
-            n += ENTRY_OVERHEAD * len(keys)
+            n = sum(map(len, plan.keys)) + sum(map(len, plan.index_keys))
+            n += sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))
+            n += ENTRY_OVERHEAD * (len(plan.keys) + len(plan.index_keys))
             with db._lock:
                 if db._state or db._failure is not None or db._unflushed > db.settings.max_unflushed_bytes:
                     db._admit_locked()
+                latch = db.wal.pending  # before _apply_locked, which may seal the buffer
                 seq = db._apply_locked(
                     plan.keys,
                     plan.kinds,
@@ -261,7 +223,7 @@ class DbExtras(_Reads):
                     (plan.index_keys, plan.index_kinds, plan.index_payloads),
                 )
         if durable:
-            db.wal.wait_durable(seq)
+            db.wal.wait_durable(seq, latch=latch)
         from .db import WriteHandle
 
         return WriteHandle(db, seq)
@@ -320,7 +282,7 @@ class DbExtras(_Reads):
         reverse: bool = False,
         limit: int | None = None,
         journal_check: bool = False,
-    ) -> Fold:
+    ) -> Scan[Any]:
         """``(key, Head)`` for live keys in ``[start, end)``, on a snapshot; no value read.
 
         ``journal_check=True`` (Leveled's JournalCheck) leaves out keys whose value
@@ -328,11 +290,11 @@ class DbExtras(_Reads):
         request per journal object the fold meets).
         """
         check_limit(limit)
-        s, e = _bounds(start, end, prefix)
+        s, e = scan_bounds(start, end, prefix)
         db = self._db_()
         view, seq, release = self._pin_view()
         check = db.journal.checker() if journal_check else None
-        return Fold(scan_heads(view, db.tables, db.vis, s, e, seq, bool(reverse), limit, check), release)
+        return Scan(scan_heads(view, db.tables, db.vis, s, e, seq, bool(reverse), limit, check), release)
 
     fold_heads = scan_heads
 
@@ -344,13 +306,13 @@ class DbExtras(_Reads):
         prefix: bytes | None = None,
         reverse: bool = False,
         limit: int | None = None,
-    ) -> Fold:
+    ) -> Scan[Any]:
         """Live keys in ``[start, end)`` in key order, on a snapshot."""
         check_limit(limit)
-        s, e = _bounds(start, end, prefix)
+        s, e = scan_bounds(start, end, prefix)
         db = self._db_()
         view, seq, release = self._pin_view()
-        return Fold(scan_keys(view, db.tables, db.vis, s, e, seq, bool(reverse), limit), release)
+        return Scan(scan_keys(view, db.tables, db.vis, s, e, seq, bool(reverse), limit), release)
 
     def fold_objects(
         self,
@@ -359,7 +321,7 @@ class DbExtras(_Reads):
         *,
         prefix: bytes | None = None,
         order: str = "key",
-    ) -> Fold:
+    ) -> Scan[Any]:
         """Values on a snapshot: ``order="key"`` gives ``(key, value)`` in key order
         (like ``scan``); ``order="sqn"`` gives ``(seq, key, value)`` in sequence
         order, read straight from the journal objects and then the memtables,
@@ -371,12 +333,12 @@ class DbExtras(_Reads):
         """
         if order not in ("key", "sqn"):
             raise InvalidArgument(f"order must be 'key' or 'sqn', got {order!r}")
-        s, e = _bounds(start, end, prefix)
+        s, e = scan_bounds(start, end, prefix)
         db = self._db_()
         view, seq, release = self._pin_view()
         if order == "key":
-            return Fold(scan_items(view, db.tables, db.vis, s, e, seq, False, None), release)
-        return Fold(self._fold_sqn(view, seq, s, e), release)
+            return Scan(scan_items(view, db.tables, db.vis, s, e, seq, False, None), release)
+        return Scan(self._fold_sqn(view, seq, s, e), release)
 
     # ---------------------------------------------------------- maintenance
 
@@ -425,9 +387,6 @@ class DbExtras(_Reads):
         return backup_from_writer(
             self._db_(), dest_url, store_options=store_options, prune=prune, lifetime=lifetime
         )
-
-    def _latest_manifest(self) -> Manifest:
-        return self._db_().manifest
 
 
 class ReaderReads:
@@ -488,18 +447,18 @@ class ReaderReads:
         prefix: bytes | None = None,
         reverse: bool = False,
         limit: int | None = None,
-    ) -> Fold:
+    ) -> Scan[Any]:
         """``(key, Head)`` of live keys in ``[start, end)``, from one consistent view."""
         check_limit(limit)
-        s, e = _bounds(start, end, prefix)
+        s, e = scan_bounds(start, end, prefix)
         view, seq, cp = self._pin()
         it = scan_heads(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
-        return Fold(it, lambda: self._unpin(view.mem, seq, cp))
+        return Scan(it, lambda: self._unpin(view.mem, seq, cp))
 
     def _head_at(self, view: ReadView, seq: int | None, key: bytes) -> Head | None:
         k = key if type(key) is bytes else check_key(key)
         e = lookup(view, self._tables, k, seq)
-        return None if e is None else make_head(e[0], e[1], e[2], self._vis.now_ms())
+        return None if e is None else make_head(e[0], e[1], e[2], self._vis.now_ms)
 
     def _index_query_at(
         self,
@@ -532,4 +491,4 @@ class ReaderReads:
         )
 
 
-__all__ = ["DbExtras", "Fold", "ReaderReads", "SnapshotExtras"]
+__all__ = ["DbExtras", "ReaderReads", "SnapshotExtras"]

@@ -76,7 +76,6 @@ from .checkpoint import (
     read_checkpoint_manifest,
 )
 from .clock import SYSTEM_CLOCK, Clock
-from .db import Scan, scan_bounds
 from .db_extras import ReaderReads
 from .duration import to_seconds
 from .errors import (
@@ -92,10 +91,11 @@ from .format.row import FLAG_INDEX_TREE
 from .format.sst import decode_data_block, decode_meta
 from .indexes import Head
 from .journal.resolver import JournalResolver
+from .keys import scan_bounds
 from .manifest.model import Checkpoint, Manifest, SstInfo
 from .manifest.store import ManifestStore
 from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
-from .reader import ReadView, Visibility, check_limit, lookup, scan_items
+from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from .settings import MiB, RetryOptions, Settings, _integer, _positive
 from .sstable import TableCache
 from .store.base import ObjectStore
@@ -407,7 +407,7 @@ class DbReader(ReaderReads):
         prefix: bytes | None = None,
         reverse: bool = False,
         limit: int | None = None,
-    ) -> Scan:
+    ) -> Scan[tuple[bytes, bytes]]:
         """``(key, value)`` pairs with ``start <= key < end`` in key order, from one consistent view."""
         s, e = scan_bounds(start, end, prefix)
         check_limit(limit)

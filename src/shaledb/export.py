@@ -312,22 +312,21 @@ def read_part(
     factory = default_factory(Settings().retry, clock, random.Random(), store_options)
     external: dict[int, ObjectStore] = {}
 
-    def store_for(info: SstInfo) -> ObjectStore:
-        if info.db == 0:
+    def store_of(db: int) -> ObjectStore:
+        """The store of database ``db`` of the checkpoint (0: this one, i: its i-th parent)."""
+        if db == 0:
             return st
-        if not 0 < info.db <= len(part.external):
-            raise CorruptionError(f"SST {info.id} refers to external database #{info.db}")
-        if info.db not in external:
-            external[info.db] = factory(part.external[info.db - 1])
-        return external[info.db]
+        if not 0 < db <= len(part.external):
+            raise CorruptionError(f"an object refers to external database #{db}")
+        if db not in external:
+            external[db] = factory(part.external[db - 1])
+        return external[db]
+
+    def store_for(info: SstInfo) -> ObjectStore:
+        return store_of(info.db)
 
     now = int(clock.now() * 1000) if now_ms is None else now_ms
     journal: JournalResolver | None = None
-
-    def store_of(db: int) -> ObjectStore:
-        if db == 0:
-            return st
-        return store_for(SstInfo("", 0, b"", b"", 0, 0, 0, db))
 
     metas: dict[str, SstMeta] = {}
 

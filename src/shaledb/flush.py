@@ -195,8 +195,8 @@ class MemtableFlusher:
         imm: Memtable,
         info: SstInfo | None,
         written: list[TrackedWal],
-        iinfo: SstInfo | None = None,
-        journal: list[JournalFile] | None = None,
+        iinfo: SstInfo | None,
+        journal: list[JournalFile],
     ) -> Manifest | None:
         db = self.db
         if m.writer_epoch != db.epoch:
@@ -225,7 +225,7 @@ class MemtableFlusher:
         )
         index = m.index if iinfo is None else Tree((iinfo, *m.index.l0), m.index.runs)
         have = {j.id for j in m.journal}
-        files = m.journal + tuple(j for j in journal or () if j.id not in have)
+        files = m.journal + tuple(j for j in journal if j.id not in have)
         nxt = replace(
             m,
             data=Tree(l0, m.data.runs),

@@ -77,13 +77,14 @@ class Head:
     in_journal: bool = False
 
 
-def make_head(seq: int, kind: int, payload: bytes, now_ms: int) -> Head | None:
-    """The head of a stored entry, or None if it hides the key (tombstone, expired)."""
+def make_head(seq: int, kind: int, payload: bytes, now_ms: Callable[[], int]) -> Head | None:
+    """The head of a stored entry, or None if it hides the key (tombstone, expired).
+    ``now_ms`` is called only for an entry with an expiry (scans of heads call this per row)."""
     t = kind & TYPE_MASK
     if t == KIND_TOMBSTONE:
         return None
     body, meta, expires, raw_terms = decode_extras(kind, payload)
-    if expires is not None and expires <= now_ms:
+    if expires is not None and expires <= now_ms():
         return None
     if t == KIND_POINTER:
         size = decode_pointer(body).value_len
@@ -306,7 +307,7 @@ def scan_heads(
     rows = newest_rows(merge_rows(sources(view, tables, start, end, seq, reverse), reverse), seq)
     n = 0
     for k, s, kind, payload in rows:
-        h = make_head(s, kind, payload, vis.now_ms())
+        h = make_head(s, kind, payload, vis.now_ms)
         if h is None:
             continue
         if journal_check is not None and h.in_journal:

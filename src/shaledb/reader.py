@@ -16,10 +16,12 @@ for every SST's bloom filter.
 from __future__ import annotations
 
 import heapq
+import weakref
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from itertools import islice
 from operator import itemgetter
+from typing import Any, Generic, TypeVar
 
 from .errors import CorruptionError, InvalidArgument
 from .format.bloom import key_hash, probe_mask
@@ -29,7 +31,7 @@ from .format.row import (
     KIND_POINTER,
     KIND_TOMBSTONE,
     TYPE_MASK,
-    decode_payload,
+    decode_extras,
 )
 from .manifest.model import Manifest, SortedRun, SstInfo, Tree
 from .memtable import Memtable
@@ -37,6 +39,53 @@ from .sstable import Row, TableCache
 
 PointerResolver = Callable[[bytes, bytes], bytes]
 """Resolves a value-journal pointer payload (key, pointer) to the value."""
+
+
+T = TypeVar("T")
+
+
+class Scan(Generic[T]):
+    """An iterator (of ``(key, value)`` for scans; heads, keys or objects for folds)
+    that pins its snapshot until exhausted or closed.
+
+    ``iter(scan)`` hands out the underlying generator itself, so a ``for``
+    loop pays no wrapper call per row; the pin is released when the rows run
+    out, on ``close()`` / ``with``, or when the generator is garbage collected
+    (even if it never started).
+    """
+
+    __slots__ = ("_finalizer", "_gen")
+
+    def __init__(self, it: Iterator[T], release: Callable[[], None]) -> None:
+        holder: list[weakref.finalize[Any, Any]] = []
+        gen = _released_after(it, holder)
+        self._finalizer = weakref.finalize(gen, release)
+        holder.append(self._finalizer)
+        self._gen = gen
+
+    def __iter__(self) -> Iterator[T]:
+        return self._gen
+
+    def __next__(self) -> T:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
+        self._finalizer()
+
+    def __enter__(self) -> Scan[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _released_after(it: Iterator[T], holder: list[weakref.finalize[Any, Any]]) -> Generator[T, None, None]:
+    try:
+        yield from it
+    finally:
+        if holder:
+            holder[0]()
 
 
 class RunIndex:
@@ -113,7 +162,7 @@ class Visibility:
         if t == KIND_TOMBSTONE:
             return None
         if kind & EXTRA_FLAGS:
-            body, _meta, expires = decode_payload(kind, payload)
+            body, _meta, expires, _terms = decode_extras(kind, payload)
             if expires is not None and expires <= self.now_ms():
                 return None
         else:
@@ -129,7 +178,7 @@ class Visibility:
         if kind & TYPE_MASK == KIND_TOMBSTONE:
             return False
         if kind & FLAG_EXPIRY:
-            expires = decode_payload(kind, payload)[2]
+            expires = decode_extras(kind, payload)[2]
             return expires is None or expires > self.now_ms()
         return True
 

@@ -208,8 +208,8 @@ def _replay_object(
     damaged: str | None,
     mode: str,
     is_last: Callable[[], bool],
-    wal_id: int = 0,
-    threshold: int | None = None,
+    wal_id: int,
+    threshold: int | None,
 ) -> bool:
     """Replay one object; True to stop replaying further objects."""
     if not data:

@@ -25,8 +25,9 @@ from . import paths
 from .cache import LruCache
 from .errors import AlreadyExists, CorruptionError
 from .format.block import Block
+from .format.journal import pointers_into
 from .format.sst import SstBuilder, SstMeta, SstProps, decode_data_block, decode_meta, parse_footer
-from .manifest.model import SstInfo
+from .manifest.model import JournalFile, SstInfo
 from .store.base import ObjectStore
 
 TAIL_READ_BYTES = 64 * 1024
@@ -58,32 +59,51 @@ def read_sst_meta(store: ObjectStore, info: SstInfo) -> SstMeta:
     return read_object_meta(store, paths.sst_path(info.id), info.size)
 
 
-def put_new_sst(
-    store: ObjectStore, data: bytes | bytearray, props: SstProps, new_id: Callable[[], str]
-) -> SstInfo:
-    """Write ``data`` as a new table SST under an id from ``new_id`` and describe it.
+def _put_new(
+    store: ObjectStore, data: bytes | bytearray, path_of: Callable[[str], str], new_id: Callable[[], str]
+) -> str:
+    """Write ``data`` under a fresh id from ``new_id``; the id.
 
     Ids are ULIDs with 80 random bits, so the create-if-absent write fails only
     on a collision (or a bad RNG): another id is drawn, a few times at most.
     """
     path = ""
     for _ in range(8):
-        sst_id = new_id()
-        path = paths.sst_path(sst_id)
+        oid = new_id()
+        path = path_of(oid)
         try:
             store.put(path, data, create=True)
         except AlreadyExists:
             continue
-        return SstInfo(
-            id=sst_id,
-            size=len(data),
-            first_key=props.first_key,
-            last_key=props.last_key,
-            entries=props.entries,
-            min_seq=props.min_seq,
-            max_seq=props.max_seq,
-        )
+        return oid
     raise AlreadyExists(path)
+
+
+def put_new_sst(
+    store: ObjectStore, data: bytes | bytearray, props: SstProps, new_id: Callable[[], str]
+) -> SstInfo:
+    """Write ``data`` as a new table SST under an id from ``new_id`` and describe it."""
+    return SstInfo(
+        id=_put_new(store, data, paths.sst_path, new_id),
+        size=len(data),
+        first_key=props.first_key,
+        last_key=props.last_key,
+        entries=props.entries,
+        min_seq=props.min_seq,
+        max_seq=props.max_seq,
+    )
+
+
+def put_new_journal(
+    store: ObjectStore, builder: SstBuilder, new_id: Callable[[], str], values: list[tuple[int, int]]
+) -> tuple[JournalFile, list[bytes]]:
+    """Finish ``builder`` as a new journal object under an id from ``new_id``: its
+    record, and pointers to the values at ``(entry number, value length)`` in ``values``."""
+    offsets, ends = builder.block_layout()
+    data, props = builder.finish_buffer()
+    ref = _put_new(store, data, paths.journal_path, new_id)
+    record = JournalFile(ref, len(data), props.entries, props.min_seq, props.max_seq)
+    return record, pointers_into(ref, offsets, ends, values)
 
 
 class SstSplitter:

@@ -20,25 +20,20 @@ on a large database is visible.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import paths
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import Clock
 from .errors import CorruptionError, NotFound, ObjectNotFound, ShaleError
-from .external import ExternalStores, default_factory
+from .external import ExternalStores
 from .format.coding import crc32c
 from .format.sst import decode_sst
 from .manifest.invariants import ManifestInvariantError, check_manifest
 from .manifest.model import Manifest, SstInfo
 from .manifest.store import ManifestStore
-from .settings import RetryOptions
 from .store.base import ObjectStore
-from .store.retrying import RetryingStore
-from .store.url import open_store
-from .store.wrappers import InstrumentedStore
 
 
 @dataclass
@@ -214,25 +209,18 @@ def verify(
     store_options: Mapping[str, Any] | None = None,
 ) -> VerifyReport:
     """Check the database at ``url`` (see module docstring); never writes."""
-    clock = clock or SYSTEM_CLOCK
-    retry = RetryOptions()
-    rng = random.Random()
-    if store is None:
-        if url is None:
-            raise NotFound("give a database URL or a store")
-        store = RetryingStore(
-            InstrumentedStore(open_store(url, **dict(store_options or {}))), retry, clock, rng
-        )
-    ms = ManifestStore(store, clock, rng, author="verify")
-    external = ExternalStores(default_factory(retry, clock, rng, store_options), own_url=url)
-    v = _Verifier(store, ms, external, deep)
+    from .admin import _Handle  # the admin calls' store stack (admin imports much: lazily)
+
+    h = _Handle(url, store, store_options, clock, None, "verify")
+    ms, clock = h.ms, h.clock
+    v = _Verifier(h.store, ms, h.external, deep)
     try:
         latest = ms.read_latest()
     except CorruptionError as exc:
         v.problem("manifest", f"latest manifest is damaged: {exc}")
         return v.report
     if latest is None:
-        raise NotFound(f"no database at {store.describe()}")
+        raise NotFound(f"no database at {h.store.describe()}")
     v.manifest(latest)
     v.wal(latest)
     for cp in latest.checkpoints:

@@ -62,14 +62,14 @@ class WalSegment:
         wal_id: int,
         keys: list[bytes],
         ents: list[Entry],
-        sink: Locations | None = None,
-        done: threading.Event | None = None,
+        sink: Locations | None,
+        done: threading.Event,
     ) -> None:
         self.id = wal_id
         self.keys = keys
         self.ents = ents
         self.sink = sink
-        self.done = done or threading.Event()
+        self.done = done
         """Set once the object is written (or the WAL failed): wakes only this segment's waiters."""
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import uuid
 from collections.abc import Iterable, Iterator
@@ -15,17 +14,6 @@ from shaledb.manifest.model import SstInfo
 from shaledb.store import ObjectStore, drop_memory_store, open_store
 
 Row = tuple[bytes, int, int, bytes]
-
-
-def test_seed() -> int:
-    """A fresh seed (or ``SHALEDB_TEST_SEED``), printed so a failure can be replayed."""
-    env = os.environ.get("SHALEDB_TEST_SEED")
-    seed = int(env) if env else random.randrange(1 << 31)
-    print(f"seed={seed} (rerun with SHALEDB_TEST_SEED={seed})")
-    return seed
-
-
-test_seed.__test__ = False  # type: ignore[attr-defined]
 
 
 @contextmanager

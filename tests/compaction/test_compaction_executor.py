@@ -7,13 +7,14 @@ import random
 from dataclasses import replace
 
 import pytest
-from compaction_support import Row, memory_store, read_rows, test_seed, visible, write_sst
+from compaction_support import Row, memory_store, read_rows, visible, write_sst
 
 from shaledb.compaction import CompactionAborted, CompactionSpec, Executor, apply_compaction
 from shaledb.errors import FencedError
 from shaledb.format.row import FLAG_EXPIRY, FLAG_META, KIND_TOMBSTONE, encode_payload
 from shaledb.manifest.model import Manifest, SortedRun, Tree
 from shaledb.testing.clock import ManualClock
+from shaledb.testing.seeds import test_seed
 
 NOW_MS = 5_000_000
 

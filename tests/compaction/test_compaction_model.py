@@ -13,13 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from compaction_support import FutureClock, memory_store, test_seed
+from compaction_support import FutureClock, memory_store
 
 from shaledb import CompactorOptions, Db, GarbageCollector, GcOptions, Settings, WriteBatch
 from shaledb.compaction import Compactor
 from shaledb.db import Snapshot
 from shaledb.store import ObjectStore, open_store
 from shaledb.testing.clock import ManualClock
+from shaledb.testing.seeds import test_seed
 
 Model = dict[bytes, tuple[bytes, "int | None"]]
 """key -> (value, expires_at_ms or None)"""

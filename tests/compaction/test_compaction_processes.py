@@ -12,12 +12,11 @@ import threading
 import time
 from pathlib import Path
 
-from compaction_support import test_seed
-
 from shaledb import Db, GarbageCollector, Settings, paths
 from shaledb.clock import SYSTEM_CLOCK
 from shaledb.manifest import ManifestStore
 from shaledb.store import open_store
+from shaledb.testing.seeds import test_seed
 
 WRITER = Settings(
     l0_sst_size_bytes=32 * 1024,

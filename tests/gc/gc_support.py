@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import random
 import threading
 import time
 import uuid
@@ -12,16 +10,6 @@ from contextlib import contextmanager
 
 from shaledb import paths
 from shaledb.store import ObjectStore, drop_memory_store, open_store
-
-
-def test_seed() -> int:
-    env = os.environ.get("SHALEDB_TEST_SEED")
-    seed = int(env) if env else random.randrange(1 << 31)
-    print(f"seed={seed} (rerun with SHALEDB_TEST_SEED={seed})")
-    return seed
-
-
-test_seed.__test__ = False  # type: ignore[attr-defined]
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from gc_support import FutureClock, test_seed
+from gc_support import FutureClock
 
 from shaledb import CompactorOptions, Db, GarbageCollector, GcOptions, Settings, paths
 from shaledb.cache import LruCache
@@ -22,6 +22,7 @@ from shaledb.compaction import Compactor
 from shaledb.manifest import Checkpoint, Manifest, ManifestStore
 from shaledb.sstable import TableCache
 from shaledb.store import ObjectStore, open_store
+from shaledb.testing.seeds import test_seed
 
 SETTINGS = Settings(
     l0_sst_size_bytes=4096,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator
 
@@ -15,17 +14,6 @@ from shaledb.store import ObjectStore, open_store
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
 """A writer without background compaction or GC, so the tests see the exact tree."""
-
-
-def test_seed() -> int:
-    """A fresh seed (or ``SHALEDB_TEST_SEED``), printed so a failure can be replayed."""
-    env = os.environ.get("SHALEDB_TEST_SEED")
-    seed = int(env) if env else random.randrange(1 << 31)
-    print(f"seed={seed} (rerun with SHALEDB_TEST_SEED={seed})")
-    return seed
-
-
-test_seed.__test__ = False  # type: ignore[attr-defined]
 
 
 def latest(url: str) -> Manifest:

@@ -6,13 +6,14 @@ import itertools
 import random
 
 import pytest
-from ingest_kit import QUIET, sorted_kv, test_seed
+from ingest_kit import QUIET, sorted_kv
 
 from shaledb import Db, DbReader, admin
 from shaledb.errors import CheckpointNotFound
 from shaledb.export import ensure_checkpoint, plan_read, read_part, split_range, values_and_metadata
 from shaledb.ingest import ingest_columns
 from shaledb.manifest.model import SstInfo
+from shaledb.testing.seeds import test_seed
 
 
 def read_all(url, plan):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from ingest_kit import QUIET, sorted_kv, test_seed
+from ingest_kit import QUIET, sorted_kv
 
 from shaledb import Compactor, Db
 from shaledb.errors import CorruptionError
@@ -14,6 +14,7 @@ from shaledb.export_arrow import read_part_arrow
 from shaledb.ingest import ingest_columns
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
+from shaledb.testing.seeds import test_seed
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")

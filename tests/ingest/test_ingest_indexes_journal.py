@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from ingest_kit import QUIET, contents, latest, test_seed
+from ingest_kit import QUIET, contents, latest
 
 from shaledb import Compactor, Db, GarbageCollector, GcOptions, Settings, paths
 from shaledb.errors import InvalidArgument, ObjectNotFound
@@ -19,6 +19,7 @@ from shaledb.export import plan_read, read_part, values_and_metadata
 from shaledb.ingest import abort_ingest, begin_ingest, commit_ingest, ingest_columns, write_part
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
+from shaledb.testing.seeds import test_seed
 
 FIELDS = ("dest", "tail")
 TERMS = [b"LAX", b"JFK", b"SFO", b"BOS", b"N1", b"N2", b"\x00zero", b"\xffhigh"]

@@ -7,7 +7,7 @@ import uuid
 
 import google_crc32c
 import pytest
-from ingest_kit import sorted_kv, sst_rows, test_seed
+from ingest_kit import sorted_kv, sst_rows
 
 from shaledb.errors import InvalidArgument
 from shaledb.format.bloom import build_filter, key_hash
@@ -16,6 +16,7 @@ from shaledb.format.sst import SstBuilder, decode_sst
 from shaledb.ingest import IngestPlan, PartWriter, bloom_filter_bytes, crc32c_combine, fingerprint, write_part
 from shaledb.ingest.parts import with_filter
 from shaledb.store import drop_memory_store, open_store
+from shaledb.testing.seeds import test_seed
 
 
 @pytest.fixture

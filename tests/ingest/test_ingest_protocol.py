@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from ingest_kit import QUIET, contents, latest, sorted_kv, test_seed
+from ingest_kit import QUIET, contents, latest, sorted_kv
 
 from shaledb import Compactor, Db, FencedError, GarbageCollector, GcOptions
 from shaledb.compaction import schedule
@@ -22,6 +22,7 @@ from shaledb.ingest import (
 )
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
+from shaledb.testing.seeds import test_seed
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from journal_kit import JOURNAL_SEED
 
-from shaledb.store import ObjectStore, drop_memory_store, open_store
+from shaledb.store import drop_memory_store
 
 
 @pytest.hookimpl(wrapper=True)
@@ -56,7 +56,3 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def seed() -> int:
     print(f"SHALEDB_JOURNAL_SEED={JOURNAL_SEED}")
     return JOURNAL_SEED
-
-
-def store_of(url: str) -> ObjectStore:
-    return open_store(url)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shaledb import Db, Settings
+from shaledb import Settings
 from shaledb.gc import GarbageCollector
 from shaledb.settings import GcOptions, JournalOptions
 from shaledb.store import ObjectStore
@@ -126,10 +126,6 @@ class RichModel:
         return out if limit is None else out[:limit]
 
 
-def open_db(url: str | None = None, *, store: ObjectStore | None = None, **kw: Any) -> Db:
-    return Db.open(url, store=store, **kw)
-
-
 __all__ = [
     "JOURNAL_SEED",
     "THRESHOLD",
@@ -137,6 +133,5 @@ __all__ = [
     "RichModel",
     "collect",
     "journal_settings",
-    "open_db",
     "wall_clock",
 ]

@@ -10,7 +10,6 @@ GET only, 17 close during journal compaction, 19 TTL on objects and indexes.
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import sys
@@ -482,5 +481,5 @@ def test_head_only_mode_keeps_no_journal(memory_url: str) -> None:
         assert not db.compact_journal().runs
 
 
-def test_env_seed_is_printed(seed: int) -> None:
-    assert seed == int(os.environ.get("SHALEDB_JOURNAL_SEED", seed))
+def test_the_seed_fixture_prints_the_seed(capsys: pytest.CaptureFixture[str], seed: int) -> None:
+    assert f"SHALEDB_JOURNAL_SEED={seed}" in capsys.readouterr().out

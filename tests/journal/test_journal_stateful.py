@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -521,5 +522,5 @@ def _settings(examples: int) -> settings:
 
 TestJournalStateful = JournalMachine.TestCase
 TestJournalStateful.settings = _settings(EXAMPLES)
-TestJournalStatefulLocalDir = LocalDirMachine.TestCase
+TestJournalStatefulLocalDir = pytest.mark.slow(LocalDirMachine.TestCase)
 TestJournalStatefulLocalDir.settings = _settings(max(1, EXAMPLES // 10))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 from typing import Any
 
@@ -11,17 +10,6 @@ from shaledb.clock import SYSTEM_CLOCK
 from shaledb.manifest.model import Manifest
 from shaledb.manifest.store import ManifestStore
 from shaledb.store import open_store
-
-
-def test_seed() -> int:
-    """A fresh seed (or ``SHALEDB_TEST_SEED``), printed so a failure can be replayed."""
-    env = os.environ.get("SHALEDB_TEST_SEED")
-    seed = int(env) if env else random.randrange(1 << 31)
-    print(f"seed={seed} (rerun with SHALEDB_TEST_SEED={seed})")
-    return seed
-
-
-test_seed.__test__ = False  # type: ignore[attr-defined]
 
 
 def latest(url: str) -> Manifest:

@@ -6,7 +6,7 @@ import random
 import shutil
 
 import pytest
-from spark_kit import contents, latest, test_seed
+from spark_kit import contents, latest
 
 from shaledb import Compactor, Db, FencedError, Settings
 from shaledb import spark as shale_spark
@@ -14,6 +14,7 @@ from shaledb.compaction import schedule
 from shaledb.format.sst import decode_sst
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
+from shaledb.testing.seeds import test_seed
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")

@@ -7,12 +7,13 @@ import random
 from typing import Any
 
 import pytest
-from spark_kit import contents, kv_frame, latest, referenced, sst_ids, test_seed
+from spark_kit import contents, kv_frame, latest, referenced, sst_ids
 
 from shaledb import Db, FencedError, GarbageCollector, GcOptions, Settings
 from shaledb import spark as shale_spark
 from shaledb.compaction import schedule
 from shaledb.settings import CompactorOptions
+from shaledb.testing.seeds import test_seed
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")

@@ -6,10 +6,11 @@ import random
 import re
 
 import pytest
-from spark_kit import kv_frame, test_seed
+from spark_kit import kv_frame
 
 from shaledb import Db, Settings, admin
 from shaledb import spark as shale_spark
+from shaledb.testing.seeds import test_seed
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import random
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from shaledb.errors import AlreadyExists, InvalidPathError, ObjectNotFound
 from shaledb.store.obstore_store import LocalObstoreStore
+from shaledb.testing.seeds import test_seed
 
 
 @pytest.fixture
@@ -39,8 +41,7 @@ def test_delete_then_read_raises(local: LocalObstoreStore) -> None:
 
 
 def test_concurrent_reads_with_evictions_return_the_right_bytes(local: LocalObstoreStore) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
+    seed = test_seed()
     objects = {f"compacted/{i:03d}.sst": random.Random(seed + i).randbytes(4096) for i in range(40)}
     for path, data in objects.items():
         local.put(path, data, create=True)
@@ -55,11 +56,8 @@ def test_concurrent_reads_with_evictions_return_the_right_bytes(local: LocalObst
             if local.get_range(path, a, b) != objects[path][a:b]:
                 errors.append(f"{path}[{a}:{b}] (seed={seed})")
 
-    threads = [threading.Thread(target=reader, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(reader, range(4)))  # a reader's exception is raised here
     assert errors == []
     assert len(local._files) <= local.MAX_OPEN_FILES
     local.close()
@@ -110,7 +108,9 @@ def test_sixteen_threads_creating_one_object_have_one_winner(local: LocalObstore
         wins: list[int] = []
         barrier = threading.Barrier(16)
 
-        def racer(n: int, path: str, wins: list[int], barrier: threading.Barrier) -> None:
+        def racer(
+            n: int, path: str = path, wins: list[int] = wins, barrier: threading.Barrier = barrier
+        ) -> None:
             barrier.wait()
             try:
                 local.put(path, n.to_bytes(2, "big") * 1000, create=True)
@@ -118,10 +118,7 @@ def test_sixteen_threads_creating_one_object_have_one_winner(local: LocalObstore
             except AlreadyExists:
                 pass
 
-        threads = [threading.Thread(target=racer, args=(n, path, wins, barrier)) for n in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(racer, range(16)))  # any error but AlreadyExists is raised here
         assert len(wins) == 1
         assert local.get(path) == wins[0].to_bytes(2, "big") * 1000

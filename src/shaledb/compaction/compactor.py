@@ -46,7 +46,7 @@ from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, Shal
 from ..format.coding import CODECS
 from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore, Mutator
-from ..settings import CompactorOptions, Settings
+from ..settings import CompactorOptions, MiB, Settings
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
 from .executor import ExecResult, Executor, KeyRange, RangeResult
@@ -509,9 +509,6 @@ class Compactor:
         return f"Compactor({self.store.describe()}, epoch={self.epoch})"
 
 
-_MiB = 1 << 20
-
-
 def working_set(settings: Settings, options: CompactorOptions) -> tuple[int, int, int]:
     """``(output SST size, read-ahead per source, chunk)`` bytes of a compaction.
 
@@ -527,9 +524,9 @@ def working_set(settings: Settings, options: CompactorOptions) -> tuple[int, int
     4 MiB read-ahead and chunks) and change nothing.
     """
     budget = settings.max_unflushed_bytes
-    max_sst = min(options.max_sst_size_bytes, max(1 * _MiB, budget // 4))
-    read_ahead = min(4 * _MiB, max(256 * 1024, budget // (8 * options.max_sources)))
-    chunk = min(4 * _MiB, max(256 * 1024, budget // 16))
+    max_sst = min(options.max_sst_size_bytes, max(1 * MiB, budget // 4))
+    read_ahead = min(4 * MiB, max(256 * 1024, budget // (8 * options.max_sources)))
+    chunk = min(4 * MiB, max(256 * 1024, budget // 16))
     return max_sst, read_ahead, chunk
 
 

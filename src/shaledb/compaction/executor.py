@@ -574,6 +574,5 @@ __all__ = [
     "SourceCursor",
     "chunk_cuts",
     "drop_dead",
-    "key_after",
     "merge_columns",
 ]

@@ -148,11 +148,6 @@ def decode_pointer(raw: bytes) -> Pointer:
     return Pointer(ref, off, ln, idx, vlen)
 
 
-def pointer_value_len(raw: bytes) -> int:
-    """The value length a pointer records (for HEAD; validates the pointer)."""
-    return decode_pointer(raw).value_len
-
-
 # ------------------------------------------------------------- index keys
 
 
@@ -218,7 +213,6 @@ __all__ = [
     "index_prefix",
     "index_term_prefix",
     "is_wal_ref",
-    "pointer_value_len",
     "ulid_from_bytes",
     "ulid_to_bytes",
     "wal_pointer",

@@ -170,4 +170,4 @@ def payload_expiry(kind: int, payload: bytes) -> int | None:
     """Only the expiry (cheaper than a full decode on the read path)."""
     if not kind & FLAG_EXPIRY:
         return None
-    return decode_payload(kind, payload)[2]
+    return decode_extras(kind, payload)[2]

@@ -353,32 +353,26 @@ class SstBuilder:
     def _emit(
         self, keys: Sequence[bytes], seqs: Sequence[int], kinds: Sequence[int], payloads: Sequence[bytes]
     ) -> None:
-        n = len(keys)
         kinds_b = bytes(kinds)
         seqs_a = array("Q", seqs)
-        payload = encode_block(keys, seqs_a, kinds_b, payloads)
-        stored = frame_block(payload, self.codec)
-        self._data += stored
-        self._offsets.append(self._offsets[-1] + len(stored))
-        lo_seq = min(seqs_a)
-        hi_seq = max(seqs_a)
-        if self._min_seq is None or lo_seq < self._min_seq:
-            self._min_seq = lo_seq
-        self._max_seq = max(self._max_seq, hi_seq)
+        stored = frame_block(encode_block(keys, seqs_a, kinds_b, payloads), self.codec)
         if self.kind == SST_TABLE:
-            if self._first is None:
-                self._first = keys[0]
-            self._last = keys[-1]
-            self._index_keys.append(keys[-1])
+            first, last = keys[0], keys[-1]
             if self.bloom_bits:
                 self._digests += b"".join(map(key_digest, keys))
         else:
-            self._index_keys.append(_U64BE.pack(seqs_a[0]))
-        self._entries += n
-        self._ends.append(self._entries)
+            first = last = _U64BE.pack(seqs_a[0])  # WAL SSTs index blocks by first seq
+        self._note_block(
+            stored,
+            first,
+            last,
+            len(keys),
+            min(seqs_a),
+            max(seqs_a),
+            sum(map(len, keys)),
+            sum(map(len, payloads)),
+        )
         self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
-        self._raw_k += sum(map(len, keys))
-        self._raw_v += sum(map(len, payloads))
 
     def append_block(
         self,
@@ -395,18 +389,35 @@ class SstBuilder:
         caller (the Arrow ingest path builds blocks from columns without row objects).
         Table SSTs only; keys go to no filter (that path inserts its own)."""
         self._flush_pending()
+        self._note_block(stored, first_key, last_key, entries, seq, seq, raw_key_bytes, raw_value_bytes)
+
+    def _note_block(
+        self,
+        stored: bytes,
+        first: bytes,
+        last: bytes,
+        n: int,
+        lo_seq: int,
+        hi_seq: int,
+        raw_k: int,
+        raw_v: int,
+    ) -> None:
+        """Append a framed block and account for it. ``first``/``last``: its first and
+        last keys (WAL SSTs: its first sequence number, which is its index key)."""
         self._data += stored
         self._offsets.append(self._offsets[-1] + len(stored))
-        self._min_seq = seq if self._min_seq is None else min(self._min_seq, seq)
-        self._max_seq = max(self._max_seq, seq)
-        if self._first is None:
-            self._first = first_key
-        self._last = last_key
-        self._index_keys.append(last_key)
-        self._entries += entries
+        if self._min_seq is None or lo_seq < self._min_seq:
+            self._min_seq = lo_seq
+        self._max_seq = max(self._max_seq, hi_seq)
+        if self.kind == SST_TABLE:
+            if self._first is None:
+                self._first = first
+            self._last = last
+        self._index_keys.append(last)
+        self._entries += n
         self._ends.append(self._entries)
-        self._raw_k += raw_key_bytes
-        self._raw_v += raw_value_bytes
+        self._raw_k += raw_k
+        self._raw_v += raw_v
 
     def block_layout(self) -> tuple[list[int], list[int]]:
         """``(offsets, ends)`` of the data blocks emitted so far: block ``i`` spans

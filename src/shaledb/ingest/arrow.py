@@ -12,10 +12,9 @@ bytes are the ones the list path writes for the same rows in one chunk
 (``tests/ingest/test_ingest_arrow.py`` checks that), so nothing downstream
 can tell the paths apart. Only plain values take this path (no metadata).
 
-It appends finished blocks to an ``SstBuilder`` by updating the state the
-builder's ``_emit`` keeps (a public "add a stored block" method on the
-builder would be the cleaner seam; the byte-identity test fails first if
-the builder's bookkeeping changes).
+It appends finished blocks with ``SstBuilder.append_block``, which keeps the
+same bookkeeping as the builder's own blocks (the byte-identity test checks
+that).
 
 Needs pyarrow and numpy (the spark extra); the list path needs neither.
 """

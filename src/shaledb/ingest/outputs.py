@@ -22,13 +22,12 @@ from operator import add
 from typing import TYPE_CHECKING
 
 from .. import paths
-from ..errors import AlreadyExists, InvalidArgument
-from ..format.journal import pointers_into
+from ..errors import InvalidArgument
 from ..format.row import KIND_POINTER, KIND_TOMBSTONE, KIND_VALUE, TYPE_MASK
 from ..format.sst import ENTRY_OVERHEAD, SST_JOURNAL, SstBuilder
 from ..indexes import term_changes
 from ..manifest.model import JournalFile, SstInfo
-from ..sstable import SstSplitter
+from ..sstable import SstSplitter, put_new_journal
 
 if TYPE_CHECKING:
     from .parts import PartWriter
@@ -225,11 +224,15 @@ class JournalCutter:
         b = self.builder
         self.builder = None
         if b is not None and b.entries:
-            offsets, ends = b.block_layout()
-            data, props = b.finish()
-            ref = self._upload(data)
-            self.files.append(JournalFile(ref, len(data), props.entries, props.min_seq, props.max_seq))
-            ptrs = pointers_into(ref, offsets, ends, [(g, vlen) for _, g, vlen in self.moves])
+            w = self.w
+            record, ptrs = put_new_journal(
+                w.store,
+                b,
+                lambda: paths.new_ulid(w.clock.now(), w.rng),
+                [(g, vlen) for _, g, vlen in self.moves],
+            )
+            w.renew_lease()
+            self.files.append(record)
             for (pos, _, vlen), ptr in zip(self.moves, ptrs):
                 p = self.pays[pos]
                 self.kinds[pos] = (self.kinds[pos] & ~TYPE_MASK) | KIND_POINTER
@@ -240,17 +243,6 @@ class JournalCutter:
     def _release(self) -> None:
         self.out.add(self.ks, self.kinds, self.pays)
         self.ks, self.kinds, self.pays = [], [], []
-
-    def _upload(self, data: bytes) -> str:
-        for _ in range(8):
-            ref = paths.new_ulid(self.w.clock.now(), self.w.rng)
-            try:
-                self.w.store.put(paths.journal_path(ref), data, create=True)
-            except AlreadyExists:
-                continue  # an 80-bit collision: take another id
-            self.w.renew_lease()
-            return ref
-        raise InvalidArgument("could not find a free journal object id")
 
 
 __all__ = ["JournalCutter", "SstCutter", "TermsPlanner"]

@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .. import paths
-from ..checkpoint import delete_checkpoint, read_checkpoint_manifest
+from ..checkpoint import delete_checkpoint, read_checkpoint_manifest, without_checkpoints
 from ..clock import Clock
 from ..errors import InvalidArgument, InvalidDbState, ObjectNotFound, ShaleError
 from ..external import canonical_url
 from ..lifecycle import PENDING_RELEASE
-from ..manifest.model import JournalFile, Manifest, SortedRun, SstInfo, Tree, to_body
+from ..manifest.model import JournalFile, Manifest, SstInfo, to_body
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
 from ..store.url import open_store
@@ -137,17 +137,12 @@ def flattened(m: Manifest) -> Manifest:
     def own(s: SstInfo) -> SstInfo:
         return replace(s, db=0) if s.db else s
 
-    def tree(t: Tree) -> Tree:
-        return Tree(
-            tuple(own(s) for s in t.l0), tuple(SortedRun(r.id, tuple(own(s) for s in r.ssts)) for r in t.runs)
-        )
-
     journal = tuple(JournalFile(j.id, j.size, j.entries, j.min_seq, j.max_seq) for j in m.journal)
     options = tuple((k, v) for k, v in m.options if k != PENDING_RELEASE)
     return replace(
         m,
-        data=tree(m.data),
-        index=tree(m.index),
+        data=m.data.map_ssts(own),
+        index=m.index.map_ssts(own),
         journal=journal,
         external_dbs=(),
         parent=None,
@@ -321,9 +316,7 @@ def backup_from_writer(
         try:
             db.update_manifest(
                 lambda cur: (
-                    db.decorate_manifest(
-                        replace(cur, checkpoints=tuple(c for c in cur.checkpoints if c.id != cp.id))
-                    )
+                    db.decorate_manifest(without_checkpoints(cur, {cp.id}))
                     if cur.checkpoint(cp.id) is not None
                     else None
                 )

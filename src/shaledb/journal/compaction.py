@@ -67,9 +67,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import paths
-from ..errors import AlreadyExists, ClosedError, CorruptionError, InvalidArgument, ShaleError
+from ..errors import ClosedError, CorruptionError, InvalidArgument, ShaleError
 from ..format.coding import CODECS
-from ..format.journal import decode_pointer, pointers_into
+from ..format.journal import decode_pointer
 from ..format.row import (
     FLAG_INDEX_TREE,
     FLAG_INDEXED,
@@ -87,8 +87,9 @@ from ..format.sst import (
     decode_meta,
     decode_sst,
 )
-from ..manifest.model import JournalFile, Manifest, SortedRun, SstInfo, Tree
-from ..sstable import put_new_sst
+from ..manifest.model import JournalFile, Manifest, SstInfo
+from ..sstable import put_new_journal, put_new_sst
+from .folds import last_of_batch
 from .hosts import CompactionHost, StandaloneHost, WriterHost
 from .scoring import DROP, TOMB, FileScore, _Ledger, best_run, block_head, plan_runs, score_file
 
@@ -263,20 +264,15 @@ class _Writer:
         self.builder = None
         if b is None or not b.entries:
             return
-        offsets, ends = b.block_layout()
-        data, props = b.finish()
-        for _ in range(8):
-            ref = paths.new_ulid(self.host.clock.now(), self.host.rng)
-            try:
-                self.host.store.put(paths.journal_path(ref), data, create=True)
-                break
-            except AlreadyExists:
-                continue
-        else:
-            raise CorruptionError("could not find a free journal object id")
-        self.res.outputs.append(JournalFile(ref, len(data), props.entries, props.min_seq, props.max_seq))
-        self.res.bytes_written += len(data)
-        ptrs = pointers_into(ref, offsets, ends, [(g, vlen) for _, g, vlen in self.pending])
+        host = self.host
+        record, ptrs = put_new_journal(
+            host.store,
+            b,
+            lambda: paths.new_ulid(host.clock.now(), host.rng),
+            [(g, vlen) for _, g, vlen in self.pending],
+        )
+        self.res.outputs.append(record)
+        self.res.bytes_written += record.size
         for (old, _, _), ptr in zip(self.pending, ptrs):
             self.res.moves[old] = ptr
         self.pending = []
@@ -286,7 +282,6 @@ def rewrite_run(
     host: CompactionHost, ledger: _Ledger, run: Sequence[JournalFile], beat: Callable[[], None]
 ) -> _Rewrite:
     """Copy the kept entries of ``run`` into new journal objects (module docstring, step 3)."""
-    from .folds import last_of_batch
 
     res = _Rewrite()
     out = _Writer(host, res, host.settings.journal_max_bytes)
@@ -308,7 +303,7 @@ def rewrite_run(
                 res.damaged += 1
                 log.warning("journal compaction drops damaged block %d of %s: %s", bi, path, exc)
                 continue
-            last = last_of_batch(b)
+            last = last_of_batch(b.keys, b.seqs)
             keys: list[bytes] = []
             seqs: list[int] = []
             kinds: list[int] = []
@@ -459,11 +454,7 @@ class _Repoint:
             if s.id not in self.scanned and self.overlaps(s):
                 raise _Restart(f"SST {s.id} appeared meanwhile and may point into the run")
         rep = self.replaced
-        t = cur.data
-        data = Tree(
-            tuple(rep.get(s.id, s) for s in t.l0),
-            tuple(SortedRun(r.id, tuple(rep.get(s.id, s) for s in r.ssts)) for r in t.runs),
-        )
+        data = cur.data.map_ssts(lambda s: rep.get(s.id, s))
         journal: list[JournalFile] = []
         i = 0
         while i < len(cur.journal):

@@ -11,7 +11,7 @@ themselves, one whole-object GET each.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from .. import paths
 from ..errors import CorruptionError
@@ -39,12 +39,11 @@ def journal_blocks(data: bytes, path: str) -> Iterator[tuple[int, int, Block]]:
     yield from blocks
 
 
-def last_of_batch(b: Block) -> list[bool]:
-    """For each entry: False if a later entry of the block has the same key and seq."""
-    keep = [True] * len(b)
+def last_of_batch(keys: Sequence[bytes], seqs: Sequence[int]) -> list[bool]:
+    """For each entry of a block: False if a later entry has the same key and seq."""
+    keep = [True] * len(keys)
     seen: set[tuple[bytes, int]] = set()
-    keys, seqs = b.keys, b.seqs
-    for i in range(len(b) - 1, -1, -1):
+    for i in range(len(keys) - 1, -1, -1):
         ks = (keys[i], seqs[i])
         if ks in seen:
             keep[i] = False
@@ -75,7 +74,7 @@ def fold_sequence_order(
         path = paths.journal_object_path(jf.id)
         data = store_for(jf.db).get(path)
         for _off, _len, b in journal_blocks(data, path):
-            last = last_of_batch(b)
+            last = last_of_batch(b.keys, b.seqs)
             keys, seqs, kinds = b.keys, b.seqs, b.kinds
             for i in range(len(b)):
                 kind = kinds[i]

@@ -25,6 +25,7 @@ from ..reader import ReadView, Visibility, lookup
 from ..settings import JournalOptions
 from ..sstable import read_object_meta
 from ..store.base import ObjectStore
+from .folds import last_of_batch
 from .hosts import CompactionHost
 
 log = logging.getLogger("shaledb.journal")
@@ -155,7 +156,7 @@ def score_file(host: CompactionHost, ledger: _Ledger, jf: JournalFile, sample: i
         return FileScore(jf.id, jf.db, jf.size, 100.0, 0, damaged=True)
     active = replaced = 0
     for keys, seqs, kinds, sizes in rows:
-        last = _last_flags(keys, seqs)
+        last = last_of_batch(keys, seqs)
         for i, k in enumerate(keys):
             size = len(k) + sizes[i]
             if last[i] and ledger.keep(k, seqs[i], kinds[i]):
@@ -197,18 +198,6 @@ def _sample_blocks(
             b = decode_data_block(raw)
             out[j] = (b.keys, b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))])
     return out
-
-
-def _last_flags(keys: Sequence[bytes], seqs: Sequence[int]) -> list[bool]:
-    keep = [True] * len(keys)
-    seen: set[tuple[bytes, int]] = set()
-    for i in range(len(keys) - 1, -1, -1):
-        ks = (keys[i], seqs[i])
-        if ks in seen:
-            keep[i] = False
-        else:
-            seen.add(ks)
-    return keep
 
 
 def best_run(scores: Sequence[float], opts: JournalOptions) -> tuple[int, int, float] | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -73,6 +73,10 @@ class Tree:
     @property
     def size(self) -> int:
         return sum(s.size for s in self.ssts())
+
+    def map_ssts(self, f: Callable[[SstInfo], SstInfo]) -> Tree:
+        """The same shape with every SST replaced by ``f(sst)``."""
+        return Tree(tuple(map(f, self.l0)), tuple(SortedRun(r.id, tuple(map(f, r.ssts))) for r in self.runs))
 
 
 @dataclass(frozen=True, slots=True)

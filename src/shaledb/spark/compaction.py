@@ -31,8 +31,7 @@ from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionAborted, CompactionSpec, Compactor, RangeResult
 from ..errors import FencedError
 from ..settings import CompactorOptions, Settings
-from ..store.stack import wrap_store
-from ..store.url import open_store
+from ..store.stack import open_stack
 
 log = logging.getLogger("shaledb.spark")
 
@@ -68,7 +67,7 @@ def _run_range(
     """One subcompaction, in a Spark task (no epoch claim, no lease, no commit)."""
     index, (lo, hi) = item
     rng = random.Random()
-    store = wrap_store(open_store(url, **store_options), settings, SYSTEM_CLOCK, rng)
+    store = open_stack(url, None, store_options, settings, SYSTEM_CLOCK, rng)
     c = Compactor(store, options, settings=settings, clock=SYSTEM_CLOCK, rng=rng)
     return index, c.execute_range(spec, lo, hi)
 

@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..batch import check_field
 from ..errors import InvalidArgument
 from ..ingest import DUPLICATES
 
@@ -137,9 +138,7 @@ def _index_columns(options: Mapping[str, str], columns: Mapping[str, str]) -> tu
                 f"the index column {name!r} must be string, binary or an array of them, not "
                 f"{columns[name]}; cast or format it first (e.g. F.col(...).cast('string'))"
             )
-        if "\x00" in name:
-            raise InvalidArgument(f"index column {name!r}: field names cannot contain NUL")
-    return names
+    return tuple(map(check_field, names))  # a field name, as every write checks it
 
 
 @dataclass(frozen=True)

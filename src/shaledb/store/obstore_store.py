@@ -547,10 +547,8 @@ class LocalObstoreStore(ObstoreStore):
                 os.close(f.fd)
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
-        if not path.startswith(self.IMMUTABLE_PREFIXES):
-            return super().get_range(path, start, end)
-        if end <= start:
-            return b""
+        if end <= start or start < 0 or not path.startswith(self.IMMUTABLE_PREFIXES):
+            return super().get_range(path, start, end)  # argument checks and empty ranges live there
         f = self._acquire(path)
         try:
             return os.pread(f.fd, end - start, start)
