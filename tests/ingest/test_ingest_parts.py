@@ -14,7 +14,6 @@ from shaledb.format.bloom import build_filter, key_hash
 from shaledb.format.row import FLAG_META, decode_payload
 from shaledb.format.sst import SstBuilder, decode_sst
 from shaledb.ingest import IngestPlan, PartWriter, bloom_filter_bytes, crc32c_combine, fingerprint, write_part
-from shaledb.ingest.parts import with_filter
 from shaledb.store import drop_memory_store, open_store
 from shaledb.testing.seeds import test_seed
 
@@ -40,7 +39,7 @@ def test_vectorized_filter_is_byte_identical(n, bits):
     assert bloom_filter_bytes(keys, bits) == build_filter(map(key_hash, keys), len(keys), bits)
 
 
-def test_sst_with_spliced_filter_equals_the_reference_builder():
+def test_sst_with_handed_in_filter_equals_the_reference_builder():
     seed = test_seed()
     rng = random.Random(seed)
     keys, vals = sorted_kv(5000, rng)
@@ -51,9 +50,12 @@ def test_sst_with_spliced_filter_equals_the_reference_builder():
     want, _ = ref.finish()
     raw = SstBuilder(bloom_bits_per_key=0, **kw)
     raw.add_many(keys, [5] * len(keys), bytes(len(keys)), vals)
-    data, _ = raw.finish()
-    got = with_filter(data, bloom_filter_bytes(keys, 10))
+    buf, _ = raw.finish_buffer(filter_block=bloom_filter_bytes(keys, 10))
+    got = bytes(buf)
     assert got == want
+    own = SstBuilder(bloom_bits_per_key=10, **kw)
+    with pytest.raises(ValueError, match="builds its own filter"):
+        own.finish_buffer(filter_block=bloom_filter_bytes(keys, 10))
     meta, _ = decode_sst(got)
     assert meta.bloom is not None and all(meta.bloom.may_contain_key(k) for k in keys[::97])
 

@@ -431,18 +431,27 @@ class SstBuilder:
         data, props = self.finish_buffer()
         return bytes(data), props
 
-    def finish_buffer(self) -> tuple[bytearray, SstProps]:
+    def finish_buffer(self, *, filter_block: bytes | None = None) -> tuple[bytearray, SstProps]:
         """:meth:`finish` without the copy into ``bytes``: for objects that only go to a
-        store (compaction outputs, L0 SSTs), whose peak memory is then one object."""
+        store (compaction outputs, L0 SSTs), whose peak memory is then one object.
+
+        ``filter_block``: a filter built elsewhere for exactly the keys added, on a
+        builder without its own (``bloom_bits_per_key=0``). The Arrow ingest builds
+        it with numpy; taking it here spares splicing it into a finished object.
+        """
         self._flush_pending()
         data = self._data
         self._data = bytearray()
         pos = self._offsets[-1]
         filter_off = filter_len = 0
         count = len(self._digests) // 16
+        filt = filter_block
+        if filt is not None and self.bloom_bits:
+            raise ValueError("filter_block given to a builder that builds its own filter")
         if self.bloom_bits and count:
             filt = build_filter_from_digests(self._digests, count, self.bloom_bits)
             self._digests = bytearray()
+        if filt is not None:
             stored = frame_block(filt, CODEC_NONE)
             filter_off, filter_len = pos, len(stored)
             data += stored

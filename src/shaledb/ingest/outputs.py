@@ -63,12 +63,11 @@ class SstCutter:
         self.splitter.finish()
 
     def _emit(self, b: SstBuilder) -> None:
-        from .parts import bloom_filter_bytes, with_filter
+        from .parts import bloom_filter_bytes
 
-        data, props = b.finish()
         bits = self.w.plan.bloom_bits_per_key
-        if bits and self.bloom:
-            data = with_filter(data, bloom_filter_bytes(self.bloom_keys, bits))
+        filt = bloom_filter_bytes(self.bloom_keys, bits) if bits and self.bloom else None
+        data, props = b.finish_buffer(filter_block=filt)
         self.bloom_keys = []
         self.ssts.append(self.w.upload_sst(data, props))
 

@@ -3,10 +3,10 @@
 :class:`PartWriter` takes chunks of sorted columns, applies the plan's
 duplicates policy, cuts SSTs at ``plan.max_sst_size_bytes``, uploads each as
 ``compacted/<ULID>.sst`` and returns an :class:`~shaledb.ingest.model.IngestPart`.
-SSTs are built by ``format.sst.SstBuilder`` without a filter; the bloom
-filter (the same bytes ``format.bloom`` would build) is computed vectorized
-and spliced in, because the per-key Python loop of the reference builder
-would be most of an ingest's CPU time.
+SSTs are built by ``format.sst.SstBuilder`` without a filter of its own; the
+bloom filter (the same bytes ``format.bloom`` would build) is computed
+vectorized and handed to the builder as it finishes, because the per-key
+Python loop of the reference builder would be most of an ingest's CPU time.
 """
 
 from __future__ import annotations
@@ -25,16 +25,12 @@ from ..batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import InvalidArgument, ShaleError
 from ..format.bloom import BLOCK_BITS, build_filter, key_hash, probes_for
-from ..format.coding import CODEC_NONE, CODECS, crc32c_extend, frame_block
+from ..format.coding import CODECS, crc32c_extend
 from ..format.row import KIND_VALUE, encode_payload, encode_terms
 from ..format.sst import (
-    FOOTER_SIZE,
     SST_TABLE,
-    Footer,
     SstBuilder,
     SstProps,
-    encode_footer,
-    parse_footer,
 )
 from ..manifest.model import JournalFile, SstInfo
 from ..settings import Settings
@@ -82,20 +78,6 @@ def bloom_filter_bytes(keys: Sequence[bytes], bits_per_key: int) -> bytes:
     header = struct.pack("<BBI", 1, probes, num_blocks)
     body: bytes = np.packbits(bits, bitorder="little").tobytes()
     return header + body
-
-
-def with_filter(data: bytes, filt: bytes) -> bytes:
-    """Insert a filter block into an SST built without one (public footer API only)."""
-    f = parse_footer(data[-FOOTER_SIZE:], len(data))
-    stored = frame_block(filt, CODEC_NONE)
-    shift = len(stored)
-    data_end = f.index_off
-    footer = Footer(
-        f.index_off + shift, f.index_len, data_end, shift, f.props_off + shift, f.props_len, f.version
-    )
-    return b"".join(
-        (data[:data_end], stored, data[data_end : len(data) - FOOTER_SIZE], encode_footer(footer))
-    )
 
 
 class _Fingerprint:
@@ -353,7 +335,7 @@ class PartWriter:
         else:
             self._data.add(ks, kinds, pays)
 
-    def upload_sst(self, data: bytes, props: SstProps) -> SstInfo:
+    def upload_sst(self, data: bytes | bytearray, props: SstProps) -> SstInfo:
         """Upload a finished SST under a fresh id (the lease is renewed as SSTs land)."""
         info = put_new_sst(self.store, data, props, lambda: paths.new_ulid(self.clock.now(), self.rng))
         self.renew_lease()
