@@ -1,4 +1,5 @@
-"""Shared fixtures: an S3 API server (moto) for the session, and fresh S3 locations on it.
+"""Shared fixtures: fresh database URLs (memory, local directory), a manual clock, an
+S3 API server (moto) for the session, and fresh S3 locations on it.
 
 Nothing here touches ``os.environ``: a location carries its endpoint and
 credentials as ``open_store`` options, and as an environment dict for
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from shaledb.store import drop_memory_store
+from shaledb.testing.clock import ManualClock
 
 MOTO_BUCKET = "shaledb-test"
 MOTO_REGION = "us-east-1"
@@ -120,3 +124,27 @@ def s3_url_factory(moto_endpoint: str) -> Callable[[], S3Location]:
         )
 
     return make
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def mem_url() -> Iterator[str]:
+    """A fresh in-process memory store's URL, dropped afterwards."""
+    name = f"t-{uuid.uuid4().hex}"
+    yield f"memory://{name}"
+    drop_memory_store(name)
+
+
+@pytest.fixture(params=["memory", "local"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database URL of each kind: a memory store, then a local directory."""
+    if request.param == "memory":
+        name = f"t-{uuid.uuid4().hex}"
+        yield f"memory://{name}"
+        drop_memory_store(name)
+    else:
+        yield str(tmp_path / "db")

@@ -47,19 +47,18 @@ if TYPE_CHECKING:
     from .journal.compaction import JournalCompactionReport
 
 
-class _Reads:
-    """Read operations shared by the writer and its snapshots, on ``(view, seq)``."""
+class _ViewReads:
+    """Heads and index queries on ``(view, seq)``: shared by the writer, its snapshots
+    and ``DbReader``, which differ only in where their table cache and clock live."""
 
-    def _db_(self) -> Db:
+    def _read_ctx(self) -> tuple[TableCache, Visibility]:
         raise NotImplementedError
 
     def _head_at(self, view: ReadView, seq: int | None, key: bytes) -> Head | None:
-        db = self._db_()
+        tables, vis = self._read_ctx()
         k = key if type(key) is bytes else check_key(key)
-        e = lookup(view, db.tables, k, seq)
-        if e is None:
-            return None
-        return make_head(e[0], e[1], e[2], db.vis.now_ms)
+        e = lookup(view, tables, k, seq)
+        return None if e is None else make_head(e[0], e[1], e[2], vis.now_ms)
 
     def _index_query_at(
         self,
@@ -74,12 +73,12 @@ class _Reads:
         limit: int | None,
     ) -> list[Any]:
         pattern = check_query(fld, start, end, start_key, limit, term_regex)
-        db = self._db_()
+        tables, vis = self._read_ctx()
         return list(
             index_query(
                 index_view(view),
-                db.tables,
-                db.vis,
+                tables,
+                vis,
                 seq,
                 fld,
                 start,
@@ -90,6 +89,17 @@ class _Reads:
                 limit=limit,
             )
         )
+
+
+class _Reads(_ViewReads):
+    """Read operations shared by the writer and its snapshots."""
+
+    def _db_(self) -> Db:
+        raise NotImplementedError
+
+    def _read_ctx(self) -> tuple[TableCache, Visibility]:
+        db = self._db_()
+        return db.tables, db.vis
 
     def _fold_sqn(self, view: ReadView, seq: int, s: bytes | None, e: bytes | None) -> Iterator[Any]:
         from .journal.folds import fold_sequence_order
@@ -389,11 +399,14 @@ class DbExtras(_Reads):
         )
 
 
-class ReaderReads:
+class ReaderReads(_ViewReads):
     """``DbReader``'s heads, index queries and head scans (on its current view)."""
 
     _tables: TableCache
     _vis: Visibility
+
+    def _read_ctx(self) -> tuple[TableCache, Visibility]:
+        return self._tables, self._vis
 
     def _check_open(self) -> None:
         raise NotImplementedError
@@ -426,15 +439,7 @@ class ReaderReads:
         view, seq, cp = self._pin()
         try:
             return self._index_query_at(
-                view,
-                seq,
-                field,
-                start,
-                end,
-                return_terms=return_terms,
-                term_regex=term_regex,
-                start_key=start_key,
-                limit=limit,
+                view, seq, field, start, end, return_terms, term_regex, start_key, limit
             )
         finally:
             self._unpin(view.mem, seq, cp)
@@ -454,41 +459,6 @@ class ReaderReads:
         view, seq, cp = self._pin()
         it = scan_heads(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
         return Scan(it, lambda: self._unpin(view.mem, seq, cp))
-
-    def _head_at(self, view: ReadView, seq: int | None, key: bytes) -> Head | None:
-        k = key if type(key) is bytes else check_key(key)
-        e = lookup(view, self._tables, k, seq)
-        return None if e is None else make_head(e[0], e[1], e[2], self._vis.now_ms)
-
-    def _index_query_at(
-        self,
-        view: ReadView,
-        seq: int | None,
-        field: str,
-        start: bytes | None,
-        end: bytes | None,
-        *,
-        return_terms: bool = False,
-        term_regex: Any = None,
-        start_key: bytes | None = None,
-        limit: int | None = None,
-    ) -> list[Any]:
-        pattern = check_query(field, start, end, start_key, limit, term_regex)
-        return list(
-            index_query(
-                index_view(view),
-                self._tables,
-                self._vis,
-                seq,
-                field,
-                start,
-                end,
-                return_terms=return_terms,
-                term_regex=pattern,
-                start_key=start_key,
-                limit=limit,
-            )
-        )
 
 
 __all__ = ["DbExtras", "ReaderReads", "SnapshotExtras"]

@@ -1,4 +1,4 @@
-"""Fixtures of the engine tests: fresh stores (memory and local directory) and a manual clock."""
+"""Fixtures of the engine tests: fresh stores (memory and local directory)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,6 @@ from pathlib import Path
 import pytest
 
 from shaledb.store import ObjectStore, drop_memory_store, open_store
-from shaledb.testing.clock import ManualClock
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 @pytest.fixture

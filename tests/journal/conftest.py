@@ -9,8 +9,7 @@ own reproduction blob.
 from __future__ import annotations
 
 import sys
-import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from journal_kit import JOURNAL_SEED
-
-from shaledb.store import drop_memory_store
 
 
 @pytest.hookimpl(wrapper=True)
@@ -32,24 +29,6 @@ def pytest_runtest_makereport(
             ("journal test seed", f"SHALEDB_JOURNAL_SEED={JOURNAL_SEED} .venv/bin/pytest '{item.nodeid}'")
         )
     return report
-
-
-@pytest.fixture
-def memory_url() -> Iterator[str]:
-    name = f"journal-{uuid.uuid4().hex}"
-    yield f"memory://{name}"
-    drop_memory_store(name)
-
-
-@pytest.fixture(params=["memory", "local"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database URL of each kind."""
-    if request.param == "memory":
-        name = f"journal-{uuid.uuid4().hex}"
-        yield f"memory://{name}"
-        drop_memory_store(name)
-    else:
-        yield str(tmp_path / "db")
 
 
 @pytest.fixture

@@ -47,8 +47,8 @@ def test_best_run_follows_leveleds_targets() -> None:
 # -------------------------------------------------------------------- export
 
 
-def test_bulk_reads_resolve_pointers(memory_url: str) -> None:
-    with Db.open(memory_url, settings=journal_settings()) as db:
+def test_bulk_reads_resolve_pointers(mem_url: str) -> None:
+    with Db.open(mem_url, settings=journal_settings()) as db:
         for i in range(50):
             db.put(b"k%03d" % i, big(i), metadata=b"m%d" % i if i % 5 == 0 else None)
         db.put(b"small", b"v")
@@ -56,11 +56,11 @@ def test_bulk_reads_resolve_pointers(memory_url: str) -> None:
         db.put(b"k001", big(1, 1))  # still in the WAL range
         db.flush()
         want = dict(db.scan())
-    plan = plan_read(memory_url, partitions=3)
+    plan = plan_read(mem_url, partitions=3)
     got: dict[bytes, bytes] = {}
     metas: dict[bytes, bytes | None] = {}
     for part in plan.parts:
-        for keys, _seqs, kinds, pays in read_part(part, memory_url):
+        for keys, _seqs, kinds, pays in read_part(part, mem_url):
             values, md = values_and_metadata(kinds, pays)
             got.update(zip(keys, values))
             if md is not None:
@@ -115,7 +115,7 @@ def test_clone_reads_and_absorbs_its_parents_journal(tmp_path: Path) -> None:
 # ------------------------------------------------------- concurrent compaction
 
 
-def test_journal_compaction_races_ledger_compaction_and_flushes(memory_url: str, seed: int) -> None:
+def test_journal_compaction_races_ledger_compaction_and_flushes(mem_url: str, seed: int) -> None:
     """The writer keeps writing and its embedded compactor keeps merging while the
     journal is compacted over and over: nothing is lost, and every value stays readable."""
     rng = random.Random(seed)
@@ -124,7 +124,7 @@ def test_journal_compaction_races_ledger_compaction_and_flushes(memory_url: str,
         journal=JournalOptions(recovery_strategy="retain", sample_entries=16, max_run_length=3),
     )
     clock = wall_clock()
-    with Db.open(memory_url, settings=s, clock=clock, seed=seed) as db:
+    with Db.open(mem_url, settings=s, clock=clock, seed=seed) as db:
         want: dict[bytes, bytes] = {}
         stop = threading.Event()
         errors: list[BaseException] = []
@@ -157,14 +157,14 @@ def test_journal_compaction_races_ledger_compaction_and_flushes(memory_url: str,
         assert sum(len(r.runs) for r in reports) > 0
         collect(db.store, clock, later_s=120)
         assert dict(db.scan()) == want
-    with Db.open(memory_url, settings=s, clock=clock) as db:
+    with Db.open(mem_url, settings=s, clock=clock) as db:
         assert dict(db.scan()) == want
 
 
-def test_standalone_journal_compaction_while_the_writer_runs(memory_url: str) -> None:
+def test_standalone_journal_compaction_while_the_writer_runs(mem_url: str) -> None:
     s = journal_settings()
     clock = wall_clock()
-    with Db.open(memory_url, settings=s, clock=clock) as db:
+    with Db.open(mem_url, settings=s, clock=clock) as db:
         for gen in range(3):
             for i in range(60):
                 db.put(b"k%03d" % i, big(i, gen))

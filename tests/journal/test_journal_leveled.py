@@ -67,10 +67,10 @@ def journal_ids(db: Db) -> list[str]:
 # ----------------------------------------------------------------------- 1
 
 
-def test_crud_survives_restart(db_url: str) -> None:
+def test_crud_survives_restart(url: str) -> None:
     s = journal_settings()
     clock = wall_clock()
-    with Db.open(db_url, settings=s, clock=clock) as db:
+    with Db.open(url, settings=s, clock=clock) as db:
         db.put(b"k", big(1), indexes={"idx": [b"t1"]}, metadata=b"m")
         db.put(b"small", b"v")
         assert db.get(b"k") == big(1)
@@ -83,13 +83,13 @@ def test_crud_survives_restart(db_url: str) -> None:
         db.put(b"k", big(1, 2), indexes={"idx": [b"t2"]})  # replaces the term: t1 removed
         db.flush(memtable=True)
         assert db.head(b"k").in_journal  # type: ignore[union-attr]
-    with Db.open(db_url, settings=s, clock=clock) as db:
+    with Db.open(url, settings=s, clock=clock) as db:
         assert db.get(b"k") == big(1, 2) and db.get(b"small") == b"v"
         assert db.index_query("idx", return_terms=True) == [(b"t2", b"k")]
         db.delete(b"k")
         assert db.get(b"k") is None and db.head(b"k") is None
         assert db.index_query("idx") == []
-    with Db.open(db_url, settings=s, clock=clock) as db:
+    with Db.open(url, settings=s, clock=clock) as db:
         assert db.get(b"k") is None and db.head(b"k") is None and db.index_query("idx") == []
 
 
@@ -124,9 +124,9 @@ def test_unclean_kill_keeps_the_last_acknowledged_write(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------- 5
 
 
-def test_journal_compaction_is_blocked_by_a_live_snapshot(memory_url: str) -> None:
+def test_journal_compaction_is_blocked_by_a_live_snapshot(mem_url: str) -> None:
     clock = wall_clock()
-    with Db.open(memory_url, settings=journal_settings(), clock=clock) as db:
+    with Db.open(mem_url, settings=journal_settings(), clock=clock) as db:
         for i in range(40):
             db.put(b"k%03d" % i, big(i))
         db.flush(memtable=True)
@@ -155,7 +155,7 @@ def test_journal_compaction_is_blocked_by_a_live_snapshot(memory_url: str) -> No
         gone = {p for p in gc.deleted["wal"]} | {p for p in gc.deleted["journal"]}
         assert {paths.journal_object_path(r) for r in replaced} <= gone
         assert all(db.get(b"k%03d" % i) == big(i, 1) for i in range(40))
-    with Db.open(memory_url, settings=journal_settings(), clock=clock) as db:
+    with Db.open(mem_url, settings=journal_settings(), clock=clock) as db:
         assert all(db.get(b"k%03d" % i) == big(i, 1) for i in range(40))
 
 
@@ -163,9 +163,9 @@ def test_journal_compaction_is_blocked_by_a_live_snapshot(memory_url: str) -> No
 
 
 @pytest.mark.parametrize("strategy", ["retain", "recovr"])
-def test_deleting_everything_reclaims_space(memory_url: str, strategy: str) -> None:
+def test_deleting_everything_reclaims_space(mem_url: str, strategy: str) -> None:
     clock = wall_clock()
-    with Db.open(memory_url, settings=journal_settings(strategy), clock=clock) as db:
+    with Db.open(mem_url, settings=journal_settings(strategy), clock=clock) as db:
         n = 60
         for i in range(n):
             db.put(b"k%03d" % i, big(i))
@@ -202,17 +202,17 @@ def _rotate(db: Db, n: int, rounds: int) -> None:
         db.flush(memtable=True)
 
 
-def _lose_ledger(db_url: str) -> None:
-    store = open_store(db_url)
+def _lose_ledger(url: str) -> None:
+    store = open_store(url)
     for meta in list(store.list(paths.SST_DIR)):
         store.delete(meta.path)
 
 
-def test_rebuilt_ledger_is_exact_under_retain(db_url: str) -> None:
+def test_rebuilt_ledger_is_exact_under_retain(url: str) -> None:
     s = journal_settings("retain")
     clock = wall_clock()
     n = 30
-    with Db.open(db_url, settings=s, clock=clock) as db:
+    with Db.open(url, settings=s, clock=clock) as db:
         _rotate(db, n, 4)
         for i in range(0, n, 3):
             db.delete(b"k%03d" % i)
@@ -221,22 +221,22 @@ def test_rebuilt_ledger_is_exact_under_retain(db_url: str) -> None:
         db.compact_journal()
         want = dict(db.scan())
         want_index = db.index_query("idx", return_terms=True)
-    _lose_ledger(db_url)
-    with Db.open(db_url, settings=s, clock=clock) as db:
+    _lose_ledger(url)
+    with Db.open(url, settings=s, clock=clock) as db:
         report = db.rebuild_ledger()
         assert report["data_keys"] == len(want)
         assert dict(db.scan()) == want
         assert db.index_query("idx", return_terms=True) == want_index
         assert len(want_index) == len(want), "one current term per live key, deleted keys have none"
-    with Db.open(db_url, settings=s, clock=clock) as db:
+    with Db.open(url, settings=s, clock=clock) as db:
         assert dict(db.scan()) == want and db.index_query("idx", return_terms=True) == want_index
 
 
-def test_recovr_keeps_values_but_not_index_history(memory_url: str) -> None:
+def test_recovr_keeps_values_but_not_index_history(mem_url: str) -> None:
     s = journal_settings("recovr")
     clock = wall_clock()
     n = 30
-    with Db.open(memory_url, settings=s, clock=clock) as db:
+    with Db.open(mem_url, settings=s, clock=clock) as db:
         _rotate(db, n, 1)
         first = journal_ids(db)  # the objects holding the first terms
         _rotate(db, n, 3)
@@ -245,8 +245,8 @@ def test_recovr_keeps_values_but_not_index_history(memory_url: str) -> None:
         report = db.compact_journal(objects=later)  # the removals go; the first adds stay
         assert report.runs
         want = dict(db.scan())
-    _lose_ledger(memory_url)
-    with Db.open(memory_url, settings=s, clock=clock) as db:
+    _lose_ledger(mem_url)
+    with Db.open(mem_url, settings=s, clock=clock) as db:
         db.rebuild_ledger()
         assert dict(db.scan()) == want, "every key's value is its latest"
         terms = db.index_query("idx", return_terms=True)
@@ -295,11 +295,11 @@ def test_incremental_backups(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- 14
 
 
-def test_journal_compaction_converges_and_cuts_objects(memory_url: str) -> None:
+def test_journal_compaction_converges_and_cuts_objects(mem_url: str) -> None:
     s = journal_settings("retain")
     clock = wall_clock()
     s = s.replace(wal_max_bytes=8000)  # several values per WAL object
-    with Db.open(memory_url, settings=s, clock=clock) as db:
+    with Db.open(mem_url, settings=s, clock=clock) as db:
         for i in range(80):
             db.put(b"k%03d" % i, big(i, 0), durable=False)
         db.flush(memtable=True)
@@ -325,8 +325,8 @@ def test_journal_compaction_converges_and_cuts_objects(memory_url: str) -> None:
 # ---------------------------------------------------------------------- 15
 
 
-def test_missing_journal_object_is_found_by_checked_head_folds(memory_url: str) -> None:
-    with Db.open(memory_url, settings=journal_settings()) as db:
+def test_missing_journal_object_is_found_by_checked_head_folds(mem_url: str) -> None:
+    with Db.open(mem_url, settings=journal_settings()) as db:
         for i in range(40):
             db.put(b"k%03d" % i, big(i))
         db.flush(memtable=True)
@@ -344,9 +344,9 @@ def test_missing_journal_object_is_found_by_checked_head_folds(memory_url: str) 
 # ---------------------------------------------------------------------- 16
 
 
-def test_corrupted_journal_object_degrades_get_only(memory_url: str, seed: int) -> None:
+def test_corrupted_journal_object_degrades_get_only(mem_url: str, seed: int) -> None:
     rng = random.Random(seed)
-    with Db.open(memory_url, settings=journal_settings(wal_max_bytes=8000)) as db:
+    with Db.open(mem_url, settings=journal_settings(wal_max_bytes=8000)) as db:
         n = 120
         for i in range(n):
             db.put(b"k%03d" % i, big(i), durable=(i % 7 == 6))
@@ -377,16 +377,16 @@ def test_corrupted_journal_object_degrades_get_only(memory_url: str, seed: int) 
         report = db.compact_journal(objects=[victim.id])
         assert report.damaged_blocks == 1
         db.store.put(path, good)  # the old object, restored, serves old views again
-    with Db.open(memory_url, settings=journal_settings()) as db:
+    with Db.open(mem_url, settings=journal_settings()) as db:
         assert all(db.head(b"k%03d" % i) is not None for i in range(n))
 
 
 # ---------------------------------------------------------------------- 17
 
 
-def test_close_during_journal_compaction_is_safe(memory_url: str) -> None:
+def test_close_during_journal_compaction_is_safe(mem_url: str) -> None:
     s = journal_settings()
-    with Db.open(memory_url, settings=s) as db:
+    with Db.open(mem_url, settings=s) as db:
         _rotate(db, 40, 3)
         want = dict(db.scan())
         want_index = db.index_query("idx", return_terms=True)
@@ -403,7 +403,7 @@ def test_close_during_journal_compaction_is_safe(memory_url: str) -> None:
         db.close()
         t.join()
         assert out
-    with Db.open(memory_url, settings=s) as db:
+    with Db.open(mem_url, settings=s) as db:
         assert dict(db.scan()) == want
         assert db.index_query("idx", return_terms=True) == want_index
         assert not db.compact_journal(max_runs=100).busy
@@ -412,9 +412,9 @@ def test_close_during_journal_compaction_is_safe(memory_url: str) -> None:
 # ---------------------------------------------------------------------- 19
 
 
-def test_ttl_on_objects_and_indexes(memory_url: str) -> None:
+def test_ttl_on_objects_and_indexes(mem_url: str) -> None:
     clock = wall_clock()
-    with Db.open(memory_url, settings=journal_settings(), clock=clock) as db:
+    with Db.open(mem_url, settings=journal_settings(), clock=clock) as db:
         db.put(b"a", big(1), ttl=100, indexes={"f": [b"x"]})
         db.put(b"b", big(2), ttl=100, indexes={"f": [b"y"]})
         db.put(b"c", b"small", indexes={"f": [b"z"]})
@@ -442,9 +442,9 @@ def test_ttl_on_objects_and_indexes(memory_url: str) -> None:
 # ------------------------------------------------------------------ readers
 
 
-def test_reader_keeps_reading_a_checkpoint_across_journal_compaction_and_gc(memory_url: str) -> None:
+def test_reader_keeps_reading_a_checkpoint_across_journal_compaction_and_gc(mem_url: str) -> None:
     clock = wall_clock()
-    with Db.open(memory_url, settings=journal_settings(), clock=clock) as db:
+    with Db.open(mem_url, settings=journal_settings(), clock=clock) as db:
         for i in range(30):
             db.put(b"k%03d" % i, big(i), indexes={"f": [b"%d" % (i % 3)]})
         db.flush(memtable=True)
@@ -454,12 +454,12 @@ def test_reader_keeps_reading_a_checkpoint_across_journal_compaction_and_gc(memo
         db.flush(memtable=True)
         db.compact_journal()
         collect(db.store, clock)
-        with DbReader.open(memory_url, checkpoint=cp.id, clock=clock) as r:
+        with DbReader.open(mem_url, checkpoint=cp.id, clock=clock) as r:
             assert all(r.get(b"k%03d" % i) == big(i) for i in range(30))
             assert r.head(b"k001").in_journal  # type: ignore[union-attr]
             assert r.index_query("f", b"1", b"1") == [b"k%03d" % i for i in range(1, 30, 3)]
         with DbReader.open(
-            memory_url,
+            mem_url,
             options=DbReaderOptions(establish_checkpoint=False, background_poll=False),
             clock=clock,
         ) as r:
@@ -467,9 +467,9 @@ def test_reader_keeps_reading_a_checkpoint_across_journal_compaction_and_gc(memo
             assert [k for k, _ in r.scan_heads(limit=3)] == [b"k000", b"k001", b"k002"]
 
 
-def test_head_only_mode_keeps_no_journal(memory_url: str) -> None:
+def test_head_only_mode_keeps_no_journal(mem_url: str) -> None:
     clock = wall_clock()
-    with Db.open(memory_url, settings=journal_settings(value_separation_threshold=None), clock=clock) as db:
+    with Db.open(mem_url, settings=journal_settings(value_separation_threshold=None), clock=clock) as db:
         for i in range(30):
             db.put(b"k%03d" % i, big(i), indexes={"f": [b"t"]}, ttl=1000)
         db.flush(memtable=True)
