@@ -28,7 +28,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from operator import add
 
 from ..errors import CorruptionError
@@ -200,7 +200,7 @@ def decode_index(payload: bytes, data_end: int) -> SstIndex:
     if offs[0] != 0 or offs[-1] != data_end or offs != sorted(offs):
         raise CorruptionError("SST block offsets do not tile the data region")
     kb = payload[pos:]
-    keys = [kb[key_off[i] : key_off[i + 1]] for i in range(n)]
+    keys = [kb[a:b] for a, b in pairwise(key_off)]
     return SstIndex(offsets, keys)
 
 
