@@ -36,14 +36,24 @@ class LruCache:
         return len(self._data)
 
     def get(self, key: Hashable) -> Any:
-        with self._lock:
-            item = self._data.get(key)
-            if item is None:
-                self.misses += 1
-                return None
-            self._data.move_to_end(key)
-            self.hits += 1
-            return item[0]
+        """The cached value, or None. Takes no lock: every point read calls this twice.
+
+        Each ``OrderedDict`` call is atomic (keys are tuples of str and int, so
+        hashing and comparing run no Python code). An entry evicted between the
+        lookup and ``move_to_end`` is still returned, once. ``hits`` and
+        ``misses`` are statistics and may miss a count under concurrency.
+        """
+        data = self._data
+        item = data.get(key)
+        if item is None:
+            self.misses += 1
+            return None
+        try:
+            data.move_to_end(key)
+        except KeyError:
+            pass
+        self.hits += 1
+        return item[0]
 
     def put(self, key: Hashable, value: Any, nbytes: int) -> None:
         if nbytes > self._capacity:
@@ -66,7 +76,9 @@ class LruCache:
 
     def discard_where(self, pred: Any) -> None:
         with self._lock:
-            for k in [k for k in self._data if pred(k)]:
+            # ``list()`` copies the keys in one C call: iterating the dict itself while
+            # ``pred`` runs would meet lock-free ``get``s reordering it.
+            for k in [k for k in list(self._data) if pred(k)]:
                 self._size -= self._data.pop(k)[1]
 
     def clear(self) -> None:

@@ -34,6 +34,7 @@ BLOCK_BITS = 512
 MAX_PROBES = 10
 _blake2b = hashlib.blake2b
 _BITS = [1 << i for i in range(BLOCK_BITS)]
+_PROBE_SHIFTS = [range(32, 32 + 9 * p, 9) for p in range(MAX_PROBES + 1)]
 
 
 def key_hash(key: bytes) -> int:
@@ -43,10 +44,9 @@ def key_hash(key: bytes) -> int:
 def probe_mask(h: int, probes: int) -> int:
     """The bits a key with hash ``h`` sets within its block."""
     m = 0
-    h >>= 32
-    for _ in range(probes):
-        m |= 1 << (h & 511)
-        h >>= 9
+    bit = _BITS
+    for s in _PROBE_SHIFTS[probes]:
+        m |= bit[(h >> s) & 511]
     return m
 
 
