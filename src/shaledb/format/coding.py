@@ -79,28 +79,37 @@ def _zstd_d() -> zstandard.ZstdDecompressor:
     return d
 
 
-def frame_block(payload: bytes, codec: int) -> bytes:
-    """Compress (if it pays) and frame ``payload`` as a stored block."""
-    raw_len = len(payload)
-    body = payload
+def _compressed(payload: bytes, codec: int) -> tuple[bytes, int]:
+    """``(body, codec)``: ``payload`` compressed with ``codec`` if that makes it smaller,
+    else itself with :data:`CODEC_NONE`."""
     if codec == CODEC_LZ4:
         import lz4.block
 
         comp = lz4.block.compress(payload, store_size=False)
-        if len(comp) < raw_len:
-            body = comp
-        else:
-            codec = CODEC_NONE
     elif codec == CODEC_ZSTD:
         comp = _zstd_c().compress(payload)
-        if len(comp) < raw_len:
-            body = comp
-        else:
-            codec = CODEC_NONE
     else:
-        codec = CODEC_NONE
-    head = body + struct.pack("<IB", raw_len, codec)
-    return head + _U32.pack(crc32c(head))
+        return payload, CODEC_NONE
+    return (comp, codec) if len(comp) < len(payload) else (payload, CODEC_NONE)
+
+
+_TRAILER_HEAD = struct.Struct("<IB")
+
+
+def frame_block(payload: bytes, codec: int) -> bytes:
+    """Compress (if it pays) and frame ``payload`` as a stored block."""
+    body, tail = framed(payload, codec)
+    return body + tail
+
+
+def framed(payload: bytes, codec: int) -> tuple[bytes, bytes]:
+    """:func:`frame_block` in two pieces, the body and its 9-byte trailer, for a caller
+    that appends them to a buffer: a WAL block holds a whole write batch, hundreds of
+    KiB with large values, and each temporary copy that size is a fresh mapping to
+    fault in (see ``shaledb.allocator``)."""
+    body, codec = _compressed(payload, codec)
+    trailer = _TRAILER_HEAD.pack(len(payload), codec)
+    return body, trailer + _U32.pack(crc32c_extend(crc32c(body), trailer))
 
 
 def unframe_block(stored: bytes | memoryview, what: str = "block") -> bytes:

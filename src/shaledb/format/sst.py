@@ -39,6 +39,7 @@ from .coding import (
     check_offsets,
     crc32c,
     frame_block,
+    framed,
     pack_u32s,
     pack_u64s,
     u32_array,
@@ -355,7 +356,9 @@ class SstBuilder:
     ) -> None:
         kinds_b = bytes(kinds)
         seqs_a = array("Q", seqs)
-        stored = frame_block(encode_block(keys, seqs_a, kinds_b, payloads), self.codec)
+        body, tail = framed(encode_block(keys, seqs_a, kinds_b, payloads), self.codec)
+        self._data += body
+        self._data += tail
         if self.kind == SST_TABLE:
             first, last = keys[0], keys[-1]
             if self.bloom_bits:
@@ -363,7 +366,7 @@ class SstBuilder:
         else:
             first = last = _U64BE.pack(seqs_a[0])  # WAL SSTs index blocks by first seq
         self._note_block(
-            stored,
+            len(body) + len(tail),
             first,
             last,
             len(keys),
@@ -389,11 +392,12 @@ class SstBuilder:
         caller (the Arrow ingest path builds blocks from columns without row objects).
         Table SSTs only; keys go to no filter (that path inserts its own)."""
         self._flush_pending()
-        self._note_block(stored, first_key, last_key, entries, seq, seq, raw_key_bytes, raw_value_bytes)
+        self._data += stored
+        self._note_block(len(stored), first_key, last_key, entries, seq, seq, raw_key_bytes, raw_value_bytes)
 
     def _note_block(
         self,
-        stored: bytes,
+        stored: int,
         first: bytes,
         last: bytes,
         n: int,
@@ -402,10 +406,9 @@ class SstBuilder:
         raw_k: int,
         raw_v: int,
     ) -> None:
-        """Append a framed block and account for it. ``first``/``last``: its first and
-        last keys (WAL SSTs: its first sequence number, which is its index key)."""
-        self._data += stored
-        self._offsets.append(self._offsets[-1] + len(stored))
+        """Account for a framed block of ``stored`` bytes just appended. ``first``/``last``:
+        its first and last keys (WAL SSTs: its first sequence number, its index key)."""
+        self._offsets.append(self._offsets[-1] + stored)
         if self._min_seq is None or lo_seq < self._min_seq:
             self._min_seq = lo_seq
         self._max_seq = max(self._max_seq, hi_seq)
