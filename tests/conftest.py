@@ -1,5 +1,5 @@
-"""Shared fixtures: fresh database URLs (memory, local directory), a manual clock, an
-S3 API server (moto) for the session, and fresh S3 locations on it.
+"""Shared fixtures: fresh database URLs and stores (memory, local directory), a manual
+clock, an S3 API server (moto) for the session, and fresh S3 locations on it.
 
 Nothing here touches ``os.environ``: a location carries its endpoint and
 credentials as ``open_store`` options, and as an environment dict for
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from shaledb.store import drop_memory_store
+from shaledb.store import ObjectStore, drop_memory_store, open_store
 from shaledb.testing.clock import ManualClock
 
 MOTO_BUCKET = "shaledb-test"
@@ -148,3 +148,15 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         drop_memory_store(name)
     else:
         yield str(tmp_path / "db")
+
+
+@pytest.fixture
+def memory_store(mem_url: str) -> ObjectStore:
+    """A fresh in-process memory store (dropped with ``mem_url``)."""
+    return open_store(mem_url)
+
+
+@pytest.fixture
+def local_store(tmp_path: Path) -> ObjectStore:
+    """A fresh local-directory store."""
+    return open_store(str(tmp_path / "db"))

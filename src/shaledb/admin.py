@@ -40,8 +40,9 @@ from .store.stack import open_stack
 DEFAULT_TIMEOUT_S = 60.0
 
 
-class _Handle:
-    """Store, manifest store and helpers for one admin call."""
+class AdminHandle:
+    """Store stack, manifest store and parents' stores for one call on a database by URL:
+    the admin functions, ``verify`` and ``backup`` all reach a database this way."""
 
     def __init__(
         self,
@@ -83,7 +84,7 @@ def create_checkpoint(
     version would. ``lifetime``: timedelta, seconds or "7days 30min";
     None never expires.
     """
-    h = _Handle(url, store, store_options, clock, seed, "admin")
+    h = AdminHandle(url, store, store_options, clock, seed, "admin")
     return _cp.create_checkpoint(
         h.ms,
         clock=h.clock,
@@ -111,7 +112,7 @@ def refresh_checkpoint(
     An expired checkpoint cannot be refreshed (the garbage collector may be
     deleting what it pinned): CheckpointNotFound.
     """
-    h = _Handle(url, store, store_options, clock, None, "admin")
+    h = AdminHandle(url, store, store_options, clock, None, "admin")
     return _cp.refresh_checkpoint(h.ms, checkpoint_id, clock=h.clock, timeout_s=timeout_s, lifetime=lifetime)
 
 
@@ -126,7 +127,7 @@ def delete_checkpoint(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> bool:
     """Delete a checkpoint (expired ones too). CheckpointNotFound unless ``missing_ok``."""
-    h = _Handle(url, store, store_options, clock, None, "admin")
+    h = AdminHandle(url, store, store_options, clock, None, "admin")
     return _cp.delete_checkpoint(h.ms, checkpoint_id, timeout_s=timeout_s, missing_ok=missing_ok)
 
 
@@ -144,7 +145,7 @@ def list_checkpoints(
     Expired checkpoints stay listed until the garbage collector removes them
     (``include_expired=False`` hides them); ``Checkpoint.expired(now)`` tells.
     """
-    h = _Handle(url, store, store_options, clock, None, "admin")
+    h = AdminHandle(url, store, store_options, clock, None, "admin")
     m = h.ms.require_latest()
     cps = _cp.list_checkpoints(m, name)
     if not include_expired:
@@ -161,7 +162,7 @@ def read_manifest(
     store_options: Mapping[str, Any] | None = None,
 ) -> Manifest:
     """A manifest version (default: the latest). NotFound if there is none."""
-    h = _Handle(url, store, store_options, None, None, "admin")
+    h = AdminHandle(url, store, store_options, None, None, "admin")
     return h.ms.require_latest() if manifest_id is None else h.ms.read(manifest_id)
 
 
@@ -183,7 +184,7 @@ def destroy(
     deletes everything now, and refuses (InvalidDbState) while checkpoints
     other than the writer's are live -- e.g. a clone's.
     """
-    h = _Handle(url, store, store_options, clock, seed, "admin")
+    h = AdminHandle(url, store, store_options, clock, seed, "admin")
     _destroy(h.store, soft=soft, clock=h.clock, rng=h.rng, external=h.external, timeout_s=timeout_s)
 
 
@@ -197,7 +198,7 @@ def collect_lifecycle(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> DestroyStatus:
     """Run the garbage collector's destroy and detach steps once (what ``run-gc`` does first)."""
-    h = _Handle(url, store, store_options, clock, None, "gc")
+    h = AdminHandle(url, store, store_options, clock, None, "gc")
     status = gc_destroyed_database(
         h.ms, clock=h.clock, grace_s=grace_s, external=h.external, timeout_s=timeout_s
     )

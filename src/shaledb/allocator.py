@@ -29,7 +29,7 @@ import threading
 log = logging.getLogger(__name__)
 
 _M_MMAP_THRESHOLD = -3  # <malloc.h>
-_MAX_THRESHOLD = 32 << 20  # glibc refuses larger values (HEAP_MAX_SIZE / 2 on 64-bit)
+MAX_THRESHOLD_BYTES = 32 << 20  # glibc refuses larger values (HEAP_MAX_SIZE / 2 on 64-bit)
 _lock = threading.Lock()
 _applied: int | None = None
 
@@ -42,8 +42,8 @@ def fix_mmap_threshold(nbytes: int) -> bool:
     happens.
     """
     global _applied
-    if not 0 < nbytes <= _MAX_THRESHOLD:
-        raise ValueError(f"mmap threshold must be in (0, {_MAX_THRESHOLD}] bytes, got {nbytes}")
+    if not 0 < nbytes <= MAX_THRESHOLD_BYTES:
+        raise ValueError(f"mmap threshold must be in (0, {MAX_THRESHOLD_BYTES}] bytes, got {nbytes}")
     with _lock:
         if _applied == nbytes:
             return True

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .allocator import MAX_THRESHOLD_BYTES
 from .errors import InvalidArgument
 
 KiB = 1024
@@ -87,7 +88,7 @@ class CompactorOptions:
     rewritten each time it grows by this fraction); RocksDB's universal
     compaction defaults to 2.0. None turns the rule off.
     ``max_sst_size_bytes``: output SSTs of a sorted run are cut at this size,
-    or at half of ``Settings.max_unflushed_bytes`` if that is smaller (an
+    or at a quarter of ``Settings.max_unflushed_bytes`` if that is smaller (an
     output is built in memory; see ``compaction.compactor.working_set``).
     ``max_subcompactions``: key ranges one compaction is split into (run in
     parallel threads).
@@ -277,9 +278,9 @@ class Settings:
         _integer("sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
         if self.malloc_mmap_threshold_bytes is not None:
             _integer("malloc_mmap_threshold_bytes", self.malloc_mmap_threshold_bytes, minimum=1)
-            if self.malloc_mmap_threshold_bytes > 32 * MiB:
+            if self.malloc_mmap_threshold_bytes > MAX_THRESHOLD_BYTES:
                 raise InvalidArgument(
-                    "malloc_mmap_threshold_bytes must be <= 32 MiB (glibc's limit), or None"
+                    f"malloc_mmap_threshold_bytes must be <= {MAX_THRESHOLD_BYTES} (glibc's limit), or None"
                 )
         _positive("manifest_poll_interval_s", self.manifest_poll_interval_s)
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)

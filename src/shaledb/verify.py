@@ -209,9 +209,9 @@ def verify(
     store_options: Mapping[str, Any] | None = None,
 ) -> VerifyReport:
     """Check the database at ``url`` (see module docstring); never writes."""
-    from .admin import _Handle  # the admin calls' store stack (admin imports much: lazily)
+    from .admin import AdminHandle  # the admin calls' store stack (admin imports much: lazily)
 
-    h = _Handle(url, store, store_options, clock, None, "verify")
+    h = AdminHandle(url, store, store_options, clock, None, "verify")
     ms, clock = h.ms, h.clock
     v = _Verifier(h.store, ms, h.external, deep)
     try:

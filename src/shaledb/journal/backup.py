@@ -344,12 +344,12 @@ def backup_url(
     clock: Clock | None = None,
 ) -> BackupReport:
     """A backup without a writer (``shaledb --path URL backup DEST``): every durable write."""
-    from ..admin import _Handle
+    from ..admin import AdminHandle
     from ..checkpoint import create_checkpoint
 
     if canonical_url(src_url) == canonical_url(dest_url):
         raise InvalidArgument("a database cannot be backed up onto itself")
-    h = _Handle(src_url, None, store_options, clock, None, "backup")
+    h = AdminHandle(src_url, None, store_options, clock, None, "backup")
     dest = open_dest(dest_url, store_options)
     cp = create_checkpoint(h.ms, clock=h.clock, rng=h.rng, timeout_s=60.0, lifetime=lifetime_s, name="backup")
     rep = BackupReport(checkpoint_id=str(cp.id))
