@@ -66,6 +66,30 @@ def best_pair(a: Callable[[int], Any], b: Callable[[int], Any], repeat: int) -> 
     return min(ta), oa, min(tb), ob
 
 
+def bench_frame(spark: Any, n: int) -> Any:
+    """The cached DataFrame every Spark benchmark uses: ``n`` rows, 16-byte keys, 100-byte values."""
+    from pyspark.sql import functions as F
+
+    i = F.col("id").cast("string")
+    df = (
+        spark.range(n)
+        .select(
+            F.substring(F.unhex(F.sha2(i, 256)), 1, 16).alias("key"),
+            F.concat(
+                F.unhex(F.sha2(i, 512)), F.unhex(F.sha2(F.concat(i, F.lit("v")), 256)), F.unhex(F.md5(i))
+            )
+            .substr(1, 100)
+            .alias("value"),
+        )
+        .cache()
+    )
+    assert df.count() == n
+    assert df.select(F.length("key").alias("k"), F.length("value").alias("v")).distinct().collect() == [
+        (16, 100)
+    ]
+    return df
+
+
 def count_rows(batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
 
@@ -101,25 +125,7 @@ def main() -> int:
     conf = {"spark.driver.memory": "2g", **dict(c.split("=", 1) for c in args.conf)}
     res["spark_conf"] = conf
     spark = shale_spark.local_session("shaledb-bench", master="local[2]", conf=conf)
-    from pyspark.sql import functions as F
-
-    i = F.col("id").cast("string")
-    df = (
-        spark.range(n)
-        .select(
-            F.substring(F.unhex(F.sha2(i, 256)), 1, 16).alias("key"),
-            F.concat(
-                F.unhex(F.sha2(i, 512)), F.unhex(F.sha2(F.concat(i, F.lit("v")), 256)), F.unhex(F.md5(i))
-            )
-            .substr(1, 100)
-            .alias("value"),
-        )
-        .cache()
-    )
-    assert df.count() == n
-    assert df.select(F.length("key").alias("k"), F.length("value").alias("v")).distinct().collect() == [
-        (16, 100)
-    ]
+    df = bench_frame(spark, n)
     print(f"{n} rows cached; scratch {work}", flush=True)
 
     def parquet_write(r: int) -> str:
