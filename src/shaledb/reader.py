@@ -24,7 +24,6 @@ from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 from .errors import CorruptionError, InvalidArgument
-from .format.bloom import key_hash, probe_mask
 from .format.row import (
     EXTRA_FLAGS,
     FLAG_EXPIRY,
@@ -192,20 +191,17 @@ def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> t
         e = imm.get(key, seq)
         if e is not None:
             return e
-    h = 0
-    masks: dict[int, int] = {}
+    queries: dict[int, tuple[int, int]] = {}  # the key's (hash, probe mask) per kind of filter
     for info in view.l0:
         if key < info.first_key or key > info.last_key:
             continue
         r = tables.reader(info)
         bloom = r.bloom
         if bloom is not None:
-            if not masks:
-                h = key_hash(key)
-            m = masks.get(bloom.probes)
-            if m is None:
-                m = masks[bloom.probes] = probe_mask(h, bloom.probes)
-            if not bloom.may_contain(h, m):
+            q = queries.get(bloom.mask_key)
+            if q is None:
+                q = queries[bloom.mask_key] = bloom.query(key)
+            if not bloom.may_contain(*q):
                 continue
         found = r.find(key, seq)
         if found is not None:
@@ -217,12 +213,10 @@ def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> t
         r = tables.reader(found_info)
         bloom = r.bloom
         if bloom is not None:
-            if not masks:
-                h = key_hash(key)
-            m = masks.get(bloom.probes)
-            if m is None:
-                m = masks[bloom.probes] = probe_mask(h, bloom.probes)
-            if not bloom.may_contain(h, m):
+            q = queries.get(bloom.mask_key)
+            if q is None:
+                q = queries[bloom.mask_key] = bloom.query(key)
+            if not bloom.may_contain(*q):
                 continue
         found = r.find(key, seq)
         if found is not None:

@@ -31,7 +31,7 @@ from typing import Any
 from hypothesis import HealthCheck, seed, settings
 
 from shaledb.format.block import decode_block, encode_block
-from shaledb.format.bloom import build_filter, key_hash
+from shaledb.format.bloom import WORDMIX, build_filter, key_hash, key_hash_wordmix
 from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZE, frame_block
 from shaledb.format.manifest import encode_manifest_body
 from shaledb.format.row import (
@@ -240,6 +240,11 @@ GOLDENS: dict[str, Golden] = {
             "bloom.bin",
             lambda: build_filter([key_hash(k) for k in bloom_keys()], len(bloom_keys()), 10),
             "filter of apple/banana/cherry, 10 bits per key",
+        ),
+        Golden(
+            "bloom_wordmix.bin",
+            lambda: build_filter([key_hash_wordmix(k) for k in bloom_keys()], len(bloom_keys()), 10, WORDMIX),
+            "version-2 (wordmix) filter of apple/banana/cherry, 10 bits per key",
         ),
         Golden("table_small.sst", lambda: build_table(small_rows()), "table SST, 5 entries, one block"),
         Golden("table_none.sst", lambda: build_table(many_rows(), block_size=512), "table SST, 64 entries"),
@@ -499,15 +504,19 @@ def _dump_frame(name: str) -> Callable[[], str]:
     return lambda: render(fields_stored(golden_bytes(name)))
 
 
-def _dump_bloom() -> str:
-    return render(fields_bloom(golden_bytes("bloom.bin")))
+def _dump_bloom(name: str) -> Callable[[], str]:
+    return lambda: render(fields_bloom(golden_bytes(name)))
 
 
-def _dump_bloom_hashes() -> str:
-    """The hash, block and probe bits of each key of the bloom example."""
+def _dump_bloom_hashes(hash_fn: Callable[[bytes], int]) -> Callable[[], str]:
+    return lambda: _bloom_hashes(hash_fn)
+
+
+def _bloom_hashes(hash_fn: Callable[[bytes], int]) -> str:
+    """The hash, block and probe bits of each key of a bloom example."""
     lines = []
     for key in bloom_keys():
-        h = key_hash(key)
+        h = hash_fn(key)
         bits = []
         x = h >> 32
         for _ in range(7):
@@ -551,8 +560,10 @@ DOC_DUMPS: dict[str, Callable[[], str]] = {
     "frame_none": _dump_frame("frame_none.bin"),
     "frame_lz4": _dump_frame("frame_lz4.bin"),
     "frame_zstd": _dump_frame("frame_zstd.bin"),
-    "bloom": _dump_bloom,
-    "bloom_hashes": _dump_bloom_hashes,
+    "bloom": _dump_bloom("bloom.bin"),
+    "bloom_hashes": _dump_bloom_hashes(key_hash),
+    "bloom_wordmix": _dump_bloom("bloom_wordmix.bin"),
+    "bloom_wordmix_hashes": _dump_bloom_hashes(key_hash_wordmix),
     "table_small": _dump_table_small,
     "wal": _dump_wal,
     "fence": _dump_fence,

@@ -71,7 +71,7 @@ def test_spec_walk_accounts_for_every_byte(name: str) -> None:
         fields = fields_sst(data)
     elif name.endswith(".manifest"):
         fields = fields_manifest(data)
-    elif name == "bloom.bin":
+    elif name.startswith("bloom"):
         fields = fields_bloom(data)
     elif name == "block_payload.bin":
         fields = fields_block_payload(data)

@@ -10,7 +10,8 @@ import pytest
 from ingest_kit import sorted_kv, sst_rows
 
 from shaledb.errors import InvalidArgument
-from shaledb.format.bloom import build_filter, key_hash
+from shaledb.format.bloom import BLAKE2B, WORDMIX, build_filter, key_hash_wordmix, wordmix_column
+from shaledb.format.coding import CODEC_NONE, frame_block
 from shaledb.format.row import FLAG_META, decode_payload
 from shaledb.format.sst import SstBuilder, decode_sst
 from shaledb.ingest import IngestPlan, PartWriter, bloom_filter_bytes, crc32c_combine, fingerprint, write_part
@@ -33,13 +34,23 @@ def plan(**kw):
 
 @pytest.mark.parametrize("n", [0, 1, 2, 37, 1000, 20_000])
 @pytest.mark.parametrize("bits", [1, 10, 14])
-def test_vectorized_filter_is_byte_identical(n, bits):
+def test_vectorized_filter_is_the_wordmix_filter(n, bits):
+    np = pytest.importorskip("numpy")
+    pa = pytest.importorskip("pyarrow")
     rng = random.Random(n * 31 + bits)
     keys = sorted({rng.randbytes(rng.randint(1, 40)) for _ in range(n)})
-    assert bloom_filter_bytes(keys, bits) == build_filter(map(key_hash, keys), len(keys), bits)
+    want = build_filter(map(key_hash_wordmix, keys), len(keys), bits, WORDMIX)
+    assert bloom_filter_bytes(keys, bits) == want
+    # Keys handed over already hashed (the Arrow path) give the same filter.
+    cut = n // 3
+    arr = pa.array(keys[:cut], pa.binary())
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=cut + 1)
+    hashed = wordmix_column(offs, arr.buffers()[2] or b"")
+    assert bloom_filter_bytes(keys[cut:], bits, [hashed]) == want
 
 
-def test_sst_with_handed_in_filter_equals_the_reference_builder():
+def test_sst_with_handed_in_filter_matches_the_reference_builder():
+    pytest.importorskip("numpy")  # without it, ingest writes version-1 filters
     seed = test_seed()
     rng = random.Random(seed)
     keys, vals = sorted_kv(5000, rng)
@@ -50,14 +61,23 @@ def test_sst_with_handed_in_filter_equals_the_reference_builder():
     want, _ = ref.finish()
     raw = SstBuilder(bloom_bits_per_key=0, **kw)
     raw.add_many(keys, [5] * len(keys), bytes(len(keys)), vals)
-    buf, _ = raw.finish_buffer(filter_block=bloom_filter_bytes(keys, 10))
+    filt = bloom_filter_bytes(keys, 10)
+    buf, _ = raw.finish_buffer(filter_block=filt)
     got = bytes(buf)
-    assert got == want
+    # The same data blocks, index and properties; only the filter's hash differs.
+    ref_meta, ref_blocks = decode_sst(want)
+    meta, blocks = decode_sst(got)
+    start = ref_meta.footer.filter_off
+    assert got[:start] == want[:start] and meta.footer.filter_off == start
+    assert got[start : meta.footer.index_off] == frame_block(filt, CODEC_NONE)
+    assert [(b.keys, b.vals) for b in blocks] == [(b.keys, b.vals) for b in ref_blocks]
+    assert meta.props == ref_meta.props and meta.index.keys == ref_meta.index.keys
+    assert ref_meta.bloom is not None and ref_meta.bloom.version == BLAKE2B
+    assert meta.bloom is not None and meta.bloom.version == WORDMIX
     own = SstBuilder(bloom_bits_per_key=10, **kw)
     with pytest.raises(ValueError, match="builds its own filter"):
         own.finish_buffer(filter_block=bloom_filter_bytes(keys, 10))
-    meta, _ = decode_sst(got)
-    assert meta.bloom is not None and all(meta.bloom.may_contain_key(k) for k in keys[::97])
+    assert all(meta.bloom.may_contain_key(k) for k in keys[::97])
 
 
 def test_crc32c_combine_matches_crc_of_concatenation():

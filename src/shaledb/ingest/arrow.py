@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from ..errors import InvalidArgument
+from ..format.bloom import wordmix_column
 from ..format.coding import crc32c_extend, frame_block
 from ..format.sst import ENTRY_OVERHEAD, SstBuilder
 
@@ -115,19 +116,20 @@ def add_arrow(w: PartWriter, keys: Any, values: Any) -> None:
         raise InvalidArgument(
             f"ingest keys must be 1..{MAX_KEY_BYTES} bytes, values at most {MAX_VALUE_BYTES}"
         )
-    key_list: list[bytes] = keys.to_pylist()  # for the bloom filter and the SST index
-    if w._prev is not None and key_list[0] <= w._prev:
+    first, last = bytes(kmv[koffs[0] : koffs[1]]), bytes(kmv[koffs[-2] : koffs[-1]])
+    if w._prev is not None and first <= w._prev:
         raise InvalidArgument(
-            f"ingest part {w.partition}: a chunk starts at {key_list[0]!r:.60}, not after the previous "
+            f"ingest part {w.partition}: a chunk starts at {first!r:.60}, not after the previous "
             f"chunk's last key {w._prev!r:.60} (chunks must ascend and not split equal keys)"
         )
     if w._first is None:
-        w._first = key_list[0]
+        w._first = first
     _fingerprint(w, kmv, koffs, klen, vmv, voffs, vlen, n)
     w._rows += n
-    w._prev = key_list[-1]
+    w._prev = last
     if w.write:
-        _Emitter(w, key_list, kmv, koffs, vmv, voffs, klen + vlen).run()
+        hashes = wordmix_column(koffs, kmv) if w.plan.bloom_bits_per_key else None
+        _Emitter(w, kmv, koffs, vmv, voffs, klen + vlen, hashes).run()
 
 
 def _fingerprint(
@@ -155,32 +157,36 @@ class _Emitter:
     def __init__(
         self,
         w: PartWriter,
-        key_list: list[bytes],
         kmv: memoryview,
         koffs: Any,
         vmv: memoryview,
         voffs: Any,
         kv_len: Any,
+        hashes: tuple[Any, Any] | None,
     ) -> None:
         import numpy as np
 
         self.w = w
-        self.keys = key_list
         self.kmv, self.koffs, self.vmv, self.voffs = kmv, koffs, vmv, voffs
-        n = len(key_list)
+        self.n = n = len(kv_len)
         self.cum_entry = np.cumsum(kv_len + ENTRY_OVERHEAD).tolist()  # SST cuts
         self.cum_kv = np.cumsum(kv_len)  # block cuts
         self.seq_bytes = np.full(n, w.plan.seq, dtype="<u8").tobytes()
         self.kinds = bytes(n)
+        self.hashes = hashes
 
     def run(self) -> None:
         out = self.w._data
 
         def fill(b: SstBuilder, lo: int, hi: int) -> None:
             self.blocks(b, lo, hi)
-            out.bloom_keys += self.keys[lo:hi]
+            if self.hashes is not None:
+                out.bloom_hashes.append((self.hashes[0][lo:hi], self.hashes[1][lo:hi]))
 
-        out.splitter.place(self.cum_entry, len(self.keys), fill)
+        out.splitter.place(self.cum_entry, self.n, fill)
+
+    def key(self, i: int) -> bytes:
+        return bytes(self.kmv[self.koffs[i] : self.koffs[i + 1]])
 
     def blocks(self, b: SstBuilder, lo: int, hi: int) -> None:
         """Rows ``[lo, hi)`` as blocks, cut where ``SstBuilder.add_many`` would cut them.
@@ -232,8 +238,8 @@ class _Emitter:
         )
         b.append_block(
             frame_block(payload, b.codec),
-            first_key=self.keys[lo],
-            last_key=self.keys[hi - 1],
+            first_key=self.key(lo),
+            last_key=self.key(hi - 1),
             entries=m,
             seq=self.w.plan.seq,
             raw_key_bytes=k1 - k0,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import paths
 from ..errors import InvalidArgument
@@ -44,6 +44,8 @@ class SstCutter:
         self.bloom = bloom
         self.splitter = SstSplitter(w.plan.max_sst_size_bytes, w.new_builder, self._emit)
         self.bloom_keys: list[bytes] = []
+        self.bloom_hashes: list[tuple[Any, Any]] = []
+        """Keys of the SST being built already hashed for its filter (the Arrow path)."""
         self.ssts: list[SstInfo] = []
 
     def add(self, ks: list[bytes], kinds: bytes | Sequence[int], pays: Sequence[bytes]) -> None:
@@ -66,9 +68,9 @@ class SstCutter:
         from .parts import bloom_filter_bytes
 
         bits = self.w.plan.bloom_bits_per_key
-        filt = bloom_filter_bytes(self.bloom_keys, bits) if bits and self.bloom else None
+        filt = bloom_filter_bytes(self.bloom_keys, bits, self.bloom_hashes) if bits and self.bloom else None
         data, props = b.finish_buffer(filter_block=filt)
-        self.bloom_keys = []
+        self.bloom_keys, self.bloom_hashes = [], []
         self.ssts.append(self.w.upload_sst(data, props))
 
 

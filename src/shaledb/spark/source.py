@@ -269,7 +269,7 @@ class ShaleWriter(DataSourceArrowWriter):
         n = len(keys)
         if n > 1 and pc.any(pc.less(keys.slice(1), keys.slice(0, n - 1))).as_py():
             # Not sorted (no sortWithinPartitions upstream): a stable sort keeps input order among equal keys.
-            order = pc.array_sort_indices(keys)
+            order = sort_indices(keys)
             keys, values = keys.take(order), values.take(order)
             metas = metas.take(order) if metas is not None else None
             terms = {name: col.take(order) for name, col in terms.items()}
@@ -427,6 +427,25 @@ class ShaleReader(DataSourceReader):
                 ],
                 schema=schema,
             )
+
+
+def sort_indices(keys: pa.Array) -> pa.Array | np.ndarray:
+    """The stable ascending order of a binary column.
+
+    Keys of one width of at most 32 bytes, a multiple of 8 (hashes, UUIDs,
+    the benchmark's 16-byte keys), sort as big-endian u64 columns with
+    ``numpy.lexsort``: about a third faster than Arrow's sort of binary values.
+    """
+    if not pa.types.is_binary(keys.type) or len(keys) < 2:
+        return pc.array_sort_indices(keys)
+    offs = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=keys.offset + len(keys) + 1)[keys.offset :]
+    width = int(offs[1] - offs[0])
+    if 0 < width <= 32 and width % 8 == 0 and bool((np.diff(offs) == width).all()):
+        words = np.frombuffer(
+            keys.buffers()[2], dtype=">u8", count=len(keys) * width // 8, offset=int(offs[0])
+        )
+        return np.lexsort(words.reshape(len(keys), width // 8).T[::-1])
+    return pc.array_sort_indices(keys)
 
 
 def arrow_schema(o: ReadOptions) -> pa.Schema:
