@@ -17,17 +17,15 @@ from shaledb.format.bloom import (
     WORDMIX,
     BloomFilter,
     build_filter,
+    filter_from_column,
     key_hash,
     key_hash_wordmix,
     probe_mask,
+    wordmix_column,
 )
 
-np = pytest.importorskip("numpy")
-pa = pytest.importorskip("pyarrow")
-
-from shaledb.format.bloom import filter_from_column, wordmix_column  # noqa: E402
-
-M64 = (1 << 64) - 1
+# The column tests need numpy and pyarrow (the spark extra): they run with the Spark tests.
+numpy_tests = pytest.mark.spark
 
 
 def spec_wordmix(key: bytes) -> int:
@@ -50,6 +48,8 @@ def spec_wordmix(key: bytes) -> int:
 def column(keys: list[bytes], skip: int = 0) -> tuple[object, object]:
     """``wordmix_column`` of ``keys`` as an Arrow array, sliced ``skip`` rows in
     (so the offsets do not start at 0, as in a slice of a Spark batch)."""
+    np = pytest.importorskip("numpy")
+    pa = pytest.importorskip("pyarrow")
     arr = pa.array([b"x" * 3] * skip + keys, pa.binary()).slice(skip)
     offs = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset :]
     return wordmix_column(offs.astype(np.int64), arr.buffers()[2] or b"")
@@ -67,6 +67,7 @@ def test_wordmix_follows_the_spec() -> None:
     assert key_hash_wordmix(b"apple") == 0x2D8550B7B28742D01F62FBF808A17340
 
 
+@numpy_tests
 @fuzz(200)
 @given(
     keys=st.lists(st.binary(max_size=70), max_size=200),
@@ -80,6 +81,7 @@ def test_column_hashes_equal_per_key_hashes(keys: list[bytes], fixed: int | None
     assert joined(lo, hi) == [key_hash_wordmix(k) for k in keys]
 
 
+@numpy_tests
 @fuzz(100)
 @given(keys=st.sets(st.binary(min_size=1, max_size=40), max_size=300), bits=st.integers(1, 20))
 def test_column_filter_equals_the_reference_build(keys: set[bytes], bits: int) -> None:

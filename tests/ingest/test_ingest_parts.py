@@ -32,6 +32,7 @@ def plan(**kw):
     return IngestPlan(**base)
 
 
+@pytest.mark.spark  # numpy and pyarrow (the spark extra); no JVM
 @pytest.mark.parametrize("n", [0, 1, 2, 37, 1000, 20_000])
 @pytest.mark.parametrize("bits", [1, 10, 14])
 def test_vectorized_filter_is_the_wordmix_filter(n, bits):
@@ -49,6 +50,7 @@ def test_vectorized_filter_is_the_wordmix_filter(n, bits):
     assert bloom_filter_bytes(keys[cut:], bits, [hashed]) == want
 
 
+@pytest.mark.spark  # numpy (the spark extra); no JVM
 def test_sst_with_handed_in_filter_matches_the_reference_builder():
     pytest.importorskip("numpy")  # without it, ingest writes version-1 filters
     seed = test_seed()
