@@ -9,8 +9,9 @@ Sources are searched newest first: memtables, L0 (newest first), sorted runs
 (newest first). A lookup stops at the first version it finds; a scan merges
 the sources with ``heapq.merge`` (stable, so on equal keys the newer source
 wins) and keeps the first version of each key. ``seq`` caps visibility for
-snapshots. A lookup hashes the key once and reuses the hash and probe mask
-for every SST's bloom filter.
+snapshots. A lookup hashes the key once per filter version it meets (flushed
+and compacted SSTs: BLAKE2b; bulk-loaded ones: wordmix) and reuses the hash and
+probe mask for every SST's bloom filter.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def test_round_trip_fixed_width_keys_sorted_by_the_writer(spark, tmp_path):
     """16-byte keys (the writer's numpy sort), shuffled, with zero bytes and repeats.
 
     Repeated keys carry one value each: which repeat is "last" without ``order_by``
-    is Spark's arrival order (the sort's stability is tested in test_spark_sort.py).
+    is Spark's arrival order (the sort's stability is tested in tests/ingest/test_ingest_sort.py).
     """
     seed = test_seed()
     rng = random.Random(seed)

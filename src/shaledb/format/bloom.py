@@ -65,9 +65,16 @@ def _fmix(x: int) -> int:
 def key_hash_wordmix(key: bytes) -> int:
     """The version-2 hash of ``key``: ``lo | hi << 64`` (see docs/format/bloom.md)."""
     h = len(key)
-    for i in range(0, len(key), 8):
-        # A short last slice reads as its zero-padded word.
-        h = _fmix(h ^ int.from_bytes(key[i : i + 8], "little"))
+    words = int.from_bytes(key, "little")  # word i is bits 64 i .. 64 i + 63, zero-padded
+    for _ in range(0, len(key), 8):
+        # _fmix(h ^ word), inlined: this runs on every point lookup of a bulk-loaded SST.
+        h ^= words & _M64
+        h ^= h >> 33
+        h = (h * _C1) & _M64
+        h ^= h >> 33
+        h = (h * _C2) & _M64
+        h ^= h >> 33
+        words >>= 64
     return h | _fmix(h ^ _GOLDEN) << 64
 
 
@@ -224,8 +231,9 @@ def wordmix_column(offsets: Any, data: Any) -> tuple[Any, Any]:
         starts, left, hs = offsets[order], lens[order], h[order]
         tail = np.array(_TAIL_MASKS, dtype=np.uint64)
         nwords = (left + 7) >> 3
+        longer = n - np.cumsum(np.bincount(nwords))  # longer[j]: keys with more than j words
         for j in range(int(nwords[0])):
-            c = int(np.count_nonzero(nwords > j))
+            c = int(longer[j])
             w = at[starts[:c]]
             w &= tail[np.minimum(left[:c], 8)]
             view = hs[:c]

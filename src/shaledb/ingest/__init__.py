@@ -80,6 +80,7 @@ without a renewal.
 
 from __future__ import annotations
 
+from .arrow import sort_indices
 from .commit import abort_ingest, begin_ingest, commit_ingest, ingest_columns
 from .model import (
     DUPLICATES,
@@ -111,5 +112,6 @@ __all__ = [
     "fingerprint",
     "ingest_columns",
     "open_ingest_store",
+    "sort_indices",
     "write_part",
 ]

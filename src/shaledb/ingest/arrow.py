@@ -56,8 +56,8 @@ def _binary(arr: Any) -> Any:
     return arr
 
 
-def _buffers(arr: Any) -> tuple[Any, memoryview]:
-    """The int64 offsets (starting at 0) and the data of a binary array."""
+def binary_buffers(arr: Any) -> tuple[Any, memoryview]:
+    """The n + 1 offsets (int64, into the data buffer) and the data of a binary array."""
     import numpy as np
 
     n = len(arr)
@@ -66,6 +66,28 @@ def _buffers(arr: Any) -> tuple[Any, memoryview]:
     data = arr.buffers()[2]
     mv = memoryview(data) if data is not None else memoryview(b"")
     return offs, mv
+
+
+def sort_indices(keys: Any) -> Any:
+    """The stable ascending order of a binary (or string) column.
+
+    Keys of one width of at most 32 bytes, a multiple of 8 (hashes, UUIDs,
+    the benchmark's 16-byte keys), sort as big-endian u64 columns with
+    ``numpy.lexsort``: about a third faster than Arrow's sort of binary values.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_binary(keys.type) or len(keys) < 2:
+        return pc.array_sort_indices(keys)
+    offs, data = binary_buffers(keys)
+    width = int(offs[1] - offs[0])
+    if 0 < width <= 32 and width % 8 == 0 and bool((np.diff(offs) == width).all()):
+        m = width // 8
+        words = np.frombuffer(data, dtype=">u8", count=len(keys) * m, offset=int(offs[0]))
+        return np.lexsort(words.reshape(len(keys), m).T[::-1])
+    return pc.array_sort_indices(keys)
 
 
 def _dedupe(w: PartWriter, keys: Any, values: Any) -> tuple[Any, Any]:
@@ -108,8 +130,8 @@ def add_arrow(w: PartWriter, keys: Any, values: Any) -> None:
     w.flush_carry()
     keys, values = _dedupe(w, keys, values)
     n = len(keys)
-    koffs, kmv = _buffers(keys)
-    voffs, vmv = _buffers(values)
+    koffs, kmv = binary_buffers(keys)
+    voffs, vmv = binary_buffers(values)
     klen = np.diff(koffs)
     vlen = np.diff(voffs)
     if klen.min() < 1 or klen.max() > MAX_KEY_BYTES or vlen.max() > MAX_VALUE_BYTES:
@@ -247,4 +269,4 @@ class _Emitter:
         )
 
 
-__all__ = ["add_arrow"]
+__all__ = ["add_arrow", "binary_buffers", "sort_indices"]

@@ -59,16 +59,10 @@ def bloom_filter_bytes(
         import numpy as np
         import pyarrow as pa
     except ImportError:  # pragma: no cover - numpy and pyarrow come with the spark extra
-        if hashes:
-            raise
         return build_filter(map(key_hash, keys), len(keys), bits_per_key)
-    parts = list(hashes)
-    if len(keys):
-        arr = pa.array(keys, pa.binary())
-        offs = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1)
-        parts.append(wordmix_column(offs, arr.buffers()[2] or b""))
-    if not parts:
-        return filter_from_column(np.zeros(0, np.uint64), np.zeros(0, np.uint64), bits_per_key, WORDMIX)
+    from .arrow import binary_buffers
+
+    parts = [*hashes, wordmix_column(*binary_buffers(pa.array(keys, pa.binary())))]
     lo = np.concatenate([p[0] for p in parts])
     hi = np.concatenate([p[1] for p in parts])
     return filter_from_column(lo, hi, bits_per_key, WORDMIX)

@@ -67,6 +67,7 @@ from ..ingest import (
     begin_ingest,
     commit_ingest,
     open_ingest_store,
+    sort_indices,
 )
 from ..keys import key_after, prefix_end
 from ..settings import Settings
@@ -427,25 +428,6 @@ class ShaleReader(DataSourceReader):
                 ],
                 schema=schema,
             )
-
-
-def sort_indices(keys: pa.Array) -> pa.Array | np.ndarray:
-    """The stable ascending order of a binary column.
-
-    Keys of one width of at most 32 bytes, a multiple of 8 (hashes, UUIDs,
-    the benchmark's 16-byte keys), sort as big-endian u64 columns with
-    ``numpy.lexsort``: about a third faster than Arrow's sort of binary values.
-    """
-    if not pa.types.is_binary(keys.type) or len(keys) < 2:
-        return pc.array_sort_indices(keys)
-    offs = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=keys.offset + len(keys) + 1)[keys.offset :]
-    width = int(offs[1] - offs[0])
-    if 0 < width <= 32 and width % 8 == 0 and bool((np.diff(offs) == width).all()):
-        words = np.frombuffer(
-            keys.buffers()[2], dtype=">u8", count=len(keys) * width // 8, offset=int(offs[0])
-        )
-        return np.lexsort(words.reshape(len(keys), width // 8).T[::-1])
-    return pc.array_sort_indices(keys)
 
 
 def arrow_schema(o: ReadOptions) -> pa.Schema:

@@ -1,7 +1,6 @@
-"""The writer's sort of a partition's keys: numpy's for fixed widths, Arrow's otherwise.
+"""The Spark writer's sort of a partition's keys: numpy's for fixed widths, Arrow's otherwise.
 
-Needs the spark extra (pyspark, pyarrow, numpy), so it runs with the Spark tests; it
-starts no JVM.
+Needs the spark extra (pyarrow, numpy), so it runs with the Spark tests; it starts no JVM.
 """
 
 from __future__ import annotations
@@ -10,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-pa = pytest.importorskip("pyarrow")
-pytest.importorskip("pyspark")
+from shaledb.ingest import sort_indices
 
-from shaledb.spark.source import sort_indices  # noqa: E402
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("numpy")
 
 pytestmark = pytest.mark.spark
 
