@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -27,7 +28,8 @@ from shaledb.store import (
     drop_memory_store,
     open_store,
 )
-from shaledb.testing import FaultInjectingStore, SimulatedCrash
+from shaledb.store.twophase import Record
+from shaledb.testing import FaultInjectingStore, ManualClock, SimulatedCrash
 
 PAYLOAD = b"manifest 7, writer epoch 3, nonce 5f1c"
 DST = "manifest/00000000000000000007.manifest"
@@ -293,6 +295,40 @@ _CHILD = textwrap.dedent(
     print(json.dumps(won))
     """
 )
+
+
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    """A connection holding a write lock on a new file that is not yet in WAL mode.
+
+    Opening the record database beside it is the case SQLite reports as
+    "database is locked" at once, without waiting (it would deadlock)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("CREATE TABLE other (x)")
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO other VALUES (1)")
+    return conn
+
+
+def test_opening_waits_out_a_lock_sqlite_will_not_wait_for(tmp_path: Path) -> None:
+    holder = _hold_write_lock(tmp_path / "cas.db")
+    release = threading.Timer(0.2, lambda: holder.execute("COMMIT"))
+    release.start()
+    log = SqliteCasLog(str(tmp_path / "cas.db"), busy_timeout_s=30)
+    release.join()
+    assert log.insert("ns", "a", "tmp/a", 0.0)
+    assert log.get("ns", "a") == Record("a", "tmp/a", False)
+    log.close()
+    holder.close()
+
+
+def test_opening_gives_up_after_the_busy_timeout(tmp_path: Path) -> None:
+    holder = _hold_write_lock(tmp_path / "cas.db")
+    clock = ManualClock()
+    start = clock.monotonic()
+    with pytest.raises(Unavailable, match="locked"):
+        SqliteCasLog(str(tmp_path / "cas.db"), busy_timeout_s=5, clock=clock)
+    assert 5 <= clock.monotonic() - start < 6
+    holder.close()
 
 
 def test_race_between_processes(tmp_path: Path) -> None:

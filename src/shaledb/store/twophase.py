@@ -92,13 +92,21 @@ class SqliteCasLog:
     write the caller is told is durable.
     """
 
-    def __init__(self, path: str, *, busy_timeout_s: float = 30.0, synchronous: str = "FULL") -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        busy_timeout_s: float = 30.0,
+        synchronous: str = "FULL",
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         if not isinstance(path, str) or not path or "\x00" in path:
             raise InvalidArgument("the two-phase record database needs a file path")
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise InvalidArgument("synchronous must be FULL, EXTRA or NORMAL")
         self.path = os.path.abspath(path)
         self._timeout = busy_timeout_s
+        self._clock = clock
         self._sync = synchronous.upper()
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
@@ -106,7 +114,7 @@ class SqliteCasLog:
         parent = os.path.dirname(self.path)
         if parent:
             os.makedirs(parent, exist_ok=True)
-        self._run(lambda c: c.executescript(_SCHEMA))
+        self._run(lambda c: self._when_unlocked(lambda: c.executescript(_SCHEMA)))
 
     def describe(self) -> str:
         return f"sqlite://{self.path}"
@@ -117,12 +125,36 @@ class SqliteCasLog:
             conn = sqlite3.connect(
                 self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._sync}")
+            try:
+                self._when_unlocked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+                conn.execute(f"PRAGMA synchronous={self._sync}")
+            except BaseException:
+                conn.close()
+                raise
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)
         return conn
+
+    def _when_unlocked(self, fn: Callable[[], object]) -> object:
+        """Run ``fn``, retrying "database is locked" up to the busy timeout.
+
+        SQLite skips its busy handler where waiting could deadlock: switching a
+        fresh file to WAL mode, or creating the table, while other processes
+        open the same new file. Those statements then fail at once, so several
+        processes opening one new record file race; a retry settles it (both
+        statements are idempotent).
+        """
+        deadline = self._clock.monotonic() + self._timeout
+        pause_s = 0.001
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or self._clock.monotonic() >= deadline:
+                    raise
+            self._clock.sleep(pause_s)
+            pause_s = min(pause_s * 2, 0.05)
 
     def _run(self, fn: Callable[[sqlite3.Connection], object]) -> object:
         try:
