@@ -12,13 +12,23 @@ import uuid
 from itertools import pairwise
 from typing import Any
 
+import pytest
 from format_testkit import Row, fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
 from shaledb.format.block import decode_block, encode_block
 from shaledb.format.bloom import BloomFilter, build_filter, key_hash, probes_for
-from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER, frame_block, unframe_block
+from shaledb.format.coding import (
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_ZSTD,
+    TRAILER,
+    crc32c,
+    crc32c_extend_view,
+    frame_block,
+    unframe_block,
+)
 from shaledb.format.manifest import decode_manifest_body, encode_manifest_body
 from shaledb.format.row import (
     EXTRA_FLAGS,
@@ -124,6 +134,17 @@ def test_frame_roundtrip_and_compression_only_when_it_pays(payload: bytes, codec
         assert len(stored) - TRAILER.size < len(payload)
     else:
         assert len(stored) == len(payload) + TRAILER.size
+
+
+@fuzz(100)
+@given(head=st.binary(max_size=40), size=st.integers(0, 3 << 20), cut=st.integers(0, 3 << 20))
+def test_crc_of_a_buffer_in_pieces_equals_the_crc_of_its_bytes(head: bytes, size: int, cut: int) -> None:
+    data = (head + bytes(range(251)) * (size // 251 + 1))[:size]  # sizes across the MiB pieces
+    view = memoryview(bytearray(data))  # writable: what the C extension refuses whole
+    whole = crc32c_extend_view(0, view)
+    assert whole == crc32c(data)
+    cut = min(cut, len(data))
+    assert crc32c_extend_view(crc32c_extend_view(0, view[:cut]), view[cut:]) == whole
 
 
 @fuzz(200)
@@ -320,3 +341,25 @@ def test_manifest_roundtrip(m: Manifest, nonce: str, author: str) -> None:
     # Canonical: the same manifest always encodes to the same bytes.
     assert encode_manifest_body(to_body(from_body(body), nonce=nonce, author=author)) == data
     assert isinstance(uuid.UUID(nonce), uuid.UUID)
+
+
+def test_append_blocks_refuses_pieces_that_do_not_match_their_sizes() -> None:
+    b = SstBuilder()
+    b.add(b"a", 1, 0, b"x")
+    before = b.finish()[0]
+    b = SstBuilder()
+    b.add(b"a", 1, 0, b"x")
+    stored = frame_block(encode_block([b"b"], [2], bytes(1), [b"y"]), CODEC_NONE)
+    for pieces, sizes in (([stored], [len(stored) + 1]), ([stored[:-1]], [len(stored)]), ([], [])):
+        with pytest.raises(ValueError, match="append_blocks"):
+            b.append_blocks(
+                pieces,
+                stored=sizes,
+                last_keys=[b"b"] * len(sizes),
+                entries=[1] * len(sizes),
+                first_key=b"b",
+                seq=2,
+                raw_key_bytes=1,
+                raw_value_bytes=1,
+            )
+    assert b.finish()[0] == before  # nothing of the refused blocks stayed

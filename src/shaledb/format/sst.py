@@ -28,7 +28,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, pairwise
+from itertools import accumulate, islice, pairwise
 from operator import add
 
 from ..errors import CorruptionError
@@ -377,23 +377,49 @@ class SstBuilder:
         )
         self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
 
-    def append_block(
+    def append_blocks(
         self,
-        stored: bytes,
+        pieces: Sequence[bytes | memoryview],
         *,
+        stored: Sequence[int],
+        last_keys: Sequence[bytes],
+        entries: Sequence[int],
         first_key: bytes,
-        last_key: bytes,
-        entries: int,
         seq: int,
         raw_key_bytes: int,
         raw_value_bytes: int,
     ) -> None:
-        """A framed data block of plain values at one sequence number, encoded by the
+        """Framed data blocks of plain values at one sequence number, encoded by the
         caller (the Arrow ingest path builds blocks from columns without row objects).
-        Table SSTs only; keys go to no filter (that path inserts its own)."""
+
+        ``pieces`` are the blocks' bytes in order (a block may span several
+        pieces: a body and its trailer); block ``i`` is ``stored[i]`` bytes long,
+        holds ``entries[i]`` entries and ends with key ``last_keys[i]``; the first
+        block starts with ``first_key``. The bookkeeping is ``_note_block``'s, a
+        list operation per block instead of a call. Table SSTs only; keys go to
+        no filter (that path inserts its own).
+        """
+        if not (len(stored) == len(last_keys) == len(entries)) or not stored:
+            raise ValueError("append_blocks needs one size, last key and entry count per block")
         self._flush_pending()
-        self._data += stored
-        self._note_block(len(stored), first_key, last_key, entries, seq, seq, raw_key_bytes, raw_value_bytes)
+        data = self._data
+        at = len(data)
+        for piece in pieces:
+            data += piece
+        if len(data) - at != sum(stored):
+            del data[at:]
+            raise ValueError("append_blocks: the pieces do not add up to the stored sizes")
+        self._offsets.extend(islice(accumulate(stored, initial=self._offsets[-1]), 1, None))
+        self._ends.extend(islice(accumulate(entries, initial=self._entries), 1, None))
+        self._entries = self._ends[-1]
+        self._min_seq = seq if self._min_seq is None else min(self._min_seq, seq)
+        self._max_seq = max(self._max_seq, seq)
+        if self._first is None:
+            self._first = first_key
+        self._last = last_keys[-1]
+        self._index_keys.extend(last_keys)
+        self._raw_k += raw_key_bytes
+        self._raw_v += raw_value_bytes
 
     def _note_block(
         self,
