@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -43,9 +44,12 @@ from shaledb import spark as shale_spark
 from shaledb.compaction import schedule
 from shaledb.settings import CompactorOptions
 
+RUNS: dict[str, list[float]] = {}
+"""Every timed run of each step, by the step's name (written to the JSON as ``runs_s``)."""
 
-def best(fn: Callable[[int], Any], repeat: int) -> tuple[float, Any]:
-    times, out = [], None
+
+def best(name: str, fn: Callable[[int], Any], repeat: int) -> tuple[float, Any]:
+    times, out = RUNS.setdefault(name, []), None
     for i in range(repeat):
         t = time.perf_counter()
         out = fn(i)
@@ -53,9 +57,12 @@ def best(fn: Callable[[int], Any], repeat: int) -> tuple[float, Any]:
     return min(times), out
 
 
-def best_pair(a: Callable[[int], Any], b: Callable[[int], Any], repeat: int) -> tuple[float, Any, float, Any]:
+def best_pair(
+    names: tuple[str, str], a: Callable[[int], Any], b: Callable[[int], Any], repeat: int
+) -> tuple[float, Any, float, Any]:
     """Best times of ``a`` and ``b`` run alternately (a shared machine's load hits both alike)."""
-    ta, tb, oa, ob = [], [], None, None
+    ta, tb = RUNS.setdefault(names[0], []), RUNS.setdefault(names[1], [])
+    oa = ob = None
     for i in range(repeat):
         t = time.perf_counter()
         oa = a(i)
@@ -149,8 +156,10 @@ def main() -> int:
     parquet_write(99)
     ingest(99)
     parquet_sorted_write(99)
-    res["parquet_write_s"], parquet_path, res["ingest_s"], url = best_pair(parquet_write, ingest, args.repeat)
-    res["parquet_sorted_write_s"], _ = best(parquet_sorted_write, args.repeat)
+    res["parquet_write_s"], parquet_path, res["ingest_s"], url = best_pair(
+        ("parquet_write", "ingest"), parquet_write, ingest, args.repeat
+    )
+    res["parquet_sorted_write_s"], _ = best("parquet_sorted_write", parquet_sorted_write, args.repeat)
 
     def shuffle_floor(r: int) -> None:
         """What any range-partitioned Python writer pays before its first line runs: Spark's
@@ -159,7 +168,7 @@ def main() -> int:
         df.repartitionByRange(2, "key").mapInArrow(count_rows, "rows long").collect()
 
     shuffle_floor(99)
-    res["shuffle_floor_s"], _ = best(shuffle_floor, args.repeat)
+    res["shuffle_floor_s"], _ = best("shuffle_floor", shuffle_floor, args.repeat)
     res["shuffle_floor_vs_parquet"] = res["shuffle_floor_s"] / res["parquet_write_s"]
     res["ingest_vs_sorted_parquet"] = res["ingest_s"] / res["parquet_sorted_write_s"]
     m = admin.read_manifest(url)
@@ -195,7 +204,7 @@ def main() -> int:
         assert settled(url2)
         return t1 - t0, time.perf_counter() - t1, jobs
 
-    res["python_api_s"], (w, c, jobs) = best(python_api, max(1, args.repeat - 1))
+    res["python_api_s"], (w, c, jobs) = best("python_api", python_api, max(1, args.repeat - 1))
     res["python_api_write_s"], res["python_api_compact_s"], res["python_api_compaction_jobs"] = w, c, jobs
     res["e2e_spark_vs_python"] = res["e2e_spark_s"] / res["python_api_s"]
     print(f"e2e spark {res['e2e_spark_s']:.2f} s, python api {res['python_api_s']:.2f} s", flush=True)
@@ -208,13 +217,20 @@ def main() -> int:
 
     read_shaledb(99)
     read_parquet(99)
-    res["read_parquet_s"], _, res["read_shaledb_s"], _ = best_pair(read_parquet, read_shaledb, args.repeat)
+    res["read_parquet_s"], _, res["read_shaledb_s"], _ = best_pair(
+        ("read_parquet", "read_shaledb"), read_parquet, read_shaledb, args.repeat
+    )
     res["read_vs_parquet"] = res["read_shaledb_s"] / res["read_parquet_s"]
     back = spark.read.format("shaledb").load(url)
     res["read_rows"] = back.count()
     assert res["read_rows"] == n
     for cp in admin.list_checkpoints(url):  # the reads' own checkpoints: release them
         admin.delete_checkpoint(url, cp.id, missing_ok=True)
+    res["runs_s"] = RUNS
+    # The targets use best times; medians say how much the machine's noise moves them.
+    res["ingest_vs_parquet_median"] = statistics.median(RUNS["ingest"]) / statistics.median(
+        RUNS["parquet_write"]
+    )
     res["python"] = sys.version.split()[0]
     res["cpus"] = os.cpu_count()
     res["targets"] = {
