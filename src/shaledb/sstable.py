@@ -130,8 +130,9 @@ class SstSplitter:
         fill: Callable[[SstBuilder, int, int], None],
         keys: Sequence[bytes] | None = None,
     ) -> None:
-        """Place rows ``0..n`` whose running entry sizes are ``cum``: ``fill(builder,
-        lo, hi)`` adds rows ``[lo, hi)`` to the SST being built (one call per SST)."""
+        """Place rows ``0..n`` whose running entry sizes are ``cum`` (a list or a
+        numpy array; it is only indexed and bisected): ``fill(builder, lo, hi)``
+        adds rows ``[lo, hi)`` to the SST being built (one call per SST)."""
         limit = self.limit
         pos = 0
         while pos < n:
