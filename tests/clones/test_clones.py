@@ -164,8 +164,10 @@ def test_clone_errors(tmp_path: Path) -> None:
             Db.open_from_checkpoint(parent_url, parent_url, settings=QUIET)
         with pytest.raises(CheckpointNotFound):
             Db.open_from_checkpoint(clone_url, parent_url, uuid.uuid4(), settings=QUIET)
-        with pytest.raises(CheckpointNotFound):
-            Db.open_from_checkpoint(clone_url, parent_url, short.id, settings=QUIET)
+        assert short.expire_time_s is not None
+        at_expiry = ManualClock(start=short.expire_time_s)  # not wall time: 1 ms may not have passed
+        with pytest.raises(CheckpointNotFound, match="expired"):
+            Db.open_from_checkpoint(clone_url, parent_url, short.id, settings=QUIET, clock=at_expiry)
         with Db.open(other_url, settings=QUIET) as other:
             other.put(b"x", b"1")
         with pytest.raises(InvalidArgument, match="not a clone"):
