@@ -29,7 +29,9 @@ lint: $(VENV)/.test
 test-core: $(VENV)/.test
 	$(BIN)/pytest -m "not spark" -p no:randomly
 
+# mypy again once numpy and pyarrow are installed: without them their uses type-check as Any.
 test-spark: $(VENV)/.spark
+	$(BIN)/mypy
 	$(BIN)/pytest -m spark
 
 test: lint test-core test-spark
