@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from shaledb.errors import CorruptionError
 from shaledb.format.bloom import (
     BLAKE2B,
+    HASHES,
     WORDMIX,
     BloomFilter,
     build_filter,
@@ -98,8 +99,7 @@ def test_column_filter_equals_the_reference_build(keys: set[bytes], bits: int) -
 def test_false_positive_rate_at_ten_bits_per_key(version: int, key_bytes: int) -> None:
     rng = random.Random(FUZZ_SEED + key_bytes)
     keys = {rng.randbytes(key_bytes) for _ in range(20_000)}
-    h = {BLAKE2B: key_hash, WORDMIX: key_hash_wordmix}[version]
-    f = BloomFilter(build_filter(map(h, keys), len(keys), 10, version))
+    f = BloomFilter(build_filter(map(HASHES[version], keys), len(keys), 10, version))
     probes = [p for p in (rng.randbytes(key_bytes) for _ in range(50_000)) if p not in keys]
     rate = sum(map(f.may_contain_key, probes)) / len(probes)
     print(f"version {version}, {key_bytes}-byte keys: false positives {rate:.4f}")

@@ -365,11 +365,11 @@ class SstBuilder:
                 self._digests += b"".join(map(key_digest, keys))
         else:
             first = last = _U64BE.pack(seqs_a[0])  # WAL SSTs index blocks by first seq
-        self._note_block(
-            len(body) + len(tail),
+        self._note_blocks(
+            (len(body) + len(tail),),
             first,
-            last,
-            len(keys),
+            (last,),
+            (len(keys),),
             min(seqs_a),
             max(seqs_a),
             sum(map(len, keys)),
@@ -395,9 +395,8 @@ class SstBuilder:
         ``pieces`` are the blocks' bytes in order (a block may span several
         pieces: a body and its trailer); block ``i`` is ``stored[i]`` bytes long,
         holds ``entries[i]`` entries and ends with key ``last_keys[i]``; the first
-        block starts with ``first_key``. The bookkeeping is ``_note_block``'s, a
-        list operation per block instead of a call. Table SSTs only; keys go to
-        no filter (that path inserts its own).
+        block starts with ``first_key``. Table SSTs only; keys go to no filter (that
+        path inserts its own).
         """
         if not (len(stored) == len(last_keys) == len(entries)) or not stored:
             raise ValueError("append_blocks needs one size, last key and entry count per block")
@@ -409,42 +408,35 @@ class SstBuilder:
         if len(data) - at != sum(stored):
             del data[at:]
             raise ValueError("append_blocks: the pieces do not add up to the stored sizes")
-        self._offsets.extend(islice(accumulate(stored, initial=self._offsets[-1]), 1, None))
-        self._ends.extend(islice(accumulate(entries, initial=self._entries), 1, None))
-        self._entries = self._ends[-1]
-        self._min_seq = seq if self._min_seq is None else min(self._min_seq, seq)
-        self._max_seq = max(self._max_seq, seq)
-        if self._first is None:
-            self._first = first_key
-        self._last = last_keys[-1]
-        self._index_keys.extend(last_keys)
-        self._raw_k += raw_key_bytes
-        self._raw_v += raw_value_bytes
+        self._note_blocks(stored, first_key, last_keys, entries, seq, seq, raw_key_bytes, raw_value_bytes)
 
-    def _note_block(
+    def _note_blocks(
         self,
-        stored: int,
+        stored: Sequence[int],
         first: bytes,
-        last: bytes,
-        n: int,
+        lasts: Sequence[bytes],
+        entries: Sequence[int],
         lo_seq: int,
         hi_seq: int,
         raw_k: int,
         raw_v: int,
     ) -> None:
-        """Account for a framed block of ``stored`` bytes just appended. ``first``/``last``:
-        its first and last keys (WAL SSTs: its first sequence number, its index key)."""
-        self._offsets.append(self._offsets[-1] + stored)
+        """Account for framed blocks just appended: block ``i`` is ``stored[i]`` bytes
+        and holds ``entries[i]`` entries; ``first`` is the first block's first key and
+        ``lasts`` each block's last (WAL SSTs: a block's first sequence number, its
+        index key). List operations, not a call per block: the Arrow ingest path hands
+        over an SST's thousands of blocks at once."""
+        self._offsets.extend(islice(accumulate(stored, initial=self._offsets[-1]), 1, None))
+        self._ends.extend(islice(accumulate(entries, initial=self._entries), 1, None))
+        self._entries = self._ends[-1]
         if self._min_seq is None or lo_seq < self._min_seq:
             self._min_seq = lo_seq
         self._max_seq = max(self._max_seq, hi_seq)
         if self.kind == SST_TABLE:
             if self._first is None:
                 self._first = first
-            self._last = last
-        self._index_keys.append(last)
-        self._entries += n
-        self._ends.append(self._entries)
+            self._last = lasts[-1]
+        self._index_keys.extend(lasts)
         self._raw_k += raw_k
         self._raw_v += raw_v
 
