@@ -60,7 +60,7 @@ import uuid
 import weakref
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -80,7 +80,6 @@ from .db_extras import ReaderReads
 from .duration import to_seconds
 from .errors import (
     ClosedError,
-    CorruptionError,
     DatabaseDestroyed,
     InvalidArgument,
     ObjectNotFound,
@@ -88,70 +87,22 @@ from .errors import (
 )
 from .external import ExternalStores, StoreFactory, canonical_url, default_factory
 from .format.row import FLAG_INDEX_TREE
-from .format.sst import decode_data_block, decode_meta
 from .indexes import Head
 from .journal.resolver import JournalResolver
 from .keys import scan_bounds
 from .manifest.model import Checkpoint, Manifest, SstInfo
 from .manifest.store import ManifestStore
-from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
+from .memtable import ENTRY_OVERHEAD, Memtable, new_memtable
 from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
-from .settings import MiB, RetryOptions, Settings, _integer, _positive
+from .settings import DbReaderOptions, Settings
 from .sstable import TableCache
 from .store.base import ObjectStore
 from .store.stack import open_stack
+from .wal import decode_wal_object
 
 log = logging.getLogger("shaledb.reader")
 
 _UNSET: Any = object()
-
-
-@dataclass(frozen=True, slots=True)
-class DbReaderOptions:
-    """Options of a :class:`DbReader` (units in the names; validated on construction).
-
-    ``manifest_poll_interval_s`` -- how often a reader without a fixed
-    checkpoint looks for a new manifest and new WAL objects (2 GETs per poll
-    when idle); new writes become visible within about this long.
-    ``checkpoint_lifetime_s`` -- lifetime of the reader's own checkpoint
-    (refreshed at half-life); None creates it without expiry (then a crashed
-    reader's checkpoint must be deleted by hand). Must exceed twice the poll
-    interval, so a refresh is due at least one poll before expiry.
-    ``max_memtable_bytes`` -- size of one in-memory table of replayed WAL
-    entries (accounted like the writer's memtable).
-    ``establish_checkpoint`` -- False: follow the latest manifest without
-    writing a checkpoint (see module docstring).
-    ``background_poll`` -- False: no polling thread; call
-    :meth:`DbReader.refresh` to poll (tests, single-threaded tools).
-    ``checkpoint_name`` -- name given to the reader's own checkpoints.
-    """
-
-    manifest_poll_interval_s: float = 1.0
-    checkpoint_lifetime_s: float | None = 600.0
-    max_memtable_bytes: int = 64 * MiB
-    establish_checkpoint: bool = True
-    background_poll: bool = True
-    checkpoint_name: str | None = "reader"
-    block_cache_bytes: int = 64 * MiB
-    sst_read_ahead_bytes: int = 1 * MiB
-    manifest_update_timeout_s: float = 60.0
-    retry: RetryOptions = field(default_factory=RetryOptions)
-
-    def __post_init__(self) -> None:
-        _positive("DbReaderOptions.manifest_poll_interval_s", self.manifest_poll_interval_s)
-        if self.checkpoint_lifetime_s is not None:
-            _positive("DbReaderOptions.checkpoint_lifetime_s", self.checkpoint_lifetime_s)
-            if self.checkpoint_lifetime_s <= 2 * self.manifest_poll_interval_s:
-                raise InvalidArgument(
-                    f"checkpoint_lifetime ({self.checkpoint_lifetime_s}s) must exceed twice the "
-                    f"manifest_poll_interval ({self.manifest_poll_interval_s}s)"
-                )
-        _integer("DbReaderOptions.max_memtable_bytes", self.max_memtable_bytes, minimum=1)
-        _integer("DbReaderOptions.block_cache_bytes", self.block_cache_bytes, minimum=0)
-        _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
-        _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
-        if not isinstance(self.retry, RetryOptions):
-            raise InvalidArgument("DbReaderOptions.retry must be a RetryOptions")
 
 
 class _Table:
@@ -173,24 +124,6 @@ def _sst_key(m: Manifest) -> tuple[Any, ...]:
         tuple((s.id, s.db) for s in m.index.ssts()),
         m.replay_after_wal_id,
     )
-
-
-def decode_wal_object(data: bytes, path: str) -> tuple[list[bytes], list[Entry]]:
-    """Keys and ``(seq, kind, payload)`` entries of a WAL object, in sequence order."""
-    keys: list[bytes] = []
-    ents: list[Entry] = []
-    if not data:
-        return keys, ents  # a zero-length fencing object
-    try:
-        meta = decode_meta(data, len(data))
-        offs = meta.index.offsets
-        for i in range(len(meta.index)):
-            block = decode_data_block(data[offs[i] : offs[i + 1]])
-            keys.extend(block.keys)
-            ents.extend(zip(block.seqs, block.kinds, block.payloads(0, len(block))))
-    except CorruptionError as exc:
-        raise exc.with_path(path) from exc
-    return keys, ents
 
 
 class ReaderSnapshot:
@@ -866,4 +799,4 @@ class DbReader(ReaderReads):
         return f"DbReader({self._where}, mode={self._mode})"
 
 
-__all__ = ["DbReader", "DbReaderOptions", "ReaderSnapshot", "decode_wal_object"]
+__all__ = ["DbReader", "DbReaderOptions", "ReaderSnapshot"]

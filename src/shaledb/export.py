@@ -45,7 +45,6 @@ from .checkpoint import (
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .compaction.executor import SourceCursor, chunk_cuts, drop_dead, merge_columns
-from .db_reader import decode_wal_object
 from .errors import CorruptionError, InvalidArgument, NotSupported, ObjectNotFound
 from .external import default_factory
 from .format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
@@ -58,6 +57,7 @@ from .settings import MiB, Settings
 from .sstable import read_sst_meta
 from .store.base import ObjectStore
 from .store.stack import open_stack
+from .wal import decode_wal_object
 
 Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
 """keys, seqs, kinds, payloads of live entries in key order."""

@@ -197,6 +197,60 @@ class JournalOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class DbReaderOptions:
+    """Options of a :class:`DbReader` (units in the names; validated on construction).
+
+    ``manifest_poll_interval_s`` -- how often a reader without a fixed
+    checkpoint looks for a new manifest and new WAL objects (2 GETs per poll
+    when idle); new writes become visible within about this long.
+    ``checkpoint_lifetime_s`` -- lifetime of the reader's own checkpoint
+    (refreshed at half-life); None creates it without expiry (then a crashed
+    reader's checkpoint must be deleted by hand). Must exceed twice the poll
+    interval, so a refresh is due at least one poll before expiry.
+    ``max_memtable_bytes`` -- size of one in-memory table of replayed WAL
+    entries (accounted like the writer's memtable).
+    ``establish_checkpoint`` -- False: follow the latest manifest without
+    writing a checkpoint (see module docstring).
+    ``background_poll`` -- False: no polling thread; call
+    :meth:`DbReader.refresh` to poll (tests, single-threaded tools).
+    ``checkpoint_name`` -- name given to the reader's own checkpoints.
+    ``block_cache_bytes``, ``sst_read_ahead_bytes`` -- as in :class:`Settings`:
+    the decoded-block cache's byte budget, and how much of an SST a block-cache
+    miss fetches.
+    ``manifest_update_timeout_s`` -- how long one checkpoint change (a manifest
+    CAS, retried on conflicts) may take before it raises ``Unavailable``.
+    ``retry`` -- how the reader's store calls retry transient failures.
+    """
+
+    manifest_poll_interval_s: float = 1.0
+    checkpoint_lifetime_s: float | None = 600.0
+    max_memtable_bytes: int = 64 * MiB
+    establish_checkpoint: bool = True
+    background_poll: bool = True
+    checkpoint_name: str | None = "reader"
+    block_cache_bytes: int = 64 * MiB
+    sst_read_ahead_bytes: int = 1 * MiB
+    manifest_update_timeout_s: float = 60.0
+    retry: RetryOptions = field(default_factory=RetryOptions)
+
+    def __post_init__(self) -> None:
+        _positive("DbReaderOptions.manifest_poll_interval_s", self.manifest_poll_interval_s)
+        if self.checkpoint_lifetime_s is not None:
+            _positive("DbReaderOptions.checkpoint_lifetime_s", self.checkpoint_lifetime_s)
+            if self.checkpoint_lifetime_s <= 2 * self.manifest_poll_interval_s:
+                raise InvalidArgument(
+                    f"checkpoint_lifetime ({self.checkpoint_lifetime_s}s) must exceed twice the "
+                    f"manifest_poll_interval ({self.manifest_poll_interval_s}s)"
+                )
+        _integer("DbReaderOptions.max_memtable_bytes", self.max_memtable_bytes, minimum=1)
+        _integer("DbReaderOptions.block_cache_bytes", self.block_cache_bytes, minimum=0)
+        _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
+        if not isinstance(self.retry, RetryOptions):
+            raise InvalidArgument("DbReaderOptions.retry must be a RetryOptions")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Settings of a writer (``Db``).
 

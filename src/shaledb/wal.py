@@ -41,7 +41,7 @@ from .errors import AlreadyExists, ClosedError, CorruptionError, FencedError, Sh
 from .format.coding import crc32c_of
 from .format.journal import wal_pointer, wal_ref
 from .format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, TYPE_MASK, decode_payload
-from .format.sst import SST_WAL, SstBuilder, decode_meta
+from .format.sst import SST_WAL, SstBuilder, decode_data_block, decode_meta
 from .manifest.model import JournalFile, TrackedWal
 from .memtable import Entry
 from .settings import Settings
@@ -178,6 +178,24 @@ def wal_object_epoch(data: bytes) -> int | None:
     if not data:
         return None
     return decode_meta(data, len(data)).props.writer_epoch
+
+
+def decode_wal_object(data: bytes, path: str) -> tuple[list[bytes], list[Entry]]:
+    """Keys and ``(seq, kind, payload)`` entries of a WAL object, in sequence order."""
+    keys: list[bytes] = []
+    ents: list[Entry] = []
+    if not data:
+        return keys, ents  # a zero-length fencing object
+    try:
+        meta = decode_meta(data, len(data))
+        offs = meta.index.offsets
+        for i in range(len(meta.index)):
+            block = decode_data_block(data[offs[i] : offs[i + 1]])
+            keys.extend(block.keys)
+            ents.extend(zip(block.seqs, block.kinds, block.payloads(0, len(block))))
+    except CorruptionError as exc:
+        raise exc.with_path(path) from exc
+    return keys, ents
 
 
 class WalWriter:
