@@ -210,7 +210,7 @@ class DbReaderOptions:
     ``max_memtable_bytes`` -- size of one in-memory table of replayed WAL
     entries (accounted like the writer's memtable).
     ``establish_checkpoint`` -- False: follow the latest manifest without
-    writing a checkpoint (see module docstring).
+    writing a checkpoint (see ``shaledb.db_reader``).
     ``background_poll`` -- False: no polling thread; call
     :meth:`DbReader.refresh` to poll (tests, single-threaded tools).
     ``checkpoint_name`` -- name given to the reader's own checkpoints.
