@@ -18,11 +18,15 @@ Snapshots and iterators *pin* a sequence number. While any pin exists, an
 overwrite keeps the replaced entry in ``hist`` so a reader at the pinned
 sequence still finds it; with no pins there is no history and no extra work.
 All mutation happens under the database's write lock; reads are lock-free
-(CPython makes each dict operation atomic).
+(CPython makes each dict operation atomic), except that listing the sorted
+keys, which merges the keys added since, takes the memtable's own lock: two
+threads listing at once (scans, or the flusher and a snapshot's scan) must
+never see a merge half done.
 """
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left
 from collections.abc import Iterator
 
@@ -38,6 +42,7 @@ _MERGE_AT = 4096
 
 class Memtable:
     __slots__ = (
+        "_merging",
         "_new",
         "_sorted",
         "d",
@@ -66,6 +71,9 @@ class Memtable:
         """key -> (seq, journal pointer, value length) of separated values."""
         self._sorted: list[bytes] = []
         self._new: list[bytes] = []
+        self._merging = threading.Lock()
+        """Held by whoever reads or merges the key lists (scans, snapshots, the flusher), which
+        run outside the database's write lock; writers only append to ``_new``."""
 
     def __len__(self) -> int:
         return len(self.d)
@@ -144,27 +152,34 @@ class Memtable:
 
     def sorted_keys(self) -> list[bytes]:
         """All keys, sorted (merges the keys added since the last call)."""
-        if self._new:
-            new = self._new
-            self._new = []
-            new.sort()
-            merged = self._sorted + new
+        with self._merging:
+            return self._merge_locked()
+
+    def _merge_locked(self) -> list[bytes]:
+        # Publish the merged list before the merged keys leave ``_new``: a key is always in
+        # one of the two, whatever a writer appends meanwhile (appends land after ``taken``).
+        new = self._new
+        if new:
+            taken = new[:]
+            merged = self._sorted + taken
             merged.sort()
             self._sorted = merged
+            del new[: len(taken)]
         return self._sorted
 
     def range_keys(self, start: bytes | None, end: bytes | None) -> list[bytes]:
         """Sorted keys in ``[start, end)`` as of now (a private list)."""
-        new = self._new
-        if len(new) > _MERGE_AT or len(new) * 8 > len(self._sorted):
-            self.sorted_keys()
-            new = []
-        srt = self._sorted
+        with self._merging:
+            new = self._new
+            if len(new) > _MERGE_AT or len(new) * 8 > len(self._sorted):
+                self._merge_locked()
+            srt = self._sorted
+            new = list(new)
         lo = 0 if start is None else bisect_left(srt, start)
         hi = len(srt) if end is None else bisect_left(srt, end)
         out = srt[lo:hi]
         if new:
-            extra = [k for k in list(new) if (start is None or k >= start) and (end is None or k < end)]
+            extra = [k for k in new if (start is None or k >= start) and (end is None or k < end)]
             if extra:
                 extra.sort()
                 out += extra
