@@ -196,33 +196,36 @@ def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> t
     for info in view.l0:
         if key < info.first_key or key > info.last_key:
             continue
-        r = tables.reader(info)
-        bloom = r.bloom
-        if bloom is not None:
-            q = queries.get(bloom.mask_key)
-            if q is None:
-                q = queries[bloom.mask_key] = bloom.query(key)
-            if not bloom.may_contain(*q):
-                continue
-        found = r.find(key, seq)
+        found = _probe(tables, info, key, seq, queries)
         if found is not None:
             return found
     for run in view.runs:
         found_info = run.find(key)
         if found_info is None:
             continue
-        r = tables.reader(found_info)
-        bloom = r.bloom
-        if bloom is not None:
-            q = queries.get(bloom.mask_key)
-            if q is None:
-                q = queries[bloom.mask_key] = bloom.query(key)
-            if not bloom.may_contain(*q):
-                continue
-        found = r.find(key, seq)
+        found = _probe(tables, found_info, key, seq, queries)
         if found is not None:
             return found
     return None
+
+
+def _probe(
+    tables: TableCache, info: SstInfo, key: bytes, seq: int | None, queries: dict[int, tuple[int, int]]
+) -> tuple[int, int, bytes] | None:
+    """``key``'s newest entry in one SST, unless its filter rules the key out.
+
+    ``queries`` caches the key's hash and probe mask per kind of filter
+    (``BloomFilter.mask_key``) across the SSTs of one lookup.
+    """
+    r = tables.reader(info)
+    bloom = r.bloom
+    if bloom is not None:
+        q = queries.get(bloom.mask_key)
+        if q is None:
+            q = queries[bloom.mask_key] = bloom.query(key)
+        if not bloom.may_contain(*q):
+            return None
+    return r.find(key, seq)
 
 
 def _lazy_rows(

@@ -43,14 +43,12 @@ def test_concurrent_sorted_reads_never_miss_a_key() -> None:
     m = Memtable()
     stop = threading.Event()
     misses: list[str] = []
-    written = [0]
 
     def writer() -> None:
         i = 0
         while not stop.is_set() and i < 40_000:
             m.put(b"%08d" % rng.randrange(10**8), (i, 0, b""))
             i += 1
-            written[0] = len(m.d)
 
     def reader() -> None:
         while not stop.is_set():

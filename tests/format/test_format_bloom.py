@@ -49,11 +49,11 @@ def spec_wordmix(key: bytes) -> int:
 def column(keys: list[bytes], skip: int = 0) -> tuple[object, object]:
     """``wordmix_column`` of ``keys`` as an Arrow array, sliced ``skip`` rows in
     (so the offsets do not start at 0, as in a slice of a Spark batch)."""
-    np = pytest.importorskip("numpy")
+    pytest.importorskip("numpy")
     pa = pytest.importorskip("pyarrow")
-    arr = pa.array([b"x" * 3] * skip + keys, pa.binary()).slice(skip)
-    offs = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset :]
-    return wordmix_column(offs.astype(np.int64), arr.buffers()[2] or b"")
+    from shaledb.ingest.arrow import binary_buffers
+
+    return wordmix_column(*binary_buffers(pa.array([b"x" * 3] * skip + keys, pa.binary()).slice(skip)))
 
 
 def joined(lo: object, hi: object) -> list[int]:
