@@ -1,6 +1,7 @@
 """The ``shaledb`` command line: ``shaledb --path URL <command> [options]``.
 
-Output is a human table by default and JSON with ``--json``. Errors print
+Output is a human table by default and JSON with ``--json``; long commands
+draw a progress line on stderr when it is a terminal. Errors print
 one line (``shaledb: error: ...``) unless ``--debug`` asks for the traceback.
 Exit codes: 0 success, 1 a shaledb error (corruption, fenced, unavailable),
 2 bad usage or arguments, 3 not found (missing database, checkpoint or key).
@@ -16,6 +17,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -45,12 +47,57 @@ def command(
     return with_args
 
 
-class Output:
-    """Human tables or JSON, chosen once per invocation."""
+class ProgressLine:
+    """A progress line for long work (``verify``, ``backup``), redrawn in place on stderr.
 
-    def __init__(self, as_json: bool, stream: Any = None) -> None:
+    Drawn only when that stream is a terminal, at most ten times a second, so
+    scripts and logs never see it; called as ``progress(done, total)``.
+    """
+
+    def __init__(self, label: str, stream: Any, enabled: bool, clock: Callable[[], float] = time.monotonic):
+        self.label = label
+        self.stream = stream
+        self.enabled = enabled
+        self.clock = clock
+        self._drawn_at: float | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = self.clock()
+        if done < total and self._drawn_at is not None and now - self._drawn_at < 0.1:
+            return
+        self._drawn_at = now
+        width = 30
+        filled = width * done // total if total else width
+        pct = 100 * done // total if total else 100
+        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {pct}%")
+        self.stream.flush()
+
+    def __enter__(self) -> ProgressLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._drawn_at is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class Output:
+    """Human tables or JSON, chosen once per invocation; progress lines on stderr."""
+
+    def __init__(
+        self, as_json: bool, stream: Any = None, *, progress_stream: Any = None, show_progress: bool = True
+    ) -> None:
         self.as_json = as_json
         self.stream = stream or sys.stdout
+        self.progress_stream = progress_stream or sys.stderr
+        self.show_progress = show_progress
+
+    def progress(self, label: str) -> ProgressLine:
+        """A :class:`ProgressLine` for one long step (drawn only on a terminal)."""
+        isatty = getattr(self.progress_stream, "isatty", None)
+        return ProgressLine(label, self.progress_stream, self.show_progress and bool(isatty and isatty()))
 
     def emit(self, data: Any, *, columns: Sequence[str] | None = None, title: str | None = None) -> None:
         if self.as_json:
@@ -137,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable JSON output")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress line on stderr (drawn only on a terminal)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     seen = set()
     for name, help_text, configure, handler in _COMMANDS:
@@ -162,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if args.path is None and not getattr(args, "no_path", False):
         parser.error("--path URL is required")
-    out = Output(args.json)
+    out = Output(args.json, show_progress=not args.no_progress)
     try:
         rc = args.handler(args, out)
         return EXIT_OK if rc is None else rc

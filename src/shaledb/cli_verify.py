@@ -22,7 +22,8 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 @command("verify", "check every referenced object: existence, sizes, checksums, tracked WALs")(_verify_args)
 def verify_cmd(args: argparse.Namespace, out: Output) -> int | None:
-    report = verify(args.path, deep=not args.shallow)
+    with out.progress("verify") as progress:
+        report = verify(args.path, deep=not args.shallow, progress=progress)
     if out.as_json:
         out.emit(report.as_dict())
     else:

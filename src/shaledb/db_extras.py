@@ -383,19 +383,28 @@ class DbExtras(_Reads):
         store_options: dict[str, Any] | None = None,
         prune: bool = True,
         lifetime: timedelta | float = 3600.0,
+        workers: int = 8,
+        progress: Callable[[int, int], None] | None = None,
     ) -> BackupReport:
         """Incremental, consistent backup to ``dest_url`` (``shaledb.journal.backup``).
 
         Pins a checkpoint of everything written so far, copies every object
         its version references that the destination lacks (server-side when
-        both live in one store), then writes the destination's manifest; the
-        destination opens as a database. A second backup without changes
-        copies nothing.
+        both live in one store; ``workers`` copies at once), then writes the
+        destination's manifest; the destination opens as a database. A second
+        backup without changes copies nothing. ``progress(done, total)`` is
+        called after each object copied.
         """
         from .journal.backup import backup_from_writer
 
         return backup_from_writer(
-            self._db_(), dest_url, store_options=store_options, prune=prune, lifetime=lifetime
+            self._db_(),
+            dest_url,
+            store_options=store_options,
+            prune=prune,
+            lifetime=lifetime,
+            workers=workers,
+            progress=progress,
         )
 
 

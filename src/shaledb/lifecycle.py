@@ -210,18 +210,21 @@ def delete_database(
     release_checkpoints(_held_elsewhere(m), external, clock, timeout_s)
     store = ms.store
     manifests: list[tuple[int, str]] = []
-    deleted = 0
+    others: list[str] = []
     for meta in store.list(""):
         mid = paths.parse_manifest_id(meta.path)
         if mid is not None:
             manifests.append((mid, meta.path))
-            continue
-        store.delete(meta.path)
-        deleted += 1
+        else:
+            others.append(meta.path)
     manifests.sort()
-    for _, path in manifests:  # ascending: the current manifest goes last
+    # A bulk delete has no order, so the current manifest goes alone and last: until then
+    # the database still reads as destroyed, and an interrupted delete can be run again.
+    store.delete_many(others)
+    store.delete_many([path for _, path in manifests[:-1]])
+    for _, path in manifests[-1:]:
         store.delete(path)
-        deleted += 1
+    deleted = len(others) + len(manifests)
     log.info("deleted database %s (%d objects)", store.describe(), deleted)
     return deleted
 

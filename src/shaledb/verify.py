@@ -20,8 +20,10 @@ on a large database is visible.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from . import paths
@@ -31,9 +33,10 @@ from .external import ExternalStores
 from .format.coding import crc32c
 from .format.sst import decode_sst
 from .manifest.invariants import ManifestInvariantError, check_manifest
-from .manifest.model import Manifest, SstInfo
+from .manifest.model import Manifest, SstInfo, TrackedWal
 from .manifest.store import ManifestStore
 from .store.base import ObjectStore
+from .store.parallel import DEFAULT_WORKERS, Progress, check_workers, run_bounded
 
 
 @dataclass
@@ -64,6 +67,10 @@ class VerifyReport:
 
 
 class _Verifier:
+    """Walks the manifests in the caller's thread; the object checks it queues run in
+    parallel at the end (:meth:`run`), so a deep check of a large database on S3
+    overlaps its round trips."""
+
     def __init__(self, store: ObjectStore, ms: ManifestStore, external: ExternalStores, deep: bool) -> None:
         self.store = store
         self.ms = ms
@@ -71,9 +78,12 @@ class _Verifier:
         self.deep = deep
         self.report = VerifyReport()
         self._seen: set[tuple[int, str]] = set()
+        self._checks: list[tuple[int, Callable[[], None]]] = []  # (bytes it reads, the check)
+        self._lock = threading.Lock()
 
     def problem(self, path: str, message: str) -> None:
-        self.report.problems.append(f"{path}: {message}")
+        with self._lock:
+            self.report.problems.append(f"{path}: {message}")
 
     def store_of(self, db: int, m: Manifest) -> ObjectStore | None:
         if db == 0:
@@ -84,11 +94,24 @@ class _Verifier:
             self.problem(f"external database #{db}", str(exc))
             return None
 
+    def later(self, size: int, check: Callable[[], None]) -> None:
+        self._checks.append((size if self.deep else 0, check))
+
+    def run(self, workers: int, progress: Progress | None) -> None:
+        checks = self._checks
+        self._checks = []
+        done = run_bounded(lambda c: c[1](), checks, lambda c: c[0], workers=workers, name="shaledb-verify")
+        for n, _ in enumerate(done, 1):
+            if progress is not None:
+                progress(n, len(checks))
+        self.report.problems.sort()
+
     def read(self, store: ObjectStore, path: str, size: int | None) -> bytes | None:
         try:
             if self.deep:
                 data = store.get(path)
-                self.report.bytes_read += len(data)
+                with self._lock:
+                    self.report.bytes_read += len(data)
                 actual = len(data)
             else:
                 data = b""
@@ -109,10 +132,12 @@ class _Verifier:
             return
         self._seen.add((info.db, info.id))
         self.report.ssts += 1
-        path = paths.sst_path(info.id)
         store = self.store_of(info.db, m)
-        if store is None:
-            return
+        if store is not None:
+            self.later(info.size, partial(self._check_sst, store, info))
+
+    def _check_sst(self, store: ObjectStore, info: SstInfo) -> None:
+        path = paths.sst_path(info.id)
         data = self.read(store, path, info.size)
         if not data:
             return
@@ -145,16 +170,19 @@ class _Verifier:
                 continue
             self._seen.add((jf.db, f"j{jf.id}"))
             self.report.journal_objects += 1
-            path = paths.journal_object_path(jf.id)
             store = self.store_of(jf.db, m)
-            if store is None:
-                continue
-            data = self.read(store, path, jf.size)
-            if data:
-                try:
-                    decode_sst(data)
-                except CorruptionError as exc:
-                    self.problem(path, f"damaged: {exc}")
+            if store is not None:
+                self.later(
+                    jf.size, partial(self._check_journal, store, paths.journal_object_path(jf.id), jf.size)
+                )
+
+    def _check_journal(self, store: ObjectStore, path: str, size: int) -> None:
+        data = self.read(store, path, size)
+        if data:
+            try:
+                decode_sst(data)
+            except CorruptionError as exc:
+                self.problem(path, f"damaged: {exc}")
 
     def wal(self, m: Manifest) -> None:
         present: dict[int, int] = {}
@@ -178,16 +206,19 @@ class _Verifier:
                 if w is not None and present[wid] != w.size:
                     self.problem(path, f"is {present[wid]} bytes, the manifest tracked {w.size}")
                 continue
-            data = self.read(self.store, path, w.size if w is not None else None)
-            if data is None:
-                continue
-            if w is not None and crc32c(data) != w.crc32c:
-                self.problem(path, "CRC32C differs from the manifest's record")
-            if data:
-                try:
-                    decode_sst(data)
-                except CorruptionError as exc:
-                    self.problem(path, f"damaged: {exc}")
+            self.later(present[wid], partial(self._check_wal, path, w))
+
+    def _check_wal(self, path: str, w: TrackedWal | None) -> None:
+        data = self.read(self.store, path, w.size if w is not None else None)
+        if data is None:
+            return
+        if w is not None and crc32c(data) != w.crc32c:
+            self.problem(path, "CRC32C differs from the manifest's record")
+        if data:
+            try:
+                decode_sst(data)
+            except CorruptionError as exc:
+                self.problem(path, f"damaged: {exc}")
 
     def manifest(self, m: Manifest) -> None:
         self.report.manifests.append(m.id)
@@ -207,10 +238,17 @@ def verify(
     store: ObjectStore | None = None,
     clock: Clock | None = None,
     store_options: Mapping[str, Any] | None = None,
+    workers: int = DEFAULT_WORKERS,
+    progress: Progress | None = None,
 ) -> VerifyReport:
-    """Check the database at ``url`` (see module docstring); never writes."""
+    """Check the database at ``url`` (see module docstring); never writes.
+
+    ``workers`` objects are checked at once; ``progress(done, total)`` is
+    called after each object checked.
+    """
     from .admin import AdminHandle  # the admin calls' store stack (admin imports much: lazily)
 
+    check_workers(workers)
     h = AdminHandle(url, store, store_options, clock, None, "verify")
     ms, clock = h.ms, h.clock
     v = _Verifier(h.store, ms, h.external, deep)
@@ -232,6 +270,7 @@ def verify(
             v.problem(paths.manifest_path(cp.manifest_id), f"pinned by checkpoint {cp.id} but missing")
         except CorruptionError as exc:
             v.problem(paths.manifest_path(cp.manifest_id), f"damaged: {exc}")
+    v.run(workers, progress)
     return v.report
 
 

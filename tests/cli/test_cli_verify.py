@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shaledb import Db, Settings
+from shaledb import Db, InvalidArgument, Settings
+from shaledb.cli import Output
 from shaledb.verify import verify
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
@@ -87,3 +89,35 @@ def test_a_damaged_wal_object_after_the_replay_point_is_named(tmp_path: Path) ->
     earlier.unlink()  # a gap below a later object
     report = verify(str(path), deep=False)
     assert any(earlier.name in p and "missing" in p for p in report.problems), report.problems
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_verify_reports_progress_and_checks_its_workers(db: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    report = verify(str(db), workers=4, progress=lambda n, total: seen.append((n, total)))
+    total = report.ssts + report.journal_objects + report.wal_objects
+    assert seen == [(n, total) for n in range(1, total + 1)]
+    assert report.ok and report.bytes_read == verify(str(db), workers=1).bytes_read
+    with pytest.raises(InvalidArgument):
+        verify(str(db), workers=0)
+
+
+def test_the_progress_line_is_drawn_only_on_a_terminal() -> None:
+    term, pipe = Terminal(), io.StringIO()
+    ticks = iter([0.0, 0.01, 0.5, 0.51])
+    with Output(False, progress_stream=term).progress("backup") as p:
+        p.clock = lambda: next(ticks)
+        for n in range(1, 5):
+            p(n, 4)
+    drawn = term.getvalue()
+    assert drawn.count("\r") == 3 and drawn.endswith("4/4 100%\n")  # the 2nd call came too soon
+    assert "1/4 25%" in drawn and "3/4 75%" in drawn and "2/4" not in drawn
+    with Output(False, progress_stream=pipe).progress("backup") as p:
+        p(1, 1)
+    with Output(False, progress_stream=term, show_progress=False).progress("backup") as p:
+        p(1, 1)
+    assert pipe.getvalue() == "" and term.getvalue() == drawn

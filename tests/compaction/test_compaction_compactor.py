@@ -129,6 +129,10 @@ class LeaseWatch(StoreWrapper):
             self.events.append(("delete", path))
         return super().delete(path)
 
+    def delete_many(self, names):  # type: ignore[no-untyped-def]
+        self.events.extend(("delete", p) for p in names if p.startswith(paths.JOB_DIR))
+        return super().delete_many(names)
+
 
 def test_each_job_holds_a_lease_until_its_commit() -> None:
     with memory_store() as inner:

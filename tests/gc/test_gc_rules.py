@@ -15,11 +15,13 @@ from shaledb.cache import LruCache
 from shaledb.clock import SYSTEM_CLOCK
 from shaledb.compaction import Compactor
 from shaledb.format.sst import decode_meta
+from shaledb.gc import CLASSES
 from shaledb.manifest import Checkpoint, ManifestStore
 from shaledb.sstable import TableCache
 from shaledb.store import ObjectStore
 from shaledb.store.twophase import TWO_PHASE_TMP_PREFIX, SqliteCasLog, TwoPhaseStore
-from shaledb.store.wrappers import NoConditionalStore
+from shaledb.store.wrappers import InstrumentedStore, NoConditionalStore
+from shaledb.testing import FaultInjectingStore, SimulatedCrash
 
 NO_BG = Settings(
     l0_sst_size_bytes=4096,
@@ -90,6 +92,32 @@ def test_dry_run_deletes_nothing_and_lists_what_a_real_pass_deletes() -> None:
         assert real.deleted == dry.deleted
         after = listing(store)
         assert set(before) - set(after) == {p for v in dry.deleted.values() for p in v}
+        with Db.open(store=store, settings=NO_BG) as db2:
+            assert dict(db2.scan()) == model
+
+
+@pytest.mark.parametrize("crash_at", [1, 7, 40])
+def test_deletes_go_in_bulk_and_a_crash_among_them_is_finished_by_the_next_pass(crash_at: int) -> None:
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        model = fill(db, 400)
+        Compactor.open(store=store, options=OPTS).run_once()
+        db.close()
+        plan = GarbageCollector.open(store=store, options=GcOptions(min_age_s=0, dry_run=True)).run_once()
+        faults = FaultInjectingStore(store, seed=crash_at)  # splits a bulk delete into its objects
+        rule = faults.add_rule("crash", ops="delete", nth=crash_at)
+        counted = InstrumentedStore(faults)
+        with pytest.raises(SimulatedCrash):
+            GarbageCollector.open(store=counted, options=GcOptions(min_age_s=0)).run_once()
+        assert rule.fired == 1 and rule.matched == crash_at
+        assert counted.snapshot().requests["delete"] == 0 and counted.snapshot().requests["delete_many"] >= 1
+        counted = InstrumentedStore(store)
+        done = GarbageCollector.open(store=counted, options=GcOptions(min_age_s=0)).run_once()
+        requests = counted.snapshot().requests
+        # one bulk request per class of object that still had garbage; never one per object
+        assert requests["delete"] == 0 and 1 <= requests["delete_many"] <= len(CLASSES)
+        assert set(listing(store)).isdisjoint(p for v in plan.deleted.values() for p in v)
+        assert done.total == plan.total - (crash_at - 1)  # the crashed pass deleted the ones before it
         with Db.open(store=store, settings=NO_BG) as db2:
             assert dict(db2.scan()) == model
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,10 @@ class CountingDeletes(StoreWrapper):
     def delete(self, path: str) -> None:
         self.inner.delete(path)
         self.deleted[path.split("/", 1)[0]] += 1
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        self.inner.delete_many(paths)
+        self.deleted.update(path.split("/", 1)[0] for path in paths)
 
 
 def run_readers_against_writer(url: str, store_options: dict[str, Any], seconds: float, seed: int) -> None:

@@ -91,6 +91,12 @@ def test_local_symlink_inside_root_cannot_escape(tmp_path: Path) -> None:
     with pytest.raises(InvalidPathError):
         st.put("evil/planted", b"x")
     assert not (outside / "planted").exists()
+    with pytest.raises(InvalidPathError):
+        st.delete_many(["evil/secret"])
+    st.put("mine", b"1")
+    (root / "alias").symlink_to(outside / "secret")
+    assert [m.path for m in st.list("")] == ["mine"]  # neither the directory link nor the file link
+    assert (outside / "secret").read_bytes() == b"do not read"
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,8 @@ def test_accounting_is_exact_for_a_scripted_sequence(memory_store: ObjectStore) 
     st.delete("c")
     with pytest.raises(ObjectNotFound):
         st.get("c")
+    st.delete_many([])
+    st.delete_many([f"bulk/{i}" for i in range(1001)])  # two S3 requests' worth
 
     snap = st.snapshot()
     assert dict(snap.requests) == {
@@ -42,6 +44,7 @@ def test_accounting_is_exact_for_a_scripted_sequence(memory_store: ObjectStore) 
         "put_create": 2,
         "list": 1,
         "delete": 1,
+        "delete_many": 2,
         "copy": 1,
         "copy_create": 1,
     }
@@ -49,7 +52,7 @@ def test_accounting_is_exact_for_a_scripted_sequence(memory_store: ObjectStore) 
     assert snap.bytes_written == 5 + 2
     assert snap.bytes_read == 5 + 2 + 4
     assert snap.objects_listed == 2
-    assert snap.total_requests == 13
+    assert snap.total_requests == 15
 
     st.get("a")
     delta = st.snapshot() - snap

@@ -559,11 +559,10 @@ class Executor:
 
     def discard(self, ssts: Sequence[SstInfo]) -> None:
         """Delete output SSTs that will never be committed (best effort)."""
-        for s in ssts:
-            try:
-                self.store.delete(paths.sst_path(s.id))
-            except Exception as exc:  # noqa: BLE001 - GC removes what we could not
-                log.warning("could not delete unused compaction output %s: %s", s.id, exc)
+        try:
+            self.store.delete_many([paths.sst_path(s.id) for s in ssts])
+        except Exception as exc:  # noqa: BLE001 - GC removes what we could not
+            log.warning("could not delete %d unused compaction outputs: %s", len(ssts), exc)
 
 
 __all__ = [

@@ -408,11 +408,10 @@ def write_part(
 def delete_outputs(store: ObjectStore, ssts: Sequence[SstInfo], journal: Sequence[JournalFile] = ()) -> None:
     """Delete ingest output that will not be committed (best effort)."""
     names = [paths.sst_path(s.id) for s in ssts] + [paths.journal_path(j.id) for j in journal]
-    for name in names:
-        try:
-            store.delete(name)
-        except ShaleError as exc:  # the garbage collector removes what we could not
-            log.warning("could not delete unused ingest output %s: %s", name, exc)
+    try:
+        store.delete_many(names)
+    except ShaleError as exc:  # the garbage collector removes what we could not
+        log.warning("could not delete %d unused ingest outputs: %s", len(names), exc)
 
 
 def part_outputs(parts: Sequence[IngestPart | None]) -> tuple[list[SstInfo], list[JournalFile]]:

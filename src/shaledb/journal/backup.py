@@ -45,6 +45,7 @@ from ..lifecycle import PENDING_RELEASE
 from ..manifest.model import JournalFile, Manifest, SstInfo, to_body
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
+from ..store.parallel import DEFAULT_WORKERS, Progress, check_workers, run_bounded
 from ..store.url import open_store
 
 if TYPE_CHECKING:
@@ -177,8 +178,14 @@ def backup_version(
     server_copy: Callable[[str], None] | None = None,
     prune: bool = True,
     report: BackupReport | None = None,
+    workers: int = DEFAULT_WORKERS,
+    progress: Progress | None = None,
 ) -> BackupReport:
-    """Copy what ``m`` needs into ``dest`` and write ``dest``'s manifest (module docstring, 2-5)."""
+    """Copy what ``m`` needs into ``dest`` and write ``dest``'s manifest (module docstring, 2-5).
+
+    ``workers`` copies run at once (``shaledb.store.parallel``); ``progress``
+    is called with (objects done, objects to copy) after each one.
+    """
     rep = report or BackupReport()
     rep.source_manifest_id = m.id
     _check_dest(dest, clock, rng)
@@ -188,24 +195,35 @@ def backup_version(
     for d in (paths.SST_DIR, paths.JOURNAL_DIR, paths.WAL_DIR):
         for meta in dest.list(d):
             present[meta.path] = meta.size
-    for path, (db, size) in sorted(wanted.items()):
-        if present.get(path) == size:
-            rep.already_present += 1
-            continue
+    todo = [(path, db, size) for path, (db, size) in sorted(wanted.items()) if present.get(path) != size]
+    rep.already_present = len(wanted) - len(todo)
+
+    def copy(item: tuple[str, int, int]) -> bool:
+        path, db, _ = item
         if db == 0 and server_copy is not None:
             server_copy(path)
-            rep.server_side = True
-        else:
-            try:
-                data = store_for(db).get(path)
-            except ObjectNotFound:
-                if path.startswith(paths.WAL_DIR):
-                    continue  # a WAL slot nobody filled
-                raise
-            dest.put(path, data)
-        rep.copied += 1
-        rep.bytes_copied += size
-        rep.copied_paths.append(path)
+            return True
+        try:
+            data = store_for(db).get(path)
+        except ObjectNotFound:
+            if path.startswith(paths.WAL_DIR):
+                return False  # a WAL slot nobody filled
+            raise
+        dest.put(path, data)
+        return True
+
+    def held(item: tuple[str, int, int]) -> int:  # bytes a copy holds here (none if server-side)
+        return 0 if item[1] == 0 and server_copy is not None else item[2]
+
+    for n, ((path, db, size), copied) in enumerate(run_bounded(copy, todo, held, workers=workers), 1):
+        if copied:
+            rep.server_side = rep.server_side or (db == 0 and server_copy is not None)
+            rep.copied += 1
+            rep.bytes_copied += size
+            rep.copied_paths.append(path)
+        if progress is not None:
+            progress(n, len(todo))
+    rep.copied_paths.sort()
     ms = ManifestStore(dest, clock, rng, author="backup")
     latest = ms.read_latest()
     if latest is not None and latest.option(BACKUP_EPOCH) != str(latest.writer_epoch):
@@ -230,14 +248,16 @@ def backup_version(
         rep.dest_manifest_id = nxt.id
         rep.manifest_written = True
     if prune and rep.manifest_written:
+        doomed = []
         for path in present:
             if path in wanted:
                 continue
             wid = paths.parse_wal_id(path)
             if wid is not None and wid > m.replay_after_wal_id:
                 continue  # a fence or a later write: keep the WAL contiguous
-            dest.delete(path)
-            rep.pruned += 1
+            doomed.append(path)
+        dest.delete_many(doomed)
+        rep.pruned += len(doomed)
     return rep
 
 
@@ -291,8 +311,11 @@ def backup_from_writer(
     store_options: Mapping[str, Any] | None = None,
     prune: bool = True,
     lifetime: timedelta | float = 3600.0,
+    workers: int = DEFAULT_WORKERS,
+    progress: Progress | None = None,
 ) -> BackupReport:
     """``Db.backup``: checkpoint every write issued so far, copy, release."""
+    check_workers(workers)
     own = db.external._own
     if own is not None and canonical_url(dest_url) == own:
         raise InvalidArgument("a database cannot be backed up onto itself")
@@ -311,6 +334,8 @@ def backup_from_writer(
             server_copy=_server_copier(own, dest_url, store_options),
             prune=prune,
             report=rep,
+            workers=workers,
+            progress=progress,
         )
     finally:
         try:
@@ -342,11 +367,14 @@ def backup_url(
     prune: bool = True,
     lifetime_s: float = 3600.0,
     clock: Clock | None = None,
+    workers: int = DEFAULT_WORKERS,
+    progress: Progress | None = None,
 ) -> BackupReport:
     """A backup without a writer (``shaledb --path URL backup DEST``): every durable write."""
     from ..admin import AdminHandle
     from ..checkpoint import create_checkpoint
 
+    check_workers(workers)
     if canonical_url(src_url) == canonical_url(dest_url):
         raise InvalidArgument("a database cannot be backed up onto itself")
     h = AdminHandle(src_url, None, store_options, clock, None, "backup")
@@ -365,6 +393,8 @@ def backup_url(
             server_copy=_server_copier(src_url, dest_url, store_options),
             prune=prune,
             report=rep,
+            workers=workers,
+            progress=progress,
         )
     finally:
         try:

@@ -634,11 +634,10 @@ def _compact_runs(
 
 
 def _delete_outputs(host: CompactionHost, outputs: list[JournalFile]) -> None:
-    for o in outputs:
-        try:
-            host.store.delete(paths.journal_path(o.id))
-        except ShaleError as exc:
-            log.warning("could not delete unused journal object %s: %s", o.id, exc)
+    try:
+        host.store.delete_many([paths.journal_path(o.id) for o in outputs])
+    except ShaleError as exc:
+        log.warning("could not delete %d unused journal objects: %s", len(outputs), exc)
 
 
 class EmbeddedJournalCompactor:

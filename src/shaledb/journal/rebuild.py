@@ -197,8 +197,7 @@ def _attempt(db: Db, m: Manifest) -> dict[str, Any] | Manifest:
     try:
         after = db.update_manifest(mutate)
     except _Moved:
-        for s in (*data_ssts, *index_ssts):
-            db.store.delete(paths.sst_path(s.id))
+        db.store.delete_many([paths.sst_path(s.id) for s in (*data_ssts, *index_ssts)])
         return seen[-1] if seen else db.refresh_manifest()
     return {
         "manifest_id": after.id,

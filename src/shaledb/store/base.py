@@ -25,6 +25,9 @@ metadata name (a C# identifier: no '-'), and not dropped by HTTP proxies that
 discard header names containing '_'.
 """
 
+BULK_DELETE_OBJECTS = 1000
+"""Paths per bulk delete request: S3's DeleteObjects limit."""
+
 
 @dataclass(frozen=True, slots=True)
 class ObjectMeta:
@@ -105,6 +108,18 @@ class ObjectStore(Protocol):
 
     def delete(self, path: str) -> None:
         """Remove the object; a missing object is not an error."""
+        ...
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        """Remove several objects, in bulk requests where the backend has them.
+
+        S3 deletes up to 1,000 objects per request, so the garbage collector
+        and a hard destroy cost one request per thousand objects instead of one
+        each. Every path is checked before anything is deleted; a missing
+        object is not an error. There is no order among the deletions, and a
+        failure may leave any subset deleted: callers delete only what they may
+        lose in any order, and repeat the call to finish.
+        """
         ...
 
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:

@@ -144,6 +144,10 @@ class RetryingStore(StoreWrapper):
     def delete(self, path: str) -> None:
         self._retry(f"delete {path}", lambda: self.inner.delete(path))
 
+    def delete_many(self, paths: Sequence[str]) -> None:
+        if paths:  # idempotent: a retry deletes again what the failed attempt may have deleted
+            self._retry(f"delete_many {paths[0]} (+{len(paths) - 1})", lambda: self.inner.delete_many(paths))
+
     def put(
         self,
         path: str,

@@ -421,6 +421,14 @@ class TwoPhaseStore(StoreWrapper):
         self.log.remove(self.namespace, path)
         self.inner.delete(path)
 
+    def delete_many(self, paths: Sequence[str]) -> None:
+        for path in paths:
+            check_relative_path(path)
+        for path in paths:
+            self._settle(path)
+            self.log.remove(self.namespace, path)
+        self.inner.delete_many(paths)
+
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         self._settle(src)
         if not create:

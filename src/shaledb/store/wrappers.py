@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from ..clock import Clock
 from ..errors import InvalidArgument, NotSupported
-from .base import ObjectMeta, ObjectStore
+from .base import BULK_DELETE_OBJECTS, ObjectMeta, ObjectStore
 
 OP_KINDS: tuple[str, ...] = (
     "get",
@@ -32,10 +32,13 @@ OP_KINDS: tuple[str, ...] = (
     "put_create",
     "list",
     "delete",
+    "delete_many",
     "copy",
     "copy_create",
 )
-"""Every kind of store call; ``put_create``/``copy_create`` are the conditional forms."""
+"""Every kind of store call; ``put_create``/``copy_create`` are the conditional forms.
+
+A ``delete_many`` counts one request per :data:`BULK_DELETE_OBJECTS` paths, as S3 bills it."""
 
 
 class StoreWrapper:
@@ -88,6 +91,9 @@ class StoreWrapper:
 
     def delete(self, path: str) -> None:
         self.inner.delete(path)
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        self.inner.delete_many(paths)
 
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         self.inner.copy(src, dst, create=create)
@@ -289,6 +295,16 @@ class InstrumentedStore(StoreWrapper):
             self._failed("delete")
             raise
 
+    def delete_many(self, paths: Sequence[str]) -> None:
+        n = -(-len(paths) // BULK_DELETE_OBJECTS)
+        with self._lock:
+            self._requests["delete_many"] += n
+        try:
+            self.inner.delete_many(paths)
+        except BaseException:
+            self._failed("delete_many")
+            raise
+
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         kind = "copy_create" if create else "copy"
         self._count(kind)
@@ -370,6 +386,11 @@ class LatencyStore(StoreWrapper):
     def delete(self, path: str) -> None:
         self._delay()
         self.inner.delete(path)
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        for _ in range(0, len(paths), BULK_DELETE_OBJECTS):
+            self._delay()
+        self.inner.delete_many(paths)
 
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         self._delay()

@@ -28,9 +28,11 @@ import re
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal, NoReturn, TypeVar
 
 from ..errors import InvalidArgument, Unavailable
+from ..paths import check_relative_path
 from ..store.base import ObjectMeta, ObjectStore
 from ..store.wrappers import OP_KINDS, StoreWrapper
 
@@ -43,9 +45,11 @@ OP_ALIASES: Mapping[str, frozenset[str]] = {
     "copy": frozenset({"copy", "copy_create"}),
     "create": frozenset({"put_create", "copy_create"}),
     "read": frozenset({"get", "get_range", "get_ranges", "head", "attributes", "list"}),
-    "write": frozenset({"put", "put_create", "delete", "copy", "copy_create"}),
+    "delete": frozenset({"delete", "delete_many"}),
+    "write": frozenset({"put", "put_create", "delete", "delete_many", "copy", "copy_create"}),
 }
-"""Names a rule may use for several kinds: ``put`` covers conditional puts too."""
+"""Names a rule may use for several kinds: ``put`` covers conditional puts too, ``delete``
+bulk deletes."""
 
 
 class SimulatedCrash(BaseException):
@@ -302,6 +306,14 @@ class FaultInjectingStore(StoreWrapper):
 
     def delete(self, path: str) -> None:
         self._run(Call("delete", path), lambda: self.inner.delete(path))
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        # One call per path, in order: a fault at one leaves the earlier ones deleted and
+        # the later ones not, which is one of the outcomes a failed bulk delete may have.
+        for path in paths:
+            check_relative_path(path)
+        for path in paths:
+            self._run(Call("delete_many", path), partial(self.inner.delete, path))
 
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         call = Call("copy_create" if create else "copy", dst, src)

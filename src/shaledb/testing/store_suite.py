@@ -245,6 +245,18 @@ class StoreTests:
         store.delete("del")
         store.delete("never/existed")
 
+    def test_delete_many(self, store: ObjectStore) -> None:
+        names = [f"bulk/{i:04d}" for i in range(1203)]  # more than one S3 request's worth
+        for n in names:
+            store.put(n, b"1")
+        store.put("bulk-keep", b"k")
+        store.delete_many([*names[::2], "never/existed", names[0]])  # missing and repeated paths
+        assert [m.path for m in store.list("bulk/")] == names[1::2]
+        store.delete_many(names)
+        store.delete_many([])
+        assert list(store.list("bulk/")) == []
+        assert store.get("bulk-keep") == b"k"
+
     def test_copy(self, store: ObjectStore) -> None:
         store.put("src", b"payload")
         store.copy("src", "dst/copied")
@@ -288,6 +300,10 @@ class StoreTests:
             store.head(bad)
         with pytest.raises(InvalidPathError):
             store.delete(bad)
+        store.put("innocent", b"x")
+        with pytest.raises(InvalidPathError):
+            store.delete_many(["innocent", bad])
+        assert store.get("innocent") == b"x"  # checked before anything was deleted
 
     def test_bad_list_prefix(self, store: ObjectStore) -> None:
         for bad in ("/abs", "../", "a/../", "a\\b/", "%2e%2e/"):

@@ -1,0 +1,82 @@
+"""Many independent store calls at once, with memory held in check.
+
+Copying or checking thousands of objects one request at a time spends nearly
+all its time waiting on round trips (tens of milliseconds each on S3); obstore
+releases the GIL while it waits, so threads overlap them. Each call may hold a
+whole object in memory, so besides the number of threads the bytes of the
+calls in flight are capped: a call starts only when its size fits beside the
+others (one larger than the cap runs alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+from ..errors import InvalidArgument
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+DEFAULT_WORKERS = 8
+DEFAULT_MAX_BYTES_IN_FLIGHT = 256 << 20
+
+Progress = Callable[[int, int], None]
+"""What long work (a backup, a verify) calls as it advances: (units done, units in all)."""
+
+
+def check_workers(workers: int) -> int:
+    """``workers`` if it is a usable count of parallel calls, else InvalidArgument."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InvalidArgument(f"workers must be an integer >= 1, not {workers!r}")
+    return workers
+
+
+def run_bounded(
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    size_of: Callable[[T], int],
+    *,
+    workers: int = DEFAULT_WORKERS,
+    max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
+    name: str = "shaledb-io",
+) -> Iterator[tuple[T, R]]:
+    """``(item, fn(item))`` for every item, in the order they finish.
+
+    The first exception stops new calls, waits for the running ones and is
+    raised; closing the iterator early does the same without raising.
+    ``workers=1`` runs the calls one by one in the caller's thread.
+    """
+    if workers <= 1:
+        for item in items:
+            yield item, fn(item)
+        return
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=name)
+    running: dict[Future[R], tuple[T, int]] = {}
+    in_flight = 0
+    try:
+        for item in items:
+            size = max(0, size_of(item))
+            while running and (len(running) >= workers or in_flight + size > max_bytes_in_flight):
+                for fut in _finished(running):
+                    done, done_size = running.pop(fut)
+                    in_flight -= done_size
+                    yield done, fut.result()
+            running[pool.submit(fn, item)] = (item, size)
+            in_flight += size
+        while running:
+            for fut in _finished(running):
+                done, _ = running.pop(fut)
+                yield done, fut.result()
+    finally:
+        for fut in running:
+            fut.cancel()
+        pool.shutdown(wait=True)
+
+
+def _finished(running: dict[Future[R], tuple[T, int]]) -> set[Future[R]]:
+    return wait(running, return_when=FIRST_COMPLETED).done
+
+
+__all__ = ["DEFAULT_MAX_BYTES_IN_FLIGHT", "DEFAULT_WORKERS", "Progress", "check_workers", "run_bounded"]
