@@ -16,7 +16,7 @@ database must equal the acknowledged state plus a prefix of the pending
 writes. Live reads must equal every accepted write; a snapshot must equal the
 model as it was when the snapshot was taken.
 
-Runs on the memory store and on a local directory with tiny settings (4 KiB
+Runs on the memory store, on a local directory and on the moto S3 server with tiny settings (4 KiB
 memtables, 700-byte WAL objects, 256-byte blocks) so WAL objects, L0 flushes
 and multi-block SSTs happen within a few steps. Hypothesis prints the failing
 steps, including the ``seed`` every RNG (Db, fault injector) is derived from.
@@ -31,6 +31,7 @@ import random
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -90,6 +91,9 @@ class DbMachine(RuleBasedStateMachine):
         assert dump(self.db) == {}
 
     def _new_store(self) -> ObjectStore:
+        if self.store_kind == "s3":
+            assert S3Machine.locations is not None, "runs under the moto fixture (TestStatefulS3)"
+            return S3Machine.locations().open()  # type: ignore[no-any-return]
         if self.store_kind == "memory":
             self.memory_name = f"stateful-{uuid.uuid4().hex}"
             return open_store(f"memory://{self.memory_name}")
@@ -436,6 +440,20 @@ class LocalDirMachine(DbMachine):
     store_kind = "local"
 
 
+class S3Machine(DbMachine):
+    """The same machine on the moto S3 server: S3's conditional puts, listings and errors."""
+
+    store_kind = "s3"
+    locations: Callable[[], Any] | None = None  # s3_url_factory, set by the fixture below
+
+
+@pytest.fixture
+def _moto_for_machine(s3_url_factory: Callable[[], Any]) -> Iterator[None]:
+    S3Machine.locations = s3_url_factory
+    yield
+    S3Machine.locations = None
+
+
 _SETTINGS = settings(
     max_examples=EXAMPLES,
     stateful_step_count=STEPS,
@@ -449,3 +467,7 @@ TestStatefulMemory.settings = _SETTINGS
 
 TestStatefulLocalDir = pytest.mark.slow(LocalDirMachine.TestCase)
 TestStatefulLocalDir.settings = _SETTINGS
+
+# A request to moto costs about a millisecond, so S3 gets a fifth of the budget.
+TestStatefulS3 = pytest.mark.usefixtures("_moto_for_machine")(pytest.mark.slow(S3Machine.TestCase))
+TestStatefulS3.settings = settings(_SETTINGS, max_examples=max(1, EXAMPLES // 5))
