@@ -18,11 +18,11 @@ Every fold reads one snapshot, pinned until the iterator is exhausted or closed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .batch import check_key
+from .batch import MAX_KEY_BYTES, check_key
 from .errors import ClosedError, InvalidArgument
 from .indexes import (
     Head,
@@ -37,8 +37,9 @@ from .indexes import (
 )
 from .keys import scan_bounds
 from .memtable import ENTRY_OVERHEAD, Memtable
-from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
+from .reader import ReadView, Scan, Visibility, check_limit, get_many, lookup, scan_items
 from .sstable import TableCache
+from .store.parallel import check_workers
 
 if TYPE_CHECKING:
     from .batch import WriteBatch
@@ -47,12 +48,28 @@ if TYPE_CHECKING:
     from .journal.compaction import JournalCompactionReport
 
 
+GET_MANY_WORKERS = 8
+"""Default threads of one ``get_many`` call."""
+
+
+def checked_keys(keys: Iterable[bytes], workers: int) -> list[bytes]:
+    """``keys`` as a list of valid keys (InvalidArgument for the first bad one, or bad workers)."""
+    check_workers(workers)
+    return [k if type(k) is bytes and 0 < len(k) <= MAX_KEY_BYTES else check_key(k) for k in keys]
+
+
 class _ViewReads:
     """Heads and index queries on ``(view, seq)``: shared by the writer, its snapshots
     and ``DbReader``, which differ only in where their table cache and clock live."""
 
     def _read_ctx(self) -> tuple[TableCache, Visibility]:
         raise NotImplementedError
+
+    def _get_many_at(
+        self, view: ReadView, seq: int | None, keys: list[bytes], workers: int
+    ) -> list[bytes | None]:
+        tables, vis = self._read_ctx()
+        return get_many(view, tables, vis, keys, seq, workers)
 
     def _head_at(self, view: ReadView, seq: int | None, key: bytes) -> Head | None:
         tables, vis = self._read_ctx()
@@ -119,6 +136,12 @@ class SnapshotExtras(_Reads):
 
     def _db_(self) -> Db:
         return self._db  # type: ignore[attr-defined, no-any-return]
+
+    def get_many(self, keys: Iterable[bytes], *, workers: int = GET_MANY_WORKERS) -> list[bytes | None]:
+        """As :meth:`DbExtras.get_many`, at the snapshot."""
+        ks = checked_keys(keys, workers)
+        self._check()
+        return self._get_many_at(self._view, self.seq, ks, workers)
 
     def head(self, key: bytes) -> Head | None:
         """The key's :class:`~shaledb.indexes.Head` at the snapshot (no journal read)."""
@@ -239,6 +262,20 @@ class DbExtras(_Reads):
         return WriteHandle(db, seq)
 
     # ----------------------------------------------------------------- heads
+
+    def get_many(self, keys: Iterable[bytes], *, workers: int = GET_MANY_WORKERS) -> list[bytes | None]:
+        """The values of ``keys`` (None where absent), in order, from one consistent view.
+
+        Up to ``workers`` threads look up contiguous slices of ``keys`` at once:
+        on an object store, lookups that miss the block cache then wait for
+        their round trips together. Sorted keys share blocks best.
+        """
+        ks = checked_keys(keys, workers)
+        view, seq, release = self._pin_view()
+        try:
+            return self._get_many_at(view, seq, ks, workers)
+        finally:
+            release()
 
     def head(self, key: bytes) -> Head | None:
         """The key's metadata: ``Head(seq, value_size, metadata, expires_at, indexes,
@@ -427,6 +464,15 @@ class ReaderReads(_ViewReads):
         raise NotImplementedError
 
     _view: ReadView
+
+    def get_many(self, keys: Iterable[bytes], *, workers: int = GET_MANY_WORKERS) -> list[bytes | None]:
+        """The values of ``keys``, in order, from one consistent view (as ``Db.get_many``)."""
+        ks = checked_keys(keys, workers)
+        view, seq, cp = self._pin()
+        try:
+            return self._get_many_at(view, seq, ks, workers)
+        finally:
+            self._unpin(view.mem, seq, cp)
 
     def head(self, key: bytes) -> Head | None:
         """The key's :class:`~shaledb.indexes.Head` in the current view (no journal read)."""

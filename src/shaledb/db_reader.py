@@ -59,7 +59,7 @@ import threading
 import uuid
 import weakref
 from bisect import bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -76,7 +76,7 @@ from .checkpoint import (
     read_checkpoint_manifest,
 )
 from .clock import SYSTEM_CLOCK, Clock
-from .db_extras import ReaderReads
+from .db_extras import GET_MANY_WORKERS, ReaderReads, checked_keys
 from .duration import to_seconds
 from .errors import (
     ClosedError,
@@ -157,6 +157,13 @@ class ReaderSnapshot:
         s, e = scan_bounds(start, end, prefix)
         r = self._reader
         return scan_items(self._view, r._tables, r._vis, s, e, self.seq, bool(reverse), limit)
+
+    def get_many(self, keys: Iterable[bytes], *, workers: int = GET_MANY_WORKERS) -> list[bytes | None]:
+        """As ``DbReader.get_many``, at the snapshot."""
+        ks = checked_keys(keys, workers)
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        return self._reader._get_many_at(self._view, self.seq, ks, workers)
 
     def head(self, key: bytes) -> Head | None:
         """The key's :class:`~shaledb.indexes.Head` at the snapshot (no journal read)."""

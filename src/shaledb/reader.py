@@ -17,9 +17,11 @@ probe mask for every SST's bloom filter.
 from __future__ import annotations
 
 import heapq
+import threading
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from itertools import islice
 from operator import itemgetter
 from typing import Any, Generic, TypeVar
@@ -207,6 +209,50 @@ def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> t
         if found is not None:
             return found
     return None
+
+
+GET_MANY_THREADS = 16
+"""Threads of the process-wide pool behind ``get_many`` (shared by every database)."""
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(GET_MANY_THREADS, thread_name_prefix="shaledb-get")
+        return _pool
+
+
+def get_many(
+    view: ReadView, tables: TableCache, vis: Visibility, keys: list[bytes], seq: int | None, workers: int
+) -> list[bytes | None]:
+    """The values of ``keys`` (checked) in ``view`` at ``seq``, in order.
+
+    On an object store a lookup that misses the block cache waits a round trip
+    for each block it reads, so the keys are split into up to ``workers``
+    contiguous slices looked up in parallel (obstore releases the GIL while it
+    waits). Contiguous, so that neighbouring keys of a sorted batch share one
+    thread and its cached blocks. In memory the threads only take turns.
+    """
+
+    def run(chunk: list[bytes]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for k in chunk:
+            e = lookup(view, tables, k, seq)
+            out.append(None if e is None else e[2] if e[1] == 0 else vis.value(k, e[1], e[2]))
+        return out
+
+    n = min(workers, len(keys))
+    if n <= 1:
+        return run(keys)
+    step = -(-len(keys) // n)
+    pool = _get_pool()
+    futures = [pool.submit(run, keys[i : i + step]) for i in range(0, len(keys), step)]
+    wait(futures)  # all of them, even after a failure: none may outlive the caller's pin
+    return [v for f in futures for v in f.result()]
 
 
 def _probe(
