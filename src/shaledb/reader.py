@@ -17,6 +17,7 @@ probe mask for every SST's bloom filter.
 from __future__ import annotations
 
 import heapq
+import os
 import threading
 import weakref
 from bisect import bisect_left
@@ -224,6 +225,16 @@ def _get_pool() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(GET_MANY_THREADS, thread_name_prefix="shaledb-get")
         return _pool
+
+
+def _forget_pool_in_child() -> None:
+    # A forked child (multiprocessing, Spark's Python workers) has the pool object but
+    # none of its threads: work submitted there would wait forever.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def get_many(
