@@ -48,7 +48,7 @@ def command(
 
 
 class ProgressLine:
-    """A progress line for long work (``verify``, ``backup``), redrawn in place on stderr.
+    """A progress line for long work (``verify``, ``backup``, a compaction), redrawn in place on stderr.
 
     Drawn only when that stream is a terminal, at most ten times a second, so
     scripts and logs never see it; called as ``progress(done, total)``.

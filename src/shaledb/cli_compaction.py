@@ -82,7 +82,8 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
         opts = replace(opts, **changes)
     c = Compactor.open(args.path, opts)
     if args.once:
-        r = c.run_once()
+        with out.progress("compaction (bytes merged)") as progress:
+            r = c.run_once(progress=progress)
         _emit_line(out, r.to_dict(), _compaction_line(r))
         return None
     if not out.as_json:

@@ -60,6 +60,31 @@ def test_standalone_compactor_reduces_the_tree_and_keeps_every_value() -> None:
             assert dict(db2.scan()) == model
 
 
+@pytest.mark.parametrize("subcompactions", [1, 3])
+def test_progress_counts_the_bytes_merged_up_to_each_jobs_input(subcompactions: int) -> None:
+    with memory_store() as store:
+        with Db.open(store=store, settings=NO_BG) as db:
+            model = fill(db, 600, flush_every=30)
+        opts = CompactorOptions(min_l0_ssts=2, max_sst_size_bytes=8192, max_subcompactions=subcompactions)
+        seen: list[tuple[int, int]] = []
+        report = Compactor.open(store=store, options=opts, settings=NO_BG).run_once(
+            progress=lambda done, total: seen.append((done, total))
+        )
+        assert report.committed >= 1 and len(seen) >= 2
+        jobs: list[list[tuple[int, int]]] = [[]]
+        for i, (done, total) in enumerate(seen):
+            jobs[-1].append((done, total))
+            if done == total and i + 1 < len(seen) and seen[i + 1] != (done, total):
+                jobs.append([])  # a job ends at (total, total); the next one starts
+        assert len(jobs) == report.committed
+        assert sum(job[-1][1] for job in jobs) == report.input_bytes
+        for job in jobs:
+            dones = [d for d, _ in job]
+            assert len({t for _, t in job}) == 1 and dones == sorted(dones) and job[-1][0] == job[-1][1]
+        with Db.open(store=store, settings=NO_BG) as db:
+            assert dict(db.scan()) == model
+
+
 def test_two_compactors_the_older_is_fenced() -> None:
     with memory_store() as store:
         db = Db.open(store=store, settings=NO_BG)

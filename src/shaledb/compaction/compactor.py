@@ -48,6 +48,7 @@ from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore, Mutator
 from ..settings import CompactorOptions, MiB, Settings
 from ..store.base import ObjectStore
+from ..store.parallel import Progress
 from ..store.stack import open_stack
 from .executor import ExecResult, Executor, KeyRange, RangeResult
 from .scheduler import CompactionSpec, schedule
@@ -422,11 +423,17 @@ class Compactor:
         epoch = self.epoch
         return self._update(lambda m: apply_compaction(m, spec, ssts, epoch))
 
-    def run_job(self, spec: CompactionSpec) -> ExecResult:
-        """Lease, execute and commit one spec; on abort or fencing the outputs are deleted."""
+    def run_job(self, spec: CompactionSpec, progress: Progress | None = None) -> ExecResult:
+        """Lease, execute and commit one spec; on abort or fencing the outputs are deleted.
+
+        ``progress(bytes read, input bytes)`` is called as the merge advances.
+        """
         with self.lease(spec.describe()) as lease:
             res = self.executor.execute(
-                spec, max_subcompactions=self.options.max_subcompactions, heartbeat=lease.beat
+                spec,
+                max_subcompactions=self.options.max_subcompactions,
+                heartbeat=lease.beat,
+                progress=progress,
             )
             try:
                 self.commit(spec, res.ssts)
@@ -435,8 +442,10 @@ class Compactor:
                 raise
         return res
 
-    def run_once(self) -> CompactionReport:
+    def run_once(self, progress: Progress | None = None) -> CompactionReport:
         """Run every job the scheduler proposes now, one after another.
+
+        ``progress`` is passed to each job (:meth:`run_job`).
 
         Raises:
             FencedError: a newer compactor took over (stop using this one).
@@ -449,7 +458,7 @@ class Compactor:
                 break
             report.jobs.append(spec.describe())
             try:
-                res = self.run_job(spec)
+                res = self.run_job(spec, progress)
             except CompactionAborted as exc:
                 report.aborted += 1
                 log.info("compaction aborted: %s", exc)

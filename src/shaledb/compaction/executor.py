@@ -75,6 +75,7 @@ from ..keys import key_after
 from ..manifest.model import SstInfo
 from ..sstable import SstSplitter, put_new_sst, read_sst_meta
 from ..store.base import ObjectStore
+from ..store.parallel import Progress
 from .scheduler import CompactionSpec
 
 log = logging.getLogger("shaledb.compaction")
@@ -487,10 +488,12 @@ class Executor:
         hi: bytes | None,
         *,
         heartbeat: Callable[[], None] | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> RangeResult:
         """Compact the rows of ``spec`` with ``lo <= key < hi`` into new SSTs.
 
-        On failure the SSTs this call wrote are deleted (best effort; a crash
+        ``progress`` gets the input bytes read so far after each chunk. On
+        failure the SSTs this call wrote are deleted (best effort; a crash
         leaves them for the garbage collector) and the error is raised.
         """
         res = RangeResult(lo, hi)
@@ -505,6 +508,8 @@ class Executor:
                 out.add(drop_dead(merged, bottom=spec.bottom, now_ms=now_ms))
                 if heartbeat is not None:
                     heartbeat()
+                if progress is not None:
+                    progress(sum(c.bytes_read for c in cursors))
             out.finish()
         except BaseException:
             self.discard(res.ssts)
@@ -519,18 +524,25 @@ class Executor:
         *,
         max_subcompactions: int = 1,
         heartbeat: Callable[[], None] | None = None,
+        progress: Progress | None = None,
     ) -> ExecResult:
-        """Compact ``spec`` (split into up to ``max_subcompactions`` parallel ranges)."""
+        """Compact ``spec`` (split into up to ``max_subcompactions`` parallel ranges).
+
+        ``progress(bytes read, input bytes)`` is called as the ranges advance.
+        """
         started = self.clock.monotonic()
         try:
             ranges = self.plan_ranges(spec, max_subcompactions)
+            tally = _Tally(len(ranges), spec.input_bytes, progress)
             if len(ranges) == 1:
-                results = [self.execute_range(spec, *ranges[0], heartbeat=heartbeat)]
+                results = [self.execute_range(spec, *ranges[0], heartbeat=heartbeat, progress=tally.sink(0))]
             else:
                 with ThreadPoolExecutor(len(ranges), thread_name_prefix="shaledb-subcompaction") as pool:
                     futures = [
-                        pool.submit(self.execute_range, spec, lo, hi, heartbeat=heartbeat)
-                        for lo, hi in ranges
+                        pool.submit(
+                            self.execute_range, spec, lo, hi, heartbeat=heartbeat, progress=tally.sink(i)
+                        )
+                        for i, (lo, hi) in enumerate(ranges)
                     ]
                     results = []
                     error: BaseException | None = None
@@ -546,6 +558,8 @@ class Executor:
         finally:
             self.forget(spec)
         ssts = tuple(s for r in results for s in r.ssts)
+        if progress is not None:
+            progress(spec.input_bytes, spec.input_bytes)  # what was read may differ from the SST sizes
         return ExecResult(
             spec=spec,
             ssts=ssts,
@@ -563,6 +577,28 @@ class Executor:
             self.store.delete_many([paths.sst_path(s.id) for s in ssts])
         except Exception as exc:  # noqa: BLE001 - GC removes what we could not
             log.warning("could not delete %d unused compaction outputs: %s", len(ssts), exc)
+
+
+class _Tally:
+    """Sums the bytes read by parallel ranges into one ``progress(done, total)``."""
+
+    def __init__(self, ranges: int, total: int, progress: Progress | None) -> None:
+        self._done = [0] * ranges
+        self._total = total
+        self._progress = progress
+        self._lock = threading.Lock()
+
+    def sink(self, i: int) -> Callable[[int], None] | None:
+        if self._progress is None:
+            return None
+        progress = self._progress
+
+        def report(read: int) -> None:
+            with self._lock:  # held while reporting too: one line drawn at a time
+                self._done[i] = read
+                progress(min(sum(self._done), self._total), self._total)
+
+        return report
 
 
 __all__ = [
