@@ -39,17 +39,13 @@ from .keys import scan_bounds
 from .memtable import ENTRY_OVERHEAD, Memtable
 from .reader import ReadView, Scan, Visibility, check_limit, get_many, lookup, scan_items
 from .sstable import TableCache
-from .store.parallel import check_workers
+from .store.parallel import DEFAULT_WORKERS, check_workers
 
 if TYPE_CHECKING:
     from .batch import WriteBatch
     from .db import Db, WriteHandle
     from .journal.backup import BackupReport
     from .journal.compaction import JournalCompactionReport
-
-
-GET_MANY_WORKERS = 8
-"""Default threads of one ``get_many`` call."""
 
 
 def checked_keys(keys: Iterable[bytes], workers: int) -> list[bytes]:
@@ -137,7 +133,7 @@ class SnapshotExtras(_Reads):
     def _db_(self) -> Db:
         return self._db  # type: ignore[attr-defined, no-any-return]
 
-    def get_many(self, keys: Iterable[bytes], *, workers: int = GET_MANY_WORKERS) -> list[bytes | None]:
+    def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
         """As :meth:`DbExtras.get_many`, at the snapshot."""
         ks = checked_keys(keys, workers)
         self._check()
@@ -263,7 +259,7 @@ class DbExtras(_Reads):
 
     # ----------------------------------------------------------------- heads
 
-    def get_many(self, keys: Iterable[bytes], *, workers: int = GET_MANY_WORKERS) -> list[bytes | None]:
+    def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
         """The values of ``keys`` (None where absent), in order, from one consistent view.
 
         Up to ``workers`` threads look up contiguous slices of ``keys`` at once:
@@ -465,7 +461,7 @@ class ReaderReads(_ViewReads):
 
     _view: ReadView
 
-    def get_many(self, keys: Iterable[bytes], *, workers: int = GET_MANY_WORKERS) -> list[bytes | None]:
+    def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
         """The values of ``keys``, in order, from one consistent view (as ``Db.get_many``)."""
         ks = checked_keys(keys, workers)
         view, seq, cp = self._pin()

@@ -76,7 +76,7 @@ from .checkpoint import (
     read_checkpoint_manifest,
 )
 from .clock import SYSTEM_CLOCK, Clock
-from .db_extras import GET_MANY_WORKERS, ReaderReads, checked_keys
+from .db_extras import ReaderReads, checked_keys
 from .duration import to_seconds
 from .errors import (
     ClosedError,
@@ -97,6 +97,7 @@ from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from .settings import DbReaderOptions, Settings
 from .sstable import TableCache
 from .store.base import ObjectStore
+from .store.parallel import DEFAULT_WORKERS
 from .store.stack import open_stack
 from .wal import decode_wal_object
 
@@ -158,7 +159,7 @@ class ReaderSnapshot:
         r = self._reader
         return scan_items(self._view, r._tables, r._vis, s, e, self.seq, bool(reverse), limit)
 
-    def get_many(self, keys: Iterable[bytes], *, workers: int = GET_MANY_WORKERS) -> list[bytes | None]:
+    def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
         """As ``DbReader.get_many``, at the snapshot."""
         ks = checked_keys(keys, workers)
         if not self._finalizer.alive:

@@ -179,10 +179,13 @@ class _Verifier:
     def _check_journal(self, store: ObjectStore, path: str, size: int) -> None:
         data = self.read(store, path, size)
         if data:
-            try:
-                decode_sst(data)
-            except CorruptionError as exc:
-                self.problem(path, f"damaged: {exc}")
+            self._decodes(path, data)
+
+    def _decodes(self, path: str, data: bytes) -> None:
+        try:
+            decode_sst(data)
+        except CorruptionError as exc:
+            self.problem(path, f"damaged: {exc}")
 
     def wal(self, m: Manifest) -> None:
         present: dict[int, int] = {}
@@ -215,10 +218,7 @@ class _Verifier:
         if w is not None and crc32c(data) != w.crc32c:
             self.problem(path, "CRC32C differs from the manifest's record")
         if data:
-            try:
-                decode_sst(data)
-            except CorruptionError as exc:
-                self.problem(path, f"damaged: {exc}")
+            self._decodes(path, data)
 
     def manifest(self, m: Manifest) -> None:
         self.report.manifests.append(m.id)

@@ -198,9 +198,13 @@ def backup_version(
     todo = [(path, db, size) for path, (db, size) in sorted(wanted.items()) if present.get(path) != size]
     rep.already_present = len(wanted) - len(todo)
 
+    def server_side(db: int) -> bool:  # objects of this database, with both ends in one store
+        return db == 0 and server_copy is not None
+
     def copy(item: tuple[str, int, int]) -> bool:
         path, db, _ = item
-        if db == 0 and server_copy is not None:
+        if server_side(db):
+            assert server_copy is not None
             server_copy(path)
             return True
         try:
@@ -213,11 +217,11 @@ def backup_version(
         return True
 
     def held(item: tuple[str, int, int]) -> int:  # bytes a copy holds here (none if server-side)
-        return 0 if item[1] == 0 and server_copy is not None else item[2]
+        return 0 if server_side(item[1]) else item[2]
 
     for n, ((path, db, size), copied) in enumerate(run_bounded(copy, todo, held, workers=workers), 1):
         if copied:
-            rep.server_side = rep.server_side or (db == 0 and server_copy is not None)
+            rep.server_side = rep.server_side or server_side(db)
             rep.copied += 1
             rep.bytes_copied += size
             rep.copied_paths.append(path)

@@ -430,8 +430,9 @@ class LocalObstoreStore(ObstoreStore):
             try:
                 self._resolve(meta.path)
             except InvalidPathError as exc:
-                if len(self._outside) < 64 and meta.path.rpartition("/")[0] not in self._outside:
-                    self._outside.add(meta.path.rpartition("/")[0])
+                where = meta.path.rpartition("/")[0]
+                if len(self._outside) < 64 and where not in self._outside:
+                    self._outside.add(where)
                     log.warning("listing %s leaves out objects beyond a symlink: %s", self._description, exc)
                 continue
             yield meta
@@ -598,8 +599,6 @@ class LocalObstoreStore(ObstoreStore):
         super().delete(path)
 
     def delete_many(self, paths: Sequence[str]) -> None:
-        for path in paths:
-            self._resolve(path)
         with self._files_lock:
             for path in paths:
                 self._evict_locked(path)

@@ -194,9 +194,9 @@ class InstrumentedStore(StoreWrapper):
                 objects_listed=self._listed,
             )
 
-    def _count(self, kind: str) -> None:
+    def _count(self, kind: str, n: int = 1) -> None:
         with self._lock:
-            self._requests[kind] += 1
+            self._requests[kind] += n
 
     def _failed(self, kind: str) -> None:
         with self._lock:
@@ -296,9 +296,7 @@ class InstrumentedStore(StoreWrapper):
             raise
 
     def delete_many(self, paths: Sequence[str]) -> None:
-        n = -(-len(paths) // BULK_DELETE_OBJECTS)
-        with self._lock:
-            self._requests["delete_many"] += n
+        self._count("delete_many", -(-len(paths) // BULK_DELETE_OBJECTS))
         try:
             self.inner.delete_many(paths)
         except BaseException:
