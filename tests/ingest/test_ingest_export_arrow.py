@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 from ingest_kit import QUIET, sorted_kv
 
-from shaledb import Compactor, Db
+from shaledb import Compactor, Db, Settings
 from shaledb.errors import CorruptionError
 from shaledb.export import plan_read, read_part, values_and_metadata
 from shaledb.export_arrow import read_part_arrow
+from shaledb.format.coding import crc32c
 from shaledb.ingest import ingest_columns
 from shaledb.settings import CompactorOptions
+from shaledb.sstable import read_sst_meta
 from shaledb.store import open_store
 from shaledb.testing.seeds import test_seed
 
@@ -99,6 +102,90 @@ def test_a_damaged_block_is_reported(tmp_path):
     path = f"compacted/{plan.parts[0].sources[0][0].id}.sst"
     data = bytearray(st.get(path))
     data[5000] ^= 0x40
+    st.delete(path)
+    st.put(path, bytes(data))
+    with pytest.raises(CorruptionError, match="compacted/"):
+        fast(url, plan)
+
+
+def _reframed(url, edit):
+    """The second block of the first SST, edited by ``edit(block, n)`` and given a valid CRC.
+
+    Sizes stay as they were, so the SST index still finds every block: only the
+    checks of the block's own layout can catch what ``edit`` did.
+    """
+    plan = plan_read(url, partitions=1)
+    info = plan.parts[0].sources[0][0]
+    st = open_store(url)
+    path = f"compacted/{info.id}.sst"
+    offsets = read_sst_meta(st, info).index.offsets
+    s, e = offsets[1], offsets[2]
+    data = bytearray(st.get(path))
+    block = data[s:e]
+    (n,) = struct.unpack_from("<I", block, 0)
+    edit(block, n)
+    block[-4:] = struct.pack("<I", crc32c(bytes(block[:-4])))
+    data[s:e] = block
+    st.delete(path)
+    st.put(path, bytes(data))
+    return plan
+
+
+def _set_u32(block, at, value):
+    block[at : at + 4] = struct.pack("<I", value)
+
+
+LAYOUT_DAMAGE = {
+    "checksum": (lambda b, n: None, "checksum"),  # the CRC is recomputed below, then broken
+    "recorded length": (lambda b, n: _set_u32(b, len(b) - 9, len(b) - 8), "recorded"),
+    "entry count": (lambda b, n: _set_u32(b, 0, 1 << 25), "entries"),
+    "blob size": (lambda b, n: _set_u32(b, 4 + 4 * n, struct.unpack_from("<I", b, 4 + 4 * n)[0] + 1), "blob"),
+    "first offset": (lambda b, n: _set_u32(b, 4, 1), "offsets do not span"),
+    "decreasing offsets": (
+        lambda b, n: _set_u32(b, 8, struct.unpack_from("<I", b, 4 + 4 * n)[0]),
+        "decrease",
+    ),
+    "unknown kind": (lambda b, n: b.__setitem__(12 + 16 * n, 0x7F), "kind"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(LAYOUT_DAMAGE))
+def test_every_layout_check_reports_a_damaged_block(tmp_path, damage):
+    """Blocks are checked for a span at once; each check must still fire, naming the SST."""
+    edit, message = LAYOUT_DAMAGE[damage]
+    url = str(tmp_path / "db")
+    keys, vals = sorted_kv(3000, random.Random(7))
+    ingest_columns(url, keys, vals)
+    plan = _reframed(url, edit)
+    if damage == "checksum":
+        st = open_store(url)
+        path = f"compacted/{plan.parts[0].sources[0][0].id}.sst"
+        data = bytearray(st.get(path))
+        data[read_sst_meta(st, plan.parts[0].sources[0][0]).index.offsets[1] + 20] ^= 1
+        st.delete(path)
+        st.put(path, bytes(data))
+    with pytest.raises(CorruptionError, match="compacted/") as err:
+        fast(url, plan)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_compressed_blocks_read_the_same_through_both_paths(tmp_path, compression):
+    seed = test_seed()
+    rng = random.Random(seed)
+    url = str(tmp_path / "db")
+    keys, vals = sorted_kv(6000, rng, vlen=0)
+    vals = [rng.choice([b"", b"a" * 200, rng.randbytes(40)]) for _ in keys]  # some compress, some not
+    ingest_columns(url, keys, vals, settings=Settings(compression=compression), max_sst_size_bytes=128 * 1024)
+    for start, end, n in [(None, None, 1), (keys[100], keys[5000], 3)]:
+        plan = plan_read(url, start=start, end=end, partitions=n)
+        assert fast(url, plan, chunk_bytes=32 * 1024) == general(url, plan)
+    plan = plan_read(url, partitions=1)
+    st = open_store(url)
+    info = plan.parts[0].sources[0][0]
+    path = f"compacted/{info.id}.sst"
+    data = bytearray(st.get(path))
+    data[read_sst_meta(st, info).index.offsets[1] + 3] ^= 1
     st.delete(path)
     st.put(path, bytes(data))
     with pytest.raises(CorruptionError, match="compacted/"):
