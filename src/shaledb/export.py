@@ -4,10 +4,11 @@ A bulk read has two steps, like a bulk ingest:
 
 1. :func:`plan_read` (driver) pins a version -- an existing checkpoint, or a
    new one with a lifetime -- and cuts ``[start, end)`` into key ranges of
-   similar size from the SST boundaries of that version. Each
+   similar size from the SST boundaries of that version (and block
+   boundaries inside SSTs too big for one range). Each
    :class:`ReadPart` carries everything a task needs: its range, the SSTs of
    each source that overlap it, the WAL ids the version still replays and the
-   clone parents' URLs. Planning reads manifests only.
+   clone parents' URLs. Planning reads manifests, and the indexes of big SSTs.
 2. :func:`read_part` (a task) merges the sources of its range and yields
    :class:`Columns` of live entries in key order: the newest version of each
    key at the checkpoint, tombstones and expired entries dropped.
@@ -62,8 +63,13 @@ from .wal import decode_wal_object
 Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
 """keys, seqs, kinds, payloads of live entries in key order."""
 
-DEFAULT_TARGET_BYTES = 64 * MiB
+DEFAULT_TARGET_BYTES = 128 * MiB
+"""The largest part a read plans by default (Spark's ``maxPartitionBytes``)."""
 DEFAULT_LIFETIME_S = 3600.0
+MIN_PART_BYTES = 4 * MiB
+"""Parts are not made smaller than this to fill task slots (Spark's ``openCostInBytes``)."""
+MAX_INDEXES_READ = 64
+"""Planning reads at most this many SST indexes for cut points inside SSTs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,18 +129,24 @@ def _overlaps(s: SstInfo, lo: bytes | None, hi: bytes | None) -> bool:
 
 
 def split_range(
-    ssts: Sequence[SstInfo], lo: bytes | None, hi: bytes | None, n: int
+    ssts: Sequence[SstInfo],
+    lo: bytes | None,
+    hi: bytes | None,
+    n: int,
+    inner: Sequence[bytes] = (),
 ) -> list[tuple[bytes | None, bytes | None]]:
     """Cut ``[lo, hi)`` into up to ``n`` ranges of similar SST bytes, at SST boundaries.
 
-    Each SST's bytes are assumed spread evenly over the boundaries inside it;
-    fewer ranges come back when there are too few boundaries.
+    ``inner`` adds cut points inside SSTs (:func:`inner_cuts`: block
+    boundaries of the big ones). Each SST's bytes are assumed spread evenly
+    over the boundaries inside it; fewer ranges come back when there are too
+    few boundaries.
     """
     inside = [s for s in ssts if _overlaps(s, lo, hi)]
     if n <= 1 or not inside:
         return [(lo, hi)]
     bounds = sorted(
-        {b for s in inside for b in (s.first_key, key_after(s.last_key))}
+        {b for s in inside for b in (s.first_key, key_after(s.last_key))}.union(inner)
         - {lo}
         - ({hi} if hi is not None else set())
     )
@@ -165,6 +177,51 @@ def split_range(
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
+def part_count(in_range: int, target_bytes: int, parallelism: int) -> int:
+    """How many parts a read of ``in_range`` SST bytes gets by default.
+
+    Spark's rule for files: parts of ``in_range / parallelism`` bytes, but
+    at most ``target_bytes`` and at least :data:`MIN_PART_BYTES`; and then a
+    multiple of ``parallelism`` (the cluster's task slots), since three
+    parts on two slots take as long as four. Measured on two slots, 136 MB:
+    two parts 0.32 s, three 0.39 s, four 0.41 s, eight 0.55 s (a task costs
+    ~40 ms of its own).
+    """
+    slots = max(1, parallelism)
+    part = min(max(1, target_bytes), max(MIN_PART_BYTES, -(-in_range // slots)))
+    n = max(1, -(-in_range // part))
+    return n if n <= slots else -(-n // slots) * slots
+
+
+def inner_cuts(
+    store: ObjectStore, ssts: Sequence[SstInfo], lo: bytes | None, hi: bytes | None, n: int
+) -> list[bytes]:
+    """Cut points inside the SSTs with more of ``[lo, hi)`` than a part of ``n`` holds.
+
+    A version with few, large SSTs (a bulk load, a settled tree) has too few
+    SST boundaries to cut ``n`` even parts. The index of each such SST (one
+    ranged read; at most :data:`MAX_INDEXES_READ` of them, the largest, and
+    only this database's own) gives the ends of its blocks in the range:
+    about eight cut points per part's share of bytes. Parts of less than
+    :data:`MIN_PART_BYTES` are not worth it: then SST boundaries must do.
+    """
+    inside = [s for s in ssts if _overlaps(s, lo, hi)]
+    share = sum(s.size for s in inside) / max(1, n)
+    if share < MIN_PART_BYTES:
+        return []
+    big = sorted((s for s in inside if s.size > share and not s.db), key=lambda s: -s.size)
+    out: list[bytes] = []
+    for s in big[:MAX_INDEXES_READ]:
+        keys = read_sst_meta(store, s).index.keys
+        a = 0 if lo is None else bisect_left(keys, lo)
+        b = len(keys) if hi is None else bisect_left(keys, hi)
+        if s.size * (b - a) <= share * len(keys):  # the range holds no more than a part of it
+            continue
+        step = max(1, int(len(keys) * share / (8 * s.size)))
+        out.extend(key_after(k) for k in keys[a + step - 1 : b : step])
+    return out
+
+
 def _sources(m: Manifest, lo: bytes | None, hi: bytes | None) -> tuple[tuple[SstInfo, ...], ...]:
     out: list[tuple[SstInfo, ...]] = [(s,) for s in m.data.l0 if _overlaps(s, lo, hi)]
     for run in m.data.runs:
@@ -181,6 +238,7 @@ def plan_read(
     start: bytes | None = None,
     end: bytes | None = None,
     partitions: int | None = None,
+    parallelism: int = 1,
     target_bytes: int = DEFAULT_TARGET_BYTES,
     lifetime_s: float | None = DEFAULT_LIFETIME_S,
     name: str = "bulk-read",
@@ -193,7 +251,10 @@ def plan_read(
     Without ``checkpoint`` a new one named ``name`` is created with
     ``lifetime_s`` (covering every write already durable in the WAL).
     ``partitions`` fixes the number of parts (at most; fewer when the version
-    has too few SST boundaries); by default one part per ``target_bytes``.
+    has too few SST and block boundaries); by default one part per
+    ``target_bytes``, at least ``parallelism`` and a multiple of it
+    (:func:`part_count`). Parts are cut at SST boundaries, and inside SSTs
+    too big for one part at their blocks' ends (:func:`inner_cuts`).
     """
     clock = clock or SYSTEM_CLOCK
     st = _stack(url, store, store_options, clock)
@@ -211,9 +272,10 @@ def plan_read(
     ssts = list(m.data.ssts())
     if partitions is None:
         in_range = sum(s.size for s in ssts if _overlaps(s, start, end))
-        partitions = max(1, -(-in_range // max(1, target_bytes)))
+        partitions = part_count(in_range, target_bytes, parallelism)
     if partitions < 1:
         raise InvalidArgument(f"partitions must be positive, got {partitions}")
+    inner = inner_cuts(st, ssts, start, end, partitions) if partitions > 1 else []
     wal_ids = tuple(range(m.replay_after_wal_id + 1, m.next_wal_id))
     external = tuple(e.url for e in m.external_dbs)
     journal = tuple((j.id, j.db) for j in m.journal)
@@ -231,7 +293,7 @@ def plan_read(
             sum(1 for s in m.data.l0 if _overlaps(s, lo, hi)),
             journal,
         )
-        for i, (lo, hi) in enumerate(split_range(ssts, start, end, partitions))
+        for i, (lo, hi) in enumerate(split_range(ssts, start, end, partitions, inner))
     )
     return ReadPlan(str(cp_id), m.id, created, lifetime_s if created else None, parts)
 

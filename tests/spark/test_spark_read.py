@@ -161,3 +161,23 @@ def test_a_plain_load_pins_an_expiring_checkpoint(spark, loaded):
     admin.delete_checkpoint(url, new[0].id)
     with pytest.raises(Exception, match="checkpoint"):
         df.collect()  # the DataFrame's version is gone: a clear error, not other data
+
+
+def test_a_default_read_plans_one_part_per_task_slot(spark, tmp_path):
+    """register() hands the session's parallelism to the planner processes: two slots, two parts.
+
+    One SST of ~10 MB (one ingest part): without the slots the read would be one part
+    of at most 128 MiB; with them it is cut in two at the SST's block ends.
+    """
+    from shaledb.ingest import ingest_columns
+
+    assert spark.sparkContext.defaultParallelism == 2
+    url = str(tmp_path / "db")
+    rng = random.Random(test_seed())
+    keys = [b"k%07d" % i for i in range(90_000)]
+    ingest_columns(url, keys, [rng.randbytes(100) for _ in keys])
+    df = spark.read.format("shaledb").load(url)
+    assert df.rdd.getNumPartitions() == 2
+    assert df.count() == len(keys)
+    sizes = df.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()
+    assert sum(sizes) == len(keys) and min(sizes) > len(keys) // 3  # even halves, to a few blocks

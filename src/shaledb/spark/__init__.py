@@ -39,12 +39,18 @@ def register(spark: Any) -> None:
 
     Also turns on ``spark.sql.python.filterPushdown.enabled``: PySpark
     refuses to plan a Python source that implements ``pushFilters`` without
-    it.
+    it. The source carries the session's ``defaultParallelism``, so a read
+    plans at least that many parts (a multiple of it), as Spark's file
+    sources do.
     """
     from .source import ShaleDataSource
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    spark.dataSource.register(ShaleDataSource)
+    try:
+        slots = int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect has no SparkContext; plan by size alone  # noqa: BLE001
+        slots = 1
+    spark.dataSource.register(ShaleDataSource.for_session(slots))
 
 
 def local_session(

@@ -92,6 +92,23 @@ def _simple_type(dt: Any) -> str:
 class ShaleDataSource(DataSource):
     """``spark.read/write.format("shaledb")`` (see module docstring and docs/spark.md)."""
 
+    parallelism = 1
+    """The session's task slots: a read plans at least this many parts, and a multiple of it."""
+
+    @classmethod
+    def for_session(cls, parallelism: int) -> type[ShaleDataSource]:
+        """This source with a session's ``defaultParallelism`` (what ``register`` registers).
+
+        The planner processes know nothing of the session; a class defined
+        here is pickled by value, so the number travels with it.
+        """
+
+        class SessionShaleDataSource(cls):  # type: ignore[valid-type,misc]
+            pass
+
+        SessionShaleDataSource.parallelism = max(1, int(parallelism))
+        return SessionShaleDataSource
+
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self._pinned: tuple[str, bool] | None = None
@@ -124,7 +141,7 @@ class ShaleDataSource(DataSource):
         opts = ReadOptions.parse(self.options)
         if self._pinned is None:  # a user-given schema skips schema(): pin per query
             self._pinned = self._pin(opts)
-        return ShaleReader(opts, *self._pinned)
+        return ShaleReader(opts, *self._pinned, parallelism=self.parallelism)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
@@ -320,10 +337,11 @@ Bound = tuple[bytes | None, bytes | None]
 class ShaleReader(DataSourceReader):
     """Key-range partitions of one checkpoint, with key-range and prefix filters pushed down."""
 
-    def __init__(self, opts: ReadOptions, checkpoint_id: str, created: bool) -> None:
+    def __init__(self, opts: ReadOptions, checkpoint_id: str, created: bool, *, parallelism: int = 1) -> None:
         self.opts = opts
         self.checkpoint_id = checkpoint_id
         self.created = created
+        self.parallelism = parallelism
         # Key-range options are part of the DataFrame's definition, so they are always safe.
         self.range: Bound = (opts.start, opts.end)
         if opts.prefix:
@@ -391,6 +409,7 @@ class ShaleReader(DataSourceReader):
             start=lo,
             end=hi,
             partitions=self.opts.partitions,
+            parallelism=self.parallelism,
             store_options=self.opts.store,
         )
         log.info(
