@@ -33,6 +33,7 @@ import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from . import paths
@@ -163,16 +164,20 @@ def split_range(
         span = b - a + 1
         for i in range(a, b + 1):
             weight[i] += s.size / span
-    total = sum(weight)
+    below = list(accumulate(weight[:-1]))  # below[i]: bytes before bounds[i]
+    total = below[-1] + weight[-1]
     cuts: list[bytes] = []
-    acc = 0.0
-    target = 1
-    for i, bound in enumerate(bounds):
-        acc += weight[i]
-        while target < n and acc >= total * target / n:
-            if not cuts or bound > cuts[-1]:
-                cuts.append(bound)
-            target += 1
+    done = 0.0  # bytes before the last cut: a cut must add some
+    for k in range(1, n):
+        # The bound nearest k/n of the bytes, either side: the first one past it could
+        # leave 128 of 135 MB in the first half of two (SSTs of 64, 64 and 7 MB).
+        t = total * k / n
+        i = bisect_left(below, t)
+        if i > 0 and below[i - 1] > done and (i == len(below) or t - below[i - 1] <= below[i] - t):
+            i -= 1
+        if i < len(below) and below[i] > done:
+            cuts.append(bounds[i])
+            done = below[i]
     edges: list[bytes | None] = [lo, *cuts, hi]
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 

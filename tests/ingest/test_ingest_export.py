@@ -109,6 +109,18 @@ def test_split_range_covers_the_range_in_order():
             assert all(r[0] is None or r[1] is None or r[0] < r[1] for r in ranges)
 
 
+def test_split_range_cuts_at_the_bound_nearest_an_even_share():
+    """A bulk load of two parts leaves SSTs of 64, 64 and 7 MB: halves are 64 | 71, not 128 | 7."""
+    sizes = {b"a": 64, b"b": 64, b"c": 7}
+    ssts = [
+        SstInfo(f"0{i:025d}", mb * MB, k + b"0", k + b"9", 1, 1, 1) for i, (k, mb) in enumerate(sizes.items())
+    ]
+    halves = split_range(ssts, None, None, 2)
+    assert len(halves) == 2 and b"a9" < halves[0][1] <= b"b0"  # between the first two SSTs
+    thirds = split_range(ssts, None, None, 3)
+    assert len(thirds) == 3 and b"a9" < thirds[0][1] <= b"b0" and b"b9" < thirds[1][1] <= b"c0"
+
+
 def test_a_checkpoint_created_for_a_read_is_refreshed_and_then_lapses(tmp_path):
     url = str(tmp_path / "db")
     ingest_columns(url, [b"a"], [b"1"])
