@@ -134,7 +134,7 @@ def _u32_at(buf: Any, at: Any) -> Any:
     """The little-endian u32 at each of the byte positions ``at`` of ``buf`` (uint8)."""
     import numpy as np
 
-    return buf[at[:, None] + np.arange(4)].copy().view("<u4").ravel().astype(np.int64)
+    return buf[at[:, None] + np.arange(4)].view("<u4").ravel().astype(np.int64)
 
 
 def _cut(data: bytes, starts: Any, ends: Any) -> bytes:
@@ -196,10 +196,8 @@ def _chunk(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk | None
     except CorruptionError as exc:
         raise exc.with_path(path) from exc
     kind = _cut(data, seq_end, kind_end)
-    if 1 in kind.translate(_BAD_KIND):
-        raise CorruptionError("block has an unknown entry kind", path)
-    if kind.count(0) + kind.count(KIND_TOMBSTONE) != len(kind):
-        return None  # metadata, expiry or pointers: the general path decodes those
+    if not _plain_kinds(kind, path):
+        return None
     ranges = np.cumsum(n + 1)
     klens = _lengths(_cut(data, starts + 4, ko_end), ranges - n - 1, ranges, klen, path)
     vlens = _lengths(_cut(data, ko_end, vo_end), ranges - n - 1, ranges, vlen, path)
@@ -252,9 +250,7 @@ def _chunk_blocks(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk
         vbl.append(mv[kind_end + klen : size])
         ns.append(n)
     kind = b"".join(kinds)
-    if 1 in kind.translate(_BAD_KIND):
-        raise CorruptionError("block has an unknown entry kind", path)
-    if kind.count(0) + kind.count(KIND_TOMBSTONE) != len(kind):
+    if not _plain_kinds(kind, path):
         return None
     counts = np.array(ns, dtype=np.int64)
     ends = np.cumsum(counts + 1)
@@ -264,6 +260,14 @@ def _chunk_blocks(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk
     keys = _from_lengths(klens, b"".join(kbl), "binary")
     values = _from_lengths(vlens, b"".join(vbl), "binary")
     return _arrow_chunk(keys, values, b"".join(seqs), kind, front, back)
+
+
+def _plain_kinds(kind: bytes, path: str) -> bool:
+    """True if every entry is a plain put or a tombstone; False if one needs the general
+    path (metadata, expiry, pointers). Raises on a byte that is no entry kind at all."""
+    if 1 in kind.translate(_BAD_KIND):
+        raise CorruptionError("block has an unknown entry kind", path)
+    return kind.count(0) + kind.count(KIND_TOMBSTONE) == len(kind)
 
 
 def _arrow_chunk(keys: Any, values: Any, seqs: bytes, kind: bytes, front: int, back: int) -> ArrowChunk:

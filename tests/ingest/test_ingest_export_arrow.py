@@ -8,7 +8,7 @@ import struct
 import pytest
 from ingest_kit import QUIET, sorted_kv
 
-from shaledb import Compactor, Db, Settings
+from shaledb import Compactor, Db, Settings, paths
 from shaledb.errors import CorruptionError
 from shaledb.export import plan_read, read_part, values_and_metadata
 from shaledb.export_arrow import read_part_arrow
@@ -98,12 +98,9 @@ def test_a_damaged_block_is_reported(tmp_path):
     keys, vals = sorted_kv(3000, random.Random(5))
     ingest_columns(url, keys, vals)
     plan = plan_read(url, partitions=1)
-    st = open_store(url)
-    path = f"compacted/{plan.parts[0].sources[0][0].id}.sst"
-    data = bytearray(st.get(path))
-    data[5000] ^= 0x40
-    st.delete(path)
-    st.put(path, bytes(data))
+    _rewrite_sst(
+        url, plan.parts[0].sources[0][0], lambda data, offsets: data.__setitem__(5000, data[5000] ^ 0x40)
+    )
     with pytest.raises(CorruptionError, match="compacted/"):
         fast(url, plan)
 
@@ -115,20 +112,36 @@ def _reframed(url, edit):
     checks of the block's own layout can catch what ``edit`` did.
     """
     plan = plan_read(url, partitions=1)
-    info = plan.parts[0].sources[0][0]
+
+    def reframe(data, offsets):
+        s, e = offsets[1], offsets[2]
+        block = data[s:e]
+        (n,) = struct.unpack_from("<I", block, 0)
+        edit(block, n)
+        block[-4:] = struct.pack("<I", crc32c(bytes(block[:-4])))
+        data[s:e] = block
+
+    _rewrite_sst(url, plan.parts[0].sources[0][0], reframe)
+    return plan
+
+
+def _rewrite_sst(url, info, change):
+    """Replace an SST with its bytes as ``change(data, block offsets)`` leaves them."""
     st = open_store(url)
-    path = f"compacted/{info.id}.sst"
-    offsets = read_sst_meta(st, info).index.offsets
-    s, e = offsets[1], offsets[2]
+    path = paths.sst_path(info.id)
     data = bytearray(st.get(path))
-    block = data[s:e]
-    (n,) = struct.unpack_from("<I", block, 0)
-    edit(block, n)
-    block[-4:] = struct.pack("<I", crc32c(bytes(block[:-4])))
-    data[s:e] = block
+    change(data, read_sst_meta(st, info).index.offsets)
     st.delete(path)
     st.put(path, bytes(data))
-    return plan
+
+
+def _flip(at):
+    """A ``_rewrite_sst`` change: flip the lowest bit ``at`` bytes into the second block."""
+
+    def change(data, offsets):
+        data[offsets[1] + at] ^= 1
+
+    return change
 
 
 def _set_u32(block, at, value):
@@ -158,12 +171,7 @@ def test_every_layout_check_reports_a_damaged_block(tmp_path, damage):
     ingest_columns(url, keys, vals)
     plan = _reframed(url, edit)
     if damage == "checksum":
-        st = open_store(url)
-        path = f"compacted/{plan.parts[0].sources[0][0].id}.sst"
-        data = bytearray(st.get(path))
-        data[read_sst_meta(st, plan.parts[0].sources[0][0]).index.offsets[1] + 20] ^= 1
-        st.delete(path)
-        st.put(path, bytes(data))
+        _rewrite_sst(url, plan.parts[0].sources[0][0], _flip(20))
     with pytest.raises(CorruptionError, match="compacted/") as err:
         fast(url, plan)
     assert message in str(err.value)
@@ -181,12 +189,6 @@ def test_compressed_blocks_read_the_same_through_both_paths(tmp_path, compressio
         plan = plan_read(url, start=start, end=end, partitions=n)
         assert fast(url, plan, chunk_bytes=32 * 1024) == general(url, plan)
     plan = plan_read(url, partitions=1)
-    st = open_store(url)
-    info = plan.parts[0].sources[0][0]
-    path = f"compacted/{info.id}.sst"
-    data = bytearray(st.get(path))
-    data[read_sst_meta(st, info).index.offsets[1] + 3] ^= 1
-    st.delete(path)
-    st.put(path, bytes(data))
+    _rewrite_sst(url, plan.parts[0].sources[0][0], _flip(3))
     with pytest.raises(CorruptionError, match="compacted/"):
         fast(url, plan)
