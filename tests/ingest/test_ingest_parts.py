@@ -194,3 +194,24 @@ def test_abort_deletes_uploaded_ssts(store):
     assert list(store.list("compacted/"))
     w.abort()
     assert list(store.list("compacted/")) == []
+
+
+@pytest.mark.skipif(
+    not hasattr(__import__("os"), "posix_fadvise"), reason="no posix_fadvise: writes stay cached"
+)
+@pytest.mark.parametrize("keep", [False, True])
+def test_ingest_store_drops_its_ssts_from_the_page_cache_unless_kept(tmp_path, monkeypatch, keep):
+    from shaledb.ingest import open_ingest_store
+    from shaledb.store import obstore_store
+
+    calls = []
+    real = obstore_store._fadvise
+    monkeypatch.setattr(obstore_store, "_fadvise", lambda *a: (calls.append(a[1:3]), real(*a)))
+    rng = random.Random(test_seed())
+    keys, vals = sorted_kv(30_000, rng, vlen=100)  # one SST of about 3.5 MB
+    store = open_ingest_store(str(tmp_path / "db"), keep_page_cache=keep)
+    part = write_part(store, plan(), 0, keys, vals)
+    assert [s.size > 3 << 20 for s in part.ssts] == [True]
+    assert len(calls) == (0 if keep else -(-part.ssts[0].size // (1 << 20)))
+    rows = list(sst_rows(store, list(part.ssts)))
+    assert [r[0] for r in rows] == keys and [r[3] for r in rows] == vals

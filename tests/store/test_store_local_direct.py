@@ -122,3 +122,74 @@ def test_sixteen_threads_creating_one_object_have_one_winner(local: LocalObstore
             list(pool.map(racer, range(16)))  # any error but AlreadyExists is raised here
         assert len(wins) == 1
         assert local.get(path) == wins[0].to_bytes(2, "big") * 1000
+
+
+class _Advice:
+    """Records ``posix_fadvise`` calls and passes them on (the real call still runs)."""
+
+    def __init__(self, real: object) -> None:
+        self.real = real
+        self.calls: list[tuple[int, int, int]] = []
+
+    def __call__(self, fd: int, offset: int, length: int, advice: int) -> None:
+        self.calls.append((os.fstat(fd).st_size, offset, length))
+        self.real(fd, offset, length, advice)  # type: ignore[operator]
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise here: writes stay cached")
+def test_large_creates_leave_the_page_cache_a_mib_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shaledb.store import obstore_store
+
+    advice = _Advice(os.posix_fadvise)
+    monkeypatch.setattr(obstore_store, "_fadvise", advice)
+    mib = LocalObstoreStore.DROP_CACHE_PIECE_BYTES
+    st = LocalObstoreStore(str(tmp_path), description="test", drop_cache_min_bytes=2 * mib)
+    rng = random.Random(test_seed())
+    big = rng.randbytes(3 * mib + 12345)
+    small = rng.randbytes(2 * mib - 1)
+    st.put("compacted/big.sst", big, create=True)
+    # After each MiB is written the whole file is advised: the file has grown a MiB each time.
+    assert advice.calls == [(mib, 0, 0), (2 * mib, 0, 0), (3 * mib, 0, 0), (len(big), 0, 0)]
+    del advice.calls[:]
+    st.put("compacted/small.sst", small, create=True)
+    st.put("manifest/big", big)  # overwrites go through obstore, cached
+    assert advice.calls == []
+    assert st.get("compacted/big.sst") == big and st.get("compacted/small.sst") == small
+    assert st.get_range("compacted/big.sst", mib - 3, mib + 3) == big[mib - 3 : mib + 3]
+    assert sorted(os.listdir(tmp_path / "compacted")) == ["big.sst", "small.sst"]  # no stage left
+    with pytest.raises(AlreadyExists):
+        st.put("compacted/big.sst", small, create=True)
+    assert st.get("compacted/big.sst") == big
+    # The default store keeps what it writes in the cache.
+    plain = LocalObstoreStore(str(tmp_path / "plain"), description="test")
+    plain.put("compacted/big.sst", big, create=True)
+    assert advice.calls == [] and plain.get("compacted/big.sst") == big
+
+
+def test_drop_cache_threshold_must_not_be_negative(tmp_path: Path) -> None:
+    from shaledb.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="drop_cache_min_bytes must be >= 0"):
+        LocalObstoreStore(str(tmp_path), description="test", drop_cache_min_bytes=-1)
+
+
+def test_a_file_system_refusing_the_advice_still_gets_every_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shaledb.store import obstore_store
+
+    calls: list[int] = []
+
+    def refuse(fd: int, offset: int, length: int, advice: int) -> None:
+        calls.append(os.fstat(fd).st_size)
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(obstore_store, "_fadvise", refuse)
+    mib = LocalObstoreStore.DROP_CACHE_PIECE_BYTES
+    st = LocalObstoreStore(str(tmp_path), description="test", drop_cache_min_bytes=mib)
+    big = random.Random(test_seed()).randbytes(3 * mib + 7)
+    st.put("compacted/a.sst", big, create=True)
+    assert calls == [mib]  # asked once, then the rest is written without advice
+    assert st.get("compacted/a.sst") == big

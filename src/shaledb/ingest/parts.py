@@ -34,7 +34,9 @@ from ..manifest.model import JournalFile, SstInfo
 from ..settings import Settings
 from ..sstable import put_new_sst
 from ..store.base import ObjectStore
+from ..store.obstore_store import LocalObstoreStore
 from ..store.stack import open_stack
+from ..store.url import open_store
 from .model import STREAMS, IngestPart, IngestPlan, log, write_lease
 from .outputs import JournalCutter, SstCutter, TermColumn, TermsPlanner
 
@@ -432,11 +434,28 @@ def _pylist(arr: Any) -> list[bytes]:
     return list(arr.to_pylist())
 
 
+INGEST_DROP_CACHE_MIN_BYTES = 1 << 20
+
+
 def open_ingest_store(
-    url: str, *, store_options: Mapping[str, Any] | None = None, settings: Settings | None = None
+    url: str,
+    *,
+    store_options: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
+    keep_page_cache: bool = False,
 ) -> ObjectStore:
-    """The store stack a task writes through (retries and accounting included)."""
-    return open_stack(url, None, store_options, settings or Settings(), SYSTEM_CLOCK, random.Random())
+    """The store stack a task writes through (retries and accounting included).
+
+    In a local directory, objects of a MiB or more leave the OS page cache as
+    they are written unless ``keep_page_cache`` is set: a bulk load is seldom
+    read back at once and should not push the working set out of the cache,
+    and filling fresh cache pages cost an ingest task about as much CPU as
+    building its SSTs (docs/store.md, ``LocalObstoreStore._write_uncached``).
+    """
+    store = open_store(url, **dict(store_options or {}))
+    if not keep_page_cache and isinstance(store, LocalObstoreStore):
+        store.drop_cache_min_bytes = INGEST_DROP_CACHE_MIN_BYTES
+    return open_stack(None, store, None, settings or Settings(), SYSTEM_CLOCK, random.Random())
 
 
 __all__ = [

@@ -162,6 +162,9 @@ class WriteOptions:
     bloom_bits_per_key: int | None = None
     max_sst_size_bytes: int | None = None
     lease_s: float = 3600.0
+    keep_page_cache: bool = False
+    """Leave the SSTs a task writes to a local directory in the OS page cache
+    (``shaledb.ingest.open_ingest_store``); by default they are dropped as written."""
     store: dict[str, str] = field(default_factory=dict)
     fail_partition: int | None = None
     """Testing hook ``testing.fail_partition``: that partition's first attempt fails after writing."""
@@ -219,6 +222,7 @@ class WriteOptions:
             bloom_bits_per_key=_int(options, "bloom_bits_per_key", None, minimum=0),
             max_sst_size_bytes=_int(options, "max_sst_size_bytes", None, minimum=4096),
             lease_s=_float(options, "lease_s", 3600.0) or 3600.0,
+            keep_page_cache=_bool(options, "keep_page_cache"),
             store=store_options(options),
             fail_partition=None if fail is None else int(fail),
             duplicate_attempt=_bool(options, "testing.duplicate_attempt"),

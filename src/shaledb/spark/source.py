@@ -254,7 +254,9 @@ class ShaleWriter(DataSourceArrowWriter):
         pid = tc.partitionId() if tc is not None else 0
         attempt = tc.attemptNumber() if tc is not None else 0
         label = f"stage {tc.stageId()} attempt {attempt} task {tc.taskAttemptId()}" if tc else "local"
-        store = open_ingest_store(self.opts.url, store_options=self.opts.store)
+        store = open_ingest_store(
+            self.opts.url, store_options=self.opts.store, keep_page_cache=self.opts.keep_page_cache
+        )
         batches = list(iterator)
         if not batches:  # an empty partition (e.g. fewer keys than range partitions)
             return ShaleCommitMessage(PartWriter(store, self.plan, pid, attempt=label).finish())

@@ -371,6 +371,15 @@ class ObstoreStore:
         return None
 
 
+_fadvise = getattr(os, "posix_fadvise", None)  # not on macOS or Windows: writes stay cached there
+_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 class _OpenFile:
     __slots__ = ("evicted", "fd", "users")
 
@@ -400,8 +409,14 @@ class LocalObstoreStore(ObstoreStore):
 
     IMMUTABLE_PREFIXES = ("compacted/", "wal/", "journal/")
     MAX_OPEN_FILES = 256
+    DROP_CACHE_PIECE_BYTES = 1 << 20
 
-    def __init__(self, directory: str, *, description: str) -> None:
+    def __init__(self, directory: str, *, description: str, drop_cache_min_bytes: int = 0) -> None:
+        """``drop_cache_min_bytes``: objects of at least this size (0: none) are
+        created without staying in the OS page cache (:meth:`_write_uncached`)."""
+        if drop_cache_min_bytes < 0:
+            raise InvalidArgument(f"drop_cache_min_bytes must be >= 0, got {drop_cache_min_bytes}")
+        self.drop_cache_min_bytes = drop_cache_min_bytes
         real = os.path.realpath(directory)
         os.makedirs(real, exist_ok=True)
         self._real_root = real
@@ -532,14 +547,41 @@ class LocalObstoreStore(ObstoreStore):
                 os.makedirs(os.path.dirname(full), exist_ok=True)
         try:
             view = memoryview(data).cast("B")
-            while view:
-                view = view[os.write(fd, view) :]
+            if self.drop_cache_min_bytes and len(view) >= self.drop_cache_min_bytes:
+                self._write_uncached(fd, view)
+            else:
+                _write_all(fd, view)
         except BaseException:
             os.close(fd)
             os.unlink(stage)
             raise
         os.close(fd)
         return stage
+
+    def _write_uncached(self, fd: int, view: memoryview) -> None:
+        """Write ``view`` a MiB at a time, asking the kernel after each MiB to
+        write back and drop the file's pages (``POSIX_FADV_DONTNEED``; pages
+        still being written back stay until a later call).
+
+        For bulk loads (the ingest's SSTs): each new page-cache page is memory
+        the kernel must find and zero, and on a virtual machine whose host has
+        reclaimed free memory that costs about 2.5 ms per MB (docs/benchmarks.md,
+        "page cost"). Dropped pages are reused by the next MiB, so the write
+        costs a copy and not a fresh page per 4 KiB; and a load larger than
+        memory does not push the working set out of the cache. RocksDB's
+        ``SstFileWriter`` does the same (``invalidate_page_cache``). The price:
+        the first read of the object goes to disk.
+        """
+        advise, step = _fadvise, self.DROP_CACHE_PIECE_BYTES
+        at = 0
+        while advise is not None and at < len(view):
+            _write_all(fd, view[at : at + step])
+            at += step
+            try:
+                advise(fd, 0, 0, _DONTNEED)
+            except OSError:  # advice only: a file system that refuses it keeps the pages
+                advise = None
+        _write_all(fd, view[at:])
 
     def _acquire(self, path: str) -> _OpenFile:
         with self._files_lock:
