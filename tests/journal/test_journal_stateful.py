@@ -30,8 +30,8 @@ exactly the model -- plus, when the crash hit a write before it was
 acknowledged, possibly that write (checked on values, heads and index terms).
 Budget: ``SHALEDB_JOURNAL_EXAMPLES`` (default 150) examples of
 ``SHALEDB_JOURNAL_STEPS`` (default 60) steps on the memory store, a tenth of
-that on a local directory; Hypothesis prints the failing steps and the seed
-everything is derived from.
+that on a local directory and a fifteenth on the moto S3 server; Hypothesis
+prints the failing steps and the seed everything is derived from.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import random
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -127,6 +127,9 @@ class JournalMachine(RuleBasedStateMachine):
         self.tmpdir: str | None = None
         if self.store_kind == "memory":
             self.inner = open_store(f"memory://{self.name}")
+        elif self.store_kind == "s3":
+            assert S3Machine.locations is not None, "runs under the moto fixture (TestJournalStatefulS3)"
+            self.inner = S3Machine.locations().open()
         else:
             self.tmpdir = tempfile.mkdtemp(prefix="shaledb-journal-")
             self.inner = open_store(os.path.join(self.tmpdir, "db"))
@@ -510,6 +513,20 @@ class LocalDirMachine(JournalMachine):
     store_kind = "local"
 
 
+class S3Machine(JournalMachine):
+    """The same machine on the moto S3 server: S3's conditional puts, listings and errors."""
+
+    store_kind = "s3"
+    locations: Callable[[], Any] | None = None  # s3_url_factory, set by the fixture below
+
+
+@pytest.fixture
+def _moto_for_machine(s3_url_factory: Callable[[], Any]) -> Iterator[None]:
+    S3Machine.locations = s3_url_factory
+    yield
+    S3Machine.locations = None
+
+
 def _settings(examples: int) -> settings:
     return settings(
         max_examples=examples,
@@ -524,3 +541,6 @@ TestJournalStateful = JournalMachine.TestCase
 TestJournalStateful.settings = _settings(EXAMPLES)
 TestJournalStatefulLocalDir = pytest.mark.slow(LocalDirMachine.TestCase)
 TestJournalStatefulLocalDir.settings = _settings(max(1, EXAMPLES // 10))
+# A request to moto costs about a millisecond: S3 gets a fifteenth of the budget.
+TestJournalStatefulS3 = pytest.mark.usefixtures("_moto_for_machine")(pytest.mark.slow(S3Machine.TestCase))
+TestJournalStatefulS3.settings = _settings(max(1, EXAMPLES // 15))
