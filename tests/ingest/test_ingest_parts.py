@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import uuid
 
@@ -196,9 +197,7 @@ def test_abort_deletes_uploaded_ssts(store):
     assert list(store.list("compacted/")) == []
 
 
-@pytest.mark.skipif(
-    not hasattr(__import__("os"), "posix_fadvise"), reason="no posix_fadvise: writes stay cached"
-)
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise: writes stay cached")
 @pytest.mark.parametrize("keep", [False, True])
 def test_ingest_store_drops_its_ssts_from_the_page_cache_unless_kept(tmp_path, monkeypatch, keep):
     from shaledb.ingest import open_ingest_store
