@@ -192,3 +192,113 @@ def test_compressed_blocks_read_the_same_through_both_paths(tmp_path, compressio
     _rewrite_sst(url, plan.parts[0].sources[0][0], _flip(3))
     with pytest.raises(CorruptionError, match="compacted/"):
         fast(url, plan)
+
+
+def _extras_db(url, rng, compression="none"):
+    """A loaded run whose rows carry metadata (some empty), index terms, both or neither,
+    with values of 0 to 300 bytes (the Arrow views inline those of 12 bytes or less)."""
+    keys, _ = sorted_kv(4000, rng)
+    vals = [rng.randbytes(rng.choice([0, 1, 4, 12, 13, 40, 300])) for _ in keys]
+    metas = [rng.choice([None, None, b"", b"m", rng.randbytes(30)]) for _ in keys]
+    dest = [rng.choice([None, b"LAX", [b"SFO", b"JFK"]]) for _ in keys]
+    settings = Settings(compression=compression)
+    ingest_columns(
+        url, keys, vals, metas, indexes={"dest": dest}, settings=settings, max_sst_size_bytes=64 << 10
+    )
+    return keys, vals, metas
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_metadata_and_index_terms_take_the_fast_path(tmp_path, monkeypatch, compression):
+    """Extras precede a value in its payload; the fast path cuts them off as decode_extras does."""
+    import shaledb.export_arrow as ea
+
+    def no_general(*a, **k):
+        raise AssertionError("metadata and index terms must not need the general path")
+
+    seed = test_seed()
+    rng = random.Random(seed)
+    url = str(tmp_path / "db")
+    keys, vals, metas = _extras_db(url, rng, compression)
+    for start, end, n in [(None, None, 1), (keys[123], keys[3210], 3)]:
+        plan = plan_read(url, start=start, end=end, partitions=n)
+        want = general(url, plan)
+        inside = [i for i, k in enumerate(keys) if (start is None or k >= start) and (end is None or k < end)]
+        assert [(r[0], r[1], r[3]) for r in want] == [(keys[i], vals[i], metas[i]) for i in inside]
+        with monkeypatch.context() as mp:
+            mp.setattr(ea, "_general", no_general)
+            assert fast(url, plan, chunk_bytes=16 << 10) == want
+    # Deletes (tombstones of indexed keys) and expiring entries, compacted into the one run:
+    # an expiry needs the clock, so its spans go the general way; the rows still agree.
+    with Db.open(url, settings=QUIET) as db:
+        for k in rng.sample(keys, 300):
+            db.delete(k, durable=False)
+        for k in rng.sample(keys, 20):
+            db.put(k, b"soon gone", ttl=3600, metadata=b"t", durable=False)
+        db.flush(memtable=True)
+    Compactor.open(url, CompactorOptions(min_l0_ssts=1, max_space_amplification=0.01)).run_once()
+    plan = plan_read(url, partitions=2)
+    assert all(len(p.sources) == 1 for p in plan.parts)
+    got = fast(url, plan, chunk_bytes=16 << 10)
+    assert got == general(url, plan) and any(r[1] == b"soon gone" for r in got)
+
+
+def _payload_at(block, n, i):
+    """Where entry ``i``'s payload starts in a block of ``n`` entries."""
+    key_blob = struct.unpack_from("<I", block, 4 + 4 * n)[0]
+    return 12 + 17 * n + key_blob + struct.unpack_from("<I", block, 8 + 4 * n + 4 * i)[0]
+
+
+# name: (rows' metadata, rows' index terms, edit of entry 0 of a block of n entries, message)
+EXTRAS_DAMAGE = {
+    "metadata past the entry": (
+        b"m",
+        None,
+        lambda b, n: _set_u32(b, _payload_at(b, n, 0), 1 << 20),
+        "metadata runs",
+    ),
+    "terms past the entry": (
+        None,
+        b"LAX",
+        lambda b, n: _set_u32(b, _payload_at(b, n, 0), 1 << 20),
+        "terms run",
+    ),
+    "metadata length truncated": (
+        None,
+        None,
+        lambda b, n: b.__setitem__(12 + 16 * n, 0x04),
+        "metadata length",
+    ),
+    "terms length truncated": (None, None, lambda b, n: b.__setitem__(12 + 16 * n, 0x30), "terms length"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(EXTRAS_DAMAGE))
+def test_damaged_extras_are_reported_by_the_fast_path(tmp_path, damage):
+    """Each check of the extras' lengths fires (blocks given valid CRCs), naming the SST."""
+    meta, term, edit, message = EXTRAS_DAMAGE[damage]
+    url = str(tmp_path / "db")
+    keys, _ = sorted_kv(3000, random.Random(11))
+    vals = [b"ab"] * len(keys)  # shorter than a length field
+    metas = None if meta is None else [meta] * len(keys)
+    indexes = None if term is None else {"dest": [term] * len(keys)}
+    ingest_columns(url, keys, vals, metas, indexes=indexes)
+    plan = _reframed(url, edit)
+    with pytest.raises(CorruptionError, match="compacted/") as err:
+        fast(url, plan)
+    assert message in str(err.value)
+    with pytest.raises(CorruptionError, match=message):
+        general(url, plan)
+
+
+def test_a_tombstone_with_flags_in_a_single_run_is_dropped(tmp_path):
+    """A run keeps tombstones below a newer run's versions; an indexed key's carries a flag."""
+    url = str(tmp_path / "db")
+    keys, _ = sorted_kv(3000, random.Random(13))
+    ingest_columns(url, keys, [b"value"] * len(keys), indexes={"dest": [b"LAX"] * len(keys)})
+    # Entry 0 of the first SST's second block becomes a tombstone of an indexed key (0x11),
+    # its payload left as it was: every read must skip it.
+    plan = _reframed(url, lambda b, n: b.__setitem__(12 + 16 * n, 0x11))
+    want = general(url, plan)
+    assert len(want) == len(keys) - 1
+    assert fast(url, plan) == want
