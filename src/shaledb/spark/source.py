@@ -71,7 +71,7 @@ from ..ingest import (
 )
 from ..keys import key_after, prefix_end
 from ..settings import Settings
-from .schema import ReadOptions, WriteOptions, json_values
+from .schema import ReadOptions, WriteOptions, json_column
 
 log = logging.getLogger("shaledb.spark")
 
@@ -283,7 +283,7 @@ class ShaleWriter(DataSourceArrowWriter):
             if values.null_count:
                 raise InvalidArgument(f"partition {pid}: the value column {o.value!r} has nulls")
         else:
-            values = pa.array(json_values(table.select(list(o.value_columns)).to_pylist()), pa.binary())
+            values = json_column(table.select(list(o.value_columns)))
         metas = _binary(table.column(o.metadata)) if o.metadata is not None else None
         terms = {name: _term_column(table.column(name)) for name in o.index_columns}
         n = len(keys)
