@@ -127,6 +127,18 @@ def s3_url_factory(moto_endpoint: str) -> Callable[[], S3Location]:
 
 
 @pytest.fixture
+def _moto_for_machine(
+    request: pytest.FixtureRequest, s3_url_factory: Callable[[], S3Location]
+) -> Iterator[None]:
+    """Fresh moto locations for the test module's ``S3Machine`` (a Hypothesis state machine
+    takes no fixtures, so its class attribute ``locations`` carries the factory)."""
+    machine = request.module.S3Machine
+    machine.locations = s3_url_factory
+    yield
+    machine.locations = None
+
+
+@pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
 

@@ -216,7 +216,7 @@ def _chunk(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk | None
     if _has_extras(kind):  # cut each body (and metadata) straight out of the span: one copy
         in_blobs = np.cumsum(vlen) - vlen  # where each block's value blob would start if joined
         at = np.cumsum(vlens) - vlens + np.repeat(kind_end + klen - in_blobs, n)
-        values, metadata = _split_payloads(buf, data, at, vlens, kind, path)
+        values, metadata = _split_payloads(data, at, vlens, kind, path)
     else:
         values, metadata = _from_lengths(vlens, _cut(data, kind_end + klen, tail), "binary"), None
     return _arrow_chunk(keys, values, metadata, _cut(data, vo_end, seq_end), kind, front, back)
@@ -277,7 +277,7 @@ def _chunk_blocks(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk
     vblob = b"".join(vbl)
     if _has_extras(kind):
         at = np.cumsum(vlens) - vlens
-        values, metadata = _split_payloads(np.frombuffer(vblob, dtype=np.uint8), vblob, at, vlens, kind, path)
+        values, metadata = _split_payloads(vblob, at, vlens, kind, path)
     else:
         values, metadata = _from_lengths(vlens, vblob, "binary"), None
     return _arrow_chunk(keys, values, metadata, b"".join(seqs), kind, front, back)
@@ -296,11 +296,8 @@ def _has_extras(kind: bytes) -> bool:
     return 1 in kind.translate(_EXTRAS)
 
 
-def _split_payloads(
-    buf: Any, data: bytes, at: Any, lens: Any, kind: bytes, path: str
-) -> tuple[Any, Any | None]:
-    """Values and metadata (None if no entry has any) of the payloads ``data[at:at + lens]``
-    (``buf``: ``data`` as uint8).
+def _split_payloads(data: bytes, at: Any, lens: Any, kind: bytes, path: str) -> tuple[Any, Any | None]:
+    """Values and metadata (None if no entry has any) of the payloads ``data[at:at + lens]``.
 
     A payload with extras is ``[u32 len, metadata][u32 len, index terms] body``
     (``format/row.py``; no expiry here); the lengths are read with numpy and
@@ -308,6 +305,7 @@ def _split_payloads(
     """
     import numpy as np
 
+    buf = np.frombuffer(data, dtype=np.uint8)
     k = np.frombuffer(kind, dtype=np.uint8)
     ends = at + lens
     body = at.copy()  # where each body starts, moved past the extras below
@@ -330,17 +328,17 @@ def _split_payloads(
         if (stop > ends[ti]).any():
             raise CorruptionError("entry index terms run past the entry", path)
         body[ti] = stop
-    values = _gather(buf, data, body, ends - body)
+    values = _gather(data, body, ends - body)
     if not len(mi):
         return values, None
     mat = np.zeros(len(k), dtype=np.int64)
     mlens = np.zeros(len(k), dtype=np.int64)
     mat[mi], mlens[mi] = mstart, mend - mstart
-    return values, _gather(buf, data, mat, mlens, valid=(k & FLAG_META) != 0)
+    return values, _gather(data, mat, mlens, valid=(k & FLAG_META) != 0)
 
 
-def _gather(buf: Any, data: bytes, at: Any, lens: Any, valid: Any = None) -> Any:
-    """A binary array of ``data[at[i]:at[i] + lens[i]]`` (``buf``: ``data`` as uint8).
+def _gather(data: bytes, at: Any, lens: Any, valid: Any = None) -> Any:
+    """A binary array of ``data[at[i]:at[i] + lens[i]]``.
 
     Built as an Arrow ``binary_view`` array over ``data`` (16 bytes a row, made
     with numpy) and cast to ``binary``: Arrow copies the bytes in C++. Joining
@@ -349,8 +347,9 @@ def _gather(buf: Any, data: bytes, at: Any, lens: Any, valid: Any = None) -> Any
     import numpy as np
     import pyarrow as pa
 
-    if len(buf) >= 2**31:  # past a view's int32 offset: join slices instead
+    if len(data) >= 2**31:  # past a view's int32 offset: join slices instead
         return _from_lengths(lens, _cut(data, at, at + lens), "binary", valid)
+    buf = np.frombuffer(data, dtype=np.uint8)
     n = len(at)
     view = np.zeros((n, 16), dtype=np.uint8)
     view[:, 0:4] = lens.astype("<u4").view(np.uint8).reshape(n, 4)

@@ -138,8 +138,6 @@ def test_a_failing_read_in_one_slice_is_raised_after_every_slice_ends() -> None:
 
 def _busy(t: threading.Thread) -> bool:
     """A pool thread running a lookup right now (idle ones wait on the pool's queue)."""
-    import sys
-
     frame = sys._current_frames().get(t.ident or -1)
     while frame is not None:
         if frame.f_code.co_name == "run" and "reader.py" in frame.f_code.co_filename:

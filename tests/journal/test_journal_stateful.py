@@ -42,7 +42,7 @@ import random
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -517,14 +517,7 @@ class S3Machine(JournalMachine):
     """The same machine on the moto S3 server: S3's conditional puts, listings and errors."""
 
     store_kind = "s3"
-    locations: Callable[[], Any] | None = None  # s3_url_factory, set by the fixture below
-
-
-@pytest.fixture
-def _moto_for_machine(s3_url_factory: Callable[[], Any]) -> Iterator[None]:
-    S3Machine.locations = s3_url_factory
-    yield
-    S3Machine.locations = None
+    locations: Callable[[], Any] | None = None  # s3_url_factory, set by _moto_for_machine (conftest)
 
 
 def _settings(examples: int) -> settings:
