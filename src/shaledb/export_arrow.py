@@ -12,8 +12,17 @@ validates it, and the chunk's keys and values become Arrow arrays over the
 joined blobs: no Python object per row. Tombstones are filtered out with a
 mask; metadata and index terms (which precede a value in its payload,
 ``format/row.py``) are cut apart with numpy too, so an indexed database reads
-as fast as a plain one. A chunk holding an expiry or a value-journal pointer
-goes through the general path, as does every part with more than one source.
+as fast as a plain one.
+
+A part with several sources (L0 SSTs over runs: a database between
+compactions) is read the same way, chunk range by chunk range, every source's
+entries of the range kept with their tombstones; then one stable sort of the
+keys, newest source first, keeps the first version of each key and drops the
+dead ones: :func:`shaledb.compaction.executor.merge_columns` and
+``drop_dead`` in a few Arrow and numpy calls. The checkpoint's WAL entries (a
+writer's updates not yet in an L0 SST) are the newest source. A range holding
+an expiry or a value-journal pointer goes through the general path, as does a
+part that reads SSTs of a clone's parent.
 
 Needs pyarrow and numpy (the spark extra).
 """
@@ -22,17 +31,20 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 from . import paths
 from .clock import SYSTEM_CLOCK, Clock
+from .compaction.executor import chunk_cuts
 from .errors import CorruptionError
-from .export import ReadPart, _stack, _wal_columns, read_part, values_and_metadata
+from .export import Columns, ReadPart, _overlaps, _stack, _wal_columns, read_part, values_and_metadata
 from .format.block import _BAD_KIND, MAX_ENTRIES, decode_block
 from .format.coding import TRAILER_SIZE, crc32c, unframe_block
 from .format.row import FLAG_EXPIRY, FLAG_INDEX_TREE, FLAG_META, FLAG_TERMS, KIND_POINTER, TYPE_MASK
+from .format.sst import SstMeta
 from .manifest.model import SstInfo
 from .settings import MiB
 from .sstable import read_sst_meta
@@ -58,6 +70,32 @@ class ArrowChunk:
 
     def __len__(self) -> int:
         return len(self.keys)
+
+
+@dataclass
+class _Entries:
+    """Entries in key order as arrays, tombstones still in (``kind``: one byte each)."""
+
+    keys: Any
+    values: Any
+    seqs: Any
+    metadata: Any | None
+    kind: bytes
+
+    def live(self) -> ArrowChunk:
+        """The entries without tombstones (a single source holds one version per key)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        cols = [self.keys, self.values, self.seqs]
+        if self.metadata is not None:
+            cols.append(self.metadata)
+        live = (np.frombuffer(self.kind, dtype=np.uint8) & TYPE_MASK) == 0
+        if not live.all():
+            mask = pa.array(live)
+            cols = [pc.filter(a, mask) for a in cols]
+        return ArrowChunk(cols[0], cols[1], cols[2], cols[3] if self.metadata is not None else None)
 
 
 def blob_array(items: list[bytes], kind: str = "binary") -> Any:
@@ -109,16 +147,23 @@ class _RunReader:
     """Blocks of one sorted run within ``[lo, hi)``, read ahead in large ranged GETs."""
 
     def __init__(
-        self, store: ObjectStore, ssts: tuple[SstInfo, ...], lo: bytes | None, hi: bytes | None
+        self,
+        store: ObjectStore,
+        ssts: tuple[SstInfo, ...],
+        lo: bytes | None,
+        hi: bytes | None,
+        meta: Callable[[SstInfo], SstMeta] | None = None,
     ) -> None:
-        self.store, self.ssts, self.lo, self.hi = store, ssts, lo, hi
+        self.store, self.lo, self.hi = store, lo, hi
+        # Only the SSTs that overlap [lo, hi): the first and last are where rows are cut.
+        self.ssts = tuple(s for s in ssts if _overlaps(s, lo, hi))
+        self.meta = meta or (lambda info: read_sst_meta(store, info))
 
     def spans(self, chunk_bytes: int) -> Iterator[_Span]:
         """The run's blocks in ranged GETs of about ``chunk_bytes`` (at least one block)."""
         last_sst = len(self.ssts) - 1
         for si, info in enumerate(self.ssts):
-            meta = read_sst_meta(self.store, info)
-            idx = meta.index
+            idx = self.meta(info).index
             nblocks = len(idx.keys)
             a = 0 if self.lo is None else bisect_left(idx.keys, self.lo)
             b = nblocks if self.hi is None else min(nblocks, bisect_left(idx.keys, self.hi) + 1)
@@ -153,8 +198,8 @@ def _cut(data: bytes, starts: Any, ends: Any) -> bytes:
     return b"".join(map(memoryview(data).__getitem__, map(slice, starts.tolist(), ends.tolist())))
 
 
-def _chunk(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk | None:
-    """One span as arrays, or None if an entry needs the general path.
+def _chunk(span: _Span, lo: bytes | None, hi: bytes | None) -> _Entries | None:
+    """One span's entries in ``[lo, hi)`` as arrays, or None if one needs the general path.
 
     The framing and layout of every block are read and checked with numpy
     over the whole span, with the checks ``unframe_block`` and
@@ -207,7 +252,7 @@ def _chunk(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk | None
     except CorruptionError as exc:
         raise exc.with_path(path) from exc
     kind = _cut(data, seq_end, kind_end)
-    if not _fast_kinds(kind, path):
+    if not _fast_kinds(kind, path, front, len(kind) - back):
         return None
     ranges = np.cumsum(n + 1)
     klens = _lengths(_cut(data, starts + 4, ko_end), ranges - n - 1, ranges, klen, path)
@@ -219,10 +264,10 @@ def _chunk(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk | None
         values, metadata = _split_payloads(data, at, vlens, kind, path)
     else:
         values, metadata = _from_lengths(vlens, _cut(data, kind_end + klen, tail), "binary"), None
-    return _arrow_chunk(keys, values, metadata, _cut(data, vo_end, seq_end), kind, front, back)
+    return _entries(keys, values, metadata, _cut(data, vo_end, seq_end), kind, front, back)
 
 
-def _chunk_blocks(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk | None:
+def _chunk_blocks(span: _Span, lo: bytes | None, hi: bytes | None) -> _Entries | None:
     """:func:`_chunk` for compressed blocks: each is unframed on its own (a few microseconds)."""
     import numpy as np
 
@@ -266,7 +311,7 @@ def _chunk_blocks(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk
         vbl.append(mv[kind_end + klen : size])
         ns.append(n)
     kind = b"".join(kinds)
-    if not _fast_kinds(kind, path):
+    if not _fast_kinds(kind, path, front, len(kind) - back):
         return None
     counts = np.array(ns, dtype=np.int64)
     ends = np.cumsum(counts + 1)
@@ -280,16 +325,16 @@ def _chunk_blocks(span: _Span, lo: bytes | None, hi: bytes | None) -> ArrowChunk
         values, metadata = _split_payloads(vblob, at, vlens, kind, path)
     else:
         values, metadata = _from_lengths(vlens, vblob, "binary"), None
-    return _arrow_chunk(keys, values, metadata, b"".join(seqs), kind, front, back)
+    return _entries(keys, values, metadata, b"".join(seqs), kind, front, back)
 
 
-def _fast_kinds(kind: bytes, path: str) -> bool:
-    """True if every entry is a put or a tombstone, with or without metadata and index
-    terms; False if one needs the general path (expiry, pointers). Raises on a byte
-    that is no entry kind at all."""
+def _fast_kinds(kind: bytes, path: str, lo: int, hi: int) -> bool:
+    """True if every entry of ``kind[lo:hi]`` (the rows in range) is a put or a
+    tombstone, with or without metadata and index terms; False if one needs the
+    general path (expiry, pointers). Raises on any byte that is no entry kind at all."""
     if 1 in kind.translate(_BAD_KIND):
         raise CorruptionError("block has an unknown entry kind", path)
-    return 1 not in kind.translate(_GENERAL)
+    return 1 not in kind[lo:hi].translate(_GENERAL)
 
 
 def _has_extras(kind: bytes) -> bool:
@@ -299,9 +344,10 @@ def _has_extras(kind: bytes) -> bool:
 def _split_payloads(data: bytes, at: Any, lens: Any, kind: bytes, path: str) -> tuple[Any, Any | None]:
     """Values and metadata (None if no entry has any) of the payloads ``data[at:at + lens]``.
 
-    A payload with extras is ``[u32 len, metadata][u32 len, index terms] body``
-    (``format/row.py``; no expiry here); the lengths are read with numpy and
-    checked as ``decode_extras`` checks them.
+    A payload with extras is ``[u32 len, metadata][u64 expiry][u32 len, index
+    terms] body`` (``format/row.py``; an expiry only in rows the caller cuts
+    off); the lengths are read with numpy and checked as ``decode_extras``
+    checks them.
     """
     import numpy as np
 
@@ -319,6 +365,11 @@ def _split_payloads(data: bytes, at: Any, lens: Any, kind: bytes, path: str) -> 
         if (mend > ends[mi]).any():
             raise CorruptionError("entry metadata runs past the entry", path)
         body[mi] = mend
+    ei = np.flatnonzero(k & FLAG_EXPIRY)  # only rows cut off as outside the range get here
+    if len(ei):
+        if (body[ei] + 8 > ends[ei]).any():
+            raise CorruptionError("entry expiry is truncated", path)
+        body[ei] += 8
     ti = np.flatnonzero(k & FLAG_TERMS)
     if len(ti):
         t = body[ti]
@@ -367,26 +418,20 @@ def _gather(data: bytes, at: Any, lens: Any, valid: Any = None) -> Any:
     return arr.cast(pa.binary())
 
 
-def _arrow_chunk(
+def _entries(
     keys: Any, values: Any, metadata: Any | None, seqs: bytes, kind: bytes, front: int, back: int
-) -> ArrowChunk:
-    """The chunk without its first ``front`` and last ``back`` rows, and without tombstones."""
+) -> _Entries:
+    """The span's entries without its first ``front`` and last ``back`` rows (outside the range)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    cols = [keys, values, pa.array(np.frombuffer(seqs, dtype="<u8").astype(np.int64))]
-    if metadata is not None:
-        cols.append(metadata)
-    total = len(keys)
+    seq = pa.array(np.frombuffer(seqs, dtype="<u8").astype(np.int64))
     if front or back:
-        cols = [a.slice(front, total - front - back) for a in cols]
-        kind = kind[front : total - back]
-    live = (np.frombuffer(kind, dtype=np.uint8) & TYPE_MASK) == 0
-    if not live.all():  # drop tombstones
-        mask = pa.array(live)
-        cols = [pc.filter(a, mask) for a in cols]
-    return ArrowChunk(cols[0], cols[1], cols[2], cols[3] if metadata is not None else None)
+        n = len(keys) - front - back
+        keys, values, seq = keys.slice(front, n), values.slice(front, n), seq.slice(front, n)
+        metadata = None if metadata is None else metadata.slice(front, n)
+        kind = kind[front : front + n]
+    return _Entries(keys, values, seq, metadata, kind)
 
 
 def _lengths(offsets: bytes, starts: Any, ends: Any, blobs: Any, path: str) -> Any:
@@ -417,21 +462,150 @@ def read_part_arrow(
     """Live entries of ``part`` as Arrow arrays, in key order (see module docstring)."""
     clock = clock or SYSTEM_CLOCK
     st = _stack(url, store, store_options, clock)
-    single_run = len(part.sources) == 1 and part.l0_count == 0 and not any(s.db for s in part.sources[0])
-    # The WAL range usually holds only writers' empty fencing objects; anything in it is newer data.
-    if not single_run or (part.wal_ids and _wal_columns(st, part)[0]):
+    if any(s.db for src in part.sources for s in src):  # a clone's parent's SSTs: other stores
         yield from _general(part, url, st, store_options, clock)
+        return
+    # The WAL range usually holds only writers' empty fencing objects; anything in it is newer data.
+    wal = _wal_columns(st, part) if part.wal_ids else None
+    if (wal is not None and wal[0]) or len(part.sources) > 1 or part.l0_count:
+        yield from _merged(part, url, st, store_options, clock, chunk_bytes, wal)
         return
     reader = _RunReader(st, part.sources[0], part.lo, part.hi)
     for span in reader.spans(chunk_bytes):
         got = _chunk(span, part.lo, part.hi)
-        if got is None:  # metadata, expiry or pointers in this span: the general path for its range
+        if got is None:  # expiry or pointers in this span: the general path for its range
             lo = _first_key(span, part.lo)
             hi = _after_last_key(span, part.hi)
             sub = replace(part, lo=lo, hi=hi)
             yield from _general(sub, url, st, store_options, clock)
-        elif len(got):
-            yield got
+        else:
+            live = got.live()
+            if len(live):
+                yield live
+
+
+def _merged(
+    part: ReadPart,
+    url: str | None,
+    st: ObjectStore,
+    store_options: Mapping[str, Any] | None,
+    clock: Clock,
+    chunk_bytes: int,
+    wal: Columns | None,
+) -> Iterator[ArrowChunk]:
+    """A part of several sources, merged chunk range by chunk range (see module docstring).
+
+    The ranges are cut where the general path cuts its chunks (about
+    ``chunk_bytes`` of all sources' blocks each), so memory stays bounded by
+    a chunk of every source, and a range that needs the general path is sent
+    there whole. ``wal``: the checkpoint's WAL entries of the part, the newest
+    source (a writer's updates not yet flushed, already in memory).
+    """
+    metas: dict[str, SstMeta] = {}
+
+    def meta(info: SstInfo) -> SstMeta:
+        m = metas.get(info.id)
+        if m is None:
+            m = metas[info.id] = read_sst_meta(st, info)
+        return m
+
+    lo, hi = part.lo, part.hi
+    blocks: list[tuple[bytes, int]] = []
+    for src in part.sources:
+        for info in src:
+            if _overlaps(info, lo, hi):
+                idx = meta(info).index
+                i = 0 if lo is None else bisect_left(idx.keys, lo)
+                j = len(idx.keys) if hi is None else min(len(idx.keys), bisect_left(idx.keys, hi) + 1)
+                offs = idx.offsets
+                blocks += [(idx.keys[x], offs[x + 1] - offs[x]) for x in range(i, j)]
+    edges = [lo, *chunk_cuts(blocks, chunk_bytes, lo, hi), hi]
+    for a, b in pairwise(edges):
+        got = _wal_entries(wal, a, b)
+        more = _range_entries(st, part.sources, a, b, meta, chunk_bytes) if got is not None else None
+        if got is None or more is None:  # an expiry or a pointer in the range
+            yield from _general(replace(part, lo=a, hi=b), url, st, store_options, clock)
+            continue
+        out = _merge(got + more)
+        if len(out):
+            yield out
+
+
+def _wal_entries(wal: Columns | None, lo: bytes | None, hi: bytes | None) -> list[_Entries] | None:
+    """The WAL entries in ``[lo, hi)`` (none or one source); None if one needs the general path."""
+    import pyarrow as pa
+
+    if wal is None:
+        return []
+    keys, seqs, kinds, pays = wal
+    i = 0 if lo is None else bisect_left(keys, lo)
+    j = len(keys) if hi is None else bisect_left(keys, hi)
+    if i == j:
+        return []
+    kind = kinds[i:j]
+    if 1 in kind.translate(_GENERAL):
+        return None
+    values, metas = values_and_metadata(kind, pays[i:j])
+    meta = None if metas is None else pa.array(metas, pa.binary())
+    return [_Entries(blob_array(keys[i:j]), blob_array(values), pa.array(seqs[i:j], pa.int64()), meta, kind)]
+
+
+def _range_entries(
+    st: ObjectStore,
+    sources: tuple[tuple[SstInfo, ...], ...],
+    lo: bytes | None,
+    hi: bytes | None,
+    meta: Callable[[SstInfo], SstMeta],
+    chunk_bytes: int,
+) -> list[_Entries] | None:
+    """Every source's entries in ``[lo, hi)``, sources in the given order; None if one
+    needs the general path."""
+    got: list[_Entries] = []
+    for src in sources:
+        for span in _RunReader(st, src, lo, hi, meta).spans(chunk_bytes):
+            e = _chunk(span, lo, hi)
+            if e is None:
+                return None
+            got.append(e)
+    return got
+
+
+def _merge(got: list[_Entries]) -> ArrowChunk:
+    """The newest live version of each key of ``got``: entries of sources newest first,
+    each in key order with a repeated key's versions newest first.
+
+    A stable sort of all the keys leaves each key's versions in that order, so
+    the first of each run of equal keys is the newest; it is kept if it is no
+    tombstone (expiries and pointers never get here).
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .ingest.arrow import sort_indices
+
+    got = [e for e in got if len(e.keys)]
+    if not got:
+        empty = pa.array([], pa.binary())
+        return ArrowChunk(empty, empty, pa.array([], pa.int64()), None)
+    keys = pa.concat_arrays([e.keys for e in got]) if len(got) > 1 else got[0].keys
+    if len(got) == 1 and not pc.any(pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():
+        return got[0].live()
+    order = np.asarray(sort_indices(keys), dtype=np.int64)
+    ranked = keys.take(order)
+    n = len(ranked)
+    keep = np.ones(n, dtype=bool)
+    keep[1:] = pc.not_equal(ranked.slice(1), ranked.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    kind = np.frombuffer(b"".join(e.kind for e in got), dtype=np.uint8)[order]
+    keep &= (kind & TYPE_MASK) == 0
+    pick = pa.array(order[keep])
+    values = pa.concat_arrays([e.values for e in got]).take(pick)
+    seqs = pa.concat_arrays([e.seqs for e in got]).take(pick)
+    metadata = None
+    if any(e.metadata is not None for e in got):
+        metas = [e.metadata if e.metadata is not None else pa.nulls(len(e.keys), pa.binary()) for e in got]
+        metadata = pa.concat_arrays(metas).take(pick)
+    return ArrowChunk(ranked.filter(pa.array(keep)), values, seqs, metadata)
 
 
 def _first_key(span: _Span, lo: bytes | None) -> bytes | None:
