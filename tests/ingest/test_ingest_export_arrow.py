@@ -502,3 +502,19 @@ def test_wal_entries_of_the_checkpoint_are_the_newest_source(tmp_path, monkeypat
         )
         assert fast(url, plan, chunk_bytes=16 << 10) == want
         assert len(ranges) == 1
+
+
+def test_an_empty_database_and_a_wal_only_one_read_through_the_fast_path(tmp_path):
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        plan = plan_read(url, partitions=2)
+        assert fast(url, plan) == general(url, plan) == []
+        db.put(b"a", b"1", durable=False)
+        db.put(b"b", b"2", metadata=b"m", durable=False)
+        db.delete(b"a", durable=False)
+        db.flush()
+        plan = plan_read(url, partitions=2)
+        assert all(not p.sources for p in plan.parts)
+        want = general(url, plan)
+        assert [(r[0], r[1], r[3]) for r in want] == [(b"b", b"2", b"m")]
+        assert fast(url, plan) == want
