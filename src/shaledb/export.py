@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -359,6 +359,20 @@ def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
     return ks, [e[0] for e in ents], bytes(e[1] for e in ents), [e[2] for e in ents]
 
 
+def sst_meta_cache(store_for: Callable[[SstInfo], ObjectStore]) -> Callable[[SstInfo], SstMeta]:
+    """``read_sst_meta`` that reads each SST's index and filter once: a part's chunking,
+    its cursors and its ranges all ask for them."""
+    metas: dict[str, SstMeta] = {}
+
+    def meta(info: SstInfo) -> SstMeta:
+        m = metas.get(info.id)
+        if m is None:
+            m = metas[info.id] = read_sst_meta(store_for(info), info)
+        return m
+
+    return meta
+
+
 def read_part(
     part: ReadPart,
     url: str | None = None,
@@ -395,14 +409,7 @@ def read_part(
     now = int(clock.now() * 1000) if now_ms is None else now_ms
     journal: JournalResolver | None = None
 
-    metas: dict[str, SstMeta] = {}
-
-    def meta(info: SstInfo) -> SstMeta:
-        m = metas.get(info.id)
-        if m is None:
-            m = metas[info.id] = read_sst_meta(store_for(info), info)
-        return m
-
+    meta = sst_meta_cache(store_for)
     srcs = [
         SourceCursor(ssts, part.lo, part.hi, meta=meta, store_for=store_for, read_ahead=read_ahead_bytes)
         for ssts in part.sources
@@ -473,5 +480,6 @@ __all__ = [
     "plan_read",
     "read_part",
     "split_range",
+    "sst_meta_cache",
     "values_and_metadata",
 ]

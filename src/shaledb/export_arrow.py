@@ -38,9 +38,18 @@ from typing import Any
 
 from . import paths
 from .clock import SYSTEM_CLOCK, Clock
-from .compaction.executor import chunk_cuts
+from .compaction.executor import SourceCursor, block_span, chunk_cuts
 from .errors import CorruptionError
-from .export import Columns, ReadPart, _overlaps, _stack, _wal_columns, read_part, values_and_metadata
+from .export import (
+    Columns,
+    ReadPart,
+    _overlaps,
+    _stack,
+    _wal_columns,
+    read_part,
+    sst_meta_cache,
+    values_and_metadata,
+)
 from .format.block import _BAD_KIND, MAX_ENTRIES, decode_block
 from .format.coding import TRAILER_SIZE, crc32c, unframe_block
 from .format.row import FLAG_EXPIRY, FLAG_INDEX_TREE, FLAG_META, FLAG_TERMS, KIND_POINTER, TYPE_MASK
@@ -163,11 +172,9 @@ class _RunReader:
         """The run's blocks in ranged GETs of about ``chunk_bytes`` (at least one block)."""
         last_sst = len(self.ssts) - 1
         for si, info in enumerate(self.ssts):
-            idx = self.meta(info).index
-            nblocks = len(idx.keys)
-            a = 0 if self.lo is None else bisect_left(idx.keys, self.lo)
-            b = nblocks if self.hi is None else min(nblocks, bisect_left(idx.keys, self.hi) + 1)
-            offs = idx.offsets
+            meta = self.meta(info)
+            a, b = block_span(meta, self.lo, self.hi)
+            offs = meta.index.offsets
             i = a
             path = paths.sst_path(info.id)
             while i < b:
@@ -501,24 +508,14 @@ def _merged(
     there whole. ``wal``: the checkpoint's WAL entries of the part, the newest
     source (a writer's updates not yet flushed, already in memory).
     """
-    metas: dict[str, SstMeta] = {}
-
-    def meta(info: SstInfo) -> SstMeta:
-        m = metas.get(info.id)
-        if m is None:
-            m = metas[info.id] = read_sst_meta(st, info)
-        return m
-
+    meta = sst_meta_cache(lambda _: st)
     lo, hi = part.lo, part.hi
-    blocks: list[tuple[bytes, int]] = []
-    for src in part.sources:
-        for info in src:
-            if _overlaps(info, lo, hi):
-                idx = meta(info).index
-                i = 0 if lo is None else bisect_left(idx.keys, lo)
-                j = len(idx.keys) if hi is None else min(len(idx.keys), bisect_left(idx.keys, hi) + 1)
-                offs = idx.offsets
-                blocks += [(idx.keys[x], offs[x + 1] - offs[x]) for x in range(i, j)]
+    # The general path's chunks: SourceCursor lists the blocks each source reads in [lo, hi).
+    blocks = [
+        b
+        for src in part.sources
+        for b in SourceCursor(src, lo, hi, meta=meta, store_for=lambda _: st, read_ahead=chunk_bytes).blocks()
+    ]
     edges = [lo, *chunk_cuts(blocks, chunk_bytes, lo, hi), hi]
     for a, b in pairwise(edges):
         got = _wal_entries(wal, a, b)

@@ -44,12 +44,31 @@ def fast(url, plan, chunk_bytes=8 << 20):
     return out
 
 
-def test_a_bulk_loaded_run_reads_the_same_through_both_paths(tmp_path, monkeypatch):
+def forbid_general(mp, why):
+    """Make any use of the general path fail the test with ``why``."""
     import shaledb.export_arrow as ea
 
     def no_general(*a, **k):
-        raise AssertionError("a single bulk-loaded run must take the fast path")
+        raise AssertionError(why)
 
+    mp.setattr(ea, "_general", no_general)
+
+
+def spy_general(mp):
+    """The ``(lo, hi)`` of every range sent to the general path (which still reads it)."""
+    import shaledb.export_arrow as ea
+
+    real, ranges = ea._general, []
+
+    def spy(part, *a, **k):
+        ranges.append((part.lo, part.hi))
+        return real(part, *a, **k)
+
+    mp.setattr(ea, "_general", spy)
+    return ranges
+
+
+def test_a_bulk_loaded_run_reads_the_same_through_both_paths(tmp_path, monkeypatch):
     seed = test_seed()
     rng = random.Random(seed)
     url = str(tmp_path / "db")
@@ -61,7 +80,7 @@ def test_a_bulk_loaded_run_reads_the_same_through_both_paths(tmp_path, monkeypat
         plan = plan_read(url, start=start, end=end, partitions=n)
         want = general(url, plan)
         with monkeypatch.context() as mp:
-            mp.setattr(ea, "_general", no_general)
+            forbid_general(mp, "a single bulk-loaded run must take the fast path")
             assert fast(url, plan, chunk_bytes=64 * 1024) == want
         inside = [k for k in keys if (start is None or k >= start) and (end is None or k < end)]
         assert [r[0] for r in want] == inside
@@ -211,11 +230,6 @@ def _extras_db(url, rng, compression="none"):
 @pytest.mark.parametrize("compression", ["none", "lz4"])
 def test_metadata_and_index_terms_take_the_fast_path(tmp_path, monkeypatch, compression):
     """Extras precede a value in its payload; the fast path cuts them off as decode_extras does."""
-    import shaledb.export_arrow as ea
-
-    def no_general(*a, **k):
-        raise AssertionError("metadata and index terms must not need the general path")
-
     seed = test_seed()
     rng = random.Random(seed)
     url = str(tmp_path / "db")
@@ -226,7 +240,7 @@ def test_metadata_and_index_terms_take_the_fast_path(tmp_path, monkeypatch, comp
         inside = [i for i, k in enumerate(keys) if (start is None or k >= start) and (end is None or k < end)]
         assert [(r[0], r[1], r[3]) for r in want] == [(keys[i], vals[i], metas[i]) for i in inside]
         with monkeypatch.context() as mp:
-            mp.setattr(ea, "_general", no_general)
+            forbid_general(mp, "metadata and index terms must not need the general path")
             assert fast(url, plan, chunk_bytes=16 << 10) == want
     # Deletes (tombstones of indexed keys) and expiring entries, compacted into the one run:
     # an expiry needs the clock, so its spans go the general way; the rows still agree.
@@ -306,8 +320,8 @@ def test_a_tombstone_with_flags_in_a_single_run_is_dropped(tmp_path):
 
 def _layered_db(url, rng):
     """A loaded run with index terms, a compacted run over it and L0 SSTs over both:
-    overwrites (some with metadata), deletes of indexed keys, new keys, and versions
-    kept under a snapshot. Returns the model: key -> (value, metadata)."""
+    overwrites (some with metadata), deletes of indexed keys, new keys, and overwrites
+    under a snapshot. Returns the model: key -> (value, metadata)."""
     keys, _ = sorted_kv(3000, rng)
     vals = [rng.randbytes(rng.choice([0, 5, 40])) for _ in keys]
     ingest_columns(url, keys, vals, indexes={"dest": [b"LAX"] * len(keys)}, max_sst_size_bytes=32 << 10)
@@ -325,7 +339,7 @@ def _layered_db(url, rng):
             k = b"k" + rng.randbytes(8)
             db.put(k, b"new", durable=False)
             model[k] = (b"new", None)
-        with db.snapshot():  # overwrites under a pin keep the older versions
+        with db.snapshot():  # overwrites under a pin (the flush writes only the newest)
             for k in rng.sample(sorted(model), 50):
                 db.put(k, b"v1", durable=False)
                 db.put(k, b"v2", durable=False)
@@ -343,11 +357,6 @@ def _layered_db(url, rng):
 
 def test_several_sources_merge_without_the_general_path(tmp_path, monkeypatch):
     """L0 SSTs over two runs: each chunk range is merged in Arrow, newest version first."""
-    import shaledb.export_arrow as ea
-
-    def no_general(*a, **k):
-        raise AssertionError("L0 SSTs over runs must be merged on the fast path")
-
     seed = test_seed()
     rng = random.Random(seed)
     url = str(tmp_path / "db")
@@ -361,14 +370,12 @@ def test_several_sources_merge_without_the_general_path(tmp_path, monkeypatch):
         inside = [k for k in keys if (start is None or k >= start) and (end is None or k < end)]
         assert [(r[0], r[1], r[3]) for r in want] == [(k, *model[k]) for k in inside]
         with monkeypatch.context() as mp:
-            mp.setattr(ea, "_general", no_general)
+            forbid_general(mp, "L0 SSTs over runs must be merged on the fast path")
             for chunk in (8 << 20, 16 << 10, 1):
                 assert fast(url, plan, chunk_bytes=chunk) == want
 
 
 def test_an_expiring_entry_sends_only_its_chunk_range_to_the_general_path(tmp_path, monkeypatch):
-    import shaledb.export_arrow as ea
-
     seed = test_seed()
     rng = random.Random(seed)
     url = str(tmp_path / "db")
@@ -385,14 +392,7 @@ def test_an_expiring_entry_sends_only_its_chunk_range_to_the_general_path(tmp_pa
     plan = plan_read(url, partitions=1)
     want = general(url, plan)
     assert len(want) == len(keys) - 1 and (keys[1234], b"soon gone") in [r[:2] for r in want]
-    ranges = []
-    real = ea._general
-
-    def spy(part, *a, **k):
-        ranges.append((part.lo, part.hi))
-        return real(part, *a, **k)
-
-    monkeypatch.setattr(ea, "_general", spy)
+    ranges = spy_general(monkeypatch)
     assert fast(url, plan, chunk_bytes=16 << 10) == want
     assert len(ranges) == 1
     lo, hi = ranges[0]
@@ -411,8 +411,6 @@ def test_an_expiring_entry_sends_only_its_chunk_range_to_the_general_path(tmp_pa
 
 
 def test_a_lone_l0_sst_takes_the_fast_path(tmp_path, monkeypatch):
-    import shaledb.export_arrow as ea
-
     url = str(tmp_path / "db")
     with Db.open(url, settings=QUIET) as db:
         for i in range(200):
@@ -424,7 +422,7 @@ def test_a_lone_l0_sst_takes_the_fast_path(tmp_path, monkeypatch):
     assert part.l0_count == 1 and len(part.sources) == 1
     want = general(url, plan)
     assert [r[0] for r in want] == [b"k%03d" % i for i in range(200) if i != 1]
-    monkeypatch.setattr(ea, "_general", lambda *a, **k: pytest.fail("an L0 SST takes the fast path"))
+    forbid_general(monkeypatch, "an L0 SST takes the fast path")
     assert fast(url, plan) == want
 
 
@@ -455,7 +453,6 @@ def test_merge_keeps_the_first_version_of_a_key_within_a_source():
 
 def test_wal_entries_of_the_checkpoint_are_the_newest_source(tmp_path, monkeypatch):
     """A writer's updates still only in its WAL: the merge takes them, newest of all."""
-    import shaledb.export_arrow as ea
 
     seed = test_seed()
     rng = random.Random(seed)
@@ -486,7 +483,7 @@ def test_wal_entries_of_the_checkpoint_are_the_newest_source(tmp_path, monkeypat
         assert [r[0] for r in want] == sorted(model)
         assert [(r[1], r[3]) for r in want] == [model[k] for k in sorted(model)]
         with monkeypatch.context() as mp:
-            mp.setattr(ea, "_general", lambda *a, **k: pytest.fail("WAL entries take the fast path"))
+            forbid_general(mp, "WAL entries take the fast path")
             assert fast(url, plan, chunk_bytes=16 << 10) == want
         # An expiring entry in the WAL sends its chunk range (and only it) to the general path.
         db.put(keys[1500], b"soon gone", ttl=3600, durable=False)
@@ -495,11 +492,7 @@ def test_wal_entries_of_the_checkpoint_are_the_newest_source(tmp_path, monkeypat
         plan = plan_read(url, checkpoint=cp2.id, partitions=1)
         want = general(url, plan)
         assert (keys[1500], b"soon gone") in [r[:2] for r in want]
-        ranges = []
-        real = ea._general
-        monkeypatch.setattr(
-            ea, "_general", lambda part, *a, **k: ranges.append(part.lo) or real(part, *a, **k)
-        )
+        ranges = spy_general(monkeypatch)
         assert fast(url, plan, chunk_bytes=16 << 10) == want
         assert len(ranges) == 1
 

@@ -120,6 +120,15 @@ class ExecResult:
         return self.spec.input_bytes
 
 
+def block_span(meta: SstMeta, lo: bytes | None, hi: bytes | None) -> tuple[int, int]:
+    """First and end block of an SST that may hold keys in ``[lo, hi)`` (its index keys
+    are the blocks' last keys)."""
+    keys = meta.index.keys
+    first = 0 if lo is None else bisect_left(keys, lo)
+    end = len(keys) if hi is None else min(len(keys), bisect_left(keys, hi) + 1)
+    return first, end
+
+
 class SourceCursor:
     """Reads one source (a sorted run's SSTs, or one L0 SST) forward within ``[lo, hi)``.
 
@@ -160,20 +169,13 @@ class SourceCursor:
         self.bytes_read = 0
         self.rows = 0
 
-    def _block_span(self, meta: SstMeta) -> tuple[int, int]:
-        """First and end block of ``meta`` that may hold keys in ``[lo, hi)``."""
-        keys = meta.index.keys
-        first = 0 if self.lo is None else bisect_left(keys, self.lo)
-        end = len(keys) if self.hi is None else min(len(keys), bisect_left(keys, self.hi) + 1)
-        return first, end
-
     def blocks(self) -> list[tuple[bytes, int]]:
         """``(last_key, stored_size)`` of the blocks this cursor will read (for chunking)."""
         out: list[tuple[bytes, int]] = []
         for info in self.ssts:
             meta = self.meta(info)
             keys, offs = meta.index.keys, meta.index.offsets
-            first, end = self._block_span(meta)
+            first, end = block_span(meta, self.lo, self.hi)
             out.extend((keys[i], offs[i + 1] - offs[i]) for i in range(first, end))
         return out
 
@@ -184,7 +186,7 @@ class SourceCursor:
             return False
         meta = self.meta(self.ssts[self.si])
         self.sst_meta = meta
-        self.bi, self.end_block = self._block_span(meta)
+        self.bi, self.end_block = block_span(meta, self.lo, self.hi)
         self.buf = b""
         self.buf_start = 0
         return True
@@ -602,6 +604,7 @@ class _Tally:
 
 
 __all__ = [
+    "block_span",
     "ExecResult",
     "Executor",
     "KeyRange",
