@@ -74,8 +74,9 @@ from .errors import (
 from .external import ExternalStores, canonical_url, check_external_urls, default_factory
 from .manifest.model import ExternalDb, Manifest, ParentRef, SstInfo, Tree
 from .manifest.store import ManifestStore
-from .settings import Settings
+from .settings import WAL_READ_AHEAD, Settings
 from .store.base import ObjectStore
+from .store.parallel import run_bounded
 from .store.url import open_store
 
 if TYPE_CHECKING:
@@ -347,13 +348,14 @@ def _pin_in_ancestor(
 
 
 def _copy_wal(src: ObjectStore, dst: ObjectStore, mc: Manifest) -> None:
-    """Copy the WAL objects of ``mc``'s range (absent ones were never written)."""
-    for wid in range(mc.replay_after_wal_id + 1, mc.next_wal_id):
+    """Copy the WAL objects of ``mc``'s range (absent ones were never written), several at a time."""
+
+    def copy(wid: int) -> None:
         path = paths.wal_path(wid)
         try:
             data = src.get(path)
         except ObjectNotFound:
-            continue
+            return
         try:
             dst.put(path, data, create=True)
         except AlreadyExists:
@@ -361,6 +363,10 @@ def _copy_wal(src: ObjectStore, dst: ObjectStore, mc: Manifest) -> None:
                 raise CorruptionError(
                     "a different WAL object already exists in the unfinished clone", path
                 ) from None
+
+    wids = range(mc.replay_after_wal_id + 1, mc.next_wal_id)
+    for _ in run_bounded(copy, wids, lambda _: 0, workers=WAL_READ_AHEAD, name="shaledb-clone"):
+        pass
 
 
 def open_clone(

@@ -260,6 +260,7 @@ class Db(DbExtras):
             verify=settings.track_and_verify_wals,
             mode=settings.wal_recovery_mode,
             threshold=threshold,
+            read_ahead=settings.wal_read_ahead,
         )
         for note in replay.skipped:
             log.warning("recovery: %s", note)

@@ -58,7 +58,6 @@ import random
 import threading
 import uuid
 import weakref
-from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
@@ -89,7 +88,7 @@ from .external import ExternalStores, StoreFactory, canonical_url, default_facto
 from .format.row import FLAG_INDEX_TREE
 from .indexes import Head
 from .journal.resolver import JournalResolver
-from .keys import scan_bounds
+from .keys import scan_bounds, split_points
 from .manifest.model import Checkpoint, Manifest, SstInfo
 from .manifest.store import ManifestStore
 from .memtable import ENTRY_OVERHEAD, Memtable, new_memtable
@@ -99,7 +98,7 @@ from .sstable import TableCache
 from .store.base import ObjectStore
 from .store.parallel import DEFAULT_WORKERS
 from .store.stack import open_stack
-from .wal import decode_wal_object
+from .wal import decode_wal_object, fetch_wal_objects
 
 log = logging.getLogger("shaledb.reader")
 
@@ -309,13 +308,11 @@ class DbReader(ReaderReads):
         self._latest = latest
         self._current = cp.id
         self._install_manifest(m)
-        for wid in range(m.replay_after_wal_id + 1, m.next_wal_id):
-            path = paths.wal_path(wid)
-            try:
-                data = self.store.get(path)
-            except ObjectNotFound:
-                continue  # a slot a crashed writer never filled
-            self._apply_wal(wid, data)
+        wids = range(m.replay_after_wal_id + 1, m.next_wal_id)
+        with fetch_wal_objects(self.store, wids, self.options.wal_read_ahead) as fetched:
+            for wid, (_, data) in zip(wids, fetched):
+                if data is not None:  # None: a slot a crashed writer never filled
+                    self._apply_wal(wid, data)
 
     def _resolve_store(self, index: int) -> ObjectStore:
         if index == 0:
@@ -426,31 +423,7 @@ class DbReader(ReaderReads):
         each SST's bytes are spread evenly over its key range at SST
         boundaries; fewer points come back when there are too few SSTs.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise InvalidArgument(f"n must be a positive integer, got {n!r}")
-        ranges = self.key_ranges()
-        if n == 1 or not ranges:
-            return []
-        bounds = sorted({r[0] for r in ranges} | {r[1] for r in ranges})
-        weight = [0.0] * len(bounds)
-        for first, last, size in ranges:
-            lo = bisect_right(bounds, first) - 1
-            hi = bisect_right(bounds, last) - 1
-            span = max(1, hi - lo)
-            for i in range(lo, lo + span):
-                weight[i] += size / span
-        total = sum(weight)
-        points: list[bytes] = []
-        acc = 0.0
-        target = 1
-        for i, w in enumerate(weight[:-1]):
-            acc += w
-            while target < n and acc >= total * target / n:
-                key = bounds[i + 1]
-                if not points or key > points[-1]:
-                    points.append(key)
-                target += 1
-        return points[: n - 1]
+        return split_points(self.key_ranges(), n)
 
     # ------------------------------------------------------------- polling
 
@@ -627,6 +600,10 @@ class DbReader(ReaderReads):
     def _poll_wal(self) -> None:
         """Replay every WAL object present from the next id on (GET probes, no LIST).
 
+        Each run of objects found doubles the GETs sent at once, up to
+        ``wal_read_ahead``, so a reader far behind pays about one round trip
+        per batch while an idle poll still sends one GET.
+
         A reader far behind a busy writer can stay in this loop for seconds
         (objects keep arriving about as fast as it replays them), longer than
         its checkpoint's lifetime, so a managed reader maintains its
@@ -634,17 +611,27 @@ class DbReader(ReaderReads):
         checkpoint lets the garbage collector delete the view's SSTs and the
         WAL objects not yet replayed (see :meth:`_after_missing`).
         """
+        ahead = 1
         while True:
-            wid = self._next_wal
-            try:
-                data = self.store.get(paths.wal_path(wid))
-            except ObjectNotFound:
-                if self._after_missing(wid):
-                    continue
-                return
-            self._apply_wal(wid, data)
-            if self._mode == "managed":
-                self._maintain_during_replay()
+            first = self._next_wal
+            wids = range(first, first + ahead)
+            whole = True
+            with fetch_wal_objects(self.store, wids, ahead) as fetched:
+                for wid, (_, data) in zip(wids, fetched):
+                    if wid != self._next_wal:  # the view moved past (or back to) other objects
+                        whole = False
+                        break
+                    if data is None:
+                        # Only the first GET of a batch came after the manifest _after_missing
+                        # reasons from; a later one that missed is probed again.
+                        if wid == first and not self._after_missing(wid):
+                            return
+                        whole = False
+                        break
+                    self._apply_wal(wid, data)
+                    if self._mode == "managed":
+                        self._maintain_during_replay()
+            ahead = min(2 * ahead, self.options.wal_read_ahead) if whole else 1
 
     def _maintain_during_replay(self) -> None:
         """The checkpoint maintenance of a poll, between two replayed WAL objects.

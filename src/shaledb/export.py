@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from . import paths
 from .cache import LruCache
 from .checkpoint import (
     as_checkpoint_id,
@@ -47,7 +46,7 @@ from .checkpoint import (
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .compaction.executor import SourceCursor, chunk_cuts, drop_dead, merge_columns
-from .errors import CorruptionError, InvalidArgument, NotSupported, ObjectNotFound
+from .errors import CorruptionError, InvalidArgument, NotSupported
 from .external import default_factory
 from .format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
 from .format.sst import SstMeta
@@ -55,11 +54,11 @@ from .journal.resolver import JournalResolver
 from .keys import key_after
 from .manifest.model import Manifest, SstInfo
 from .manifest.store import ManifestStore
-from .settings import MiB, Settings
+from .settings import WAL_READ_AHEAD, MiB, Settings
 from .sstable import read_sst_meta
 from .store.base import ObjectStore
 from .store.stack import open_stack
-from .wal import decode_wal_object
+from .wal import decode_wal_object, fetch_wal_objects
 
 Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
 """keys, seqs, kinds, payloads of live entries in key order."""
@@ -342,18 +341,16 @@ def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
     """The checkpoint's WAL entries in the part's range: newest version per key, in key order."""
     newest: dict[bytes, tuple[int, int, bytes]] = {}
     lo, hi = part.lo, part.hi
-    for wid in part.wal_ids:
-        path = paths.wal_path(wid)
-        try:
-            data = store.get(path)
-        except ObjectNotFound:
-            continue  # a slot a crashed writer never filled
-        keys, ents = decode_wal_object(data, path)
-        for k, e in zip(keys, ents):
-            if e[1] & FLAG_INDEX_TREE:
-                continue  # a secondary-index entry (the index tree)
-            if e[0] > part.last_l0_seq and (lo is None or k >= lo) and (hi is None or k < hi):
-                newest[k] = e  # WAL order is sequence order: later entries win
+    with fetch_wal_objects(store, part.wal_ids, WAL_READ_AHEAD) as fetched:
+        for path, data in fetched:
+            if data is None:
+                continue  # a slot a crashed writer never filled
+            keys, ents = decode_wal_object(data, path)
+            for k, e in zip(keys, ents):
+                if e[1] & FLAG_INDEX_TREE:
+                    continue  # a secondary-index entry (the index tree)
+                if e[0] > part.last_l0_seq and (lo is None or k >= lo) and (hi is None or k < hi):
+                    newest[k] = e  # WAL order is sequence order: later entries win
     ks = sorted(newest)
     ents = [newest[k] for k in ks]
     return ks, [e[0] for e in ents], bytes(e[1] for e in ents), [e[2] for e in ents]

@@ -6,6 +6,9 @@ inclusive bound or a prefix into the exclusive end such a range needs.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
+
 from .errors import InvalidArgument
 
 
@@ -44,4 +47,33 @@ def scan_bounds(
     return s, e
 
 
-__all__ = ["key_after", "prefix_end", "scan_bounds"]
+def split_points(ranges: Sequence[tuple[bytes, bytes, int]], n: int) -> list[bytes]:
+    """At most ``n - 1`` ascending keys cutting ``ranges`` (``(first, last, size)``) into ``n``
+    parts of similar size, each range's size spread evenly over the range's boundaries."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidArgument(f"n must be a positive integer, got {n!r}")
+    if n == 1 or not ranges:
+        return []
+    bounds = sorted({r[0] for r in ranges} | {r[1] for r in ranges})
+    weight = [0.0] * len(bounds)
+    for first, last, size in ranges:
+        lo = bisect_right(bounds, first) - 1
+        hi = bisect_right(bounds, last) - 1
+        span = max(1, hi - lo)
+        for i in range(lo, lo + span):
+            weight[i] += size / span
+    total = sum(weight)
+    points: list[bytes] = []
+    acc = 0.0
+    target = 1
+    for i, w in enumerate(weight[:-1]):
+        acc += w
+        while target < n and acc >= total * target / n:
+            key = bounds[i + 1]
+            if not points or key > points[-1]:
+                points.append(key)
+            target += 1
+    return points[: n - 1]
+
+
+__all__ = ["key_after", "prefix_end", "scan_bounds", "split_points"]

@@ -40,8 +40,9 @@ from .format.journal import wal_ref
 from .format.sst import decode_data_block, decode_meta
 from .manifest.model import JournalFile, Manifest, TrackedWal
 from .manifest.store import ManifestStore
+from .settings import WAL_READ_AHEAD
 from .store.base import ObjectStore
-from .wal import Locations, encode_wal, locate_values, wal_object_epoch
+from .wal import Locations, encode_wal, fetch_wal_objects, locate_values, wal_object_epoch
 
 log = logging.getLogger("shaledb.recovery")
 
@@ -140,10 +141,11 @@ def replay_wal(
     *,
     verify: bool,
     mode: str,
-    on_object: Callable[[int, bytes], None] | None = None,
     threshold: int | None = None,
+    read_ahead: int = WAL_READ_AHEAD,
 ) -> ReplayResult:
-    """Read WAL objects in ``(replay_after_wal_id, fence_id)`` (see module docstring)."""
+    """Read WAL objects in ``(replay_after_wal_id, fence_id)`` (see module docstring),
+    ``read_ahead`` GETs at a time (``store.parallel.get_in_order``)."""
     lo = m.replay_after_wal_id
     present: dict[int, int] = {}
     for meta in store.list(paths.WAL_DIR, offset=paths.wal_path(lo)):
@@ -173,31 +175,30 @@ def replay_wal(
                     paths.wal_path(gaps[0]),
                 )
     ids = sorted(present)
-    for pos, wid in enumerate(ids):
-        if pos and ids[pos - 1] != wid - 1 and not verify:
-            res.skipped.append(f"WAL ids stop at {ids[pos - 1]}; objects from {wid} on are not replayed")
-            log.warning("WAL gap before %s; not replaying later objects (verification is off)", wid)
-            break
-        path = paths.wal_path(wid)
-        try:
-            data = store.get(path)
-        except ObjectNotFound as exc:
-            raise CorruptionError("WAL object vanished during recovery", path) from exc
-        res.objects.append(TrackedWal(wid, len(data), crc32c(data)))
-        if on_object is not None:
-            on_object(wid, data)
-        tw = tracked.get(wid)
-        if tw is not None and (tw.size != len(data) or tw.crc32c != crc32c(data)):
-            damaged = f"checksum or size differs from the manifest's record ({tw.size} bytes)"
+    gap = next((p for p in range(1, len(ids)) if ids[p - 1] != ids[p] - 1), None) if not verify else None
+    replayed = ids if gap is None else ids[:gap]
+    with fetch_wal_objects(store, replayed, read_ahead) as fetched:
+        for pos, (wid, (path, data)) in enumerate(zip(replayed, fetched)):
+            if data is None:
+                raise CorruptionError("WAL object vanished during recovery", path)
+            res.objects.append(TrackedWal(wid, len(data), crc32c(data)))
+            tw = tracked.get(wid)
+            if tw is not None and (tw.size != len(data) or tw.crc32c != crc32c(data)):
+                damaged = f"checksum or size differs from the manifest's record ({tw.size} bytes)"
+            else:
+                damaged = None
+            is_tail = functools.partial(_only_fences, store, ids[pos + 1 :])
+            stop = _replay_object(res, path, data, damaged, mode, is_tail, wid, threshold)
+            if stop:
+                rest = [paths.wal_path(i) for i in ids[pos + 1 :]]
+                if rest:
+                    res.skipped.append(f"not replayed after the damage: {', '.join(rest)}")
+                break
         else:
-            damaged = None
-        is_tail = functools.partial(_only_fences, store, ids[pos + 1 :])
-        stop = _replay_object(res, path, data, damaged, mode, is_tail, wid, threshold)
-        if stop:
-            rest = [paths.wal_path(i) for i in ids[pos + 1 :]]
-            if rest:
-                res.skipped.append(f"not replayed after the damage: {', '.join(rest)}")
-            break
+            if gap is not None:
+                stop_at, resume = ids[gap - 1], ids[gap]
+                res.skipped.append(f"WAL ids stop at {stop_at}; objects from {resume} on are not replayed")
+                log.warning("WAL gap before %s; not replaying later objects (verification is off)", resume)
     return res
 
 

@@ -18,6 +18,9 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
+WAL_READ_AHEAD = 16
+"""Default GETs of WAL objects in flight during replay (``Settings.wal_read_ahead``)."""
+
 WalRecoveryMode = Literal[
     "absolute_consistency",
     "point_in_time",
@@ -219,6 +222,8 @@ class DbReaderOptions:
     miss fetches.
     ``manifest_update_timeout_s`` -- how long one checkpoint change (a manifest
     CAS, retried on conflicts) may take before it raises ``Unavailable``.
+    ``wal_read_ahead`` -- as in :class:`Settings`: GETs of WAL objects in flight
+    while the reader replays them (a reader that fell behind ramps up to it).
     ``retry`` -- how the reader's store calls retry transient failures.
     """
 
@@ -231,6 +236,7 @@ class DbReaderOptions:
     block_cache_bytes: int = 64 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
     manifest_update_timeout_s: float = 60.0
+    wal_read_ahead: int = WAL_READ_AHEAD
     retry: RetryOptions = field(default_factory=RetryOptions)
 
     def __post_init__(self) -> None:
@@ -246,6 +252,7 @@ class DbReaderOptions:
         _integer("DbReaderOptions.block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
         _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
+        _integer("DbReaderOptions.wal_read_ahead", self.wal_read_ahead, minimum=1)
         if not isinstance(self.retry, RetryOptions):
             raise InvalidArgument("DbReaderOptions.retry must be a RetryOptions")
 
@@ -280,6 +287,9 @@ class Settings:
       ``track_and_verify_wals`` -- record closed WAL objects (size, CRC32C) in the
       manifest and verify them on open.
       ``wal_recovery_mode`` -- what to do with a damaged WAL object.
+      ``wal_read_ahead`` -- replaying the WAL (opening after a crash) keeps up
+      to this many GETs of WAL objects in flight, each up to ``wal_max_bytes``:
+      about one round trip per this many objects instead of one per object.
     Value journal (key/value separation, docs/journal.md):
       ``value_separation_threshold`` -- values of at least this many bytes stay
       in the value journal (the WAL objects, kept) and the LSM holds a pointer;
@@ -303,6 +313,7 @@ class Settings:
     manifest_update_timeout_s: float = 300.0
     track_and_verify_wals: bool = True
     wal_recovery_mode: WalRecoveryMode = "absolute_consistency"
+    wal_read_ahead: int = WAL_READ_AHEAD
     value_separation_threshold: int | None = None
     journal_max_bytes: int = 64 * MiB
     journal: JournalOptions = field(default_factory=JournalOptions)
@@ -340,6 +351,7 @@ class Settings:
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)
         if not isinstance(self.track_and_verify_wals, bool):
             raise InvalidArgument("track_and_verify_wals must be True or False")
+        _integer("wal_read_ahead", self.wal_read_ahead, minimum=1)
         if self.wal_recovery_mode not in WAL_RECOVERY_MODES:
             raise InvalidArgument(
                 f"wal_recovery_mode must be one of {WAL_RECOVERY_MODES}, got {self.wal_recovery_mode!r}"

@@ -29,11 +29,12 @@ stops the flusher and is reported to every waiter and to the database.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 
 from . import paths
 from .clock import Clock
@@ -46,6 +47,7 @@ from .manifest.model import JournalFile, TrackedWal
 from .memtable import Entry
 from .settings import Settings
 from .store.base import ObjectStore
+from .store.parallel import get_in_order
 
 log = logging.getLogger("shaledb.wal")
 
@@ -178,6 +180,16 @@ def wal_object_epoch(data: bytes) -> int | None:
     if not data:
         return None
     return decode_meta(data, len(data)).props.writer_epoch
+
+
+def fetch_wal_objects(
+    store: ObjectStore, wal_ids: Sequence[int], read_ahead: int
+) -> contextlib.closing[Generator[tuple[str, bytes | None], None, None]]:
+    """``(path, data)`` of each WAL object in ``wal_ids``, in order (None: absent), fetched
+    ``read_ahead`` at a time; use it in a ``with`` so stopping early cancels the GETs ahead."""
+    return contextlib.closing(
+        get_in_order(store, [paths.wal_path(w) for w in wal_ids], read_ahead=read_ahead)
+    )
 
 
 def decode_wal_object(data: bytes, path: str) -> tuple[list[bytes], list[Entry]]:

@@ -239,6 +239,8 @@ def test_bad_arguments_raise_invalid_argument_with_a_hint(
         ({"flush_interval_s": 0}, "flush_interval_s"),
         ({"block_size_bytes": "4k"}, "block_size_bytes"),
         ({"track_and_verify_wals": "yes"}, "track_and_verify_wals"),
+        ({"wal_read_ahead": 0}, "wal_read_ahead"),
+        ({"wal_read_ahead": 2.5}, "wal_read_ahead"),
     ],
 )
 def test_bad_settings_name_the_option(changes: dict[str, Any], message: str) -> None:
