@@ -17,6 +17,7 @@ from shaledb import Compactor, Db, GarbageCollector, GcOptions, Settings, paths
 from shaledb.errors import InvalidArgument, ObjectNotFound
 from shaledb.export import plan_read, read_part, values_and_metadata
 from shaledb.ingest import abort_ingest, begin_ingest, commit_ingest, ingest_columns, write_part
+from shaledb.ingest.outputs import TermsPlanner
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
 from shaledb.testing.seeds import test_seed
@@ -128,6 +129,9 @@ def test_behind_mode_refuses_index_terms_and_bad_terms_are_refused(url):
         ingest_columns(url, [b"a"], [b"1"], indexes={"dest": ["LAX"]})
     with pytest.raises(InvalidArgument):
         ingest_columns(url, [b"a"], [b"1"], indexes={"dest": [[b""]]})  # a term is 1.. bytes
+    for bad in (b"", b"t" * 65536):  # one term per row (bytes or None): the columns' fast check
+        with pytest.raises(InvalidArgument, match=r"empty|at most"):
+            ingest_columns(url, [b"a", b"b"], [b"1", b"2"], indexes={"dest": [None, bad]})
     with pytest.raises(InvalidArgument, match="differ in length"):
         ingest_columns(url, [b"a", b"b"], [b"1", b"2"], indexes={"dest": [None]})
     plan = begin_ingest(url, index_fields=("dest",))
@@ -137,6 +141,29 @@ def test_behind_mode_refuses_index_terms_and_bad_terms_are_refused(url):
         write_part(open_store(url), plan, 0, [b"a"], [b"1"])
     abort_ingest(plan, [], url)
     assert contents(url) == {}
+
+
+def test_fresh_terms_path_gives_the_general_paths_bytes():
+    """A database without terms takes TermsPlanner's cached path; it must give exactly the
+    rows' TERMS extras and index entries the general path gives with no old terms."""
+    rng = random.Random(test_seed())
+    keys = sorted({bytes(rng.randrange(256) for _ in range(rng.randrange(1, 6))) for _ in range(400)})
+    n = len(keys)
+    cols = {
+        "dest": [rng.choice([None, rng.choice(TERMS)]) for _ in range(n)],  # the one-term check
+        "tail": [random_terms(rng) for _ in range(n)],  # lists (with repeats) and None
+        "a-first": [rng.choice([None, [], [rng.choice(TERMS)] * 2]) for _ in range(n)],
+    }
+    fresh = TermsPlanner(tuple(cols), None)
+    general = TermsPlanner(tuple(cols), lambda k: {})
+    for lo in range(0, n, 97):  # several chunks: the caches carry over
+        chunk = {f: c[lo : lo + 97] for f, c in cols.items()}
+        assert fresh.rows(keys[lo : lo + 97], chunk) == general.rows(keys[lo : lo + 97], chunk)
+    # The same entries; the order within a row differs (they are sorted before writing).
+    assert sorted(zip(fresh.index_keys, fresh.index_kinds)) == sorted(
+        zip(general.index_keys, general.index_kinds)
+    )
+    assert len(fresh.index_keys) > n  # most rows have terms
 
 
 def test_abort_drops_the_terms_checkpoint_and_every_output(url):

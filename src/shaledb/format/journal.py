@@ -167,7 +167,12 @@ def index_term_prefix(field: str, term: bytes) -> bytes:
 
 def index_key(field: str, term: bytes, key: bytes) -> bytes:
     """The index-tree key of ``key`` having ``term`` in ``field``."""
-    return _element(field.encode("utf-8")) + _element(term) + _element(key)
+    return index_term_prefix(field, term) + index_key_tail(key)
+
+
+def index_key_tail(key: bytes) -> bytes:
+    """How every index key of ``key`` ends (after :func:`index_term_prefix`)."""
+    return _element(key)
 
 
 def _take(raw: bytes, pos: int) -> tuple[bytes, int]:
@@ -210,6 +215,7 @@ __all__ = [
     "decode_pointer",
     "encode_pointer",
     "index_key",
+    "index_key_tail",
     "index_prefix",
     "index_term_prefix",
     "is_wal_ref",

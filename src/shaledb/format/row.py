@@ -20,6 +20,7 @@ Extras come in the order META, EXPIRY, TERMS, then the body.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from ..errors import CorruptionError
 
@@ -68,6 +69,16 @@ def encode_payload(
     return flags, b"".join(parts)
 
 
+def payloads_with_terms(
+    bodies: Sequence[bytes], terms: Sequence[bytes | None]
+) -> tuple[list[int], list[bytes]]:
+    """Kinds and payloads of value rows whose only extra is ``terms`` (None: no extra):
+    ``encode_payload(body, None, None, t)`` of each row, in two C-level passes."""
+    pack, flags = _U32.pack, KIND_VALUE | FLAG_TERMS | FLAG_INDEXED
+    kinds = [KIND_VALUE if t is None else flags for t in terms]
+    return kinds, [b if t is None else pack(len(t)) + t + b for b, t in zip(bodies, terms)]
+
+
 def decode_extras(kind: int, payload: bytes) -> tuple[bytes, bytes | None, int | None, bytes | None]:
     """``(body, metadata, expires_at_ms, raw_terms)`` of a stored payload."""
     if not kind & EXTRA_FLAGS:
@@ -113,17 +124,22 @@ def decode_payload(kind: int, payload: bytes) -> tuple[bytes, bytes | None, int 
 def encode_terms(terms: dict[str, list[bytes]] | dict[str, tuple[bytes, ...]]) -> bytes:
     """A key's index terms: ``u16 nfields``, then per field (sorted by name)
     ``u16 name_len, name (UTF-8), u32 nterms``, then per term ``u16 len, term``."""
-    parts = [_U16.pack(len(terms))]
-    for name in sorted(terms):
-        raw = name.encode("utf-8")
-        ts = terms[name]
-        parts.append(_U16.pack(len(raw)))
-        parts.append(raw)
-        parts.append(_U32.pack(len(ts)))
-        for t in ts:
-            parts.append(_U16.pack(len(t)))
-            parts.append(t)
+    return terms_from_fields([encode_field_terms(name, terms[name]) for name in sorted(terms)])
+
+
+def encode_field_terms(name: str, ts: Sequence[bytes]) -> bytes:
+    """One field's part of :func:`encode_terms` (a bulk load caches it per distinct value)."""
+    raw = name.encode("utf-8")
+    parts = [_U16.pack(len(raw)), raw, _U32.pack(len(ts))]
+    for t in ts:
+        parts.append(_U16.pack(len(t)))
+        parts.append(t)
     return b"".join(parts)
+
+
+def terms_from_fields(fields: Sequence[bytes]) -> bytes:
+    """:func:`encode_terms` of the fields encoded by :func:`encode_field_terms`, sorted by name."""
+    return _U16.pack(len(fields)) + b"".join(fields)
 
 
 def decode_terms(raw: bytes) -> dict[str, tuple[bytes, ...]]:

@@ -19,11 +19,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate, repeat
 from operator import add
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import paths
+from ..batch import MAX_KEY_BYTES, check_key
 from ..errors import InvalidArgument
-from ..format.row import KIND_POINTER, KIND_TOMBSTONE, KIND_VALUE, TYPE_MASK
+from ..format.journal import index_key_tail, index_term_prefix
+from ..format.row import (
+    KIND_POINTER,
+    KIND_TOMBSTONE,
+    KIND_VALUE,
+    TYPE_MASK,
+    encode_field_terms,
+    encode_terms,
+    terms_from_fields,
+)
 from ..format.sst import ENTRY_OVERHEAD, SST_JOURNAL, SstBuilder
 from ..indexes import term_changes
 from ..manifest.model import JournalFile, SstInfo
@@ -34,6 +44,9 @@ if TYPE_CHECKING:
 
 Terms = dict[str, tuple[bytes, ...]]
 TermColumn = Sequence[Sequence[bytes] | bytes | None]
+CheckedColumns = list[tuple[str, list[tuple[bytes, ...]]]]
+_ONE_TERM = frozenset({bytes, type(None)})
+"""``(field, each row's terms: sorted, distinct, checked)`` per field."""
 
 
 class SstCutter:
@@ -82,20 +95,24 @@ class TermsPlanner:
         self.old_terms = old_terms
         self.index_keys: list[bytes] = []
         self.index_kinds = bytearray()
+        self._field_bytes: dict[tuple[str, tuple[bytes, ...]], bytes] = {}
+        self._prefixes: dict[tuple[str, bytes], bytes] = {}
 
     @property
     def active(self) -> bool:
         return bool(self.fields) or self.old_terms is not None
 
-    def rows(self, ks: Sequence[bytes], given: Mapping[str, TermColumn] | None) -> list[Terms | None]:
-        """The terms each row's entry records (None: no TERMS extra), noting index entries."""
+    def rows(self, ks: Sequence[bytes], given: Mapping[str, TermColumn] | None) -> list[bytes | None]:
+        """Each row's TERMS extra (``encode_terms`` bytes; None: none), noting index entries."""
         n = len(ks)
         cols = _term_columns(self.fields, given, n)
-        out: list[Terms | None] = []
+        if self.old_terms is None:
+            return self._fresh_rows(ks, cols)
+        out: list[bytes | None] = []
         ik, kinds = self.index_keys, self.index_kinds
         lookup = self.old_terms
         for i, k in enumerate(ks):
-            old = lookup(k) if lookup is not None else {}
+            old = lookup(k)
             new = dict(old)
             for f, col in cols:
                 ts = col[i]
@@ -106,7 +123,43 @@ class TermsPlanner:
             for ikey, live in term_changes(k, old, new):
                 ik.append(ikey)
                 kinds.append(KIND_VALUE if live else KIND_TOMBSTONE)
-            out.append(new or None)
+            out.append(encode_terms(new) if new else None)
+        return out
+
+    def _fresh_rows(
+        self, ks: Sequence[bytes], cols: list[tuple[str, list[tuple[bytes, ...]]]]
+    ) -> list[bytes | None]:
+        """:meth:`rows` when no key has terms yet: each row's terms are the ones it brings.
+
+        Rows share few distinct terms (a destination, a tail number), so each
+        field's encoded terms and each term's index-key prefix are made once
+        per part and joined per row: the bytes ``encode_terms`` and
+        ``index_key`` give, at a third of their cost.
+        """
+        fields, prefixes = self._field_bytes, self._prefixes
+        ik = self.index_keys
+        start = len(ik)
+        by_name = sorted(cols, key=lambda c: c[0])  # encode_terms sorts fields by name
+        out: list[bytes | None] = []
+        for i, k in enumerate(ks):
+            enc: list[bytes] = []
+            tail = b""
+            for f, col in by_name:
+                ts = col[i]
+                if not ts:
+                    continue
+                piece = fields.get((f, ts))
+                if piece is None:
+                    piece = fields[(f, ts)] = encode_field_terms(f, ts)
+                enc.append(piece)
+                tail = tail or index_key_tail(k)
+                for t in ts:
+                    pre = prefixes.get((f, t))
+                    if pre is None:
+                        pre = prefixes[(f, t)] = index_term_prefix(f, t)
+                    ik.append(pre + tail)
+            out.append(terms_from_fields(enc) if enc else None)
+        self.index_kinds += bytes([KIND_VALUE]) * (len(ik) - start)
         return out
 
     def write(self, cutter: SstCutter) -> None:
@@ -117,9 +170,7 @@ class TermsPlanner:
         self.index_keys, self.index_kinds = [], bytearray()
 
 
-def _term_columns(
-    fields: Sequence[str], given: Mapping[str, TermColumn] | None, n: int
-) -> list[tuple[str, list[tuple[bytes, ...]]]]:
+def _term_columns(fields: Sequence[str], given: Mapping[str, TermColumn] | None, n: int) -> CheckedColumns:
     """The given term columns, each row's terms checked, deduplicated and sorted."""
     if not given:
         if fields:
@@ -129,14 +180,22 @@ def _term_columns(
         raise InvalidArgument(
             f"indexes= has fields {sorted(given)}, but the ingest began with index_fields {list(fields)}"
         )
-    from ..batch import check_key
-
-    out = []
+    out: CheckedColumns = []
     for f in fields:
         col = given[f]
         if len(col) != n:
             raise InvalidArgument(f"index column {f!r} has {len(col)} rows, the keys {n}")
-        terms: list[tuple[bytes, ...]] = []
+        terms: list[tuple[bytes, ...]]
+        if set(map(type, col)) <= _ONE_TERM:  # one term or none per row: C-level checks
+            ones = cast("Sequence[bytes | None]", col)
+            present = [t for t in ones if t is not None]
+            if present and not 0 < min(map(len, present)) <= max(map(len, present)) <= MAX_KEY_BYTES:
+                for t in present:
+                    check_key(t)  # raises, naming the bad term
+            terms = [() if t is None else (t,) for t in ones]
+            out.append((f, terms))
+            continue
+        terms = []
         for x in col:
             if x is None:
                 terms.append(())

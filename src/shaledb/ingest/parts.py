@@ -24,7 +24,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import InvalidArgument, ShaleError
 from ..format.bloom import WORDMIX, build_filter, filter_from_column, key_hash, wordmix_column
 from ..format.coding import CODECS, crc32c_extend
-from ..format.row import KIND_VALUE, encode_payload, encode_terms
+from ..format.row import KIND_VALUE, encode_payload, payloads_with_terms
 from ..format.sst import (
     SST_TABLE,
     SstBuilder,
@@ -308,9 +308,11 @@ class PartWriter:
         if not self.write:
             return
         terms = self._terms.rows(ks, idx) if self._terms.active else None
+        kinds: bytes | list[int]
         if terms is None and (ms is None or all(x is None for x in ms)):
-            kinds: bytes | list[int] = bytes(n)
-            pays = vs
+            kinds, pays = bytes(n), vs
+        elif ms is None and terms is not None:
+            kinds, pays = payloads_with_terms(vs, terms)
         else:
             kinds = [KIND_VALUE] * n
             pays = list(vs)
@@ -318,7 +320,7 @@ class PartWriter:
                 meta = None if ms is None else ms[i]
                 t = None if terms is None else terms[i]
                 if meta is not None or t is not None:
-                    flags, pays[i] = encode_payload(vs[i], meta, None, None if t is None else encode_terms(t))
+                    flags, pays[i] = encode_payload(vs[i], meta, None, t)
                     kinds[i] = KIND_VALUE | flags
         if self._journal is not None:
             self._journal.add(ks, kinds, pays, list(map(len, vs)))
