@@ -7,8 +7,9 @@ A bulk read has two steps, like a bulk ingest:
    similar size from the SST boundaries of that version (and block
    boundaries inside SSTs too big for one range). Each
    :class:`ReadPart` carries everything a task needs: its range, the SSTs of
-   each source that overlap it, the WAL ids the version still replays and the
-   clone parents' URLs. Planning reads manifests, and the indexes of big SSTs.
+   each source that overlap it, the WAL ids the version still replays (or,
+   when they are small, their entries in the range) and the clone parents'
+   URLs. Planning reads manifests, the indexes of big SSTs, and small WALs.
 2. :func:`read_part` (a task) merges the sources of its range and yields
    :class:`Columns` of live entries in key order: the newest version of each
    key at the checkpoint, tombstones and expired entries dropped.
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
+from . import paths
 from .cache import LruCache
 from .checkpoint import (
     as_checkpoint_id,
@@ -63,6 +65,9 @@ from .wal import decode_wal_object, fetch_wal_objects
 Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
 """keys, seqs, kinds, payloads of live entries in key order."""
 
+DEFAULT_INLINE_WAL_BYTES = 16 * MiB
+"""A Spark read's plan reads the WAL objects once and hands each part its entries when they
+hold at most this many bytes; above it each task reads them (they travel in the tasks)."""
 DEFAULT_TARGET_BYTES = 128 * MiB
 """The largest part a read plans by default (Spark's ``maxPartitionBytes``)."""
 DEFAULT_LIFETIME_S = 3600.0
@@ -91,6 +96,9 @@ class ReadPart:
     """How many of ``sources`` (the first ones) are L0 SSTs; the rest are sorted runs."""
     journal: tuple[tuple[str, int], ...] = ()
     """``(id, db)`` of the version's value-journal files (pointers are resolved through them)."""
+    wal: Columns | None = None
+    """The version's WAL entries in ``[lo, hi)`` (newest per key, key order), when the plan read
+    the WAL for every part (``inline_wal_bytes``); None: the task reads ``wal_ids`` itself."""
 
     @property
     def bytes(self) -> int:
@@ -246,6 +254,7 @@ def plan_read(
     target_bytes: int = DEFAULT_TARGET_BYTES,
     lifetime_s: float | None = DEFAULT_LIFETIME_S,
     name: str = "bulk-read",
+    inline_wal_bytes: int = 0,
     store: ObjectStore | None = None,
     store_options: Mapping[str, Any] | None = None,
     clock: Clock | None = None,
@@ -259,6 +268,9 @@ def plan_read(
     ``target_bytes``, at least ``parallelism`` and a multiple of it
     (:func:`part_count`). Parts are cut at SST boundaries, and inside SSTs
     too big for one part at their blocks' ends (:func:`inner_cuts`).
+    When the version's WAL objects hold at most ``inline_wal_bytes``, they are
+    read here once and each part carries its entries (:attr:`ReadPart.wal`):
+    otherwise every task reads all of them, having no key order to skip by.
     """
     clock = clock or SYSTEM_CLOCK
     st = _stack(url, store, store_options, clock)
@@ -283,6 +295,10 @@ def plan_read(
     wal_ids = tuple(range(m.replay_after_wal_id + 1, m.next_wal_id))
     external = tuple(e.url for e in m.external_dbs)
     journal = tuple((j.id, j.db) for j in m.journal)
+    ranges = split_range(ssts, start, end, partitions, inner)
+    wal = None
+    if wal_ids and inline_wal_bytes > 0 and _wal_bytes(st, wal_ids) <= inline_wal_bytes:
+        wal = _wal_newest(st, wal_ids, m.last_l0_seq, start, end)
     parts = tuple(
         ReadPart(
             i,
@@ -296,10 +312,29 @@ def plan_read(
             external,
             sum(1 for s in m.data.l0 if _overlaps(s, lo, hi)),
             journal,
+            None if wal is None else _slice_columns(wal, lo, hi),
         )
-        for i, (lo, hi) in enumerate(split_range(ssts, start, end, partitions, inner))
+        for i, (lo, hi) in enumerate(ranges)
     )
     return ReadPlan(str(cp_id), m.id, created, lifetime_s if created else None, parts)
+
+
+def _wal_bytes(st: ObjectStore, wal_ids: Sequence[int]) -> int:
+    """The stored size of the WAL objects ``wal_ids`` (one LIST)."""
+    first, last = wal_ids[0], wal_ids[-1]
+    total = 0
+    for meta in st.list(paths.WAL_DIR, offset=paths.wal_path(first - 1)):
+        wid = paths.parse_wal_id(meta.path)
+        if wid is not None and first <= wid <= last:
+            total += meta.size
+    return total
+
+
+def _slice_columns(cols: Columns, lo: bytes | None, hi: bytes | None) -> Columns:
+    keys = cols[0]
+    a = 0 if lo is None else bisect_left(keys, lo)
+    b = len(keys) if hi is None else bisect_left(keys, hi)
+    return keys[a:b], cols[1][a:b], cols[2][a:b], cols[3][a:b]
 
 
 def ensure_checkpoint(
@@ -339,9 +374,16 @@ def ensure_checkpoint(
 
 def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
     """The checkpoint's WAL entries in the part's range: newest version per key, in key order."""
+    if part.wal is not None:
+        return part.wal
+    return _wal_newest(store, part.wal_ids, part.last_l0_seq, part.lo, part.hi)
+
+
+def _wal_newest(
+    store: ObjectStore, wal_ids: Sequence[int], last_l0_seq: int, lo: bytes | None, hi: bytes | None
+) -> Columns:
     newest: dict[bytes, tuple[int, int, bytes]] = {}
-    lo, hi = part.lo, part.hi
-    with fetch_wal_objects(store, part.wal_ids, WAL_READ_AHEAD) as fetched:
+    with fetch_wal_objects(store, wal_ids, WAL_READ_AHEAD) as fetched:
         for path, data in fetched:
             if data is None:
                 continue  # a slot a crashed writer never filled
@@ -349,7 +391,7 @@ def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
             for k, e in zip(keys, ents):
                 if e[1] & FLAG_INDEX_TREE:
                     continue  # a secondary-index entry (the index tree)
-                if e[0] > part.last_l0_seq and (lo is None or k >= lo) and (hi is None or k < hi):
+                if e[0] > last_l0_seq and (lo is None or k >= lo) and (hi is None or k < hi):
                     newest[k] = e  # WAL order is sequence order: later entries win
     ks = sorted(newest)
     ents = [newest[k] for k in ks]

@@ -11,6 +11,7 @@ from ingest_kit import QUIET, sorted_kv
 from shaledb import Db, DbReader, admin, export
 from shaledb.errors import CheckpointNotFound
 from shaledb.export import (
+    DEFAULT_INLINE_WAL_BYTES,
     DEFAULT_TARGET_BYTES,
     ensure_checkpoint,
     part_count,
@@ -21,6 +22,7 @@ from shaledb.export import (
 )
 from shaledb.ingest import ingest_columns
 from shaledb.manifest.model import SstInfo
+from shaledb.store import StoreWrapper, open_store
 from shaledb.testing.seeds import test_seed
 
 
@@ -190,3 +192,37 @@ def test_parts_are_cut_inside_an_sst_too_big_for_one(tmp_path, monkeypatch):
     assert len(narrow.parts) == 1  # 300 keys are far less than a part's share: no cut inside
     monkeypatch.setattr(export, "MIN_PART_BYTES", 4 << 20)
     assert len(plan_read(url, partitions=4).parts) == 1  # parts under 4 MiB: SST boundaries only
+
+
+class NoWalReads(StoreWrapper):
+    """Fails every read of a WAL object: the parts must bring their WAL entries."""
+
+    def get(self, path: str) -> bytes:
+        assert not path.startswith("wal/"), f"a task read {path}"
+        return self.inner.get(path)
+
+
+def test_a_plan_hands_each_part_its_wal_entries(tmp_path):
+    seed = test_seed()
+    url = str(tmp_path / "db")
+    db, model = build(url, seed)
+    try:
+        cp = db.create_checkpoint(lifetime=600)
+        db.put(b"after", b"not in the checkpoint")
+        inline = plan_read(url, checkpoint=cp.id, partitions=4, inline_wal_bytes=DEFAULT_INLINE_WAL_BYTES)
+        tasks_read = plan_read(url, checkpoint=cp.id, partitions=4)
+        too_big = plan_read(url, checkpoint=cp.id, partitions=4, inline_wal_bytes=1)
+    finally:
+        db.close()
+    assert all(p.wal is not None for p in inline.parts)
+    assert all(p.wal is None for p in tasks_read.parts + too_big.parts)
+    assert sum(len(p.wal[0]) for p in inline.parts if p.wal is not None) >= 101  # the WAL-only writes
+    for a, b in zip(inline.parts, tasks_read.parts):
+        assert a.wal == export._wal_columns(open_store(url), b)  # each part: its range only
+    no_wal = NoWalReads(open_store(url))
+    rows = []
+    for part in inline.parts:
+        for keys, _, kinds, pays in read_part(part, store=no_wal):
+            vals, _ = values_and_metadata(kinds, pays)
+            rows.extend(zip(keys, vals))
+    assert rows == sorted(model.items())

@@ -57,7 +57,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
 
 from ..errors import InvalidArgument
-from ..export import ReadPart, ensure_checkpoint, intersect, plan_read
+from ..export import DEFAULT_INLINE_WAL_BYTES, ReadPart, ensure_checkpoint, intersect, plan_read
 from ..export_arrow import read_part_arrow
 from ..ingest import (
     IngestPart,
@@ -412,6 +412,7 @@ class ShaleReader(DataSourceReader):
             end=hi,
             partitions=self.opts.partitions,
             parallelism=self.parallelism,
+            inline_wal_bytes=DEFAULT_INLINE_WAL_BYTES,
             store_options=self.opts.store,
         )
         log.info(
