@@ -3,8 +3,8 @@
 
     .venv/bin/python bench/wal_replay_s3.py [--objects 300] [--latency-ms 20] [--repeat 3]
 
-On a moto S3 server on loopback (started here), a writer makes ``--objects``
-WAL objects (durable batches of 20 puts, 100-byte values), takes a checkpoint
+On a moto S3 server on loopback (started here), after a bulk load of 20,000
+keys in 8 SSTs, a writer makes ``--objects`` WAL objects (durable batches of 20 puts, 100-byte values), takes a checkpoint
 and crashes, so nothing reaches L0. Then, each with ``wal_read_ahead`` 1 (one
 GET per object, as before) and 16 (the default), alternating, best of
 ``--repeat``:
@@ -15,6 +15,11 @@ GET per object, as before) and 16 (the default), alternating, best of
 * read part: ``export.read_part`` of a one-part plan of the checkpoint, what
   each task of a Spark checkpoint read does (``export.WAL_READ_AHEAD`` is set
   for the run; it has no option).
+
+Then, with 16 ahead, a four-part read of the checkpoint as a Spark read does it
+(``plan_read``, then ``read_part`` of each part, one after the other): each
+part reading the WAL itself, against the plan reading it once and handing
+each part its entries (``inline_wal_bytes``).
 
 Loopback answers in about a millisecond, far below S3's round trips, so each
 runs again with ``--latency-ms`` added before every request
@@ -33,6 +38,7 @@ from collections.abc import Callable
 from engines import MotoServer
 from shaledb import Db, DbReader, Settings, WriteBatch, export
 from shaledb.clock import SystemClock
+from shaledb.ingest import ingest_columns
 from shaledb.settings import DbReaderOptions
 from shaledb.store import ObjectStore, open_store
 from shaledb.store.wrappers import LatencyStore
@@ -50,7 +56,10 @@ def crash(db: Db, faults: FaultInjectingStore) -> None:
 
 
 def make_wal(url: str, objects: int, rng: random.Random) -> str:
-    """``objects`` WAL objects after the last L0 flush, a checkpoint of them; returns its id."""
+    """A bulk-loaded run of 8 SSTs, then ``objects`` WAL objects after it and a checkpoint of
+    them; returns the checkpoint's id."""
+    keys = sorted({b"k%06d" % i for i in rng.sample(range(10**6), 20_000)})
+    ingest_columns(url, keys, [bytes(100)] * len(keys), max_sst_size_bytes=300_000)
     faults = FaultInjectingStore(open_store(url), seed=rng.randrange(2**32))
     db = Db.open(store=faults, settings=WRITER)
     for i in range(objects):
@@ -114,6 +123,18 @@ def main() -> int:
 
                     for name, fn in (("open", reopen), ("reader", reader), ("read_part", read_part)):
                         times.setdefault(f"{name}_{label}", []).append(timed(fn))
+                for inline in (0, export.DEFAULT_INLINE_WAL_BYTES):
+                    label = f"{'latency' if latency else 'loopback'}_{'plan_reads_wal' if inline else 'parts_read_wal'}"
+
+                    def four_parts(inline: int = inline, latency: float = latency) -> None:
+                        base = open_store(url)
+                        st = LatencyStore(base, clock, latency) if latency else base
+                        export.WAL_READ_AHEAD = 16
+                        p4 = export.plan_read(store=st, checkpoint=cp, partitions=4, inline_wal_bytes=inline)
+                        assert len(p4.parts) == 4
+                        assert sum(len(c[0]) for p in p4.parts for c in export.read_part(p, store=st)) > 0
+
+                    times.setdefault(f"four_parts_{label}", []).append(timed(four_parts))
     finally:
         moto.stop()
     print(
