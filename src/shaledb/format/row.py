@@ -73,7 +73,7 @@ def payloads_with_terms(
     bodies: Sequence[bytes], terms: Sequence[bytes | None]
 ) -> tuple[list[int], list[bytes]]:
     """Kinds and payloads of value rows whose only extra is ``terms`` (None: no extra):
-    ``encode_payload(body, None, None, t)`` of each row, in two C-level passes."""
+    ``encode_payload(body, None, None, t)`` of each row, in two comprehensions, not a call a row."""
     pack, flags = _U32.pack, KIND_VALUE | FLAG_TERMS | FLAG_INDEXED
     kinds = [KIND_VALUE if t is None else flags for t in terms]
     return kinds, [b if t is None else pack(len(t)) + t + b for b, t in zip(bodies, terms)]

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 Terms = dict[str, tuple[bytes, ...]]
 TermColumn = Sequence[Sequence[bytes] | bytes | None]
 CheckedColumns = list[tuple[str, list[tuple[bytes, ...]]]]
-_ONE_TERM = frozenset({bytes, type(None)})
 """``(field, each row's terms: sorted, distinct, checked)`` per field."""
+_ONE_TERM = frozenset({bytes, type(None)})
 
 
 class SstCutter:
@@ -126,9 +126,7 @@ class TermsPlanner:
             out.append(encode_terms(new) if new else None)
         return out
 
-    def _fresh_rows(
-        self, ks: Sequence[bytes], cols: list[tuple[str, list[tuple[bytes, ...]]]]
-    ) -> list[bytes | None]:
+    def _fresh_rows(self, ks: Sequence[bytes], cols: CheckedColumns) -> list[bytes | None]:
         """:meth:`rows` when no key has terms yet: each row's terms are the ones it brings.
 
         Rows share few distinct terms (a destination, a tail number), so each
