@@ -21,7 +21,7 @@ import pytest
 from engine_support import abandon
 
 from shaledb import Db, DbReader, InvalidArgument, Settings, export
-from shaledb.settings import WAL_READ_AHEAD, DbReaderOptions
+from shaledb.settings import WAL_READ_AHEAD, DbReaderOptions, RetryOptions
 from shaledb.store import ObjectStore, StoreWrapper
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock
@@ -137,3 +137,21 @@ def test_a_read_part_replays_the_checkpoint_wal_in_order(store: ObjectStore, see
 def test_read_ahead_must_be_a_positive_integer(bad: object) -> None:
     with pytest.raises(InvalidArgument, match="wal_read_ahead"):
         DbReaderOptions(wal_read_ahead=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("action", ["fail_before", "apply_then_fail"])
+def test_failing_wal_gets_during_read_ahead_are_retried(store: ObjectStore, seed: int, action: str) -> None:
+    """A third of the WAL GETs fail (in the read-ahead threads); the retries behind them
+    still hand the replay every object, in order."""
+    faults = FaultInjectingStore(store, seed=seed)
+    db = Db.open(store=faults, settings=WRITER, clock=ManualClock(), seed=seed)
+    want = _write_objects(db)
+    abandon(db, faults)
+    flaky = FaultInjectingStore(store, seed=seed)
+    rule = flaky.add_rule(action, ops="get", path_prefix="wal/", probability=0.3)  # type: ignore[arg-type]
+    # A GET gives up only if all 16 attempts fail: 0.3**16, about 4e-9.
+    retry = RetryOptions(max_attempts=16, initial_backoff_s=0.001, max_backoff_s=0.002)
+    settings = Settings(compactor=None, garbage_collector=None, wal_read_ahead=8, retry=retry)
+    with Db.open(store=flaky, settings=settings, clock=ManualClock(), seed=seed + 1) as db:
+        assert {k: db.get(k) for k in want} == want
+    assert rule.fired > 0
