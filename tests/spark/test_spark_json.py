@@ -105,3 +105,22 @@ def test_other_types_and_repeated_names_fall_back_to_json_values():
     assert json_column(repeated).to_pylist() == json_values(repeated.to_pylist())
     _same(pa.table({"a": pa.array([], pa.int64())}))  # no rows
     assert json_column(pa.table({"a": [1, 2]}).select([])).to_pylist() == [b"{}", b"{}"]  # no columns
+
+
+def test_floats_encode_as_repr_across_magnitudes_and_forms():
+    """Arrow's float text is used only where it is ``repr``'s; random doubles of every
+    magnitude (random bit patterns), short decimals, integers, the edges of the fixed-notation
+    range, subnormals and float32 columns must all give ``json_values``' bytes."""
+    import struct
+
+    rng = random.Random(test_seed())
+    bits = [struct.unpack("<d", rng.randbytes(8))[0] for _ in range(20_000)]
+    decimals = [round(rng.uniform(-1e6, 1e6), rng.randrange(0, 8)) for _ in range(20_000)]
+    integers = [float(rng.randrange(-(10**17), 10**17)) for _ in range(5_000)]
+    scaled = [rng.random() * 10.0 ** rng.randrange(-8, 20) for _ in range(20_000)]
+    edges = [1e-4, 0.00009999999999999999, 1.0000000000000001e-4, 1e16, 9999999999999998.0, 1e15, 1e16 - 2]
+    edges += [5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, -0.0, 0.0, 1e-5, 123e-7]
+    f64 = [*bits, *decimals, *integers, *scaled, *edges, None, float("nan"), float("-inf")]
+    _same(pa.table({"x": pa.array(f64, pa.float64())}))
+    f32 = [struct.unpack("<f", rng.randbytes(4))[0] for _ in range(5_000)] + [0.1, 1e-5, 3.0, None]
+    _same(pa.table({"y": pa.array(f32, pa.float32())}))

@@ -349,7 +349,7 @@ def _json_texts(col: Any) -> Any:
             return pc.binary_join_element_wise('"', col.cast(pa.string()), '"', "").fill_null("null")
         text = _json_str
     elif pa.types.is_floating(t):
-        text = _json_float  # float.__repr__, which Arrow's cast does not follow (2.0 -> "2")
+        return _float_texts(col)
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         text = lambda v: '"' + base64.b64encode(v).decode("ascii") + '"'  # noqa: E731
     elif pa.types.is_temporal(t) and not pa.types.is_interval(t):
@@ -364,6 +364,36 @@ def _json_texts(col: Any) -> Any:
     if col.null_count:
         return pa.array(["null" if v is None else text(v) for v in values], pa.string())
     return pa.array(list(map(text, values)), pa.string())
+
+
+def _float_texts(col: Any) -> Any:
+    """``float.__repr__`` of each value, mostly from Arrow's cast to text.
+
+    Both write the shortest digits that read back as the same double, but not
+    always in the same form: Arrow writes 2.0 as "2", 1e15 as "1e+15" and
+    5e-05 as "0.00005". Its text is kept where the forms agree -- a fraction
+    in fixed notation at magnitudes where ``repr`` uses fixed notation too
+    (1e-4 up to 1e16), or an integer below 1e16 ("2" + ".0") -- and the rest
+    (exponents, NaN and infinities, tiny values) go through ``repr``, a few in
+    most columns. float32 values are widened first, as ``to_pylist`` does.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    f = col.cast(pa.float64())
+    txt = pc.cast(f, pa.string())
+    mag = pc.abs(f)
+    plain = pc.invert(pc.match_substring(txt, "e"))
+    dotted = pc.match_substring(txt, ".")
+    fraction = pc.and_(pc.and_(plain, dotted), pc.greater_equal(mag, 1e-4)).fill_null(False)
+    integer = pc.and_(pc.and_(plain, pc.invert(dotted)), pc.and_(pc.is_finite(f), pc.less(mag, 1e16)))
+    integer = integer.fill_null(False)  # null rows: neither, and not "other" either
+    out = pc.if_else(integer, pc.binary_join_element_wise(txt, ".0", ""), txt)
+    other = pc.and_(pc.is_valid(f), pc.invert(pc.or_(fraction, integer)))
+    if pc.any(other).as_py():
+        texts = [_json_float(v) for v in f.filter(other).to_pylist()]
+        out = pc.replace_with_mask(out, other, pa.array(texts, pa.string()))
+    return out.fill_null("null")
 
 
 def _by_distinct(col: Any, text: Any) -> Any:
