@@ -44,6 +44,7 @@ from .export import (
     Columns,
     ReadPart,
     _overlaps,
+    _slice_columns,
     _stack,
     _wal_columns,
     read_part,
@@ -534,17 +535,14 @@ def _wal_entries(wal: Columns | None, lo: bytes | None, hi: bytes | None) -> lis
 
     if wal is None:
         return []
-    keys, seqs, kinds, pays = wal
-    i = 0 if lo is None else bisect_left(keys, lo)
-    j = len(keys) if hi is None else bisect_left(keys, hi)
-    if i == j:
+    keys, seqs, kind, pays = _slice_columns(wal, lo, hi)
+    if not keys:
         return []
-    kind = kinds[i:j]
     if 1 in kind.translate(_GENERAL):
         return None
-    values, metas = values_and_metadata(kind, pays[i:j])
+    values, metas = values_and_metadata(kind, pays)
     meta = None if metas is None else pa.array(metas, pa.binary())
-    return [_Entries(blob_array(keys[i:j]), blob_array(values), pa.array(seqs[i:j], pa.int64()), meta, kind)]
+    return [_Entries(blob_array(keys), blob_array(values), pa.array(seqs, pa.int64()), meta, kind)]
 
 
 def _range_entries(

@@ -181,9 +181,10 @@ def replay_wal(
         for pos, (wid, (path, data)) in enumerate(zip(replayed, fetched)):
             if data is None:
                 raise CorruptionError("WAL object vanished during recovery", path)
-            res.objects.append(TrackedWal(wid, len(data), crc32c(data)))
+            crc = crc32c(data)
+            res.objects.append(TrackedWal(wid, len(data), crc))
             tw = tracked.get(wid)
-            if tw is not None and (tw.size != len(data) or tw.crc32c != crc32c(data)):
+            if tw is not None and (tw.size != len(data) or tw.crc32c != crc):
                 damaged = f"checksum or size differs from the manifest's record ({tw.size} bytes)"
             else:
                 damaged = None

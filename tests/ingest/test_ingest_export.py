@@ -61,13 +61,18 @@ def build(url, seed):
     return db, model
 
 
+def checkpointed(url):
+    """:func:`build`, a checkpoint of it, then a write the checkpoint must not see."""
+    db, model = build(url, test_seed())
+    cp = db.create_checkpoint(lifetime=600)
+    db.put(b"after", b"not in the checkpoint")
+    return db, model, cp
+
+
 def test_parts_concatenate_to_the_checkpoint_and_ignore_later_writes(tmp_path):
-    seed = test_seed()
     url = str(tmp_path / "db")
-    db, model = build(url, seed)
+    db, model, cp = checkpointed(url)
     try:
-        cp = db.create_checkpoint(lifetime=600)
-        db.put(b"after", b"not in the checkpoint")
         db.put(next(iter(model)), b"changed after")
         plan = plan_read(url, checkpoint=cp.id, partitions=4)
         assert not plan.created and len(plan.parts) == 4
@@ -203,12 +208,9 @@ class NoWalReads(StoreWrapper):
 
 
 def test_a_plan_hands_each_part_its_wal_entries(tmp_path):
-    seed = test_seed()
     url = str(tmp_path / "db")
-    db, model = build(url, seed)
+    db, model, cp = checkpointed(url)
     try:
-        cp = db.create_checkpoint(lifetime=600)
-        db.put(b"after", b"not in the checkpoint")
         inline = plan_read(url, checkpoint=cp.id, partitions=4, inline_wal_bytes=DEFAULT_INLINE_WAL_BYTES)
         tasks_read = plan_read(url, checkpoint=cp.id, partitions=4)
         too_big = plan_read(url, checkpoint=cp.id, partitions=4, inline_wal_bytes=1)
