@@ -5,14 +5,15 @@
 On one local[2] session, over one cached DataFrame of ``--rows`` rows
 (16-byte keys, 100-byte values, incompressible):
 
-1. bulk ingest (``shaledb.spark.ingest``: range-partition, sort, SSTs, one
-   commit) into a fresh local-directory database, against
+1. bulk ingest (``shaledb.spark.ingest``: sort, exchange through the store,
+   SSTs, one commit) into a fresh local-directory database, against
    ``df.write.parquet`` of the same DataFrame. Target: within 2x. The
    database must need no further compaction (the scheduler proposes nothing).
    For reference also against Parquet written range-partitioned and sorted by
    key (what a key-clustered table costs Spark), and the floor of any
    range-partitioned Python writer: Spark's range partitioning plus the Arrow
-   hand-over to Python workers that only count the rows.
+   hand-over to Python workers that only count the rows, and the ingest
+   through that range shuffle (``exchange="spark"``).
 2. end to end, ingest plus compaction until the LSM is settled, against the
    same rows put through the Python API (``Db.write`` of 1,000-row batches,
    then compaction until settled). Target: faster.
@@ -160,6 +161,16 @@ def main() -> int:
         ("parquet_write", "ingest"), parquet_write, ingest, args.repeat
     )
     res["parquet_sorted_write_s"], _ = best("parquet_sorted_write", parquet_sorted_write, args.repeat)
+
+    def ingest_spark_exchange(r: int) -> None:
+        """The ingest through Spark's range shuffle instead of the store exchange (for reference)."""
+        url = str(work / f"shaledb-spark-exchange-{r}")
+        shutil.rmtree(url, ignore_errors=True)
+        shale_spark.ingest(df, url, exchange="spark")
+        shutil.rmtree(url, ignore_errors=True)
+
+    ingest_spark_exchange(99)
+    res["ingest_spark_exchange_s"], _ = best("ingest_spark_exchange", ingest_spark_exchange, args.repeat)
 
     def shuffle_floor(r: int) -> None:
         """What any range-partitioned Python writer pays before its first line runs: Spark's

@@ -36,7 +36,8 @@ A pass (seed 002's algorithm, SPEC §4.6):
    still lists them).
 6. Delete other orphans older than ``min_age_s``: temporary objects under
    ``tmp/`` (the two-phase store's pending records keep theirs, and without
-   access to the record table ``tmp/2pc/`` is left alone) and stale job leases
+   access to the record table ``tmp/2pc/`` is left alone; a bulk load's
+   staged runs under ``tmp/stage/`` follow the SSTs' job-lease rule) and stale job leases
    (past their lease, or of an older compactor epoch: those jobs can never
    commit).
 
@@ -234,7 +235,7 @@ class GarbageCollector:
         live_from = self._leases(leases, m, now, cutoff, dry, report)
         self._ssts(m, active, cutoff, live_from, dry, report)
         self._journals(m, active, cutoff, live_from, dry, report)
-        self._tmp(cutoff, dry, report)
+        self._tmp(cutoff, live_from, dry, report)
         report.detached = self.lifecycle.detach_step(dry_run=dry)
         report.duration_s = self.clock.monotonic() - started
         c = report.counts()
@@ -431,7 +432,7 @@ class GarbageCollector:
             doomed.append(meta)
         self._delete("journal", doomed, dry, report)
 
-    def _tmp(self, cutoff: float, dry: bool, report: GcReport) -> None:
+    def _tmp(self, cutoff: float, live_from: float, dry: bool, report: GcReport) -> None:
         tp = find_two_phase(self.store)
         pending = {r.source for r in tp.log.pending(tp.namespace)} if tp is not None else set()
         doomed = []
@@ -440,6 +441,9 @@ class GarbageCollector:
                 continue
             if meta.last_modified > cutoff:
                 continue
+            run = paths.parse_stage_id(meta.path)
+            if run is not None and paths.ulid_time_s(run) >= live_from:
+                continue  # a bulk load's staged run, the load still under its lease
             doomed.append(meta)
         self._delete("tmp", doomed, dry, report)
 

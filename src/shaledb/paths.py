@@ -28,6 +28,8 @@ SST_DIR = "compacted/"
 JOURNAL_DIR = "journal/"
 TMP_DIR = "tmp/"
 JOB_DIR = "compactions/"
+STAGE_DIR = f"{TMP_DIR}stage/"
+"""Sorted runs a bulk load exchanges between its tasks (``shaledb.ingest.exchange``)."""
 
 _MAX_ID = 2**64 - 1
 _ID_RE = re.compile(r"[0-9]{20}")
@@ -80,6 +82,17 @@ def job_path(job_id: str) -> str:
     return f"{JOB_DIR}{job_id}.job"
 
 
+def stage_prefix(exchange_id: str) -> str:
+    """Where the staged runs of one bulk load's exchange go (its lease's ULID)."""
+    check_ulid(exchange_id)
+    return f"{STAGE_DIR}{exchange_id}/"
+
+
+def stage_path(exchange_id: str, run_id: str) -> str:
+    check_ulid(run_id)
+    return f"{stage_prefix(exchange_id)}{run_id}.arrows"
+
+
 def _parse_numbered(path: str, prefix: str, suffix: str) -> int | None:
     if not (path.startswith(prefix) and path.endswith(suffix)):
         return None
@@ -113,6 +126,14 @@ def parse_journal_id(path: str) -> str | None:
         return None
     core = path[len(JOURNAL_DIR) : -len(".journal")]
     return core if _ULID_RE.fullmatch(core) else None
+
+
+def parse_stage_id(path: str) -> str | None:
+    """The run's ULID of a ``tmp/stage/<exchange ULID>/<ULID>.arrows`` name, or None."""
+    if not (path.startswith(STAGE_DIR) and path.endswith(".arrows")):
+        return None
+    exchange, _, core = path[len(STAGE_DIR) : -len(".arrows")].partition("/")
+    return core if _ULID_RE.fullmatch(exchange) and _ULID_RE.fullmatch(core) else None
 
 
 def parse_job_id(path: str) -> str | None:

@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 from spark_kit import contents, kv_frame, latest, referenced, sst_ids
 
-from shaledb import Db, FencedError, GarbageCollector, GcOptions, Settings
+from shaledb import Db, FencedError, GarbageCollector, GcOptions, Settings, paths
 from shaledb import spark as shale_spark
 from shaledb.compaction import schedule
+from shaledb.errors import InvalidArgument
 from shaledb.settings import CompactorOptions
+from shaledb.store import open_store
 from shaledb.testing.seeds import test_seed
 
 pytestmark = pytest.mark.spark
@@ -163,6 +165,33 @@ def test_duplicates_fail_the_job_unless_last_is_asked_for(spark, tmp_path):
     assert latest(url).data.runs == ()  # nothing committed
     shale_spark.ingest(df, url, value="value", duplicates="last", order_by=["t"])
     assert contents(url) == {b"k": b"3"}
+
+
+def staged(url: str) -> list[str]:
+    return [m.path for m in open_store(url).list(paths.STAGE_DIR)]
+
+
+def test_both_exchanges_load_the_same_rows_and_leave_nothing_staged(spark, tmp_path):
+    seed = test_seed()
+    data = rows(4000, random.Random(seed))
+    # Five input partitions of different sizes, keys in every one of them.
+    df = kv_frame(spark, data, partitions=5)
+    for exchange in ("store", "spark"):
+        url = str(tmp_path / exchange)
+        shale_spark.ingest(df, url, partitions=3, exchange=exchange)
+        m = latest(url)
+        assert len(m.data.runs) == 1 and len(m.data.runs[0].ssts) == 3 and m.data.l0 == ()
+        assert contents(url) == dict(data)
+        assert staged(url) == []
+    # A failing job (duplicate keys) commits nothing and leaves nothing staged either.
+    url = str(tmp_path / "dups")
+    with pytest.raises(Exception, match="appears more than once"):
+        shale_spark.ingest(kv_frame(spark, data + data[:3], partitions=2), url)
+    assert latest(url).data.runs == () and staged(url) == []
+    with pytest.raises(InvalidArgument, match="order_by"):
+        shale_spark.ingest(df, url, order_by=["value"], exchange="store")
+    with pytest.raises(InvalidArgument, match="exchange"):
+        shale_spark.ingest(df, url, exchange="hash")
 
 
 def test_unsupported_requests_fail_before_any_task(spark, tmp_path):

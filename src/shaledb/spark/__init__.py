@@ -2,7 +2,7 @@
 
     from shaledb import spark as shale_spark
     shale_spark.register(spark)                                      # format "shaledb"
-    shale_spark.ingest(df, url, key="key")                           # range-partition, sort, write, commit
+    shale_spark.ingest(df, url, key="key")                           # sort, exchange, write, one commit
     df.write.format("shaledb").mode("append").save(url)              # the same, on a prepared DataFrame
     spark.read.format("shaledb").load(url)                           # key, value, seq, metadata
     spark.read.format("shaledb").option("checkpoint", str(cp.id)).load(url)
@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ..errors import InvalidArgument
 from ..manifest.model import IngestRecord
 from .compaction import SparkCompactionReport, compact
 
@@ -102,6 +103,7 @@ def ingest(
     duplicates: str = "error",
     order_by: Sequence[str] = (),
     partitions: int | None = None,
+    exchange: str | None = None,
     options: Mapping[str, str] | None = None,
 ) -> IngestRecord:
     """Bulk-load ``df`` into the database at ``url``: range-partition, sort, write, one commit.
@@ -114,7 +116,14 @@ def ingest(
     field per column; values of at least ``value_separation_threshold`` bytes go
     to value-journal objects. ``partitions``
     defaults to ``spark.sql.shuffle.partitions``. Returns the ingest's record
-    from the manifest (id, manifest, rows, seq). See docs/spark.md.
+    from the manifest (id, manifest, rows, seq).
+
+    ``exchange`` says how rows reach their key range's task: ``"store"``
+    (the default without ``order_by``) sorts each input partition in its own
+    task and moves the sorted runs through the database's store
+    (:mod:`shaledb.spark.load`); ``"spark"`` (the default, and the only
+    choice, with ``order_by``) uses Spark's range shuffle and the data
+    source's write. See docs/spark.md.
     """
     from .transforms import range_partition
 
@@ -136,15 +145,26 @@ def ingest(
     if value_separation_threshold is not None:
         opts["value_separation_threshold"] = str(value_separation_threshold)
     opts.update(options or {})
+    exchange = exchange or ("spark" if order_by else "store")
+    if exchange not in ("store", "spark"):
+        raise InvalidArgument(f'exchange must be "store" or "spark", got {exchange!r}')
+    if exchange == "store" and order_by:
+        raise InvalidArgument('order_by needs Spark\'s sort: use exchange="spark" (its default)')
+    n = partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
     # Without order_by the writer sorts each partition itself (a stable Arrow sort, cheaper than
     # Spark's); with it, Spark sorts by key then order_by so "last" among duplicates is defined.
-    prepared = range_partition(df, key=key, partitions=partitions, order=order_by, sort=bool(order_by))
     started = time.monotonic()
-    df.sparkSession.sparkContext.setJobDescription(f"shaledb ingest {iid} into {url}")
-    try:
-        prepared.write.format(FORMAT).mode("append").options(**opts).save(url)
-    finally:
-        df.sparkSession.sparkContext.setJobDescription(None)
+    if exchange == "store":
+        from .load import load
+
+        load(df, url, opts, n)
+    else:
+        prepared = range_partition(df, key=key, partitions=n, order=order_by, sort=bool(order_by))
+        df.sparkSession.sparkContext.setJobDescription(f"shaledb ingest {iid} into {url}")
+        try:
+            prepared.write.format(FORMAT).mode("append").options(**opts).save(url)
+        finally:
+            df.sparkSession.sparkContext.setJobDescription(None)
     from .. import admin
 
     m = admin.read_manifest(url, store_options=_store_options(opts))

@@ -32,7 +32,7 @@ the explicit form that deletes its checkpoint on exit.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,7 @@ from ..ingest import (
     open_ingest_store,
     sort_indices,
 )
+from ..ingest.exchange import GatherTask, StagedRun, gather, stage_run
 from ..keys import key_after, prefix_end
 from ..settings import Settings
 from .schema import ReadOptions, WriteOptions, json_column
@@ -149,32 +150,40 @@ class ShaleDataSource(DataSource):
                 'shaledb ingests add to a database: use mode("append") (rows replace the values of '
                 "their keys); to start afresh, write to a new database URL"
             )
-        cols = {f.name: _simple_type(f.dataType) for f in schema.fields}
-        opts = WriteOptions.parse(self.options, cols)
-        settings = Settings()
-        changes: dict[str, Any] = {}
-        if opts.block_size_bytes is not None:
-            changes["block_size_bytes"] = opts.block_size_bytes
-        if opts.compression is not None:
-            changes["compression"] = opts.compression
-        if opts.bloom_bits_per_key is not None:
-            changes["bloom_bits_per_key"] = opts.bloom_bits_per_key
-        if opts.value_separation_threshold is not None:
-            changes["value_separation_threshold"] = opts.value_separation_threshold
-        if changes:
-            settings = settings.replace(**changes)
-        plan = begin_ingest(
-            opts.url,
-            ingest_id=opts.ingest_id,
-            behind=opts.behind,
-            duplicates=opts.duplicates,
-            settings=settings,
-            index_fields=opts.index_columns,
-            max_sst_size_bytes=opts.max_sst_size_bytes,
-            lease_s=opts.lease_s,
-            store_options=opts.store,
-        )
-        return ShaleWriter(opts, plan)
+        opts = write_options(schema, self.options)
+        return ShaleWriter(opts, begin_write(opts))
+
+
+def write_options(schema: StructType, options: Mapping[str, str]) -> WriteOptions:
+    """``options`` checked against the columns of ``schema``."""
+    return WriteOptions.parse(options, {f.name: _simple_type(f.dataType) for f in schema.fields})
+
+
+def begin_write(opts: WriteOptions) -> IngestPlan:
+    """The ingest's plan (:func:`shaledb.ingest.begin_ingest` with the options' settings)."""
+    settings = Settings()
+    changes: dict[str, Any] = {}
+    if opts.block_size_bytes is not None:
+        changes["block_size_bytes"] = opts.block_size_bytes
+    if opts.compression is not None:
+        changes["compression"] = opts.compression
+    if opts.bloom_bits_per_key is not None:
+        changes["bloom_bits_per_key"] = opts.bloom_bits_per_key
+    if opts.value_separation_threshold is not None:
+        changes["value_separation_threshold"] = opts.value_separation_threshold
+    if changes:
+        settings = settings.replace(**changes)
+    return begin_ingest(
+        opts.url,
+        ingest_id=opts.ingest_id,
+        behind=opts.behind,
+        duplicates=opts.duplicates,
+        settings=settings,
+        index_fields=opts.index_columns,
+        max_sst_size_bytes=opts.max_sst_size_bytes,
+        lease_s=opts.lease_s,
+        store_options=opts.store,
+    )
 
 
 # ------------------------------------------------------------------- writing
@@ -269,6 +278,52 @@ class ShaleWriter(DataSourceArrowWriter):
                 f"testing.fail_partition: partition {pid} fails its first attempt after writing"
             )
         return ShaleCommitMessage(part)
+
+    def stage(self, batches: Iterator[pa.RecordBatch], exchange_id: str, parts: int) -> StagedRun | None:
+        """A stage task of the store exchange (``shaledb.spark.load``): encode, sort, stage."""
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        table = pa.Table.from_batches(list(batches))
+        if not table.num_rows:
+            return None
+        cols = self._columns(table, tc.partitionId() if tc is not None else 0)
+        staged = {"key": cols.keys, "value": cols.values}
+        if cols.metas is not None:
+            staged["metadata"] = cols.metas
+        staged.update({f"term:{name}": col for name, col in cols.terms.items()})
+        store = open_ingest_store(self.opts.url, store_options=self.opts.store, keep_page_cache=True)
+        return stage_run(store, pa.table(staged), exchange_id=exchange_id, parts=parts)
+
+    def gather(self, task: GatherTask) -> IngestPart:
+        """A write task of the store exchange: the rows of one key range from every staged run."""
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        attempt = tc.attemptNumber() if tc is not None else 0
+        label = f"stage {tc.stageId()} attempt {attempt} task {tc.taskAttemptId()}" if tc else "local"
+        store = open_ingest_store(
+            self.opts.url, store_options=self.opts.store, keep_page_cache=self.opts.keep_page_cache
+        )
+        table = gather(store, task)
+        if table is None:
+            return PartWriter(store, self.plan, task.part, attempt=label).finish()
+        keys = table.column("key").combine_chunks()
+        table = table.take(sort_indices(keys))  # the runs' rows, merged by one stable sort
+        cols = _Columns(
+            table.column("key").combine_chunks(),
+            table.column("value").combine_chunks(),
+            table.column("metadata").combine_chunks() if self.opts.metadata is not None else None,
+            {name: table.column(f"term:{name}").combine_chunks() for name in self.opts.index_columns},
+        )
+        part = self._write(store, task.part, label, cols)
+        if self.opts.duplicate_attempt:
+            self._write(store, task.part, label + " (losing copy)", cols)
+        if self.opts.fail_partition == task.part and attempt == 0:
+            raise RuntimeError(
+                f"testing.fail_partition: partition {task.part} fails its first attempt after writing"
+            )
+        return part
 
     def _columns(self, table: pa.Table, pid: int) -> _Columns:
         o = self.opts

@@ -396,8 +396,8 @@ class LocalObstoreStore(ObstoreStore):
     each object path is resolved too, so a symlink planted inside the
     directory cannot redirect reads or writes outside it.
 
-    Range reads of immutable objects (SSTs, WAL objects, journal objects:
-    written once with create-if-absent, later only deleted) go straight to
+    Range reads of immutable objects (SSTs, WAL objects, journal objects,
+    a bulk load's staged runs: written once, later only deleted) go straight to
     ``os.pread`` on a cached file descriptor. A point lookup that misses the
     block cache then costs a few microseconds instead of an obstore round trip
     (~100 us), which is what lets random reads of a database larger than the
@@ -407,7 +407,7 @@ class LocalObstoreStore(ObstoreStore):
     semantics of an object store anyway (GC deletes only unreferenced objects).
     """
 
-    IMMUTABLE_PREFIXES = ("compacted/", "wal/", "journal/")
+    IMMUTABLE_PREFIXES = ("compacted/", "wal/", "journal/", "tmp/stage/")
     MAX_OPEN_FILES = 256
     DROP_CACHE_PIECE_BYTES = 1 << 20
 

@@ -1,0 +1,110 @@
+"""Bulk ingest with the exchange through the store (``shaledb.spark.ingest``'s default).
+
+Two Spark jobs and a commit, all from the driver:
+
+1. *stage*: ``mapInArrow`` over the input's own partitions (no shuffle);
+   each task encodes its rows as the data source's tasks do, sorts them and
+   stages them (:meth:`ShaleWriter.stage`), returning a
+   :class:`~shaledb.ingest.exchange.StagedRun`.
+2. *write*: one task per key range (bounds from the runs' samples), each
+   gathering its rows from every run and writing SSTs
+   (:meth:`ShaleWriter.gather`), returning an ``IngestPart``.
+3. :func:`shaledb.ingest.commit_ingest` of the parts in one CAS, as the data
+   source's ``commit()`` does. A failed job is aborted (its parts' SSTs
+   deleted); a failed commit only drops the lease, since its CAS may have
+   landed. Either way the staged runs are deleted (the garbage collector
+   takes them if this process dies first).
+
+Why not Spark's range shuffle: see :mod:`shaledb.ingest.exchange` and
+docs/benchmarks.md. Duplicate keys with ``order_by`` need Spark's sort by
+key then ``order_by`` and take the shuffle path.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from ..ingest import IngestPart, abort_ingest, commit_ingest, open_ingest_store
+from ..ingest.exchange import GatherTask, StagedRun, assign, choose_bounds, delete_staged, new_exchange_id
+from .source import ShaleWriter, begin_write, write_options
+
+log = logging.getLogger("shaledb.spark")
+
+
+class _Stage:
+    """The stage job's function (pickled to the tasks): one pickled run per input partition."""
+
+    def __init__(self, writer: ShaleWriter, exchange_id: str, parts: int) -> None:
+        self.writer = writer
+        self.exchange_id = exchange_id
+        self.parts = parts
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        run = self.writer.stage(batches, self.exchange_id, self.parts)
+        yield pa.RecordBatch.from_pydict({"run": [pickle.dumps(run)]}, schema=_RUN_SCHEMA)
+
+
+_RUN_SCHEMA = pa.schema([("run", pa.binary())])
+
+
+class _Gather:
+    """The write job's function: a key range's rows from every run, as SSTs."""
+
+    def __init__(self, writer: ShaleWriter) -> None:
+        self.writer = writer
+
+    def __call__(self, task: GatherTask) -> IngestPart:
+        return self.writer.gather(task)
+
+
+def load(df: Any, url: str, options: Mapping[str, str], partitions: int) -> None:
+    """Ingest ``df`` (columns as the data source takes them) into ``url`` in ``partitions`` key ranges."""
+    opts = write_options(df.schema, {**options, "path": url})
+    used = [opts.key, *([opts.value] if opts.value else opts.value_columns)]
+    used += [c for c in (opts.metadata, *opts.index_columns) if c is not None and c not in used]
+    writer = ShaleWriter(opts, begin_write(opts))
+    plan = writer.plan
+    exchange_id = new_exchange_id(plan.lease_id)
+    sc = df.sparkSession.sparkContext
+    store = open_ingest_store(url, store_options=opts.store)
+    parts: list[IngestPart | None] = []
+    try:
+        sc.setJobDescription(f"shaledb ingest {plan.ingest_id}: sort and stage the input partitions")
+        got = df.select(*used).mapInArrow(_Stage(writer, exchange_id, partitions), "run binary").collect()
+        runs: list[StagedRun] = [r for r in (pickle.loads(row.run) for row in got) if r is not None]
+        tasks = assign(runs, choose_bounds(runs, partitions))
+        log.info(
+            "ingest %s: %d rows staged in %d runs, writing %d key ranges",
+            plan.ingest_id,
+            sum(r.rows for r in runs),
+            len(runs),
+            len(tasks),
+        )
+        sc.setJobDescription(f"shaledb ingest {plan.ingest_id}: write {len(tasks)} key ranges")
+        parts = list(sc.parallelize(tasks, len(tasks)).map(_Gather(writer)).collect())
+    except BaseException:
+        abort_ingest(plan, parts, url, store_options=opts.store)
+        raise
+    else:
+        try:
+            commit_ingest(plan, parts, url, store_options=opts.store)
+        except BaseException:
+            # The CAS may have landed before the error: drop the lease, leave the SSTs to the GC
+            # (it deletes only what no manifest references).
+            abort_ingest(plan, [], url, store_options=opts.store)
+            raise
+    finally:
+        sc.setJobDescription(None)
+        try:
+            delete_staged(store, exchange_id)
+        except Exception as exc:  # the GC takes them later  # noqa: BLE001
+            log.warning("ingest %s: could not delete its staged runs: %s", plan.ingest_id, exc)
+        store.close()
+
+
+__all__ = ["load"]
