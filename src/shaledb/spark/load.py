@@ -65,8 +65,9 @@ class _Gather:
 def load(df: Any, url: str, options: Mapping[str, str], partitions: int) -> None:
     """Ingest ``df`` (columns as the data source takes them) into ``url`` in ``partitions`` key ranges."""
     opts = write_options(df.schema, {**options, "path": url})
-    used = [opts.key, *([opts.value] if opts.value else opts.value_columns)]
-    used += [c for c in (opts.metadata, *opts.index_columns) if c is not None and c not in used]
+    values = [opts.value] if opts.value else opts.value_columns
+    wanted = (opts.key, *values, opts.metadata, *opts.index_columns)
+    used = list(dict.fromkeys(c for c in wanted if c is not None))  # the stage needs no other column
     writer = ShaleWriter(opts, begin_write(opts))
     plan = writer.plan
     exchange_id = new_exchange_id(plan.lease_id)
