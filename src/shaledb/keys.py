@@ -47,7 +47,7 @@ def scan_bounds(
     return s, e
 
 
-def split_points(ranges: Sequence[tuple[bytes, bytes, int]], n: int) -> list[bytes]:
+def split_points(ranges: Sequence[tuple[bytes, bytes, float]], n: int) -> list[bytes]:
     """At most ``n - 1`` ascending keys cutting ``ranges`` (``(first, last, size)``) into ``n``
     parts of similar size, each range's size spread evenly over the range's boundaries."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -194,6 +194,15 @@ def test_both_exchanges_load_the_same_rows_and_leave_nothing_staged(spark, tmp_p
         shale_spark.ingest(df, url, exchange="hash")
 
 
+def test_empty_input_partitions_stage_nothing(spark, tmp_path):
+    url = str(tmp_path / "db")
+    data = [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
+    df = kv_frame(spark, data, partitions=6)  # at least three input partitions are empty
+    assert df.rdd.glom().map(len).collect().count(0) >= 3
+    rec = shale_spark.ingest(df, url, partitions=2)
+    assert rec.rows == 3 and contents(url) == dict(data) and staged(url) == []
+
+
 def test_unsupported_requests_fail_before_any_task(spark, tmp_path):
     url = str(tmp_path / "db")
     df = kv_frame(spark, [(b"a", b"1")], partitions=1)

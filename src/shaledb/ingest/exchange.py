@@ -41,6 +41,7 @@ from .. import paths
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CorruptionError, InvalidArgument
 from ..format.coding import crc32c_extend_view
+from ..keys import split_points
 
 if TYPE_CHECKING:
     from ..store.base import ObjectStore
@@ -144,19 +145,10 @@ def choose_bounds(runs: Sequence[StagedRun], parts: int) -> list[bytes]:
     """At most ``parts - 1`` ascending distinct keys that split the runs' rows evenly.
 
     Each run's samples stand for ``rows / len(samples)`` rows, so a large run
-    pulls the bounds as much as its size says.
+    pulls the bounds as much as its size says (``keys.split_points`` of the
+    samples as one-key ranges).
     """
-    weighted = sorted((s, r.rows / len(r.samples)) for r in runs for s in r.samples)
-    total = sum(w for _, w in weighted)
-    bounds: list[bytes] = []
-    acc, i = 0.0, 1
-    for s, w in weighted:
-        while i < parts and acc >= total * i / parts:
-            if not bounds or s > bounds[-1]:
-                bounds.append(s)
-            i += 1
-        acc += w
-    return bounds
+    return split_points([(s, s, r.rows / len(r.samples)) for r in runs for s in r.samples], parts)
 
 
 def assign(runs: Sequence[StagedRun], bounds: Sequence[bytes]) -> list[GatherTask]:
@@ -178,14 +170,8 @@ def assign(runs: Sequence[StagedRun], bounds: Sequence[bytes]) -> list[GatherTas
 
 
 def _lower_bound(keys: Any, key: bytes) -> int:
-    lo, hi = 0, len(keys)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if keys[mid].as_py() < key:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    """Index of the first of the sorted Arrow ``keys`` not below ``key``."""
+    return bisect_left(keys, key, key=lambda k: k.as_py())
 
 
 def gather(store: ObjectStore, task: GatherTask, *, key: str = "key") -> Any:
@@ -199,7 +185,6 @@ def gather(store: ObjectStore, task: GatherTask, *, key: str = "key") -> Any:
     import pyarrow as pa
 
     tables = []
-    schema = None
     for run, batches in task.runs:
         schema = pa.ipc.read_schema(pa.py_buffer(run.schema))
         base = batches[0].start

@@ -125,7 +125,7 @@ def ingest(
     choice, with ``order_by``) uses Spark's range shuffle and the data
     source's write. See docs/spark.md.
     """
-    from .transforms import range_partition
+    from .transforms import range_partition, shuffle_partitions
 
     iid = ingest_id or uuid.uuid4().hex
     opts: dict[str, str] = {
@@ -150,7 +150,7 @@ def ingest(
         raise InvalidArgument(f'exchange must be "store" or "spark", got {exchange!r}')
     if exchange == "store" and order_by:
         raise InvalidArgument('order_by needs Spark\'s sort: use exchange="spark" (its default)')
-    n = partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
+    n = shuffle_partitions(df, partitions)
     # Without order_by the writer sorts each partition itself (a stable Arrow sort, cheaper than
     # Spark's); with it, Spark sorts by key then order_by so "last" among duplicates is defined.
     started = time.monotonic()

@@ -311,9 +311,11 @@ def json_column(table: Any) -> Any:
     import pyarrow.compute as pc
 
     names = table.column_names
+    if len(set(names)) != len(names):
+        return pa.array(json_values(table.to_pylist()), pa.binary())
     parts: list[Any] = []
     for i, (name, col) in enumerate(zip(names, table.columns)):
-        texts = _json_texts(col.combine_chunks()) if len(set(names)) == len(names) else None
+        texts = _json_texts(col.combine_chunks())
         if texts is None:
             return pa.array(json_values(table.to_pylist()), pa.binary())
         parts += (("{" if i == 0 else ",") + _json_str(name) + ":", texts)

@@ -72,6 +72,7 @@ from ..ingest import (
 from ..ingest.exchange import GatherTask, StagedRun, gather, stage_run
 from ..keys import key_after, prefix_end
 from ..settings import Settings
+from ..store import ObjectStore
 from .schema import ReadOptions, WriteOptions, json_column
 
 log = logging.getLogger("shaledb.spark")
@@ -161,18 +162,9 @@ def write_options(schema: StructType, options: Mapping[str, str]) -> WriteOption
 
 def begin_write(opts: WriteOptions) -> IngestPlan:
     """The ingest's plan (:func:`shaledb.ingest.begin_ingest` with the options' settings)."""
-    settings = Settings()
-    changes: dict[str, Any] = {}
-    if opts.block_size_bytes is not None:
-        changes["block_size_bytes"] = opts.block_size_bytes
-    if opts.compression is not None:
-        changes["compression"] = opts.compression
-    if opts.bloom_bits_per_key is not None:
-        changes["bloom_bits_per_key"] = opts.bloom_bits_per_key
-    if opts.value_separation_threshold is not None:
-        changes["value_separation_threshold"] = opts.value_separation_threshold
-    if changes:
-        settings = settings.replace(**changes)
+    tuned = ("block_size_bytes", "compression", "bloom_bits_per_key", "value_separation_threshold")
+    changes = {k: v for k in tuned if (v := getattr(opts, k)) is not None}
+    settings = Settings().replace(**changes) if changes else Settings()
     return begin_ingest(
         opts.url,
         ingest_id=opts.ingest_id,
@@ -198,6 +190,24 @@ class _Columns:
     metas: pa.Array | None
     terms: dict[str, pa.Array]
     """Index field -> binary (one term or null) or list-of-binary column."""
+
+    def staged(self) -> pa.Table:
+        """The columns as a staged run's table (``docs/format/staged-run.md``)."""
+        cols = {"key": self.keys, "value": self.values}
+        if self.metas is not None:
+            cols["metadata"] = self.metas
+        cols.update({f"term:{name}": col for name, col in self.terms.items()})
+        return pa.table(cols)
+
+    @classmethod
+    def from_staged(cls, table: pa.Table, opts: WriteOptions) -> _Columns:
+        """:meth:`staged`'s inverse, for a table of the columns ``opts`` asks for."""
+
+        def col(name: str) -> pa.Array:
+            return table.column(name).combine_chunks()
+
+        metas = col("metadata") if opts.metadata is not None else None
+        return cls(col("key"), col("value"), metas, {n: col(f"term:{n}") for n in opts.index_columns})
 
 
 @dataclass
@@ -249,6 +259,17 @@ def _term_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     return binary
 
 
+def _task() -> tuple[int, int, str]:
+    """This Spark task's partition id, attempt number and a label naming it ("local" outside Spark)."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    if tc is None:
+        return 0, 0, "local"
+    attempt = tc.attemptNumber()
+    return tc.partitionId(), attempt, f"stage {tc.stageId()} attempt {attempt} task {tc.taskAttemptId()}"
+
+
 class ShaleWriter(DataSourceArrowWriter):
     """Writes each partition as SSTs; commits all of them in one manifest CAS."""
 
@@ -257,71 +278,48 @@ class ShaleWriter(DataSourceArrowWriter):
         self.plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ShaleCommitMessage:
-        from pyspark import TaskContext
+        batches = list(iterator)
+        pid = _task()[0]
+        # An empty partition (e.g. fewer keys than range partitions) still sends its part.
+        cols = self._columns(pa.Table.from_batches(batches), pid) if batches else None
+        return ShaleCommitMessage(self._task_part(self._sst_store(), pid, cols))
 
-        tc = TaskContext.get()
-        pid = tc.partitionId() if tc is not None else 0
-        attempt = tc.attemptNumber() if tc is not None else 0
-        label = f"stage {tc.stageId()} attempt {attempt} task {tc.taskAttemptId()}" if tc else "local"
-        store = open_ingest_store(
+    def stage(self, batches: Iterator[pa.RecordBatch], exchange_id: str, parts: int) -> StagedRun | None:
+        """A stage task of the store exchange (``shaledb.spark.load``): encode, sort, stage;
+        None for an empty input partition."""
+        got = list(batches)
+        if not got:
+            return None
+        cols = self._columns(pa.Table.from_batches(got), _task()[0])
+        store = open_ingest_store(self.opts.url, store_options=self.opts.store, keep_page_cache=True)
+        return stage_run(store, cols.staged(), exchange_id=exchange_id, parts=parts)
+
+    def gather(self, task: GatherTask) -> IngestPart:
+        """A write task of the store exchange: the rows of one key range from every staged run."""
+        store = self._sst_store()
+        table = gather(store, task)
+        if table is None:
+            return self._task_part(store, task.part, None)
+        table = table.take(sort_indices(table.column("key").combine_chunks()))  # the runs, merged
+        return self._task_part(store, task.part, _Columns.from_staged(table, self.opts))
+
+    def _sst_store(self) -> ObjectStore:
+        """The store this task writes SSTs through (and reads staged runs from)."""
+        return open_ingest_store(
             self.opts.url, store_options=self.opts.store, keep_page_cache=self.opts.keep_page_cache
         )
-        batches = list(iterator)
-        if not batches:  # an empty partition (e.g. fewer keys than range partitions)
-            return ShaleCommitMessage(PartWriter(store, self.plan, pid, attempt=label).finish())
-        cols = self._columns(pa.Table.from_batches(batches), pid)
+
+    def _task_part(self, store: ObjectStore, pid: int, cols: _Columns | None) -> IngestPart:
+        """Part ``pid`` of this task (``cols`` None: an empty one), with the testing hooks."""
+        _, attempt, label = _task()
+        if cols is None:
+            return PartWriter(store, self.plan, pid, attempt=label).finish()
         part = self._write(store, pid, label, cols)
         if self.opts.duplicate_attempt:  # testing: a losing (speculative) attempt's leftovers
             self._write(store, pid, label + " (losing copy)", cols)
         if self.opts.fail_partition == pid and attempt == 0:
             raise RuntimeError(
                 f"testing.fail_partition: partition {pid} fails its first attempt after writing"
-            )
-        return ShaleCommitMessage(part)
-
-    def stage(self, batches: Iterator[pa.RecordBatch], exchange_id: str, parts: int) -> StagedRun | None:
-        """A stage task of the store exchange (``shaledb.spark.load``): encode, sort, stage."""
-        from pyspark import TaskContext
-
-        tc = TaskContext.get()
-        table = pa.Table.from_batches(list(batches))
-        if not table.num_rows:
-            return None
-        cols = self._columns(table, tc.partitionId() if tc is not None else 0)
-        staged = {"key": cols.keys, "value": cols.values}
-        if cols.metas is not None:
-            staged["metadata"] = cols.metas
-        staged.update({f"term:{name}": col for name, col in cols.terms.items()})
-        store = open_ingest_store(self.opts.url, store_options=self.opts.store, keep_page_cache=True)
-        return stage_run(store, pa.table(staged), exchange_id=exchange_id, parts=parts)
-
-    def gather(self, task: GatherTask) -> IngestPart:
-        """A write task of the store exchange: the rows of one key range from every staged run."""
-        from pyspark import TaskContext
-
-        tc = TaskContext.get()
-        attempt = tc.attemptNumber() if tc is not None else 0
-        label = f"stage {tc.stageId()} attempt {attempt} task {tc.taskAttemptId()}" if tc else "local"
-        store = open_ingest_store(
-            self.opts.url, store_options=self.opts.store, keep_page_cache=self.opts.keep_page_cache
-        )
-        table = gather(store, task)
-        if table is None:
-            return PartWriter(store, self.plan, task.part, attempt=label).finish()
-        keys = table.column("key").combine_chunks()
-        table = table.take(sort_indices(keys))  # the runs' rows, merged by one stable sort
-        cols = _Columns(
-            table.column("key").combine_chunks(),
-            table.column("value").combine_chunks(),
-            table.column("metadata").combine_chunks() if self.opts.metadata is not None else None,
-            {name: table.column(f"term:{name}").combine_chunks() for name in self.opts.index_columns},
-        )
-        part = self._write(store, task.part, label, cols)
-        if self.opts.duplicate_attempt:
-            self._write(store, task.part, label + " (losing copy)", cols)
-        if self.opts.fail_partition == task.part and attempt == 0:
-            raise RuntimeError(
-                f"testing.fail_partition: partition {task.part} fails its first attempt after writing"
             )
         return part
 

@@ -48,6 +48,11 @@ def composite_key(
     return df.select("*", F.concat_ws(sep, *cols).alias(name))
 
 
+def shuffle_partitions(df: DataFrame, partitions: int | None = None) -> int:
+    """``partitions``, or by default the session's ``spark.sql.shuffle.partitions``."""
+    return partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
+
+
 def range_partition(
     df: DataFrame,
     *,
@@ -65,8 +70,7 @@ def range_partition(
     """
     if key not in df.columns:
         raise InvalidArgument(f"no column {key!r} to partition by (columns: {df.columns})")
-    n = partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
-    parted = df.repartitionByRange(n, F.col(key))
+    parted = df.repartitionByRange(shuffle_partitions(df, partitions), F.col(key))
     return parted.sortWithinPartitions(key, *order) if sort else parted
 
 
@@ -87,4 +91,4 @@ def decode_json(df: DataFrame, schema: StructType | str, *, value: str = "value"
     return df.select(*rest, parsed).select(*rest, "_v.*")
 
 
-__all__ = ["composite_key", "decode_json", "key_value", "range_partition"]
+__all__ = ["composite_key", "decode_json", "key_value", "range_partition", "shuffle_partitions"]
