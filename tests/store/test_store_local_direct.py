@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shaledb.errors import AlreadyExists, InvalidPathError, ObjectNotFound
+from shaledb.errors import AlreadyExists, InvalidArgument, InvalidPathError, ObjectNotFound
 from shaledb.store.obstore_store import LocalObstoreStore
 from shaledb.testing.seeds import test_seed
 
@@ -30,6 +30,18 @@ def test_ranges_of_immutable_objects(local: LocalObstoreStore) -> None:
     assert local.get_range("compacted/a.sst", len(data) + 1, len(data) + 9) == b""
     with pytest.raises(ObjectNotFound):
         local.get_range("compacted/missing.sst", 0, 10)
+
+
+def test_several_ranges_of_immutable_objects(local: LocalObstoreStore) -> None:
+    data = bytes(range(256)) * 40
+    local.put("tmp/stage/01J/run.arrows", data)
+    ranges = [(7, 9), (0, 2), (4, 4), (len(data) - 3, len(data) + 50), (len(data) + 1, len(data) + 9)]
+    assert local.get_ranges("tmp/stage/01J/run.arrows", ranges) == [data[s:e] for s, e in ranges]
+    assert local.get_ranges("tmp/stage/01J/run.arrows", []) == []
+    with pytest.raises(ObjectNotFound):
+        local.get_ranges("tmp/stage/01J/missing.arrows", [(0, 10)])
+    with pytest.raises(InvalidArgument):
+        local.get_ranges("tmp/stage/01J/run.arrows", [(-1, 3)])
 
 
 def test_delete_then_read_raises(local: LocalObstoreStore) -> None:

@@ -186,14 +186,18 @@ class BloomFilter:
 # ----------------------------------------------------------- whole columns (numpy)
 
 
-def _fmix_np(x: Any) -> Any:
+def _fmix_np(x: Any, tmp: Any = None) -> Any:
+    """:func:`_fmix` of each element of the uint64 array ``x``, in place; ``tmp``
+    (an array like ``x``) spares a temporary per step."""
     import numpy as np
 
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(_C1)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(_C2)
-    x ^= x >> np.uint64(33)
+    if tmp is None:
+        tmp = np.empty_like(x)
+    for c in (_C1, _C2, None):
+        np.right_shift(x, np.uint64(33), out=tmp)
+        x ^= tmp
+        if c is not None:
+            x *= np.uint64(c)
     return x
 
 
@@ -219,9 +223,10 @@ def wordmix_column(offsets: Any, data: Any) -> tuple[Any, Any]:
         # Equal lengths, whole words (fixed-width keys): read the words in place.
         m = int(lens[0]) // 8
         words = np.frombuffer(data, dtype="<u8", count=n * m, offset=int(offsets[0])).reshape(n, m)
+        tmp = np.empty_like(h)
         for j in range(m):
             h ^= words[:, j]
-            _fmix_np(h)
+            _fmix_np(h, tmp)
     elif n:
         raw = np.frombuffer(data, dtype=np.uint8)
         padded = np.zeros(len(raw) + 8, dtype=np.uint8)
@@ -242,8 +247,7 @@ def wordmix_column(offsets: Any, data: Any) -> tuple[Any, Any]:
             starts[:c] += 8
             left[:c] -= 8
         h[order] = hs
-    hi = _fmix_np(h ^ np.uint64(_GOLDEN))
-    return h, hi
+    return h, _fmix_np(h ^ np.uint64(_GOLDEN))
 
 
 def filter_from_column(lo: Any, hi: Any, bits_per_key: int, version: int) -> bytes:

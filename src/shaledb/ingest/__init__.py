@@ -80,7 +80,7 @@ without a renewal.
 
 from __future__ import annotations
 
-from .arrow import sort_indices
+from .arrow import contiguous, sort_indices
 from .commit import abort_ingest, begin_ingest, commit_ingest, ingest_columns
 from .model import (
     DUPLICATES,
@@ -108,6 +108,7 @@ __all__ = [
     "begin_ingest",
     "bloom_filter_bytes",
     "commit_ingest",
+    "contiguous",
     "crc32c_combine",
     "fingerprint",
     "ingest_columns",

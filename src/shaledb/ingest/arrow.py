@@ -34,15 +34,32 @@ if TYPE_CHECKING:
     from .parts import PartWriter
 
 _U32 = struct.Struct("<I")
+
+WINDOW_BLOCKS = 256
+"""Blocks per numpy pass of :meth:`_Emitter.blocks` (about 1 MiB of 4 KiB blocks)."""
 _NO_META = 0xFFFFFFFF
+
+
+def contiguous(col: Any) -> Any:
+    """``col`` (an Arrow array or chunked array) as one array.
+
+    ``ChunkedArray.combine_chunks`` copies even a single chunk (a take's
+    output, a one-batch table): tens of milliseconds per column of a bulk
+    load's part, on a machine where each fresh MB costs 2.5 ms
+    (docs/benchmarks.md, "page cost").
+    """
+    import pyarrow as pa
+
+    if not isinstance(col, pa.ChunkedArray):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def _binary(arr: Any) -> Any:
     """``arr`` as one contiguous ``binary`` array (int32 offsets)."""
     import pyarrow as pa
 
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    arr = contiguous(arr)
     if (
         pa.types.is_string(arr.type)
         or pa.types.is_large_string(arr.type)
@@ -220,13 +237,12 @@ class _Emitter:
     def blocks(self, b: SstBuilder, lo: int, hi: int) -> None:
         """Rows ``[lo, hi)`` as blocks, cut where ``SstBuilder.add_many`` would cut them.
 
-        The cut points come first; then every block's rebased key and value
-        offsets, buffer bounds and last key are computed in numpy passes, so a
-        block costs a join and a frame in Python and nothing else; the builder
-        takes the SST's blocks in one call.
+        The cut points come first; then the blocks go to the builder a window of
+        ``WINDOW_BLOCKS`` at a time (:meth:`_window`): whole-SST numpy passes made
+        temporaries of megabytes each, out of cache by their next use; windows
+        took the builder from 0.099 to 0.072 s per 500,000 rows
+        (docs/benchmarks.md, stop 22).
         """
-        import numpy as np
-
         cum = self.cum_kv
         base = int(cum[lo - 1]) if lo else 0
         bs = b.block_size
@@ -238,6 +254,15 @@ class _Emitter:
             cuts.append(end)
             base = int(cum[end - 1])
             start = end
+        for at in range(0, len(cuts) - 1, WINDOW_BLOCKS):
+            self._window(b, cuts[at : at + WINDOW_BLOCKS + 1])
+
+    def _window(self, b: SstBuilder, cuts: list[int]) -> None:
+        """The blocks between consecutive ``cuts``: every block's rebased key and value
+        offsets, buffer bounds and last key in numpy passes, so a block costs a join
+        and a frame in Python and nothing else; the builder takes them in one call."""
+        import numpy as np
+
         bounds = np.array(cuts, dtype=np.int64)
         firsts, counts = bounds[:-1], np.diff(bounds)
         spans = counts + 1  # a block of n rows has n + 1 offsets
@@ -277,11 +302,11 @@ class _Emitter:
             stored=stored,
             last_keys=last_keys,
             entries=counts.tolist(),
-            first_key=bytes(kmv[kc[0] : int(ko[lo + 1])]),
+            first_key=bytes(kmv[kc[0] : int(ko[cuts[0] + 1])]),
             seq=self.w.plan.seq,
             raw_key_bytes=kc[-1] - kc[0],
             raw_value_bytes=vc[-1] - vc[0],
         )
 
 
-__all__ = ["add_arrow", "binary_buffers", "sort_indices"]
+__all__ = ["add_arrow", "binary_buffers", "contiguous", "sort_indices"]

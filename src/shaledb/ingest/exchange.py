@@ -16,9 +16,10 @@ move between tasks as Arrow data in the store the SSTs go to anyway:
    boundaries at weighted quantiles of all samples (no extra pass over the
    input, which Spark's sampling job recomputes when it is not cached); each
    part gets the batches that may hold its keys.
-3. **gather** (:func:`gather`, one task per part): one ranged GET per run,
-   CRCs checked, the edge batches trimmed to the part's range; the caller
-   sorts the rows (numpy, one pass) and writes SSTs.
+3. **gather** (:func:`gather`, one task per part): the needed batches of
+   each run in one ``get_ranges`` call (remote stores coalesce adjacent
+   ranges into one request), CRCs checked, the edge batches trimmed to the
+   part's range; the caller sorts the rows (numpy, one pass) and writes SSTs.
 
 A staged run is read only by the load that wrote it, within its lease, so
 its format is Arrow's own (``docs/format/staged-run.md``); the CRCs and key
@@ -40,8 +41,9 @@ from typing import TYPE_CHECKING, Any
 from .. import paths
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CorruptionError, InvalidArgument
-from ..format.coding import crc32c_extend_view
+from ..format.coding import crc32c_extend, crc32c_extend_view
 from ..keys import split_points
+from .arrow import contiguous
 
 if TYPE_CHECKING:
     from ..store.base import ObjectStore
@@ -92,7 +94,7 @@ class GatherTask:
 def _binary_keys(table: Any, key: str) -> Any:
     import pyarrow as pa
 
-    keys = table.column(key).combine_chunks()
+    keys = contiguous(table.column(key))
     if not pa.types.is_binary(keys.type):
         raise InvalidArgument(f"staged keys must be a binary column, got {keys.type}")
     return keys
@@ -120,25 +122,45 @@ def stage_run(
     keys = _binary_keys(table, key)
     clock = clock or SYSTEM_CLOCK
     path = paths.stage_path(exchange_id, paths.new_ulid(clock.now(), rng or random.Random()))
-    schema = table.schema.serialize()
-    pieces: list[Any] = [schema]
-    batches = []
-    pos, row = schema.size, 0
-    for batch in table.to_batches(max_chunksize=batch_rows):
-        if not batch.num_rows:
-            continue
-        # One message per batch, then one join: a stream writer's growing buffer costs 2x more.
-        msg = batch.serialize()
-        end = row + batch.num_rows
-        crc = crc32c_extend_view(0, memoryview(msg))
-        batches.append(StagedBatch(keys[row].as_py(), keys[end - 1].as_py(), pos, pos + msg.size, crc))
-        pieces.append(msg)
-        pos, row = pos + msg.size, end
-    pieces.append(_EOS)
-    store.put(path, b"".join(pieces))
+    batches = [b for b in table.to_batches(max_chunksize=batch_rows) if b.num_rows]
+    view, ends = _ipc_stream(table.schema, batches)
+    staged = []
+    row = 0
+    for batch, start, end in zip(batches, ends, ends[1:]):
+        last = row + batch.num_rows - 1
+        crc = crc32c_extend_view(0, view[start:end])
+        staged.append(StagedBatch(keys[row].as_py(), keys[last].as_py(), start, end, crc))
+        row = last + 1
+    store.put(path, view)
     k = min(n, SAMPLES_PER_PART * parts)
     samples = keys.take(np.arange(k, dtype=np.int64) * n // k).to_pylist()
-    return StagedRun(path, schema.to_pybytes(), n, tuple(batches), tuple(samples))
+    return StagedRun(path, bytes(view[: ends[0]]), n, tuple(staged), tuple(samples))
+
+
+def _ipc_stream(schema: Any, batches: Sequence[Any]) -> tuple[memoryview, list[int]]:
+    """``batches`` as one Arrow IPC stream, and the offsets where its schema and each
+    batch end.
+
+    Written once, straight into one buffer of the exact size (Arrow's own size
+    of each batch's message): serializing batch by batch and joining copied
+    every byte twice more, and where fresh pages cost 2.5 ms per MB
+    (docs/benchmarks.md, "page cost") each copy of a part costs more than its
+    sort.
+    """
+    import pyarrow as pa
+
+    head = schema.serialize().size
+    size = head + sum(pa.ipc.get_record_batch_size(b) for b in batches) + len(_EOS)
+    buf = pa.allocate_buffer(size)
+    sink = pa.FixedSizeBufferWriter(buf)
+    ends = [head]
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for b in batches:
+            writer.write_batch(b)
+            ends.append(sink.tell())
+    if sink.tell() != size or ends[1] - head != pa.ipc.get_record_batch_size(batches[0]):
+        raise AssertionError(f"Arrow wrote a {sink.tell()}-byte stream, not the {size} bytes it sized")
+    return memoryview(buf).cast("B"), ends
 
 
 def choose_bounds(runs: Sequence[StagedRun], parts: int) -> list[bytes]:
@@ -187,16 +209,15 @@ def gather(store: ObjectStore, task: GatherTask, *, key: str = "key") -> Any:
     tables = []
     for run, batches in task.runs:
         schema = pa.ipc.read_schema(pa.py_buffer(run.schema))
-        base = batches[0].start
-        data = pa.py_buffer(store.get_range(run.path, base, batches[-1].end))
+        # One range per batch (remote stores coalesce adjacent ones into one request): each
+        # message is checked and wrapped as it is, with no slicing of a run-sized buffer.
         got = []
-        for b in batches:
-            msg = data.slice(b.start - base, b.end - b.start)
-            if msg.size != b.end - b.start or crc32c_extend_view(0, memoryview(msg)) != b.crc:
+        for b, msg in zip(batches, store.get_ranges(run.path, [(b.start, b.end) for b in batches])):
+            if len(msg) != b.end - b.start or crc32c_extend(0, msg) != b.crc:
                 raise CorruptionError(
                     f"staged batch [{b.start}, {b.end}) does not match its checksum", run.path
                 )
-            got.append(pa.ipc.read_record_batch(pa.ipc.read_message(msg), schema))
+            got.append(pa.ipc.read_record_batch(pa.ipc.read_message(pa.py_buffer(msg)), schema))
         t = pa.Table.from_batches(got, schema)
         keys = t.column(key)
         a = 0 if task.lo is None or batches[0].first_key >= task.lo else _lower_bound(keys, task.lo)

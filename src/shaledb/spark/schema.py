@@ -47,7 +47,7 @@ from typing import Any
 
 from ..batch import check_field
 from ..errors import InvalidArgument
-from ..ingest import DUPLICATES
+from ..ingest import DUPLICATES, contiguous
 
 READ_COLUMNS = ("key", "value", "seq", "metadata")
 TEXT_TYPES = ("binary", "string")
@@ -315,7 +315,7 @@ def json_column(table: Any) -> Any:
         return pa.array(json_values(table.to_pylist()), pa.binary())
     parts: list[Any] = []
     for i, (name, col) in enumerate(zip(names, table.columns)):
-        texts = _json_texts(col.combine_chunks())
+        texts = _json_texts(contiguous(col))
         if texts is None:
             return pa.array(json_values(table.to_pylist()), pa.binary())
         parts += (("{" if i == 0 else ",") + _json_str(name) + ":", texts)

@@ -66,6 +66,7 @@ from ..ingest import (
     abort_ingest,
     begin_ingest,
     commit_ingest,
+    contiguous,
     open_ingest_store,
     sort_indices,
 )
@@ -204,7 +205,7 @@ class _Columns:
         """:meth:`staged`'s inverse, for a table of the columns ``opts`` asks for."""
 
         def col(name: str) -> pa.Array:
-            return table.column(name).combine_chunks()
+            return contiguous(table.column(name))
 
         metas = col("metadata") if opts.metadata is not None else None
         return cls(col("key"), col("value"), metas, {n: col(f"term:{n}") for n in opts.index_columns})
@@ -218,7 +219,7 @@ class ShaleCommitMessage(WriterCommitMessage):
 
 
 def _binary(col: pa.ChunkedArray | pa.Array) -> pa.Array:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    arr = contiguous(col)
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         arr = arr.cast(pa.binary() if pa.types.is_string(arr.type) else pa.large_binary())
     elif pa.types.is_string_view(arr.type):
@@ -233,7 +234,7 @@ def _term_column(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     elements are no term -- the engine's terms are non-empty bytes. All in
     Arrow kernels; the result's ``to_pylist()`` is what ``PartWriter.add`` takes.
     """
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    arr = contiguous(col)
     t = arr.type
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
         if pa.types.is_list_view(t):
@@ -300,7 +301,7 @@ class ShaleWriter(DataSourceArrowWriter):
         table = gather(store, task)
         if table is None:
             return self._task_part(store, task.part, None)
-        table = table.take(sort_indices(table.column("key").combine_chunks()))  # the runs, merged
+        table = table.take(sort_indices(contiguous(table.column("key"))))  # the runs, merged
         return self._task_part(store, task.part, _Columns.from_staged(table, self.opts))
 
     def _sst_store(self) -> ObjectStore:
