@@ -34,10 +34,10 @@ if TYPE_CHECKING:
     from .parts import PartWriter
 
 _U32 = struct.Struct("<I")
+_NO_META = 0xFFFFFFFF
 
 WINDOW_BLOCKS = 256
 """Blocks per numpy pass of :meth:`_Emitter.blocks` (about 1 MiB of 4 KiB blocks)."""
-_NO_META = 0xFFFFFFFF
 
 
 def contiguous(col: Any) -> Any:
