@@ -236,6 +236,7 @@ def wordmix_column(offsets: Any, data: Any) -> tuple[Any, Any]:
         starts, left, hs = offsets[order], lens[order], h[order]
         tail = np.array(_TAIL_MASKS, dtype=np.uint64)
         nwords = (left + 7) >> 3
+        scratch = np.empty_like(hs)
         longer = n - np.cumsum(np.bincount(nwords))  # longer[j]: keys with more than j words
         for j in range(int(nwords[0])):
             c = int(longer[j])
@@ -243,7 +244,7 @@ def wordmix_column(offsets: Any, data: Any) -> tuple[Any, Any]:
             w &= tail[np.minimum(left[:c], 8)]
             view = hs[:c]
             view ^= w
-            _fmix_np(view)
+            _fmix_np(view, scratch[:c])
             starts[:c] += 8
             left[:c] -= 8
         h[order] = hs

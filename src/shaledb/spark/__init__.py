@@ -106,7 +106,7 @@ def ingest(
     exchange: str | None = None,
     options: Mapping[str, str] | None = None,
 ) -> IngestRecord:
-    """Bulk-load ``df`` into the database at ``url``: range-partition, sort, write, one commit.
+    """Bulk-load ``df`` into the database at ``url``: sort, exchange by key range, write, one commit.
 
     ``key`` names a binary or string column; ``value`` a binary or string
     column, or else ``value_columns`` (default: every other column) are

@@ -627,13 +627,7 @@ class LocalObstoreStore(ObstoreStore):
     def get_range(self, path: str, start: int, end: int) -> bytes:
         if end <= start or start < 0 or not path.startswith(self.IMMUTABLE_PREFIXES):
             return super().get_range(path, start, end)  # argument checks and empty ranges live there
-        f = self._acquire(path)
-        try:
-            return os.pread(f.fd, end - start, start)
-        except OSError as exc:
-            raise Unavailable(f"cannot read {path} in {self._description}: {exc}") from exc
-        finally:
-            self._release(f)
+        return self._pread(path, ((start, end),))[0]
 
     def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         """One ``pread`` per range on one cached descriptor (immutable objects), as
@@ -643,6 +637,9 @@ class LocalObstoreStore(ObstoreStore):
         immutable = path.startswith(self.IMMUTABLE_PREFIXES)
         if not ranges or not immutable or any(s < 0 or e < 0 for s, e in ranges):
             return super().get_ranges(path, ranges)  # argument checks live there
+        return self._pread(path, ranges)
+
+    def _pread(self, path: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         f = self._acquire(path)
         try:
             return [os.pread(f.fd, e - s, s) if e > s else b"" for s, e in ranges]
