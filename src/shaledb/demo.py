@@ -156,7 +156,7 @@ def run(url: str, work: Path, *, updates: int, deletes: int, seed: int) -> Repor
         notes.append(f"date/carrier/flight: {n - short} repeats; + origin: {n - full}")
     rep.check(full == n, "date/carrier/flight/origin is unique (date/carrier/flight alone is not)")
     value_cols = [c for c in flights.columns if c != "key"]
-    with rep.step("bulk load (range-partition, SSTs, one commit)") as notes:
+    with rep.step("bulk load (stage, exchange, SSTs, one commit)") as notes:
         record = shale_spark.ingest(
             flights, url, value_columns=value_cols, index_columns=INDEX_FIELDS, ingest_id="flights"
         )

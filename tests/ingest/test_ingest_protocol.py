@@ -7,9 +7,9 @@ import random
 import pytest
 from ingest_kit import QUIET, contents, latest, sorted_kv
 
-from shaledb import Compactor, Db, FencedError, GarbageCollector, GcOptions
+from shaledb import Compactor, Db, FencedError, GarbageCollector, GcOptions, RetryOptions, Settings, paths
 from shaledb.compaction import schedule
-from shaledb.errors import DatabaseDestroyed, NotFound
+from shaledb.errors import DatabaseDestroyed, NotFound, Unavailable
 from shaledb.format.bloom import BLAKE2B, WORDMIX
 from shaledb.format.sst import decode_sst
 from shaledb.ingest import (
@@ -24,7 +24,11 @@ from shaledb.ingest import (
 )
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
+from shaledb.testing.faults import FaultInjectingStore
 from shaledb.testing.seeds import test_seed
+
+NO_RETRY = RetryOptions(max_attempts=1, initial_backoff_s=0.001, max_backoff_s=0.001, timeout_s=30.0)
+RETRY = RetryOptions(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.002, timeout_s=30.0)
 
 
 @pytest.fixture
@@ -220,6 +224,41 @@ def test_abort_deletes_outputs_and_the_lease(url):
     assert latest(url).data == before.data
     with pytest.raises(Exception, match="failed"):
         commit_ingest(plan, [part, None], url)
+
+
+@pytest.mark.parametrize("retry", [NO_RETRY, RETRY], ids=["commit-fails", "commit-retries"])
+def test_a_commit_whose_manifest_write_landed_but_failed_keeps_its_data_through_abort(url, retry):
+    """The ambiguous case: the CAS landed and its response was lost. Without retries the
+    commit raises and Spark calls abort(), which must not delete what the manifest now
+    references; with retries the commit finds its own record and succeeds."""
+    seed = test_seed()
+    keys, vals = sorted_kv(500, random.Random(seed))
+    plan = begin_ingest(url, ingest_id="ambiguous")
+    parts = two_parts(url, plan, keys, vals, 200)
+    faulty = FaultInjectingStore(open_store(url), seed=seed)
+    rule = faulty.add_rule("apply_then_fail", ops="create", path_prefix=paths.MANIFEST_DIR, times=1)
+    if retry is NO_RETRY:
+        with pytest.raises(Unavailable):
+            commit_ingest(plan, parts, store=faulty, settings=Settings(retry=retry))
+        assert abort_ingest(plan, parts, url) == 0
+    else:
+        res = commit_ingest(plan, parts, store=faulty, settings=Settings(retry=retry))
+        assert res.rows == 500 and res.manifest_id == latest(url).ingests[-1].manifest_id
+    assert rule.applied == 1 and latest(url).ingests[-1].id == "ambiguous"
+    assert contents(url) == dict(zip(keys, vals))
+    assert abort_ingest(plan, parts, url) == 0  # a late abort of a committed ingest deletes nothing
+    assert contents(url) == dict(zip(keys, vals))
+
+
+def test_abort_deletes_nothing_while_the_manifest_cannot_be_read(url):
+    plan = begin_ingest(url)
+    st = open_store(url)
+    part = write_part(st, plan, 0, [b"a"], [b"1"])
+    faulty = FaultInjectingStore(st, seed=test_seed())
+    faulty.add_rule("fail_before", ops="read", path_prefix=paths.MANIFEST_DIR)
+    assert abort_ingest(plan, [part], store=faulty, settings=Settings(retry=NO_RETRY)) == 0
+    assert [m.path for m in st.list("compacted/")] == [paths.sst_path(part.ssts[0].id)]
+    assert list(st.list("compactions/")) == []  # the lease is dropped all the same
 
 
 def test_a_writer_that_opens_after_begin_makes_the_commit_fail(url):

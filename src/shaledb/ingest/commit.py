@@ -15,9 +15,9 @@ from .. import paths
 from ..checkpoint import delete_checkpoint, without_checkpoints
 from ..clock import SYSTEM_CLOCK, Clock
 from ..db import Db
-from ..errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound
+from ..errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
 from ..flush import OPT_COMPLETE, OPT_INDEXED
-from ..manifest.model import IngestRecord, Manifest, SortedRun, SstInfo, Tree
+from ..manifest.model import IngestRecord, JournalFile, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore
 from ..settings import MiB, Settings
 from ..store.base import ObjectStore
@@ -339,6 +339,8 @@ def commit_ingest(
 
     ms = ManifestStore(st, clock, random.Random(rng.getrandbits(64)), author="ingest")
     ms.update(mutate, timeout_s=timeout_s)
+    # Committed: nothing after this point may raise, or a caller (Spark's abort()) would
+    # take a committed ingest for a failed one.
     _drop_terms_checkpoint(ms, plan, timeout_s)
     drop_lease(st, plan)
     res = IngestResult(
@@ -362,9 +364,14 @@ def commit_ingest(
 
 
 def _drop_terms_checkpoint(ms: ManifestStore, plan: IngestPlan, timeout_s: float) -> None:
-    """The commit drops the terms checkpoint in its CAS; a no-op commit or an abort does it here."""
-    if plan.terms_checkpoint is not None:
+    """The commit drops the terms checkpoint in its CAS; a no-op commit or an abort does it
+    here, best effort: the checkpoint expires with the lease's lifetime anyway."""
+    if plan.terms_checkpoint is None:
+        return
+    try:
         delete_checkpoint(ms, plan.terms_checkpoint, timeout_s=timeout_s, missing_ok=True)
+    except ShaleError as exc:
+        log.warning("ingest %s: could not drop its terms checkpoint: %s", plan.ingest_id, exc)
 
 
 def _progress(line: str) -> None:
@@ -387,21 +394,52 @@ def abort_ingest(
     store_options: Mapping[str, Any] | None = None,
     settings: Settings | None = None,
 ) -> int:
-    """Delete the SSTs of the parts that did finish and the lease; returns SSTs deleted.
+    """Delete the outputs of the parts that did finish, and the lease; returns how many
+    objects were deleted.
 
-    Attempts that died mid-way leave SSTs no part names: the garbage
+    Spark calls this after a failed ``commit()`` too, and a commit can fail
+    after its CAS landed (a lost response, a timeout on the way back). So the
+    outputs are deleted only when the latest manifest shows the ingest was not
+    committed; when it was, or when the manifest cannot be read, nothing is
+    deleted and the garbage collector removes whatever no version references.
+    Attempts that died mid-way leave outputs no part names: the garbage
     collector removes them once the lease is gone and they are old enough.
     """
     st = open_stack(url, store, store_options, settings or Settings(), SYSTEM_CLOCK, random.Random())
-    ssts, journal = part_outputs(parts)
-    delete_outputs(st, ssts, journal)
     ms = ManifestStore(st, SYSTEM_CLOCK, random.Random(), author="ingest")
+    ssts, journal = part_outputs(parts)
+    if ssts or journal:
+        kept = _committed(ms, plan, ssts, journal)
+        if kept:
+            log.warning("ingest %s: abort deletes nothing: %s", plan.ingest_id, kept)
+            ssts, journal = [], []
+        else:
+            delete_outputs(st, ssts, journal)
     _drop_terms_checkpoint(ms, plan, 300.0)
     drop_lease(st, plan)
     log.info(
         "ingest %s aborted: %d SSTs and %d journal objects deleted", plan.ingest_id, len(ssts), len(journal)
     )
     return len(ssts) + len(journal)
+
+
+def _committed(
+    ms: ManifestStore, plan: IngestPlan, ssts: Sequence[SstInfo], journal: Sequence[JournalFile]
+) -> str | None:
+    """Why an abort must keep these outputs (None: nothing says the ingest committed)."""
+    try:
+        m = ms.read_latest()
+    except ShaleError as exc:
+        return f"the manifest could not be read to rule out a commit ({exc})"
+    if m is None:
+        return None
+    done = find_record(m, plan.ingest_id)
+    if done is not None:
+        return f"it was committed at manifest {done.manifest_id}"
+    used = {s.id for s in m.all_ssts()} | {j.id for j in m.journal}
+    if any(s.id in used for s in ssts) or any(j.id in used for j in journal):
+        return f"manifest {m.id} references its outputs"
+    return None
 
 
 def ingest_columns(

@@ -10,10 +10,10 @@ Two Spark jobs and a commit, all from the driver:
    gathering its rows from every run and writing SSTs
    (:meth:`ShaleWriter.gather`), returning an ``IngestPart``.
 3. :func:`shaledb.ingest.commit_ingest` of the parts in one CAS, as the data
-   source's ``commit()`` does. A failed job is aborted (its parts' SSTs
-   deleted); a failed commit only drops the lease, since its CAS may have
-   landed. Either way the staged runs are deleted (the garbage collector
-   takes them if this process dies first).
+   source's ``commit()`` does. A failed job or commit is aborted: its parts'
+   SSTs are deleted unless the manifest shows the CAS landed
+   (:func:`~shaledb.ingest.abort_ingest`). Either way the staged runs are
+   deleted (the garbage collector takes them if this process dies first).
 
 Why not Spark's range shuffle: see :mod:`shaledb.ingest.exchange` and
 docs/benchmarks.md. Duplicate keys with ``order_by`` need Spark's sort by
@@ -88,17 +88,10 @@ def load(df: Any, url: str, options: Mapping[str, str], partitions: int) -> None
         )
         sc.setJobDescription(f"shaledb ingest {plan.ingest_id}: write {len(tasks)} key ranges")
         parts = list(sc.parallelize(tasks, len(tasks)).map(_Gather(writer)).collect())
+        commit_ingest(plan, parts, url, store_options=opts.store)
     except BaseException:
-        abort_ingest(plan, parts, url, store_options=opts.store)
+        abort_ingest(plan, parts, url, store_options=opts.store)  # keeps them if the CAS landed
         raise
-    else:
-        try:
-            commit_ingest(plan, parts, url, store_options=opts.store)
-        except BaseException:
-            # The CAS may have landed before the error: drop the lease, leave the SSTs to the GC
-            # (it deletes only what no manifest references).
-            abort_ingest(plan, [], url, store_options=opts.store)
-            raise
     finally:
         sc.setJobDescription(None)
         try:
