@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,12 +15,16 @@ from shaledb import Db, FencedError, GarbageCollector, GcOptions, Settings, path
 from shaledb import spark as shale_spark
 from shaledb.compaction import schedule
 from shaledb.errors import InvalidArgument
+from shaledb.ingest.exchange import assign, choose_bounds
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
 from shaledb.testing.seeds import test_seed
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
+
+from shaledb.spark.schema import WriteOptions  # noqa: E402
+from shaledb.spark.source import ShaleWriter, begin_write  # noqa: E402
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
 
@@ -192,6 +198,35 @@ def test_both_exchanges_load_the_same_rows_and_leave_nothing_staged(spark, tmp_p
         shale_spark.ingest(df, url, order_by=["value"], exchange="store")
     with pytest.raises(InvalidArgument, match="exchange"):
         shale_spark.ingest(df, url, exchange="hash")
+
+
+def test_exchange_tasks_close_their_stores(tmp_path):
+    """Spark reuses its Python workers: a task that kept the staged runs' descriptors open
+    would hold the deleted runs' disk space, and leak descriptors, for the worker's life."""
+    import pyarrow as pa
+
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("needs /proc/self/fd")
+    url = str(tmp_path / "db")
+    cols = {"key": "binary", "value": "binary"}
+    opts = WriteOptions.parse({"path": url, "key": "key", "value": "value"}, cols)
+    w = ShaleWriter(opts, begin_write(opts))
+    rng = random.Random(test_seed())
+    keys = [rng.randbytes(8) for _ in range(6000)]
+    halves = (keys[:3000], keys[3000:])
+    inputs = [pa.RecordBatch.from_pydict({"key": ks, "value": [b"v" * 20] * 3000}) for ks in halves]
+    runs = [run for b in inputs if (run := w.stage(iter([b]), w.plan.lease_id, 2)) is not None]
+    parts = [w.gather(t) for t in assign(runs, choose_bounds(runs, 2))]
+    assert sum(p.rows for p in parts) == 6000
+
+    def target(fd: Path) -> str:
+        try:
+            return os.readlink(fd)
+        except OSError:  # the listing's own descriptor is gone by now
+            return ""
+
+    assert [t for t in map(target, fds.iterdir()) if t.startswith(url)] == []
 
 
 def test_empty_input_partitions_stage_nothing(spark, tmp_path):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -283,7 +284,8 @@ class ShaleWriter(DataSourceArrowWriter):
         pid = _task()[0]
         # An empty partition (e.g. fewer keys than range partitions) still sends its part.
         cols = self._columns(pa.Table.from_batches(batches), pid) if batches else None
-        return ShaleCommitMessage(self._task_part(self._sst_store(), pid, cols))
+        with closing(self._sst_store()) as store:
+            return ShaleCommitMessage(self._task_part(store, pid, cols))
 
     def stage(self, batches: Iterator[pa.RecordBatch], exchange_id: str, parts: int) -> StagedRun | None:
         """A stage task of the store exchange (``shaledb.spark.load``): encode, sort, stage;
@@ -292,20 +294,23 @@ class ShaleWriter(DataSourceArrowWriter):
         if not got:
             return None
         cols = self._columns(pa.Table.from_batches(got), _task()[0])
-        store = open_ingest_store(self.opts.url, store_options=self.opts.store, keep_page_cache=True)
-        return stage_run(store, cols.staged(), exchange_id=exchange_id, parts=parts)
+        opened = open_ingest_store(self.opts.url, store_options=self.opts.store, keep_page_cache=True)
+        with closing(opened) as store:
+            return stage_run(store, cols.staged(), exchange_id=exchange_id, parts=parts)
 
     def gather(self, task: GatherTask) -> IngestPart:
         """A write task of the store exchange: the rows of one key range from every staged run."""
-        store = self._sst_store()
-        table = gather(store, task)
-        if table is None:
-            return self._task_part(store, task.part, None)
-        table = table.take(sort_indices(contiguous(table.column("key"))))  # the runs, merged
-        return self._task_part(store, task.part, _Columns.from_staged(table, self.opts))
+        with closing(self._sst_store()) as store:
+            table = gather(store, task)
+            if table is None:
+                return self._task_part(store, task.part, None)
+            table = table.take(sort_indices(contiguous(table.column("key"))))  # the runs, merged
+            return self._task_part(store, task.part, _Columns.from_staged(table, self.opts))
 
     def _sst_store(self) -> ObjectStore:
-        """The store this task writes SSTs through (and reads staged runs from)."""
+        """The store this task writes SSTs through (and reads staged runs from); the task
+        closes it: Spark reuses its Python workers, and a local store's cached descriptors
+        would keep the staged runs' disk space after the driver deletes them."""
         return open_ingest_store(
             self.opts.url, store_options=self.opts.store, keep_page_cache=self.opts.keep_page_cache
         )
