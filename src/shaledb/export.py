@@ -33,6 +33,7 @@ import random
 import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -117,10 +118,19 @@ class ReadPlan:
     parts: tuple[ReadPart, ...]
 
 
+@contextmanager
 def _stack(
     url: str | None, store: ObjectStore | None, store_options: Mapping[str, Any] | None, clock: Clock
-) -> ObjectStore:
-    return open_stack(url, store, store_options, Settings(), clock, random.Random())
+) -> Iterator[ObjectStore]:
+    """The store stack to read through, closed on exit when opened here from ``url``: Spark
+    reuses its Python workers, and a local store's cached read descriptors would otherwise
+    keep SSTs (and their disk space) open after the garbage collector deletes them."""
+    st = open_stack(url, store, store_options, Settings(), clock, random.Random())
+    try:
+        yield st
+    finally:
+        if store is None:
+            st.close()
 
 
 def intersect(
@@ -273,50 +283,50 @@ def plan_read(
     otherwise every task reads all of them, having no key order to skip by.
     """
     clock = clock or SYSTEM_CLOCK
-    st = _stack(url, store, store_options, clock)
-    ms = ManifestStore(st, clock, random.Random(), author="bulk-read")
-    created = checkpoint is None
-    if checkpoint is None:
-        cp = create_checkpoint(
-            ms, clock=clock, rng=random.Random(), timeout_s=60.0, lifetime=lifetime_s, name=name
+    with _stack(url, store, store_options, clock) as st:
+        ms = ManifestStore(st, clock, random.Random(), author="bulk-read")
+        created = checkpoint is None
+        if checkpoint is None:
+            cp = create_checkpoint(
+                ms, clock=clock, rng=random.Random(), timeout_s=60.0, lifetime=lifetime_s, name=name
+            )
+            cp_id = cp.id
+        else:
+            cp_id = as_checkpoint_id(checkpoint)
+        cp = live_checkpoint(ms.require_latest(), cp_id, clock.now(), st.describe())
+        m = read_checkpoint_manifest(ms, cp)
+        ssts = list(m.data.ssts())
+        if partitions is None:
+            in_range = sum(s.size for s in ssts if _overlaps(s, start, end))
+            partitions = part_count(in_range, target_bytes, parallelism)
+        if partitions < 1:
+            raise InvalidArgument(f"partitions must be positive, got {partitions}")
+        inner = inner_cuts(st, ssts, start, end, partitions) if partitions > 1 else []
+        wal_ids = tuple(range(m.replay_after_wal_id + 1, m.next_wal_id))
+        external = tuple(e.url for e in m.external_dbs)
+        journal = tuple((j.id, j.db) for j in m.journal)
+        ranges = split_range(ssts, start, end, partitions, inner)
+        wal = None
+        if wal_ids and inline_wal_bytes > 0 and _wal_bytes(st, wal_ids) <= inline_wal_bytes:
+            wal = _wal_newest(st, wal_ids, m.last_l0_seq, start, end)
+        parts = tuple(
+            ReadPart(
+                i,
+                lo,
+                hi,
+                str(cp_id),
+                m.id,
+                _sources(m, lo, hi),
+                wal_ids,
+                m.last_l0_seq,
+                external,
+                sum(1 for s in m.data.l0 if _overlaps(s, lo, hi)),
+                journal,
+                None if wal is None else _slice_columns(wal, lo, hi),
+            )
+            for i, (lo, hi) in enumerate(ranges)
         )
-        cp_id = cp.id
-    else:
-        cp_id = as_checkpoint_id(checkpoint)
-    cp = live_checkpoint(ms.require_latest(), cp_id, clock.now(), st.describe())
-    m = read_checkpoint_manifest(ms, cp)
-    ssts = list(m.data.ssts())
-    if partitions is None:
-        in_range = sum(s.size for s in ssts if _overlaps(s, start, end))
-        partitions = part_count(in_range, target_bytes, parallelism)
-    if partitions < 1:
-        raise InvalidArgument(f"partitions must be positive, got {partitions}")
-    inner = inner_cuts(st, ssts, start, end, partitions) if partitions > 1 else []
-    wal_ids = tuple(range(m.replay_after_wal_id + 1, m.next_wal_id))
-    external = tuple(e.url for e in m.external_dbs)
-    journal = tuple((j.id, j.db) for j in m.journal)
-    ranges = split_range(ssts, start, end, partitions, inner)
-    wal = None
-    if wal_ids and inline_wal_bytes > 0 and _wal_bytes(st, wal_ids) <= inline_wal_bytes:
-        wal = _wal_newest(st, wal_ids, m.last_l0_seq, start, end)
-    parts = tuple(
-        ReadPart(
-            i,
-            lo,
-            hi,
-            str(cp_id),
-            m.id,
-            _sources(m, lo, hi),
-            wal_ids,
-            m.last_l0_seq,
-            external,
-            sum(1 for s in m.data.l0 if _overlaps(s, lo, hi)),
-            journal,
-            None if wal is None else _slice_columns(wal, lo, hi),
-        )
-        for i, (lo, hi) in enumerate(ranges)
-    )
-    return ReadPlan(str(cp_id), m.id, created, lifetime_s if created else None, parts)
+        return ReadPlan(str(cp_id), m.id, created, lifetime_s if created else None, parts)
 
 
 def _wal_bytes(st: ObjectStore, wal_ids: Sequence[int]) -> int:
@@ -356,17 +366,17 @@ def ensure_checkpoint(
         CheckpointNotFound: it expired or was deleted (the read must start over).
     """
     clock = clock or SYSTEM_CLOCK
-    st = _stack(url, store, store_options, clock)
-    ms = ManifestStore(st, clock, random.Random(), author="bulk-read")
-    now = clock.now()
-    cp = live_checkpoint(ms.require_latest(), as_checkpoint_id(checkpoint_id), now, st.describe())
-    if (
-        refresh_lifetime_s is not None
-        and cp.expire_time_s is not None
-        and cp.expire_time_s - now < refresh_lifetime_s / 2
-    ):
-        cp = refresh_checkpoint(ms, cp.id, clock=clock, timeout_s=60.0, lifetime=refresh_lifetime_s)
-    return cp.expire_time_s
+    with _stack(url, store, store_options, clock) as st:
+        ms = ManifestStore(st, clock, random.Random(), author="bulk-read")
+        now = clock.now()
+        cp = live_checkpoint(ms.require_latest(), as_checkpoint_id(checkpoint_id), now, st.describe())
+        if (
+            refresh_lifetime_s is not None
+            and cp.expire_time_s is not None
+            and cp.expire_time_s - now < refresh_lifetime_s / 2
+        ):
+            cp = refresh_checkpoint(ms, cp.id, clock=clock, timeout_s=60.0, lifetime=refresh_lifetime_s)
+        return cp.expire_time_s
 
 
 # ------------------------------------------------------------------ reading
@@ -428,49 +438,49 @@ def read_part(
     The caller checks the checkpoint first (:func:`ensure_checkpoint`).
     """
     clock = clock or SYSTEM_CLOCK
-    st = _stack(url, store, store_options, clock)
-    factory = default_factory(Settings().retry, clock, random.Random(), store_options)
-    external: dict[int, ObjectStore] = {}
+    with _stack(url, store, store_options, clock) as st, ExitStack() as opened:
+        factory = default_factory(Settings().retry, clock, random.Random(), store_options)
+        external: dict[int, ObjectStore] = {}
 
-    def store_of(db: int) -> ObjectStore:
-        """The store of database ``db`` of the checkpoint (0: this one, i: its i-th parent)."""
-        if db == 0:
-            return st
-        if not 0 < db <= len(part.external):
-            raise CorruptionError(f"an object refers to external database #{db}")
-        if db not in external:
-            external[db] = factory(part.external[db - 1])
-        return external[db]
+        def store_of(db: int) -> ObjectStore:
+            """The store of database ``db`` of the checkpoint (0: this one, i: its i-th parent)."""
+            if db == 0:
+                return st
+            if not 0 < db <= len(part.external):
+                raise CorruptionError(f"an object refers to external database #{db}")
+            if db not in external:
+                external[db] = opened.enter_context(closing(factory(part.external[db - 1])))
+            return external[db]
 
-    def store_for(info: SstInfo) -> ObjectStore:
-        return store_of(info.db)
+        def store_for(info: SstInfo) -> ObjectStore:
+            return store_of(info.db)
 
-    now = int(clock.now() * 1000) if now_ms is None else now_ms
-    journal: JournalResolver | None = None
+        now = int(clock.now() * 1000) if now_ms is None else now_ms
+        journal: JournalResolver | None = None
 
-    meta = sst_meta_cache(store_for)
-    srcs = [
-        SourceCursor(ssts, part.lo, part.hi, meta=meta, store_for=store_for, read_ahead=read_ahead_bytes)
-        for ssts in part.sources
-    ]
-    wal = _wal_columns(st, part) if part.wal_ids else None
-    cuts = chunk_cuts([b for s in srcs for b in s.blocks()], chunk_bytes, part.lo, part.hi)
-    wal_keys = wal[0] if wal is not None else []
-    wpos = 0
-    for upto in [*cuts, None]:
-        cols = [s.take(upto) for s in reversed(srcs)]  # oldest first
-        if wal is not None:
-            wend = len(wal_keys) if upto is None else bisect_left(wal_keys, upto, wpos)
-            cols.append((wal[0][wpos:wend], wal[1][wpos:wend], wal[2][wpos:wend], wal[3][wpos:wend]))
-            wpos = wend
-        merged = drop_dead(merge_columns(cols), bottom=True, now_ms=now)
-        if merged[0]:
-            if _POINTER_BYTE in merged[2].translate(_IS_POINTER):
-                if journal is None:
-                    journal = JournalResolver(store_of, LruCache(16 * MiB))
-                    journal.note_files(part.journal)
-                merged = resolve_pointers(merged, journal)
-            yield merged
+        meta = sst_meta_cache(store_for)
+        srcs = [
+            SourceCursor(ssts, part.lo, part.hi, meta=meta, store_for=store_for, read_ahead=read_ahead_bytes)
+            for ssts in part.sources
+        ]
+        wal = _wal_columns(st, part) if part.wal_ids else None
+        cuts = chunk_cuts([b for s in srcs for b in s.blocks()], chunk_bytes, part.lo, part.hi)
+        wal_keys = wal[0] if wal is not None else []
+        wpos = 0
+        for upto in [*cuts, None]:
+            cols = [s.take(upto) for s in reversed(srcs)]  # oldest first
+            if wal is not None:
+                wend = len(wal_keys) if upto is None else bisect_left(wal_keys, upto, wpos)
+                cols.append((wal[0][wpos:wend], wal[1][wpos:wend], wal[2][wpos:wend], wal[3][wpos:wend]))
+                wpos = wend
+            merged = drop_dead(merge_columns(cols), bottom=True, now_ms=now)
+            if merged[0]:
+                if _POINTER_BYTE in merged[2].translate(_IS_POINTER):
+                    if journal is None:
+                        journal = JournalResolver(store_of, LruCache(16 * MiB))
+                        journal.note_files(part.journal)
+                    merged = resolve_pointers(merged, journal)
+                yield merged
 
 
 _IS_POINTER = bytes(int(k & TYPE_MASK == KIND_POINTER) for k in range(256))

@@ -469,27 +469,27 @@ def read_part_arrow(
 ) -> Iterator[ArrowChunk]:
     """Live entries of ``part`` as Arrow arrays, in key order (see module docstring)."""
     clock = clock or SYSTEM_CLOCK
-    st = _stack(url, store, store_options, clock)
-    if any(s.db for src in part.sources for s in src):  # a clone's parent's SSTs: other stores
-        yield from _general(part, url, st, store_options, clock)
-        return
-    # The WAL range usually holds only writers' empty fencing objects; anything in it is newer data.
-    wal = _wal_columns(st, part) if part.wal_ids else None
-    if (wal is not None and wal[0]) or len(part.sources) != 1 or part.l0_count:
-        yield from _merged(part, url, st, store_options, clock, chunk_bytes, wal)
-        return
-    reader = _RunReader(st, part.sources[0], part.lo, part.hi)
-    for span in reader.spans(chunk_bytes):
-        got = _chunk(span, part.lo, part.hi)
-        if got is None:  # expiry or pointers in this span: the general path for its range
-            lo = _first_key(span, part.lo)
-            hi = _after_last_key(span, part.hi)
-            sub = replace(part, lo=lo, hi=hi)
-            yield from _general(sub, url, st, store_options, clock)
-        else:
-            live = got.live()
-            if len(live):
-                yield live
+    with _stack(url, store, store_options, clock) as st:
+        if any(s.db for src in part.sources for s in src):  # a clone's parent's SSTs: other stores
+            yield from _general(part, url, st, store_options, clock)
+            return
+        # The WAL range usually holds only writers' empty fencing objects; anything in it is newer data.
+        wal = _wal_columns(st, part) if part.wal_ids else None
+        if (wal is not None and wal[0]) or len(part.sources) != 1 or part.l0_count:
+            yield from _merged(part, url, st, store_options, clock, chunk_bytes, wal)
+            return
+        reader = _RunReader(st, part.sources[0], part.lo, part.hi)
+        for span in reader.spans(chunk_bytes):
+            got = _chunk(span, part.lo, part.hi)
+            if got is None:  # expiry or pointers in this span: the general path for its range
+                lo = _first_key(span, part.lo)
+                hi = _after_last_key(span, part.hi)
+                sub = replace(part, lo=lo, hi=hi)
+                yield from _general(sub, url, st, store_options, clock)
+            else:
+                live = got.live()
+                if len(live):
+                    yield live
 
 
 def _merged(

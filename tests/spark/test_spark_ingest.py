@@ -15,6 +15,8 @@ from shaledb import Db, FencedError, GarbageCollector, GcOptions, Settings, path
 from shaledb import spark as shale_spark
 from shaledb.compaction import schedule
 from shaledb.errors import InvalidArgument
+from shaledb.export import plan_read
+from shaledb.ingest import commit_ingest
 from shaledb.ingest.exchange import assign, choose_bounds
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
@@ -23,6 +25,7 @@ from shaledb.testing.seeds import test_seed
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
 
+from shaledb.export_arrow import read_part_arrow  # noqa: E402
 from shaledb.spark.schema import WriteOptions  # noqa: E402
 from shaledb.spark.source import ShaleWriter, begin_write  # noqa: E402
 
@@ -200,9 +203,10 @@ def test_both_exchanges_load_the_same_rows_and_leave_nothing_staged(spark, tmp_p
         shale_spark.ingest(df, url, exchange="hash")
 
 
-def test_exchange_tasks_close_their_stores(tmp_path):
-    """Spark reuses its Python workers: a task that kept the staged runs' descriptors open
-    would hold the deleted runs' disk space, and leak descriptors, for the worker's life."""
+def test_exchange_and_read_tasks_close_their_stores(tmp_path):
+    """Spark reuses its Python workers: a task that kept a local store's descriptors open
+    would hold deleted staged runs' (and collected SSTs') disk space, and leak descriptors,
+    for the worker's life."""
     import pyarrow as pa
 
     fds = Path("/proc/self/fd")
@@ -219,6 +223,10 @@ def test_exchange_tasks_close_their_stores(tmp_path):
     runs = [run for b in inputs if (run := w.stage(iter([b]), w.plan.lease_id, 2)) is not None]
     parts = [w.gather(t) for t in assign(runs, choose_bounds(runs, 2))]
     assert sum(p.rows for p in parts) == 6000
+    commit_ingest(w.plan, parts, url)
+    plan = plan_read(url, partitions=2)
+    got = [k for part in plan.parts for c in read_part_arrow(part, url) for k in c.keys.to_pylist()]
+    assert got == sorted(keys)
 
     def target(fd: Path) -> str:
         try:
