@@ -96,6 +96,11 @@ class ObjectStore(Protocol):
         With ``create=True`` the put succeeds only if no object exists at
         ``path`` and raises :class:`~shaledb.errors.AlreadyExists` otherwise.
         ``attributes`` are dropped silently by backends that cannot store them.
+
+        ``data`` belongs to the store once passed: a mutable buffer must not be
+        changed or reused afterwards. obstore takes buffers without copying,
+        and its memory store serves later reads from the very buffer it was
+        given (docs/benchmarks.md, stop 24).
         """
         ...
 
