@@ -610,14 +610,10 @@ def _compact_runs(
             raise _Gone()
     except _Gone:
         report.retries += 1
-        rp.discard_all()
-        for out in outputs:
-            _delete_outputs(host, out)
+        _abandon(host, rp, outputs)
         return None
     except BaseException:
-        rp.discard_all()
-        for out in outputs:
-            _delete_outputs(host, out)
+        _abandon(host, rp, outputs)
         raise
     for res in results:
         report.outputs.extend(o.id for o in res.outputs)
@@ -631,6 +627,32 @@ def _compact_runs(
     report.ledger_ssts_rewritten += len(rp.replaced)
     report.ledger_bytes_written += rp.bytes_written
     return outputs
+
+
+def _abandon(host: CompactionHost, rp: _Repoint, outputs: list[list[JournalFile]]) -> None:
+    """Delete a failed commit's outputs, unless the commit may have landed after all.
+
+    A manifest update can fail after its create landed (the listing that follows it, a
+    timeout), and a retried mutation can give up after an earlier attempt landed. Deleting
+    then would leave the live manifest naming deleted objects, so the outputs are deleted
+    only when the latest manifest names none of them; when it cannot be read, nothing is
+    deleted and the garbage collector takes what no manifest references.
+    """
+    try:
+        cur = host.latest()
+    except ShaleError as exc:
+        log.warning("journal compaction: outputs left to GC (manifest unreadable: %s)", exc)
+        return
+    live_journal = {j.id for j in cur.journal}
+    live_ssts = {s.id for s in cur.data.ssts()}
+    ours = {o.id for out in outputs for o in out}
+    if ours & live_journal or any(s.id in live_ssts for s in rp.replaced.values()):
+        log.warning("journal compaction: the commit landed although the update failed; outputs kept")
+        rp.replaced = {}
+        return
+    rp.discard_all()
+    for out in outputs:
+        _delete_outputs(host, out)
 
 
 def _delete_outputs(host: CompactionHost, outputs: list[JournalFile]) -> None:
