@@ -737,7 +737,9 @@ class Db(DbExtras):
             self._release_pins()
         with self._lock:
             self._state = _CLOSED
-        if error is not None and not isinstance(error, FencedError):
+        if error is not None:
+            # A handle whose failure was already raised closes quietly (``failed``); a fence
+            # found only by this last flush has just lost buffered writes: say so.
             raise error
 
     def _release_pins(self) -> None:

@@ -276,3 +276,17 @@ def test_open_fails_cleanly_for_the_loser_of_an_epoch_race(
 
 def test_fenced_error_is_a_shale_error() -> None:
     assert issubclass(FencedError, ShaleError)
+
+
+def test_close_raises_when_its_last_flush_meets_a_fence(store: ObjectStore, clock: ManualClock) -> None:
+    """Buffered writes a fenced close could not flush are reported, not dropped quietly."""
+    a = _open(store, clock)
+    a.put(b"k0", b"v0")
+    h = a.put(b"k1", b"v1", durable=False)
+    b = _open(store, clock)
+    with pytest.raises(FencedError):
+        a.close()
+    assert not h.durable
+    assert b.get(b"k1") is None
+    a.close()  # a second close is quiet
+    b.close()
