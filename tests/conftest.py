@@ -8,6 +8,7 @@ subprocesses (Spark workers, crash-test children) that need one.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -59,7 +60,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start_moto(log: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     exe = Path(sys.executable).with_name("moto_server")
     cmd = str(exe) if exe.exists() else shutil.which("moto_server")
     if cmd is None:
@@ -68,7 +69,10 @@ def _start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
         port = _free_port()
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [cmd, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+                [cmd, "-H", "127.0.0.1", "-p", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=None if env is None else {**os.environ, **env},
             )
         deadline = time.monotonic() + 30
         while proc.poll() is None and time.monotonic() < deadline:
@@ -96,6 +100,24 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             aws_access_key_id=MOTO_KEY,
             aws_secret_access_key=MOTO_KEY,
         ).create_bucket(Bucket=MOTO_BUCKET)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def moto_checking_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a second moto server that checks request signatures (refuses unknown keys);
+    it has no bucket: a request with wrong keys is refused before the bucket is looked up."""
+    proc, endpoint = _start_moto(
+        tmp_path_factory.mktemp("moto-auth") / "moto.log", env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    )
+    try:
         yield endpoint
     finally:
         proc.terminate()
