@@ -194,3 +194,27 @@ def memory_store(mem_url: str) -> ObjectStore:
 def local_store(tmp_path: Path) -> ObjectStore:
     """A fresh local-directory store."""
     return open_store(str(tmp_path / "db"))
+
+
+@pytest.fixture(scope="session")
+def azurite_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Blob endpoint of an Azurite server on 127.0.0.1 with container AZURE_CONTAINER, for the
+    session; skipped, saying why, when Azurite is not installed."""
+    import emulators
+
+    if not emulators.AZURITE.exists():
+        pytest.skip(f"AZURITE NOT INSTALLED ({emulators.AZURITE} missing): {emulators.INSTALL_HINT}")
+    proc, endpoint = emulators.start_azurite(tmp_path_factory.mktemp("azurite"))
+    try:
+        emulators.azure_create_container(endpoint, emulators.AZURE_CONTAINER)
+        yield endpoint
+    finally:
+        emulators.stop(proc)
+
+
+@pytest.fixture
+def azure_url_factory(azurite_endpoint: str) -> Callable[[], Any]:
+    """Returns a callable making a new, empty Azurite location (unique prefix) per call."""
+    import emulators
+
+    return lambda: emulators.azure_location(azurite_endpoint, f"t/{uuid.uuid4().hex}")

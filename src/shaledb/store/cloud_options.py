@@ -6,6 +6,10 @@
   mistake (:mod:`.http_errors`) is reported on the first response instead of
   after ten silent attempts.
 * :func:`cloud_service` says which bucket and endpoint the error messages name.
+* :func:`bulk_deletes` turns bulk deletes off on the Azurite emulator, whose
+  blob batch handles a sub-request in tens of milliseconds (a 256-blob batch
+  took 20 s) and resets the connection after a long one; real Azure runs
+  batches of up to 256 deletes in one request.
 """
 
 from __future__ import annotations
@@ -25,6 +29,18 @@ def with_backend_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(kwargs)
     out.setdefault("retry_config", dict(NO_BACKEND_RETRIES))
     return out
+
+
+AZURITE_ACCOUNT = "devstoreaccount1"  # the emulator's fixed development account
+
+
+def bulk_deletes(scheme: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``delete_many`` may use the service's bulk delete (False on Azurite)."""
+    if scheme != "az":
+        return True
+    account = kwargs.get("account_name") or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
+    emulator = str(kwargs.get("use_emulator") or os.environ.get("AZURE_STORAGE_USE_EMULATOR") or "")
+    return account != AZURITE_ACCOUNT and emulator.lower() not in ("1", "true")
 
 
 def _gcs_base_url(kwargs: Mapping[str, Any]) -> str | None:
@@ -52,4 +68,4 @@ def cloud_service(scheme: str, bucket: str, kwargs: Mapping[str, Any]) -> CloudS
     return CloudService(scheme, bucket, str(endpoint) if endpoint else None)
 
 
-__all__ = ["NO_BACKEND_RETRIES", "cloud_service", "with_backend_defaults"]
+__all__ = ["AZURITE_ACCOUNT", "NO_BACKEND_RETRIES", "bulk_deletes", "cloud_service", "with_backend_defaults"]

@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 import obstore
@@ -54,6 +55,7 @@ from .http_errors import CloudService, bucket_missing, classify, http_status, is
 
 log = logging.getLogger(__name__)
 
+SINGLE_DELETE_THREADS = 8  # concurrent requests of a delete_many without bulk deletes
 _MEMORY_STORES: dict[str, Any] = {}
 _MEMORY_LOCK = threading.Lock()
 
@@ -96,7 +98,8 @@ class ObstoreStore:
     (with '/'), and stripped from listed paths. ``secrets`` are strings (keys,
     tokens) that must never appear in an exception this store raises.
     ``service`` (cloud stores) names the bucket and endpoint, so set-up
-    mistakes are told from outages (:mod:`.http_errors`).
+    mistakes are told from outages (:mod:`.http_errors`). ``bulk_delete=False``
+    deletes one object per request (see :func:`.cloud_options.bulk_deletes`).
     """
 
     def __init__(
@@ -110,8 +113,10 @@ class ObstoreStore:
         sort_listings: bool = False,
         secrets: Iterable[str] = (),
         service: CloudService | None = None,
+        bulk_delete: bool = True,
     ) -> None:
         self._service = service
+        self._bulk_delete = bulk_delete
         self._answered = False  # any request answered yet (see http_errors.classify)
         self._bucket_seen = False
         self._inner = inner
@@ -378,6 +383,10 @@ class ObstoreStore:
 
     def delete_many(self, paths: Sequence[str]) -> None:
         full = [self._p(p) for p in paths]  # every path checked before anything goes
+        if not self._bulk_delete:
+            with ThreadPoolExecutor(SINGLE_DELETE_THREADS) as pool:
+                list(pool.map(self.delete, paths))
+            return
         for i in range(0, len(full), BULK_DELETE_OBJECTS):
             chunk = full[i : i + BULK_DELETE_OBJECTS]
             try:

@@ -37,7 +37,7 @@ import obstore.exceptions
 from ..errors import InvalidArgument, InvalidPathError
 from ..paths import check_relative_path
 from .base import ObjectStore
-from .cloud_options import cloud_service, with_backend_defaults
+from .cloud_options import bulk_deletes, cloud_service, with_backend_defaults
 from .obstore_store import LocalObstoreStore, ObstoreStore, shared_memory_store
 from .twophase import TwoPhaseStore
 from .wrappers import NoConditionalStore
@@ -259,4 +259,5 @@ def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str
         attributes=True,
         secrets=secrets,
         service=service,
+        bulk_delete=bulk_deletes(scheme, kwargs),
     )
