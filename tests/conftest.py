@@ -218,3 +218,25 @@ def azure_url_factory(azurite_endpoint: str) -> Callable[[], Any]:
     import emulators
 
     return lambda: emulators.azure_location(azurite_endpoint, f"t/{uuid.uuid4().hex}")
+
+
+EMULATORS = ["azurite"]
+
+
+@pytest.fixture(params=EMULATORS)
+def emulator_url_factory(request: pytest.FixtureRequest) -> Callable[[], Any]:
+    """Each emulated cloud store in turn: a callable making a new, empty location per call.
+    Modules that rerun the S3 tests on the emulators override ``s3_url_factory`` with it."""
+    factory: Callable[[], Any] = request.getfixturevalue({"azurite": "azure_url_factory"}[request.param])
+    return factory
+
+
+@pytest.fixture
+def _emulator_for_machine(
+    request: pytest.FixtureRequest, azure_url_factory: Callable[[], Any]
+) -> Iterator[None]:
+    """Azurite locations for the test module's ``S3Machine`` (see ``_moto_for_machine``)."""
+    machine = request.module.S3Machine
+    machine.locations = azure_url_factory
+    yield
+    machine.locations = None

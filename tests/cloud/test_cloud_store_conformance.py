@@ -55,4 +55,6 @@ def test_ambiguous_create_on_azurite(azure_url_factory: Callable[[], Any]) -> No
     assert st.ambiguities_resolved == 1
     assert len(inner.attributes("manifest/1")[PUT_ID_ATTRIBUTE]) == 32
     with pytest.raises(AlreadyExists):
-        RetryingStore(inner, RetryOptions(), clock, random.Random(2)).put("manifest/1", b"epoch 2", create=True)
+        RetryingStore(inner, RetryOptions(), clock, random.Random(2)).put(
+            "manifest/1", b"epoch 2", create=True
+        )
