@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import emulators
 import pytest
 
+import emulators
 from shaledb import Db
 from shaledb.clock import SYSTEM_CLOCK
 from shaledb.errors import BucketNotFound, EndpointUnreachable, ObjectNotFound, PermissionDenied, ShaleError
