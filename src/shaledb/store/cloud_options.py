@@ -58,7 +58,7 @@ def cloud_service(scheme: str, bucket: str, kwargs: Mapping[str, Any]) -> CloudS
     """The bucket and endpoint a cloud store's error messages name."""
     endpoint: Any
     if scheme == "gs":
-        endpoint = _gcs_base_url(kwargs)
+        endpoint = kwargs.get("base_url") or os.environ.get("GOOGLE_BASE_URL") or _gcs_base_url(kwargs)
     elif scheme == "az":
         endpoint = kwargs.get("endpoint") or os.environ.get("AZURE_STORAGE_ENDPOINT")
         if endpoint is None and str(kwargs.get("use_emulator", "")).lower() in ("1", "true"):

@@ -70,7 +70,7 @@ _CREDENTIALS_HINT = {
 }
 _ENDPOINT_HINT = {
     "s3": "AWS_ENDPOINT_URL or the store option endpoint",
-    "gs": "gcs_base_url in the service account key",
+    "gs": "GOOGLE_BASE_URL or the store option base_url",
     "az": "AZURE_STORAGE_ENDPOINT or the store option endpoint",
 }
 
