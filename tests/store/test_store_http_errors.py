@@ -130,3 +130,11 @@ def test_cloud_service_names_the_endpoint(monkeypatch: pytest.MonkeyPatch) -> No
     key = '{"gcs_base_url": "http://g", "disable_oauth": true}'
     assert cloud_service("gs", "b", {"service_account_key": key}).endpoint == "http://g"
     assert cloud_service("gs", "b", {"base_url": "http://h"}).endpoint == "http://h"
+
+
+def test_s3_request_timeout_is_transient_and_expired_token_is_refused() -> None:
+    s3 = CloudService("s3", "b")
+    timeout = _answer("PUT", "http://h/b/x", "400 Bad Request", "<Error><Code>RequestTimeout</Code></Error>")
+    assert classify(timeout, "x", "s3://b", s3, True) is None
+    expired = _answer("GET", "http://h/b/x", "400 Bad Request", "<Error><Code>ExpiredToken</Code></Error>")
+    assert isinstance(classify(expired, "x", "s3://b", s3, True), PermissionDenied)

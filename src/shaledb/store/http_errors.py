@@ -51,6 +51,10 @@ _CONNECT = ("dns error", "ConnectionRefused", "Connection refused", "tcp connect
 # object, 409 S3's conflicting conditional request, 412 precondition, 416 range
 # past the end) or transient (408 request timeout, 429 throttling).
 _NOT_SETUP_4XX = frozenset({404, 408, 409, 412, 416, 429})
+# 400 answers that are not mistakes in the request: S3 reports an idle upload as
+# 400 RequestTimeout (transient), and expired session credentials as 400 ExpiredToken.
+_TRANSIENT_400 = ("RequestTimeout",)
+_CREDENTIAL_400 = ("ExpiredToken", "InvalidToken", "TokenRefreshRequired")
 
 _CREDENTIALS_HINT = {
     "s3": (
@@ -128,11 +132,14 @@ def classify(
             f"no credentials found for {service.where()} (none configured, and the cloud metadata "
             f"service gave none); {_CREDENTIALS_HINT[service.scheme]}"
         )
-    if name in ("PermissionDeniedError", "UnauthenticatedError") or status in (401, 403):
+    expired = status == 400 and any(code in text for code in _CREDENTIAL_400)
+    if name in ("PermissionDeniedError", "UnauthenticatedError") or status in (401, 403) or expired:
         return PermissionDenied(
             f"{service.where()} refused access to {path} (HTTP {status or 403}): "
             f"the credentials are missing, wrong or lack permission; {_CREDENTIALS_HINT[service.scheme]}"
         )
+    if status == 400 and any(code in text for code in _TRANSIENT_400):
+        return None
     if status is not None and 400 <= status < 500 and status not in _NOT_SETUP_4XX:
         return InvalidArgument(
             f"{description} rejected the request for {path} (HTTP {status}); check the bucket name, "
