@@ -21,16 +21,29 @@ $(VENV)/.spark: $(VENV)/.test
 	$(PIP) -e '.[test,spark]'
 	touch $@
 
+# Storage emulators the tests start (Azurite, from the npm registry), pinned by
+# tests/servers/package-lock.json and installed into .servers/. A failed install does not
+# stop the run: the tests that need the server are skipped and say why.
+SERVERS := .servers
+$(SERVERS)/.installed: tests/servers/package.json tests/servers/package-lock.json
+	mkdir -p $(SERVERS)
+	cp tests/servers/package.json tests/servers/package-lock.json $(SERVERS)/
+	if cd $(SERVERS) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; then \
+		touch .installed; \
+	else \
+		echo "WARNING: could not install the storage emulators (npm ci in $(SERVERS)); their tests will be SKIPPED"; \
+	fi
+
 lint: $(VENV)/.test
 	$(BIN)/ruff check --no-cache src tests bench
 	$(BIN)/ruff format --check --no-cache src tests bench
 	$(BIN)/mypy
 
-test-core: $(VENV)/.test
+test-core: $(VENV)/.test $(SERVERS)/.installed
 	$(BIN)/pytest -m "not spark" -p no:randomly
 
 # mypy again once numpy and pyarrow are installed: without them their uses type-check as Any.
-test-spark: $(VENV)/.spark
+test-spark: $(VENV)/.spark $(SERVERS)/.installed
 	$(BIN)/mypy
 	$(BIN)/pytest -m spark
 
@@ -53,4 +66,4 @@ lock:
 	/tmp/shaledb-lock/bin/python -m pip freeze --exclude-editable | grep -v '^-e' > $(LOCK)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(SERVERS) .mypy_cache .ruff_cache .pytest_cache

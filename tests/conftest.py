@@ -8,6 +8,7 @@ subprocesses (Spark workers, crash-test children) that need one.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -59,7 +60,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start_moto(log: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     exe = Path(sys.executable).with_name("moto_server")
     cmd = str(exe) if exe.exists() else shutil.which("moto_server")
     if cmd is None:
@@ -68,7 +69,10 @@ def _start_moto(log: Path) -> tuple[subprocess.Popen[bytes], str]:
         port = _free_port()
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [cmd, "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+                [cmd, "-H", "127.0.0.1", "-p", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=None if env is None else {**os.environ, **env},
             )
         deadline = time.monotonic() + 30
         while proc.poll() is None and time.monotonic() < deadline:
@@ -96,6 +100,24 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             aws_access_key_id=MOTO_KEY,
             aws_secret_access_key=MOTO_KEY,
         ).create_bucket(Bucket=MOTO_BUCKET)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def moto_checking_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a second moto server that checks request signatures (refuses unknown keys);
+    it has no bucket: a request with wrong keys is refused before the bucket is looked up."""
+    proc, endpoint = _start_moto(
+        tmp_path_factory.mktemp("moto-auth") / "moto.log", env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    )
+    try:
         yield endpoint
     finally:
         proc.terminate()
@@ -172,3 +194,49 @@ def memory_store(mem_url: str) -> ObjectStore:
 def local_store(tmp_path: Path) -> ObjectStore:
     """A fresh local-directory store."""
     return open_store(str(tmp_path / "db"))
+
+
+@pytest.fixture(scope="session")
+def azurite_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Blob endpoint of an Azurite server on 127.0.0.1 with container AZURE_CONTAINER, for the
+    session; skipped, saying why, when Azurite is not installed."""
+    import emulators
+
+    if not emulators.AZURITE.exists():
+        pytest.skip(f"AZURITE NOT INSTALLED ({emulators.AZURITE} missing): {emulators.INSTALL_HINT}")
+    proc, endpoint = emulators.start_azurite(tmp_path_factory.mktemp("azurite"))
+    try:
+        emulators.azure_create_container(endpoint, emulators.AZURE_CONTAINER)
+        yield endpoint
+    finally:
+        emulators.stop(proc)
+
+
+@pytest.fixture
+def azure_url_factory(azurite_endpoint: str) -> Callable[[], Any]:
+    """Returns a callable making a new, empty Azurite location (unique prefix) per call."""
+    import emulators
+
+    return lambda: emulators.azure_location(azurite_endpoint, f"t/{uuid.uuid4().hex}")
+
+
+EMULATORS = ["azurite"]
+
+
+@pytest.fixture(params=EMULATORS)
+def emulator_url_factory(request: pytest.FixtureRequest) -> Callable[[], Any]:
+    """Each emulated cloud store in turn: a callable making a new, empty location per call.
+    Modules that rerun the S3 tests on the emulators override ``s3_url_factory`` with it."""
+    factory: Callable[[], Any] = request.getfixturevalue({"azurite": "azure_url_factory"}[request.param])
+    return factory
+
+
+@pytest.fixture
+def _emulator_for_machine(
+    request: pytest.FixtureRequest, azure_url_factory: Callable[[], Any]
+) -> Iterator[None]:
+    """Azurite locations for the test module's ``S3Machine`` (see ``_moto_for_machine``)."""
+    machine = request.module.S3Machine
+    machine.locations = azure_url_factory
+    yield
+    machine.locations = None

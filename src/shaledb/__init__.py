@@ -23,6 +23,7 @@ from .errors import (
     InvalidArgument,
     InvalidDbState,
     NotFound,
+    PermissionDenied,
     ShaleError,
     Unavailable,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidDbState",
     "NotFound",
+    "PermissionDenied",
     "ReaderSnapshot",
     "RetryOptions",
     "Scan",

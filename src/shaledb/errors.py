@@ -9,6 +9,7 @@ catch the whole family, and the top-level classes tell the caller what to do:
 * :class:`InvalidArgument` -- fix the call or the settings (also a ``ValueError``).
 * :class:`NotFound` -- a database, checkpoint or object does not exist.
 * :class:`Unavailable` -- the store could not be reached after retries; retry.
+* :class:`PermissionDenied` -- the store refused the credentials; fix the set-up.
 * :class:`ConflictError` -- an optimistic update lost a race; retry it.
 
 Store-level conditions (an object exists, a precondition failed) are subclasses
@@ -84,6 +85,19 @@ class DatabaseDestroyed(NotFound):
     """The database was destroyed (``shaledb.admin.destroy``); it cannot be opened."""
 
 
+class BucketNotFound(NotFound):
+    """The bucket or container a store URL names does not exist (a set-up mistake,
+    not an outage: nothing is retried). The message names the bucket and endpoint."""
+
+
+class PermissionDenied(ShaleError):
+    """The store refused the credentials (HTTP 401/403), or none were found.
+
+    A set-up mistake, not an outage: nothing is retried. The message names the
+    store and what to set (``AWS_*``, ``GOOGLE_*`` or ``AZURE_*`` variables, or
+    store options)."""
+
+
 class InvalidDbState(ShaleError):
     """The database is in a state that forbids the operation: a clone whose
     initialization did not finish, or a hard destroy while checkpoints are live.
@@ -92,6 +106,13 @@ class InvalidDbState(ShaleError):
 
 class Unavailable(ShaleError):
     """The object store could not be reached, even after retries. Safe to retry."""
+
+
+class EndpointUnreachable(Unavailable):
+    """The store's endpoint has never answered: its host does not resolve or it
+    refuses connections. Raised at once, without retries, because before a first
+    answer this is most often a wrong endpoint setting; once the store has
+    answered, the same failures are transient and retried as :class:`Unavailable`."""
 
 
 class ConflictError(ShaleError):
@@ -119,11 +140,13 @@ class NotSupported(ShaleError):
 
 __all__ = [
     "AlreadyExists",
+    "BucketNotFound",
     "CheckpointNotFound",
     "ClosedError",
     "ConflictError",
     "CorruptionError",
     "DatabaseDestroyed",
+    "EndpointUnreachable",
     "FencedError",
     "InvalidArgument",
     "InvalidDbState",
@@ -131,6 +154,7 @@ __all__ = [
     "NotFound",
     "NotSupported",
     "ObjectNotFound",
+    "PermissionDenied",
     "PreconditionFailed",
     "ShaleError",
     "Unavailable",

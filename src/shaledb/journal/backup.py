@@ -291,6 +291,11 @@ def _server_copier(
         root = open_store(root_url, **({} if scheme in ("file", "memory") else dict(store_options or {})))
     except ShaleError:
         return None
+    from ..clock import SYSTEM_CLOCK
+    from ..settings import Settings
+    from ..store.stack import wrap_store
+
+    root = wrap_store(root, Settings(), SYSTEM_CLOCK, random.Random())  # obstore itself does not retry
 
     def copy(path: str) -> None:
         root.copy(sp + path, dp + path)

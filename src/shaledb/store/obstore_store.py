@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 import obstore
@@ -50,9 +51,11 @@ from ..errors import (
 )
 from ..paths import check_prefix, check_relative_path
 from .base import BULK_DELETE_OBJECTS, ObjectMeta
+from .http_errors import CloudService, bucket_missing, classify, http_status, is_bucket_missing
 
 log = logging.getLogger(__name__)
 
+SINGLE_DELETE_THREADS = 8  # concurrent requests of a delete_many without bulk deletes
 _MEMORY_STORES: dict[str, Any] = {}
 _MEMORY_LOCK = threading.Lock()
 
@@ -94,6 +97,9 @@ class ObstoreStore:
     ``inner`` is any obstore store; ``root`` is joined in front of every path
     (with '/'), and stripped from listed paths. ``secrets`` are strings (keys,
     tokens) that must never appear in an exception this store raises.
+    ``service`` (cloud stores) names the bucket and endpoint, so set-up
+    mistakes are told from outages (:mod:`.http_errors`). ``bulk_delete=False``
+    deletes one object per request (see :func:`.cloud_options.bulk_deletes`).
     """
 
     def __init__(
@@ -106,7 +112,13 @@ class ObstoreStore:
         attributes: bool = False,
         sort_listings: bool = False,
         secrets: Iterable[str] = (),
+        service: CloudService | None = None,
+        bulk_delete: bool = True,
     ) -> None:
+        self._service = service
+        self._bulk_delete = bulk_delete
+        self._answered = False  # any request answered yet (see http_errors.classify)
+        self._bucket_seen = False
         self._inner = inner
         self._root = (root.strip("/") + "/") if root.strip("/") else ""
         self._description = description
@@ -144,6 +156,10 @@ class ObstoreStore:
         """Translate a backend exception; the caller raises it ``from`` ``exc``."""
         if isinstance(exc, ShaleError):
             return exc
+        if self._service is not None:
+            setup = self._setup_mistake(exc, path)
+            if setup is not None:
+                return setup
         if isinstance(exc, (FileNotFoundError, NotFoundError)):
             return ObjectNotFound(path)
         if isinstance(exc, AlreadyExistsError):
@@ -164,6 +180,26 @@ class ObstoreStore:
             f"{type(exc).__name__}: {self._scrub(str(exc).splitlines()[0] if str(exc) else '')}"
         )
 
+    def _setup_mistake(self, exc: BaseException, path: str) -> ShaleError | None:
+        assert self._service is not None
+        if http_status(str(exc)) is not None:
+            self._answered = True  # an HTTP answer, even an error, proves the endpoint
+        err = classify(exc, path, self._description, self._service, self._answered)
+        if err is None and isinstance(exc, (FileNotFoundError, NotFoundError)) and not self._bucket_seen:
+            # A HEAD's 404 has no body to say whether the object or the bucket is
+            # missing: the first one is checked with a one-object listing.
+            try:
+                next(iter(obstore.list(self._inner, chunk_size=1)), None)
+                self._bucket_seen = True
+            except Exception as probe:  # noqa: BLE001 - any failure of the probe keeps the original error
+                if is_bucket_missing(str(probe)):
+                    return bucket_missing(self._service)
+        return err
+
+    def _ok(self) -> None:
+        """A request was answered: the endpoint is right and the bucket exists."""
+        self._answered = self._bucket_seen = True
+
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, "<redacted>")
@@ -179,7 +215,9 @@ class ObstoreStore:
 
     def get(self, path: str) -> bytes:
         try:
-            return bytes(obstore.get(self._inner, self._p(path)).bytes())
+            out = bytes(obstore.get(self._inner, self._p(path)).bytes())
+            self._ok()
+            return out
         except BaseException as exc:
             if _is_fatal(exc):
                 raise
@@ -191,7 +229,9 @@ class ObstoreStore:
         if end <= start:
             return b""  # no I/O: an empty range is empty whether or not the object exists
         try:
-            return bytes(obstore.get_range(self._inner, self._p(path), start=start, end=end))
+            got = bytes(obstore.get_range(self._inner, self._p(path), start=start, end=end))
+            self._ok()
+            return got
         except BaseException as exc:
             if _is_fatal(exc):
                 raise
@@ -226,12 +266,15 @@ class ObstoreStore:
             # A range starting past the end makes obstore fail (or panic); redo
             # the ranges one by one, where the contract is handled.
             return [self.get_range(path, s, e) for s, e in ranges]
+        self._ok()
         it = iter(out)
         return [bytes(next(it)) if e > s else b"" for s, e in ranges]
 
     def head(self, path: str) -> ObjectMeta:
         try:
-            return _meta(obstore.head(self._inner, self._p(path)), len(self._root))
+            meta = _meta(obstore.head(self._inner, self._p(path)), len(self._root))
+            self._ok()
+            return meta
         except BaseException as exc:
             if _is_fatal(exc):
                 raise
@@ -264,6 +307,7 @@ class ObstoreStore:
             kwargs["attributes"] = dict(attributes)
         try:
             obstore.put(self._inner, self._p(path), data, **kwargs)
+            self._ok()
         except BaseException as exc:
             if _is_fatal(exc):
                 raise
@@ -312,6 +356,7 @@ class ObstoreStore:
             else:
                 chunks = ([_meta(m, strip) for m in chunk] for chunk in stream)
             for chunk in chunks:
+                self._ok()
                 for meta in chunk:
                     if filtered and not meta.path.startswith(prefix):
                         if meta.path > prefix:
@@ -328,6 +373,7 @@ class ObstoreStore:
     def delete(self, path: str) -> None:
         try:
             obstore.delete(self._inner, self._p(path))
+            self._ok()
         except BaseException as exc:
             if _is_fatal(exc):
                 raise
@@ -337,6 +383,10 @@ class ObstoreStore:
 
     def delete_many(self, paths: Sequence[str]) -> None:
         full = [self._p(p) for p in paths]  # every path checked before anything goes
+        if not self._bulk_delete:
+            with ThreadPoolExecutor(SINGLE_DELETE_THREADS) as pool:
+                list(pool.map(self.delete, paths))
+            return
         for i in range(0, len(full), BULK_DELETE_OBJECTS):
             chunk = full[i : i + BULK_DELETE_OBJECTS]
             try:

@@ -2,7 +2,11 @@
 
 Only :class:`~shaledb.errors.Unavailable` is retried, with exponential backoff
 and jitter, bounded by ``RetryOptions.max_attempts`` and ``timeout_s``; then
-the call raises ``Unavailable`` naming the attempts. Answers that are facts
+the call raises ``Unavailable`` naming the attempts. Each retry is logged at
+DEBUG on the ``shaledb.store`` logger with its attempt and delay.
+:class:`~shaledb.errors.EndpointUnreachable` (a store that never answered: a
+wrong endpoint, most likely) is an ``Unavailable`` that is not retried, like
+the set-up mistakes ``PermissionDenied`` and ``BucketNotFound``. Answers that are facts
 about the data (AlreadyExists, PreconditionFailed, ObjectNotFound,
 NotSupported, InvalidArgument) are never retried.
 
@@ -41,13 +45,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import AlreadyExists, ObjectNotFound, Unavailable
+from ..errors import AlreadyExists, EndpointUnreachable, ObjectNotFound, Unavailable
 from ..paths import check_prefix
 from ..settings import RetryOptions
 from .base import PUT_ID_ATTRIBUTE, ObjectMeta, ObjectStore
 from .wrappers import StoreWrapper
 
 _log = logging.getLogger(__name__)
+_retry_log = logging.getLogger("shaledb.store")
 T = TypeVar("T")
 
 
@@ -95,17 +100,30 @@ class RetryingStore(StoreWrapper):
             self._retries += 1
             return float(base / 2 + self._rng.uniform(0.0, base / 2))
 
-    def _wait_or_give_up(self, attempt: int, deadline: float) -> bool:
-        """Sleep before attempt ``attempt + 1``; False when the budget is spent."""
-        if attempt >= self.options.max_attempts:
+    def _wait_or_give_up(self, attempt: int, deadline: float, what: str, exc: Unavailable) -> bool:
+        """Sleep before attempt ``attempt + 1``; False when the budget is spent
+        or ``exc`` is not transient."""
+        if isinstance(exc, EndpointUnreachable) or attempt >= self.options.max_attempts:
             return False
         delay = self._backoff(attempt)
         if self._clock.monotonic() + delay > deadline:
             return False
+        if _retry_log.isEnabledFor(logging.DEBUG):
+            _retry_log.debug(
+                "%s: %s failed (attempt %d of %d), retrying in %.3fs: %s",
+                self.describe(),
+                what,
+                attempt,
+                self.options.max_attempts,
+                delay,
+                exc,
+            )
         self._clock.sleep(delay)
         return True
 
     def _exhausted(self, what: str, attempt: int, started: float, last: Unavailable) -> Unavailable:
+        if isinstance(last, EndpointUnreachable):
+            return last
         took = self._clock.monotonic() - started
         err = Unavailable(
             f"{self.describe()}: {what} failed after {attempt} attempt(s) in {took:.3f}s; "
@@ -123,7 +141,7 @@ class RetryingStore(StoreWrapper):
             try:
                 return fn()
             except Unavailable as exc:
-                if not self._wait_or_give_up(attempt, deadline):
+                if not self._wait_or_give_up(attempt, deadline, what, exc):
                     raise self._exhausted(what, attempt, started, exc) from exc
 
     def get(self, path: str) -> bytes:
@@ -179,7 +197,7 @@ class RetryingStore(StoreWrapper):
                 raise
             except Unavailable as exc:
                 ambiguous = True  # the request may have been applied
-                if not self._wait_or_give_up(attempt, deadline):
+                if not self._wait_or_give_up(attempt, deadline, f"put(create) {path}", exc):
                     raise self._exhausted(f"put(create) {path}", attempt, started, exc) from exc
 
     def _put_was_ours(
@@ -220,8 +238,9 @@ class RetryingStore(StoreWrapper):
                 raise
             except Unavailable as exc:
                 ambiguous = True
-                if not self._wait_or_give_up(attempt, deadline):
-                    raise self._exhausted(f"copy(create) {src} -> {dst}", attempt, started, exc) from exc
+                what = f"copy(create) {src} -> {dst}"
+                if not self._wait_or_give_up(attempt, deadline, what, exc):
+                    raise self._exhausted(what, attempt, started, exc) from exc
 
     def _copy_was_ours(self, src: str, dst: str) -> bool:
         try:
@@ -253,5 +272,5 @@ class RetryingStore(StoreWrapper):
                     yield meta
                 return
             except Unavailable as exc:
-                if not self._wait_or_give_up(attempt, deadline):
+                if not self._wait_or_give_up(attempt, deadline, f"list {prefix!r}", exc):
                     raise self._exhausted(f"list {prefix!r}", attempt, started, exc) from exc

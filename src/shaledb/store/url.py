@@ -37,6 +37,7 @@ import obstore.exceptions
 from ..errors import InvalidArgument, InvalidPathError
 from ..paths import check_relative_path
 from .base import ObjectStore
+from .cloud_options import bulk_deletes, cloud_service, with_backend_defaults
 from .obstore_store import LocalObstoreStore, ObstoreStore, shared_memory_store
 from .twophase import TwoPhaseStore
 from .wrappers import NoConditionalStore
@@ -243,6 +244,8 @@ def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str
     cls: Any = {"s3": obstore.store.S3Store, "gs": obstore.store.GCSStore, "az": obstore.store.AzureStore}[
         scheme
     ]
+    service = cloud_service(scheme, bucket, kwargs)
+    kwargs = with_backend_defaults(kwargs)
     try:
         inner = cls(bucket, prefix=prefix or None, client_options=client_options or None, **kwargs)
     except (ValueError, TypeError, obstore.exceptions.BaseError) as exc:
@@ -255,4 +258,6 @@ def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str
         description=f"{base}/{prefix}" if prefix else base,
         attributes=True,
         secrets=secrets,
+        service=service,
+        bulk_delete=bulk_deletes(scheme, kwargs),
     )

@@ -1,0 +1,157 @@
+"""Which cloud store failures are set-up mistakes, and which are outages.
+
+obstore reports a missing bucket, a refused credential and a wrong endpoint
+with the same exception classes as a missing object or a passing outage
+(``NotFoundError``, ``GenericError``). Retrying a set-up mistake only delays
+the answer (ten attempts, seconds) and hides it behind "retry later"; so the
+first response is read here and a mistake is raised at once, naming the
+bucket, the endpoint and what to set:
+
+* a missing bucket or container (S3 and GCS ``NoSuchBucket``, Azure
+  ``ContainerNotFound``) -> :class:`~shaledb.errors.BucketNotFound`;
+* HTTP 401/403, or no credential found (the metadata endpoints that obstore
+  asks when nothing is configured) -> :class:`~shaledb.errors.PermissionDenied`;
+* a host that does not resolve or refuses connections, before the store has
+  ever answered -> :class:`~shaledb.errors.EndpointUnreachable`;
+* other 4xx answers (a malformed request, an invalid bucket name) ->
+  :class:`~shaledb.errors.InvalidArgument`.
+
+Everything else (5xx, 429, 408, timeouts, connection resets, and connection
+failures of a store that answered before) stays
+:class:`~shaledb.errors.Unavailable`, which :mod:`.retrying` retries.
+Messages never repeat the backend's text, which may carry a signed URL.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import BucketNotFound, EndpointUnreachable, InvalidArgument, PermissionDenied, ShaleError
+
+_STATUS = re.compile(r"status code: (\d{3})")
+_BUCKET_MISSING = (
+    "NoSuchBucket",
+    "ContainerNotFound",
+    "The specified bucket does not exist",
+    "The specified container does not exist",
+)
+# Where obstore looks for credentials when none are configured: the instance
+# metadata services of AWS (IMDS token and role paths), Google and Azure.
+_NO_CREDENTIAL = (
+    "/latest/api/token",
+    "/latest/meta-data/iam",
+    "169.254.170.2",
+    "metadata.google.internal",
+    "/computeMetadata/",
+    "/metadata/identity/oauth2/token",
+)
+_CONNECT = ("dns error", "ConnectionRefused", "Connection refused", "tcp connect error")
+# 4xx answers that are not set-up mistakes: handled by the caller (404 missing
+# object, 409 S3's conflicting conditional request, 412 precondition, 416 range
+# past the end) or transient (408 request timeout, 429 throttling).
+_NOT_SETUP_4XX = frozenset({404, 408, 409, 412, 416, 429})
+# 400 answers that are not mistakes in the request: S3 reports an idle upload as
+# 400 RequestTimeout (transient), and expired session credentials as 400 ExpiredToken.
+_TRANSIENT_400 = ("RequestTimeout",)
+_CREDENTIAL_400 = ("ExpiredToken", "InvalidToken", "TokenRefreshRequired")
+
+_CREDENTIALS_HINT = {
+    "s3": (
+        "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (plus AWS_SESSION_TOKEN for temporary "
+        "credentials), or pass the store options access_key_id and secret_access_key"
+    ),
+    "gs": (
+        "set GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT_PATH / "
+        "GOOGLE_SERVICE_ACCOUNT_KEY) to a service account key, or pass the store option "
+        "service_account_path or service_account_key"
+    ),
+    "az": (
+        "set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN "
+        "(or AZURE_CLIENT_ID / AZURE_CLIENT_SECRET / AZURE_TENANT_ID), or pass the store options "
+        "account_name and account_key"
+    ),
+}
+_ENDPOINT_HINT = {
+    "s3": "AWS_ENDPOINT_URL or the store option endpoint",
+    "gs": "GOOGLE_BASE_URL or the store option base_url",
+    "az": "AZURE_STORAGE_ENDPOINT or the store option endpoint",
+}
+
+
+@dataclass(frozen=True)
+class CloudService:
+    """What a cloud store's messages name: scheme (``s3``, ``gs``, ``az``),
+    bucket or container, and the endpoint (``None``: the service's default)."""
+
+    scheme: str
+    bucket: str
+    endpoint: str | None = None
+
+    def where(self) -> str:
+        kind = "container" if self.scheme == "az" else "bucket"
+        at = self.endpoint or {"s3": "AWS S3", "gs": "Google Cloud Storage", "az": "Azure Blob Storage"}.get(
+            self.scheme, self.scheme
+        )
+        return f"{kind} {self.bucket!r} at {at}"
+
+
+def http_status(text: str) -> int | None:
+    """The HTTP status of the response an obstore error message reports, if any."""
+    m = _STATUS.search(text)
+    return int(m.group(1)) if m else None
+
+
+def is_bucket_missing(text: str) -> bool:
+    """Whether an error's text says the bucket or container itself is missing."""
+    return any(marker in text for marker in _BUCKET_MISSING)
+
+
+def bucket_missing(service: CloudService) -> BucketNotFound:
+    return BucketNotFound(
+        f"{service.where()} does not exist: create it, or fix the bucket in the URL "
+        f"({service.scheme}://BUCKET/prefix) or the endpoint"
+    )
+
+
+def classify(
+    exc: BaseException, path: str, description: str, service: CloudService, answered: bool
+) -> ShaleError | None:
+    """The set-up mistake ``exc`` reports, or ``None`` to keep the usual mapping.
+
+    ``answered``: whether the store has answered any request before; until then
+    a connection failure means a wrong endpoint rather than an outage.
+    """
+    text = str(exc)
+    name = type(exc).__name__
+    status = http_status(text)
+    if is_bucket_missing(text):
+        return bucket_missing(service)
+    if any(marker in text for marker in _NO_CREDENTIAL):
+        return PermissionDenied(
+            f"no credentials found for {service.where()} (none configured, and the cloud metadata "
+            f"service gave none); {_CREDENTIALS_HINT[service.scheme]}"
+        )
+    expired = status == 400 and any(code in text for code in _CREDENTIAL_400)
+    if name in ("PermissionDeniedError", "UnauthenticatedError") or status in (401, 403) or expired:
+        return PermissionDenied(
+            f"{service.where()} refused access to {path} (HTTP {status or 403}): "
+            f"the credentials are missing, wrong or lack permission; {_CREDENTIALS_HINT[service.scheme]}"
+        )
+    if status == 400 and any(code in text for code in _TRANSIENT_400):
+        return None
+    if status is not None and 400 <= status < 500 and status not in _NOT_SETUP_4XX:
+        return InvalidArgument(
+            f"{description} rejected the request for {path} (HTTP {status}); check the bucket name, "
+            "endpoint and options of this store"
+        )
+    if status is None and not answered and any(marker in text for marker in _CONNECT):
+        why = "its host name does not resolve" if "dns error" in text else "it refused the connection"
+        return EndpointUnreachable(
+            f"cannot reach {service.where()}: {why}; check the endpoint setting "
+            f"({_ENDPOINT_HINT[service.scheme]}) and that the service is running"
+        )
+    return None
+
+
+__all__ = ["CloudService", "bucket_missing", "classify", "http_status", "is_bucket_missing"]

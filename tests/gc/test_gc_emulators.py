@@ -1,0 +1,20 @@
+"""GC, backup, verify and a hard destroy on the emulated Azure store (Azurite): the S3
+test's own body with emulator locations (``emulator_url_factory``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from test_gc_s3 import (
+    test_gc_backup_verify_and_destroy_on_s3 as test_gc_backup_verify_and_destroy_on_emulator,
+)
+
+
+@pytest.fixture
+def s3_url_factory(emulator_url_factory: Callable[[], Any]) -> Callable[[], Any]:
+    return emulator_url_factory
+
+
+__all__ = ["test_gc_backup_verify_and_destroy_on_emulator"]
