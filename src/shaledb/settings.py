@@ -8,6 +8,8 @@ Store, clock and RNG are not settings: they are arguments of ``Db.open``.
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -398,3 +400,24 @@ class Settings:
         if unknown:
             raise InvalidArgument(f"unknown settings: {sorted(unknown)}")
         return cls(**data)
+
+    @classmethod
+    def from_env(cls, prefix: str = "SHALEDB_", env: Mapping[str, str] | None = None) -> Settings:
+        """Settings from environment variables (``SHALEDB_FLUSH_INTERVAL_S``, nested:
+        ``SHALEDB_COMPACTOR__MAX_SOURCES``); unknown names are refused (``shaledb.settings_load``)."""
+        from .settings_load import from_env
+
+        return from_env(cls, prefix, env)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Settings:
+        """Settings from a TOML file (top-level keys, a table per nested option)."""
+        from .settings_load import from_file
+
+        return from_file(cls, path)
+
+    def to_toml(self) -> str:
+        """These settings as TOML that :meth:`from_file` reads back equal."""
+        from .settings_load import to_toml
+
+        return to_toml(self)

@@ -74,6 +74,7 @@ from ..ingest import (
 from ..ingest.exchange import GatherTask, StagedRun, gather, stage_run
 from ..keys import key_after, prefix_end
 from ..settings import Settings
+from ..settings_load import load_settings
 from ..store import ObjectStore
 from .schema import ReadOptions, WriteOptions, json_column
 
@@ -166,7 +167,7 @@ def begin_write(opts: WriteOptions) -> IngestPlan:
     """The ingest's plan (:func:`shaledb.ingest.begin_ingest` with the options' settings)."""
     tuned = ("block_size_bytes", "compression", "bloom_bits_per_key", "value_separation_threshold")
     changes = {k: v for k in tuned if (v := getattr(opts, k)) is not None}
-    settings = Settings().replace(**changes) if changes else Settings()
+    settings = load_settings(Settings, **changes)  # SHALEDB_SETTINGS_FILE, SHALEDB_* variables, then options
     return begin_ingest(
         opts.url,
         ingest_id=opts.ingest_id,
