@@ -784,6 +784,13 @@ class Db(DbExtras):
             "journal_block_reads": self.journal.reads,
         }
 
+    def changes(self, since: Any = None, **options: Any) -> Any:
+        """A :class:`~shaledb.changes.ChangeFeed` of committed writes after ``since``
+        (a cursor or its string; None: from the start; "latest": only new writes)."""
+        from .changes import open_feed
+
+        return open_feed(self.store, since, self.clock, **options)
+
     def __repr__(self) -> str:
         return f"Db({self.store.describe()}, epoch={self.epoch})"
 

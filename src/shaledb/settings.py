@@ -139,17 +139,22 @@ class GcOptions:
     stalled process may keep using an object it read a reference to.
     ``db_delete_grace_s`` is how long a soft-deleted database is kept.
     ``dry_run`` logs what would be deleted and deletes nothing.
+    ``wal_retention_s`` keeps WAL objects at least this long (if longer than
+    ``min_age_s``), so change-feed consumers (``shaledb.changes``) that fall
+    behind by up to this long can catch up instead of hitting ``CursorExpired``.
     """
 
     interval_s: float = 60.0
     min_age_s: float = 300.0
     db_delete_grace_s: float = 86400.0
     dry_run: bool = False
+    wal_retention_s: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("GcOptions.interval_s", self.interval_s)
         _positive("GcOptions.min_age_s", self.min_age_s, allow_zero=True)
         _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
+        _positive("GcOptions.wal_retention_s", self.wal_retention_s, allow_zero=True)
 
 
 RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
