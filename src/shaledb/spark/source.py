@@ -44,6 +44,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -147,6 +148,12 @@ class ShaleDataSource(DataSource):
         if self._pinned is None:  # a user-given schema skips schema(): pin per query
             self._pinned = self._pin(opts)
         return ShaleReader(opts, *self._pinned, parallelism=self.parallelism)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The change feed as a stream (``shaledb.spark.stream``)."""
+        from .stream import ShaleChangeStream
+
+        return ShaleChangeStream(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
