@@ -205,6 +205,48 @@ class AsyncScan:
 _END = object()
 
 
+class AsyncChanges:
+    """``async for change in db.changes(since)``: the change feed (``shaledb.changes``),
+    read in chunks on the executor; when caught up it sleeps ``poll_interval_s`` on the
+    loop (``follow=False``: stops instead). ``cursor`` is where it stands."""
+
+    def __init__(self, executor: _Executor, feed: Any, *, chunk: int = 1000) -> None:
+        self._executor = executor
+        self._feed = feed
+        self._chunk = chunk
+        self._buffer: Iterator[Any] = iter(())
+        self._closed = False
+        self._start: Any = feed.cursor
+        self._last: Any = None
+
+    @property
+    def cursor(self) -> Any:
+        """The position after the last change handed out (``str()`` stores it)."""
+        return self._last if self._last is not None else self._start
+
+    def __aiter__(self) -> AsyncChanges:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self._closed:
+            change: Any = next(self._buffer, _END)
+            if change is not _END:
+                self._last = change.cursor
+                return change
+            got = await self._executor.run(self._feed.read, self._chunk)
+            if got:
+                self._buffer = iter(got)
+                continue
+            if not self._feed.follow:
+                break
+            await asyncio.sleep(self._feed.poll_interval_s)
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._feed.close()
+
+
 class _Reads:
     """Reads shared by handles and snapshots: every one on the executor."""
 
@@ -327,6 +369,13 @@ class Db(_Reads):
     def stats(self) -> dict[str, Any]:
         return self.sync.stats()
 
+    def metrics(self) -> dict[str, Any]:
+        return self.sync.metrics()
+
+    def changes(self, since: Any = None, **options: Any) -> AsyncChanges:
+        """``async for change in db.changes(since)`` (see :meth:`shaledb.Db.changes`)."""
+        return AsyncChanges(self._executor, self.sync.changes(since, **options))
+
     # ------------------------------------------------------ flush and close
 
     async def flush(self, *, memtable: bool = False) -> None:
@@ -386,6 +435,10 @@ class DbReader(_Reads):
         finally:
             await snap.close()
 
+    def changes(self, since: Any = None, **options: Any) -> AsyncChanges:
+        """``async for change in reader.changes(since)`` (see :meth:`shaledb.DbReader.changes`)."""
+        return AsyncChanges(self._executor, self.sync.changes(since, **options))
+
     async def refresh(self) -> None:
         """Poll for a new manifest and WAL objects now."""
         await self._executor.run(self.sync.refresh)
@@ -407,4 +460,4 @@ class DbReader(_Reads):
         await self.close()
 
 
-__all__ = ["AsyncScan", "Db", "DbReader", "Snapshot"]
+__all__ = ["AsyncChanges", "AsyncScan", "Db", "DbReader", "Snapshot"]

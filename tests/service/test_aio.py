@@ -293,3 +293,30 @@ def test_sync_and_async_share_the_engine(mem_url: str) -> None:
             assert db.sync.get(b"b") == b"2" and await db.get(b"a") == b"1"
 
     asyncio.run(main())
+
+
+def test_async_change_feed_follows_new_writes(mem_url: str) -> None:
+    async def main() -> None:
+        async with await aio.Db.open(mem_url, settings=QUIET) as db:
+            await db.put(b"a", b"1")
+            feed = db.changes(poll_interval_s=0.01)
+            got: list[Any] = []
+
+            async def consume() -> None:
+                async for change in feed:
+                    got.append((change.kind, change.key))
+                    if len(got) == 3:
+                        await feed.aclose()
+
+            task = asyncio.create_task(consume())
+            await asyncio.sleep(0.05)
+            await db.delete(b"a")
+            await db.put(b"b", b"2")
+            await asyncio.wait_for(task, 10)
+            assert got == [("put", b"a"), ("delete", b"a"), ("put", b"b")]
+            rest = [c.key async for c in db.changes(str(feed.cursor), follow=False)]
+            assert rest == []
+            async with await aio.DbReader.open(mem_url, checkpoint_lifetime=None) as r:
+                assert [c.seq async for c in r.changes(follow=False)] == [1, 2, 3]
+
+    asyncio.run(main())
