@@ -15,7 +15,7 @@ sequence.
 
 A :class:`Cursor` is a position in that history: the WAL object to read next
 and how much of the sequence is consumed (every write below ``seq`` and the
-first ``count`` writes of batch ``seq``). A batch never spans two WAL objects,
+first ``taken`` writes of batch ``seq``). A batch never spans two WAL objects,
 and a cursor can stop inside a batch, so a consumer that stores
 ``change.cursor`` together with its output resumes exactly once: nothing seen
 twice, nothing missed. ``str(cursor)`` is its storable form.
@@ -34,8 +34,7 @@ import random
 import re
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import paths
 from .clock import SYSTEM_CLOCK, Clock
@@ -52,19 +51,21 @@ READ_AHEAD = 8
 """WAL objects fetched at once while the feed is behind."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Cursor:
-    """A position in the change history (see the module docstring); ``str()`` stores it."""
+class Cursor(NamedTuple):
+    """A position in the change history (see the module docstring); ``str()`` stores it.
+
+    A named tuple: one is made per change, and a tuple is the cheapest immutable object.
+    """
 
     wal_id: int = 1
     """The WAL object to read next (it may hold changes already consumed)."""
     seq: int = 0
     """Every change with a lower sequence number is consumed..."""
-    count: int = 0
-    """...and the first ``count`` changes of batch ``seq``."""
+    taken: int = 0
+    """...and the first ``taken`` changes of batch ``seq``."""
 
     def __str__(self) -> str:
-        return f"c1.{self.wal_id}.{self.seq}.{self.count}"
+        return f"c1.{self.wal_id}.{self.seq}.{self.taken}"
 
     @classmethod
     def parse(cls, text: str | Cursor | None) -> Cursor:
@@ -72,18 +73,17 @@ class Cursor:
         if text is None:
             return cls()
         if isinstance(text, Cursor):
-            return text
+            return cls(*text)
         m = _CURSOR.match(text) if isinstance(text, str) else None
         if m is None:
-            raise InvalidArgument(f"not a change-feed cursor: {text!r} (expected c1.<wal>.<seq>.<count>)")
+            raise InvalidArgument(f"not a change-feed cursor: {text!r} (expected c1.<wal>.<seq>.<taken>)")
         wal_id, seq, count = (int(g) for g in m.groups())
         if wal_id < 1:
             raise InvalidArgument(f"cursor {text!r}: WAL ids start at 1")
         return cls(wal_id, seq, count)
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(NamedTuple):
     """One committed write: ``kind`` "put" (``value`` set) or "delete" (``value`` None).
 
     ``seq`` is its batch's sequence number (every write of a batch shares it);
@@ -183,7 +183,7 @@ class ChangeFeed:
                         break
                     yield from self._object(wid, path, data)
                     c = self.cursor
-                    self.cursor = Cursor(wid + 1, c.seq, c.count)
+                    self.cursor = Cursor(wid + 1, c.seq, c.taken)
                     self.objects_read += 1
                     moved = True
             if not moved:
@@ -201,8 +201,8 @@ class ChangeFeed:
                 j += 1
             size = j - i
             c = self.cursor
-            if seq > c.seq or (seq == c.seq and c.count < size):
-                skip = c.count if seq == c.seq else 0
+            if seq > c.seq or (seq == c.seq and c.taken < size):
+                skip = c.taken if seq == c.seq else 0
                 for idx in range(skip, size):
                     key, (_, kind, payload) = rows[i + idx]
                     after = Cursor(wid, seq, idx + 1)
@@ -235,7 +235,7 @@ class ChangeFeed:
             nxt = paths.parse_wal_id(meta.path)
             if nxt is not None and nxt > wid:
                 c = self.cursor
-                self.cursor = Cursor(nxt, c.seq, c.count)
+                self.cursor = Cursor(nxt, c.seq, c.taken)
                 return True
         return False
 

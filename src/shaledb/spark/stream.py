@@ -130,7 +130,7 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
                 if not changes:
                     break
                 for c in changes:
-                    if target is not None and (c.cursor.seq, c.cursor.count) > (target.seq, target.count):
+                    if target is not None and (c.cursor.seq, c.cursor.taken) > (target.seq, target.taken):
                         return {"cursor": str(last)} if last is not None else start
                     last = c.cursor
                 taken += len(changes)
@@ -142,12 +142,12 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, ChangeRange)
         end = Cursor.parse(partition.end)
-        bound = (end.seq, end.count)
+        bound = (end.seq, end.taken)
         with open_changes(self.url, partition.start, store_options=self.store_options, follow=False) as feed:
             while True:
                 changes = feed.read(1000)
                 for c in changes:
-                    if (c.cursor.seq, c.cursor.count) > bound:
+                    if (c.cursor.seq, c.cursor.taken) > bound:
                         return
                     yield _row(c)
                 if not changes or feed.cursor.wal_id > end.wal_id:
