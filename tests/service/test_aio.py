@@ -169,7 +169,7 @@ def test_concurrent_durable_puts_share_group_commits(s3_url_factory: Callable[[]
 
     wal_writes = asyncio.run(main())
     print(f"1000 durable puts: {wal_writes} WAL writes")
-    assert 1 <= wal_writes <= 5
+    assert 1 <= wal_writes <= 10  # a few round trips, not 1,000 (2 on an idle machine)
 
 
 def test_blocking_wait_would_stall_the_loop(memory_store: Any) -> None:
