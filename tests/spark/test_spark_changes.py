@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from shaledb import Db, Settings, WriteBatch
+from shaledb import Db, InvalidArgument, Settings, WriteBatch
 from shaledb import spark as shale_spark
 
 pytestmark = pytest.mark.spark
@@ -51,3 +51,45 @@ def test_change_stream_resumes_from_its_offsets(spark: Any, tmp_path: Path) -> N
         want = [(c.seq, c.batch_index, c.kind, c.key, c.value) for c in db.changes(follow=False).read()]
     second = _run(spark, url, out, ckpt)  # a new query on the same checkpoint: only the new changes
     assert second == want and len(want) == 152
+
+
+def test_stream_reader_offsets_without_a_session(tmp_path: Path) -> None:
+    """The stream reader's offset protocol, driven as Spark drives it (no JVM needed): micro-batches
+    between cursors cover every change once, respect the read limit and the AvailableNow target."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+    from pyspark.sql.types import StructType
+
+    from shaledb.spark.stream import CHANGES_SCHEMA, ShaleChangeStream
+
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        for i in range(25):
+            db.put(b"k%02d" % i, b"v", durable=False)
+        db.write(WriteBatch().put(b"a", b"1").delete(b"k00").put(b"b", b"2"))
+        db.flush()
+        want = [(c.seq, c.batch_index) for c in db.changes(follow=False).read()]
+        reader = ShaleChangeStream({"path": url, "maxChangesPerTrigger": "10"}, CHANGES_SCHEMA)
+        assert reader.getDefaultReadLimit() == ReadMaxRows(10)
+        start = reader.initialOffset()
+        got: list[tuple[int, int]] = []
+        sizes = []
+        while True:
+            end = reader.latestOffset(start, ReadMaxRows(10))
+            if end == start:
+                break
+            rows = [r for p in reader.partitions(start, end) for r in reader.read(p)]
+            sizes.append(len(rows))
+            got += [(r[0], r[1]) for r in rows]
+            reader.commit(end)
+            start = end
+        assert got == want and sizes == [10, 10, 8]
+        # AvailableNow: the target is fixed when the query starts; later writes wait for the next query.
+        reader.prepareForTriggerAvailableNow()
+        db.put(b"late", b"1")
+        assert reader.latestOffset(start, ReadAllAvailable()) == start
+        fresh = ShaleChangeStream({"path": url}, CHANGES_SCHEMA)
+        end = fresh.latestOffset(start, ReadAllAvailable())
+        rows = [r for p in fresh.partitions(start, end) for r in fresh.read(p)]
+        assert [(r[3], bytes(r[4])) for r in rows] == [("put", b"late")]
+        with pytest.raises(InvalidArgument, match="CHANGES_SCHEMA"):
+            ShaleChangeStream({"path": url}, StructType(CHANGES_SCHEMA.fields[:-1]))
