@@ -172,7 +172,7 @@ def human_size(n: int) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from . import cli_core  # noqa: F401 - registers the commands
 
-    for mod in ("cli_compaction", "cli_admin", "cli_journal", "cli_verify"):
+    for mod in ("cli_compaction", "cli_admin", "cli_journal", "cli_verify", "cli_settings"):
         try:
             __import__(f"shaledb.{mod}")
         except ModuleNotFoundError as exc:
@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--path", required=False, help="database URL (local path, file://, memory://, s3://, ...)"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    parser.add_argument(
+        "--settings",
+        dest="settings_file",
+        metavar="FILE",
+        help="TOML settings file (else SHALEDB_SETTINGS_FILE)",
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress line on stderr (drawn only on a terminal)"

@@ -147,10 +147,10 @@ def _clone_args(p: argparse.ArgumentParser) -> None:
 
 @command("clone", "create (or finish creating) a clone of --parent at --path, sharing its SSTs")(_clone_args)
 def clone(args: argparse.Namespace, out: Output) -> int | None:
+    from .cli_settings import cli_settings
     from .db import Db
-    from .settings import Settings
 
-    settings = Settings(compactor=None, garbage_collector=None)
+    settings = cli_settings(args, compactor=None, garbage_collector=None)
     with Db.open_from_checkpoint(args.path, args.parent, args.checkpoint, settings=settings) as db:
         m = db.manifest
         info = {

@@ -176,10 +176,10 @@ def _put_args(p: argparse.ArgumentParser) -> None:
 
 @command("put", "write one key durably (opens the writer: fences any running writer)")(_put_args)
 def put(args: argparse.Namespace, out: Output) -> int | None:
+    from .cli_settings import cli_settings
     from .db import Db
-    from .settings import Settings
 
-    with Db.open(args.path, settings=Settings(compactor=None, garbage_collector=None)) as db:
+    with Db.open(args.path, settings=cli_settings(args, compactor=None, garbage_collector=None)) as db:
         h = db.put(parse_bytes(args.key), parse_bytes(args.value))
     out.emit({"key": args.key, "seq": h.seq})
     return None

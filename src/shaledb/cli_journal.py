@@ -20,9 +20,9 @@ from .errors import NotFound
 
 def _settings(args: argparse.Namespace) -> Any:
     """Writer settings for CLI work: no embedded compactor or collector."""
-    from .settings import Settings
+    from .cli_settings import cli_settings
 
-    return Settings(compactor=None, garbage_collector=None)
+    return cli_settings(args, compactor=None, garbage_collector=None)
 
 
 def _compact_args(p: argparse.ArgumentParser) -> None:

@@ -40,6 +40,7 @@ from .keys import scan_bounds
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
+from .metrics import WriterMetrics
 from .pins import ViewPins
 from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from .recovery import claim_writer_epoch, replay_wal, write_fence
@@ -213,6 +214,8 @@ class Db(DbExtras):
         self.clock = clock
         self.rng = rng
         self.codec = CODECS[settings.compression]
+        self.metrics_state = WriterMetrics()
+        self._m_puts = self._m_put_bytes = self._m_gets = self._m_scans = 0  # shaledb.metrics
         self._lock = threading.Lock()
         self._state = _OPEN
         self.closing = False
@@ -408,6 +411,8 @@ class Db(DbExtras):
                 self._admit_locked()
             if not self._indexed:
                 seq = self._seq = self._seq + 1
+                self._m_puts += 1
+                self._m_put_bytes += n - ENTRY_OVERHEAD
                 e = (seq, 0, value)
                 mem = self._mem
                 mem.put(key, e)
@@ -477,6 +482,8 @@ class Db(DbExtras):
     ) -> int:
         """Apply one batch under the write lock (admission already checked); its seq."""
         seq = self._seq = self._seq + 1
+        self._m_puts += len(keys)
+        self._m_put_bytes += n - ENTRY_OVERHEAD * len(keys)
         ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
         mem = self._mem
         mem.put_many(keys, ents)
@@ -517,13 +524,19 @@ class Db(DbExtras):
 
     def _admit_locked(self, check_space: bool = True) -> None:
         """Raise if writes are not allowed; wait while unflushed bytes are over budget."""
+        stalled = None
         while True:
             if self._failure is not None:
                 raise self._failure_error()
             if self._state != _OPEN:
                 raise ClosedError("database is closed")
             if not check_space or self._unflushed <= self.settings.max_unflushed_bytes:
+                if stalled is not None:
+                    self.metrics_state.write_stall_s.observe(self.clock.monotonic() - stalled)
                 return
+            if stalled is None:
+                stalled = self.clock.monotonic()
+                self.metrics_state.write_stalls += 1
             self.flusher.notify()
             self._space.wait(0.1)
 
@@ -631,6 +644,8 @@ class Db(DbExtras):
         with self._lock:
             if self._failure is None:
                 self._failure = exc
+                if isinstance(exc, FencedError):
+                    self.metrics_state.fenced += 1
             self._space.notify_all()
 
     def _failure_error(self) -> BaseException:
@@ -649,6 +664,7 @@ class Db(DbExtras):
             key = check_key(key)
         if self._state == _CLOSED:
             raise ClosedError("database is closed")
+        self._m_gets += 1
         e = lookup(self._view, self.tables, key, None)
         if e is None:
             return None
@@ -671,6 +687,7 @@ class Db(DbExtras):
         """
         s, e = scan_bounds(start, end, prefix)
         check_limit(limit)
+        self._m_scans += 1
         view, seq, cp = self._pin()
         it = scan_items(view, self.tables, self.vis, s, e, seq, bool(reverse), limit)
         return Scan(it, lambda: self._unpin(view.mem, seq, cp))
@@ -785,6 +802,19 @@ class Db(DbExtras):
             "journal_bytes": sum(j.size for j in m.journal),
             "journal_block_reads": self.journal.reads,
         }
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters, gauges and histograms for monitoring (``shaledb.metrics``; exporters there)."""
+        from .metrics import collect
+
+        return collect(self)
+
+    def changes(self, since: Any = None, **options: Any) -> Any:
+        """A :class:`~shaledb.changes.ChangeFeed` of committed writes after ``since``
+        (a cursor or its string; None: from the start; "latest": only new writes)."""
+        from .changes import open_feed
+
+        return open_feed(self.store, since, self.clock, **options)
 
     def __repr__(self) -> str:
         return f"Db({self.store.describe()}, epoch={self.epoch})"

@@ -790,6 +790,13 @@ class DbReader(ReaderReads):
             **self.counters,
         }
 
+    def changes(self, since: Any = None, **options: Any) -> Any:
+        """A :class:`~shaledb.changes.ChangeFeed` of committed writes after ``since``
+        (a cursor or its string; None: from the start; "latest": only new writes)."""
+        from .changes import open_feed
+
+        return open_feed(self.store, since, self.clock, **options)
+
     def __repr__(self) -> str:
         return f"DbReader({self._where}, mode={self._mode})"
 

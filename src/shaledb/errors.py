@@ -69,6 +69,10 @@ class NotFound(ShaleError, LookupError):
     """A database, checkpoint or object does not exist."""
 
 
+class CursorExpired(NotFound):
+    """A change-feed cursor needs WAL objects the garbage collector removed (``shaledb.changes``)."""
+
+
 class ObjectNotFound(NotFound):
     """The object store has no object at ``path``."""
 

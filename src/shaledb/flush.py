@@ -173,6 +173,7 @@ class MemtableFlusher:
         db = self.db
         db.wal.wait_wal_id(imm.wal_id)
         self._stall_for_l0(db)
+        started = db.clock.monotonic()
         info = write_l0(db, imm)
         iinfo = write_l0(db, imm.sub) if imm.sub is not None else None
         written = db.wal.drain_written()
@@ -186,6 +187,7 @@ class MemtableFlusher:
             db.wal.note_journal(journal)
             raise
         db.install_flushed(imm, m)
+        db.metrics_state.flush_s.observe(db.clock.monotonic() - started)
         with self._cv:
             self._cv.notify_all()
 
@@ -253,6 +255,7 @@ class MemtableFlusher:
                     "" if db.settings.compactor else " (no embedded compactor: run `shaledb run-compactor`)",
                 )
                 warned = True
+                db.metrics_state.l0_stalls += 1
             db.refresh_manifest()
             db.clock.sleep(0.05)
 

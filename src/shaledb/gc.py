@@ -15,7 +15,8 @@ A pass (seed 002's algorithm, SPEC §4.6):
    the writer finds it was fenced.
 4. Delete WAL objects at or below the lowest ``replay_after_wal_id`` of the
    active manifests (their writes are in SSTs every active manifest names),
-   older than ``min_age_s`` -- except WAL objects an active manifest lists as
+   older than ``min_age_s`` (or ``wal_retention_s``, if longer, for change-feed
+   consumers) -- except WAL objects an active manifest lists as
    value-journal files (key/value separation keeps them), and *fencing objects* (WAL SSTs with no
    entries), which are kept forever. A writer opening writes its fence at the
    first free WAL id, which is exactly the next id a zombie (an older writer
@@ -231,7 +232,7 @@ class GarbageCollector:
         active = self._active(m, now)
         report.active_manifests = sorted(active)
         self._manifests(m, active, cutoff, dry, report)
-        self._wals(active, cutoff, dry, report)
+        self._wals(active, min(cutoff, now - self.options.wal_retention_s), dry, report)
         live_from = self._leases(leases, m, now, cutoff, dry, report)
         self._ssts(m, active, cutoff, live_from, dry, report)
         self._journals(m, active, cutoff, live_from, dry, report)

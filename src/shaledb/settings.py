@@ -8,6 +8,8 @@ Store, clock and RNG are not settings: they are arguments of ``Db.open``.
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -137,17 +139,22 @@ class GcOptions:
     stalled process may keep using an object it read a reference to.
     ``db_delete_grace_s`` is how long a soft-deleted database is kept.
     ``dry_run`` logs what would be deleted and deletes nothing.
+    ``wal_retention_s`` keeps WAL objects at least this long (if longer than
+    ``min_age_s``), so change-feed consumers (``shaledb.changes``) that fall
+    behind by up to this long can catch up instead of hitting ``CursorExpired``.
     """
 
     interval_s: float = 60.0
     min_age_s: float = 300.0
     db_delete_grace_s: float = 86400.0
     dry_run: bool = False
+    wal_retention_s: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("GcOptions.interval_s", self.interval_s)
         _positive("GcOptions.min_age_s", self.min_age_s, allow_zero=True)
         _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
+        _positive("GcOptions.wal_retention_s", self.wal_retention_s, allow_zero=True)
 
 
 RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
@@ -398,3 +405,24 @@ class Settings:
         if unknown:
             raise InvalidArgument(f"unknown settings: {sorted(unknown)}")
         return cls(**data)
+
+    @classmethod
+    def from_env(cls, prefix: str = "SHALEDB_", env: Mapping[str, str] | None = None) -> Settings:
+        """Settings from environment variables (``SHALEDB_FLUSH_INTERVAL_S``, nested:
+        ``SHALEDB_COMPACTOR__MAX_SOURCES``); unknown names are refused (``shaledb.settings_load``)."""
+        from .settings_load import from_env
+
+        return from_env(cls, prefix, env)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Settings:
+        """Settings from a TOML file (top-level keys, a table per nested option)."""
+        from .settings_load import from_file
+
+        return from_file(cls, path)
+
+    def to_toml(self) -> str:
+        """These settings as TOML that :meth:`from_file` reads back equal."""
+        from .settings_load import to_toml
+
+        return to_toml(self)

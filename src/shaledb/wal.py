@@ -257,6 +257,8 @@ class WalWriter:
         self._cv = threading.Condition(threading.Lock())
         self.durable_seq = durable_seq
         self.durable_wal_id = next_id - 1
+        self.objects_written = 0
+        self.bytes_written = 0
         self.failure: BaseException | None = None
         self._written: list[TrackedWal] = []
         self._journal: list[JournalFile] = []
@@ -433,6 +435,8 @@ class WalWriter:
             locate_values(seg.id, seg.keys, seg.ents, offsets, ends, thr, seg.sink)
         with self._cv:
             self.durable_wal_id = seg.id
+            self.objects_written += 1
+            self.bytes_written += len(data)
             if seg.ents:
                 self.durable_seq = max(self.durable_seq, seg.ents[-1][0])
                 if thr is not None:

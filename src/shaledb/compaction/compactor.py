@@ -578,6 +578,9 @@ class EmbeddedCompactor:
                 self.totals.merge(report)
                 self.idle = not report.did_work
                 if report.did_work:
+                    state = getattr(c.host, "metrics_state", None)
+                    if state is not None:
+                        state.compaction_s.observe(report.duration_s)
                     continue
             except FencedError as exc:
                 self.fenced = exc

@@ -209,12 +209,35 @@ def read_checkpoint(
         admin.delete_checkpoint(url, cp.id, missing_ok=True, store_options=sopts)
 
 
+def read_changes(
+    spark: Any,
+    url: str,
+    *,
+    starting_cursor: str | None = None,
+    max_changes_per_trigger: int | None = None,
+    store_options: Mapping[str, str] | None = None,
+) -> Any:
+    """The change feed of ``url`` as a streaming DataFrame (``shaledb.spark.stream``):
+    ``spark.readStream.format("shaledb").schema(CHANGES_SCHEMA).load(url)`` with options."""
+    from .stream import CHANGES_SCHEMA
+
+    reader = spark.readStream.format(FORMAT).schema(CHANGES_SCHEMA)
+    if starting_cursor is not None:
+        reader = reader.option("startingCursor", starting_cursor)
+    if max_changes_per_trigger is not None:
+        reader = reader.option("maxChangesPerTrigger", str(max_changes_per_trigger))
+    for k, v in (store_options or {}).items():
+        reader = reader.option(f"store.{k}", v)
+    return reader.load(url)
+
+
 __all__ = [
     "FORMAT",
     "SparkCompactionReport",
     "compact",
     "ingest",
     "local_session",
+    "read_changes",
     "read_checkpoint",
     "register",
 ]

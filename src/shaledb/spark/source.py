@@ -44,6 +44,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -74,6 +75,7 @@ from ..ingest import (
 from ..ingest.exchange import GatherTask, StagedRun, gather, stage_run
 from ..keys import key_after, prefix_end
 from ..settings import Settings
+from ..settings_load import load_settings
 from ..store import ObjectStore
 from .schema import ReadOptions, WriteOptions, json_column
 
@@ -147,6 +149,12 @@ class ShaleDataSource(DataSource):
             self._pinned = self._pin(opts)
         return ShaleReader(opts, *self._pinned, parallelism=self.parallelism)
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The change feed as a stream (``shaledb.spark.stream``)."""
+        from .stream import ShaleChangeStream
+
+        return ShaleChangeStream(self.options, schema)
+
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
             raise InvalidArgument(
@@ -166,7 +174,7 @@ def begin_write(opts: WriteOptions) -> IngestPlan:
     """The ingest's plan (:func:`shaledb.ingest.begin_ingest` with the options' settings)."""
     tuned = ("block_size_bytes", "compression", "bloom_bits_per_key", "value_separation_threshold")
     changes = {k: v for k in tuned if (v := getattr(opts, k)) is not None}
-    settings = Settings().replace(**changes) if changes else Settings()
+    settings = load_settings(Settings, **changes)  # SHALEDB_SETTINGS_FILE, SHALEDB_* variables, then options
     return begin_ingest(
         opts.url,
         ingest_id=opts.ingest_id,

@@ -24,7 +24,10 @@ def wrap_store(store: ObjectStore, settings: Settings, clock: Clock, rng: random
     """``store`` under retries and accounting (a store already wrapped is returned as is)."""
     if isinstance(store, RetryingStore):
         return store
-    return RetryingStore(InstrumentedStore(store), settings.retry, clock, random.Random(rng.getrandbits(64)))
+    from ..metrics import TimedStore
+
+    timed = TimedStore(store)
+    return RetryingStore(InstrumentedStore(timed), settings.retry, clock, random.Random(rng.getrandbits(64)))
 
 
 def open_stack(

@@ -1,0 +1,463 @@
+"""asyncio handles over the same engine as the sync API.
+
+    from shaledb import aio
+    async with await aio.Db.open("s3://bucket/db") as db:
+        await db.put(b"k", b"v")                  # durable when it returns
+        await db.get(b"k")
+        async for key, value in db.scan(prefix=b"user:"):
+            ...
+
+An :class:`aio.Db` wraps a :class:`shaledb.Db` (``.sync`` is that handle: one
+writer per database either way) and never blocks the event loop:
+
+* A write is applied to the memtable and WAL buffer on the loop thread (a
+  short critical section, as in the sync API) and its durability is awaited,
+  not waited for: one waiter thread per database watches the WAL's durable
+  sequence number and resolves the futures of every write it covers. So
+  concurrent ``await db.put(...)`` calls share group commits exactly as
+  threads do, without a thread each. Writes that may block (backpressure,
+  index terms, rich entries) run on the handle's executor instead.
+* Reads, scans, flush, open and close may make store round trips, so they run
+  on the handle's executor (a thread pool of ``workers`` threads); a scan
+  fetches its rows in chunks of ``scan_chunk`` per executor call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from . import db as _db
+from . import db_reader as _db_reader
+from .batch import WriteBatch
+from .errors import ClosedError, InvalidArgument
+
+T = TypeVar("T")
+
+DEFAULT_WORKERS = 16
+"""Executor threads per handle: reads and scans in flight at once (each a store round trip)."""
+
+SCAN_CHUNK = 256
+"""Rows a scan fetches per executor call."""
+
+
+class _DurabilityWaiter:
+    """Resolves futures of writes once the WAL's durable sequence number covers them.
+
+    One thread per database, started on the first durable write: it waits for
+    the smallest pending sequence number, then resolves every future it now
+    covers with one ``call_soon_threadsafe`` per event loop.
+    """
+
+    def __init__(self, wal: Any) -> None:
+        self._wal = wal
+        self._lock = threading.Lock()
+        self._heap: list[tuple[int, int, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
+        self._ids = itertools.count()
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def wait(self, seq: int) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        if self._wal.durable_seq >= seq:
+            fut.set_result(None)
+            return fut
+        with self._lock:
+            if self._stopped:
+                raise ClosedError("database is closed")
+            heapq.heappush(self._heap, (seq, next(self._ids), fut, loop))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="shaledb-aio-durable", daemon=True)
+                self._thread.start()
+        self._wake.set()
+        self._wal.request_flush()  # a durable write flushes at once: group commit
+        return fut
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+        self._wake.set()
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        wal = self._wal
+        while True:
+            with self._lock:
+                target = self._heap[0][0] if self._heap else None
+                stopped = self._stopped
+            if target is None:
+                if stopped:
+                    return
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            error: BaseException | None = None
+            try:
+                wal.wait_durable(target, timeout=0.5)
+            except BaseException as exc:  # noqa: BLE001 - every waiter gets the WAL's failure
+                error = exc
+            done = wal.durable_seq
+            ready: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+            with self._lock:
+                while self._heap and (error is not None or self._heap[0][0] <= done):
+                    _, _, fut, loop = heapq.heappop(self._heap)
+                    ready.setdefault(loop, []).append(fut)
+            for loop, futs in ready.items():
+                try:
+                    loop.call_soon_threadsafe(_settle, futs, error)
+                except RuntimeError:
+                    pass  # that loop is closed: nobody awaits its futures
+
+
+def _settle(futs: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for fut in futs:
+        if fut.done():
+            continue
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+
+
+class _Executor:
+    """The handle's thread pool, shut down with it."""
+
+    def __init__(self, workers: int) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise InvalidArgument(f"workers must be an integer >= 1, got {workers!r}")
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shaledb-aio")
+        self.closed = False
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self.closed:
+            raise ClosedError("the handle is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    def shutdown(self) -> None:
+        self.closed = True
+        self.pool.shutdown(wait=False)
+
+
+class AsyncScan:
+    """``async for key, value in scan``: rows fetched in chunks on the executor.
+
+    The scan's snapshot is pinned until the rows run out or :meth:`aclose`
+    (``async with`` closes it too).
+    """
+
+    def __init__(self, executor: _Executor, start: Callable[[], Any], chunk: int = SCAN_CHUNK) -> None:
+        self._executor = executor
+        self._start = start
+        self._scan: Any = None
+        self._rows: Iterator[Any] = iter(())
+        self._chunk = chunk
+        self._done = False
+
+    def __aiter__(self) -> AsyncScan:
+        return self
+
+    async def __anext__(self) -> Any:
+        row = next(self._rows, _END)
+        if row is not _END:
+            return row
+        if self._done:
+            raise StopAsyncIteration
+        rows = await self._executor.run(self._fetch)
+        if not rows:
+            self._done = True
+            raise StopAsyncIteration
+        self._rows = iter(rows)
+        return next(self._rows)
+
+    def _fetch(self) -> list[Any]:
+        if self._scan is None:
+            self._scan = self._start()
+        rows = list(itertools.islice(self._scan, self._chunk))
+        if len(rows) < self._chunk:
+            self._scan.close()
+            self._done = True
+        return rows
+
+    async def aclose(self) -> None:
+        self._done = True
+        self._rows = iter(())
+        if self._scan is not None:
+            self._scan.close()
+
+    async def __aenter__(self) -> AsyncScan:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+_END = object()
+
+
+class AsyncChanges:
+    """``async for change in db.changes(since)``: the change feed (``shaledb.changes``),
+    read in chunks on the executor; when caught up it sleeps ``poll_interval_s`` on the
+    loop (``follow=False``: stops instead). ``cursor`` is where it stands."""
+
+    def __init__(self, executor: _Executor, feed: Any, *, chunk: int = 1000) -> None:
+        self._executor = executor
+        self._feed = feed
+        self._chunk = chunk
+        self._buffer: Iterator[Any] = iter(())
+        self._closed = False
+        self._start: Any = feed.cursor
+        self._last: Any = None
+
+    @property
+    def cursor(self) -> Any:
+        """The position after the last change handed out (``str()`` stores it)."""
+        return self._last if self._last is not None else self._start
+
+    def __aiter__(self) -> AsyncChanges:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self._closed:
+            change: Any = next(self._buffer, _END)
+            if change is not _END:
+                self._last = change.cursor
+                return change
+            got = await self._executor.run(self._feed.read, self._chunk)
+            if got:
+                self._buffer = iter(got)
+                continue
+            if not self._feed.follow:
+                break
+            await asyncio.sleep(self._feed.poll_interval_s)
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._feed.close()
+
+
+class _Reads:
+    """Reads shared by handles and snapshots: every one on the executor."""
+
+    _executor: _Executor
+    _target: Any
+
+    async def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or None."""
+        value: bytes | None = await self._executor.run(self._target.get, key)
+        return value
+
+    async def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]:
+        """Values of ``keys`` from one view (None for absent keys), read in parallel."""
+        keys = list(keys)
+        values: list[bytes | None] = await self._executor.run(self._target.get_many, keys)
+        return values
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> AsyncScan:
+        """``async for key, value in ...`` over ``start <= key < end`` (one snapshot)."""
+        target = self._target
+        return AsyncScan(
+            self._executor, lambda: target.scan(start, end, prefix=prefix, reverse=reverse, limit=limit)
+        )
+
+
+class Snapshot(_Reads):
+    """A consistent view at one sequence number (``async with db.snapshot() as snap``)."""
+
+    def __init__(self, executor: _Executor, snap: Any) -> None:
+        self._executor = executor
+        self._target = snap
+        self.seq: int = snap.seq
+
+    async def close(self) -> None:
+        self._target.close()
+
+
+class Db(_Reads):
+    """The writer's asyncio handle; ``sync`` is the :class:`shaledb.Db` it shares the engine with."""
+
+    def __init__(self, db: _db.Db, *, workers: int = DEFAULT_WORKERS) -> None:
+        if not isinstance(db, _db.Db):
+            raise InvalidArgument(f"aio.Db wraps a shaledb.Db, got {type(db).__name__}")
+        self.sync = db
+        self._target = db
+        self._executor = _Executor(workers)
+        self._waiter = _DurabilityWaiter(db.wal)
+
+    @classmethod
+    async def open(cls, url: str | None = None, *, workers: int = DEFAULT_WORKERS, **kwargs: Any) -> Db:
+        """Open (or create) the database at ``url``; keywords as :meth:`shaledb.Db.open`."""
+        executor = _Executor(workers)
+        try:
+            db = await executor.run(_db.Db.open, url, **kwargs)
+        finally:
+            executor.shutdown()
+        return cls(db, workers=workers)
+
+    # ---------------------------------------------------------------- writes
+
+    def _may_block(self) -> bool:
+        """True when a write could wait under the lock (backpressure, index terms, a failure)."""
+        d = self.sync
+        return bool(d._indexed or d._state or d._unflushed > d.settings.max_unflushed_bytes // 2)
+
+    async def _durable(self, handle: _db.WriteHandle, durable: bool) -> _db.WriteHandle:
+        if durable:
+            await self._waiter.wait(handle.seq)
+        return handle
+
+    async def put(self, key: bytes, value: bytes, *, durable: bool = True, **extras: Any) -> _db.WriteHandle:
+        """Set ``key`` to ``value``; durable when it returns unless ``durable=False``.
+
+        ``extras`` (``ttl``, ``metadata``, ``indexes``) as in :meth:`shaledb.Db.put`.
+        """
+        if extras or self._may_block():
+            h = await self._executor.run(self.sync.put, key, value, durable=False, **extras)
+        else:
+            h = self.sync.put(key, value, durable=False)
+        return await self._durable(h, durable)
+
+    async def delete(self, key: bytes, *, durable: bool = True) -> _db.WriteHandle:
+        """Remove ``key``."""
+        return await self.write(WriteBatch().delete(key), durable=durable)
+
+    async def write(self, batch: WriteBatch, *, durable: bool = True) -> _db.WriteHandle:
+        """Apply ``batch`` atomically under one sequence number."""
+        if self._may_block() or (isinstance(batch, WriteBatch) and batch._extras):
+            h = await self._executor.run(self.sync.write, batch, durable=False)
+        else:
+            h = self.sync.write(batch, durable=False)
+        return await self._durable(h, durable)
+
+    @asynccontextmanager
+    async def batch(self, *, durable: bool = True) -> AsyncIterator[WriteBatch]:
+        """``async with db.batch() as b: b.put(...)`` -- committed atomically on clean exit."""
+        b = WriteBatch()
+        yield b
+        await self.write(b, durable=durable)
+
+    # ----------------------------------------------------------------- reads
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[Snapshot]:
+        """``async with db.snapshot() as snap``: a consistent view, released on exit."""
+        snap = Snapshot(self._executor, self.sync.snapshot())
+        try:
+            yield snap
+        finally:
+            await snap.close()
+
+    def stats(self) -> dict[str, Any]:
+        return self.sync.stats()
+
+    def metrics(self) -> dict[str, Any]:
+        return self.sync.metrics()
+
+    def changes(self, since: Any = None, **options: Any) -> AsyncChanges:
+        """``async for change in db.changes(since)`` (see :meth:`shaledb.Db.changes`)."""
+        return AsyncChanges(self._executor, self.sync.changes(since, **options))
+
+    # ------------------------------------------------------ flush and close
+
+    async def flush(self, *, memtable: bool = False) -> None:
+        """Make every write so far durable; with ``memtable=True`` also write it to L0."""
+        await self._executor.run(self.sync.flush, memtable=memtable)
+
+    async def close(self) -> None:
+        """Flush and close the database (on the executor), then stop this handle's threads."""
+        try:
+            await self._executor.run(self.sync.close)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, self._waiter.stop)
+            self._executor.shutdown()
+
+    @property
+    def closed(self) -> bool:
+        return self.sync.closed
+
+    async def __aenter__(self) -> Db:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"aio.{self.sync!r}"
+
+
+class DbReader(_Reads):
+    """A reader's asyncio handle; ``sync`` is the :class:`shaledb.DbReader`."""
+
+    def __init__(self, reader: _db_reader.DbReader, *, workers: int = DEFAULT_WORKERS) -> None:
+        if not isinstance(reader, _db_reader.DbReader):
+            raise InvalidArgument(f"aio.DbReader wraps a shaledb.DbReader, got {type(reader).__name__}")
+        self.sync = reader
+        self._target = reader
+        self._executor = _Executor(workers)
+
+    @classmethod
+    async def open(
+        cls, url: str | None = None, checkpoint: Any = None, *, workers: int = DEFAULT_WORKERS, **kwargs: Any
+    ) -> DbReader:
+        """Open a reader; arguments as :meth:`shaledb.DbReader.open`."""
+        executor = _Executor(workers)
+        try:
+            reader = await executor.run(_db_reader.DbReader.open, url, checkpoint, **kwargs)
+        finally:
+            executor.shutdown()
+        return cls(reader, workers=workers)
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[Snapshot]:
+        """``async with reader.snapshot() as snap``."""
+        snap = Snapshot(self._executor, self.sync.snapshot())
+        try:
+            yield snap
+        finally:
+            await snap.close()
+
+    def changes(self, since: Any = None, **options: Any) -> AsyncChanges:
+        """``async for change in reader.changes(since)`` (see :meth:`shaledb.DbReader.changes`)."""
+        return AsyncChanges(self._executor, self.sync.changes(since, **options))
+
+    async def refresh(self) -> None:
+        """Poll for a new manifest and WAL objects now."""
+        await self._executor.run(self.sync.refresh)
+
+    @property
+    def seq(self) -> int:
+        return self.sync.seq
+
+    async def close(self) -> None:
+        try:
+            await self._executor.run(self.sync.close)
+        finally:
+            self._executor.shutdown()
+
+    async def __aenter__(self) -> DbReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+__all__ = ["AsyncChanges", "AsyncScan", "Db", "DbReader", "Snapshot"]

@@ -1,0 +1,160 @@
+"""The change feed as a Spark Structured Streaming source (offsets are change-feed cursors).
+
+    stream = shaledb.spark.read_changes(spark, url)    # or, by hand:
+    stream = (spark.readStream.format("shaledb")
+              .schema(shaledb.spark.stream.CHANGES_SCHEMA)  # the change rows, not a checkpoint's
+              .load(url))
+
+PySpark's Python streaming data source API (``DataSourceStreamReader``) fits
+the feed as it is: an offset is a JSON-able dict, here ``{"cursor": "c1..."}``
+(``shaledb.changes.Cursor``), so Spark's offset log stores the position a
+restarted query resumes from, and a micro-batch is the changes between two
+cursors, which any task can reread from the WAL objects. ``latestOffset``
+reads forward from the start cursor (at most ``maxChangesPerTrigger``
+changes, default 100,000) to find the end; ``read`` rereads exactly the
+changes in ``(start, end]`` -- by sequence number and place in the batch, so
+the micro-batch is the same however often it runs (Spark's exactly-once
+contract with a replayable source).
+
+The schema must be given: ``DataSource.schema()`` cannot tell a stream from
+a batch read, and a batch read's schema is the checkpoint's key and value.
+Offsets start at the beginning of the history the WAL still holds (option
+``startingCursor``: a stored cursor, or "latest" for new writes only); a
+cursor the garbage collector overtook fails the query with ``CursorExpired``
+(keep WAL objects with ``GcOptions.wal_retention_s``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from ..changes import Change, Cursor, latest_cursor, open_changes
+from ..errors import InvalidArgument
+
+CHANGES_SCHEMA = StructType(
+    [
+        StructField("seq", LongType(), False),
+        StructField("batch_index", IntegerType(), False),
+        StructField("batch_size", IntegerType(), False),
+        StructField("kind", StringType(), False),
+        StructField("key", BinaryType(), False),
+        StructField("value", BinaryType(), True),
+        StructField("metadata", BinaryType(), True),
+        StructField("cursor", StringType(), False),
+    ]
+)
+"""Columns of the change stream: one row per committed write (``shaledb.changes.Change``)."""
+
+MAX_CHANGES_PER_TRIGGER = 100_000
+
+
+def _row(c: Change) -> tuple[Any, ...]:
+    return (c.seq, c.batch_index, c.batch_size, c.kind, c.key, c.value, c.metadata, str(c.cursor))
+
+
+def _store_options(options: Mapping[str, str]) -> dict[str, Any]:
+    return {k[len("store.") :]: v for k, v in options.items() if k.startswith("store.")}
+
+
+class ChangeRange(InputPartition):  # type: ignore[misc]
+    """One micro-batch: the changes after ``start`` up to and including ``end``."""
+
+    def __init__(self, start: str, end: str) -> None:
+        super().__init__(None)
+        self.start = start
+        self.end = end
+
+
+class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """The stream reader (see the module docstring)."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        if [f.name for f in schema.fields] != [f.name for f in CHANGES_SCHEMA.fields]:
+            raise InvalidArgument(
+                "a shaledb stream reads the change feed: give .schema(shaledb.spark.CHANGES_SCHEMA) "
+                f"(columns {[f.name for f in CHANGES_SCHEMA.fields]}), got {[f.name for f in schema.fields]}"
+            )
+        url = options.get("path") or options.get("url")
+        if not url:
+            raise InvalidArgument("give the database URL: .load(url)")
+        self.url = url
+        self.store_options = _store_options(options)
+        self._target: Cursor | None = None
+        raw = options.get("maxChangesPerTrigger", str(MAX_CHANGES_PER_TRIGGER))
+        try:
+            self.max_changes = int(raw)
+        except ValueError:
+            raise InvalidArgument(f"maxChangesPerTrigger must be an integer, got {raw!r}") from None
+        if self.max_changes < 1:
+            raise InvalidArgument(f"maxChangesPerTrigger must be >= 1, got {raw!r}")
+        self.starting = options.get("startingCursor")
+        if self.starting not in (None, "latest"):
+            Cursor.parse(self.starting)
+
+    def initialOffset(self) -> dict[str, str]:
+        if self.starting == "latest":
+            with open_changes(self.url, store_options=self.store_options, follow=False) as feed:
+                return {"cursor": str(latest_cursor(feed.store))}
+        return {"cursor": str(Cursor.parse(self.starting))}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_changes)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: stop at the last change committed now."""
+        with open_changes(self.url, store_options=self.store_options, follow=False) as feed:
+            self._target = latest_cursor(feed.store)
+
+    def latestOffset(self, start: dict[str, str], limit: Any = None) -> dict[str, str]:
+        """The cursor of the last change within ``limit`` (and the AvailableNow target), or
+        ``start`` when there is none: the offset moves only with changes."""
+        most = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if limit is not None and not isinstance(limit, (ReadMaxRows, ReadAllAvailable)):
+            most = self.max_changes
+        target = self._target
+        last: Cursor | None = None
+        taken = 0
+        with open_changes(self.url, start["cursor"], store_options=self.store_options, follow=False) as feed:
+            while most is None or taken < most:
+                changes = feed.read(1000 if most is None else min(1000, most - taken))
+                if not changes:
+                    break
+                for c in changes:
+                    if target is not None and (c.cursor.seq, c.cursor.taken) > (target.seq, target.taken):
+                        return {"cursor": str(last)} if last is not None else start
+                    last = c.cursor
+                taken += len(changes)
+        return {"cursor": str(last)} if last is not None else start
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[InputPartition]:
+        return [ChangeRange(start["cursor"], end["cursor"])]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, ChangeRange)
+        end = Cursor.parse(partition.end)
+        bound = (end.seq, end.taken)
+        with open_changes(self.url, partition.start, store_options=self.store_options, follow=False) as feed:
+            while True:
+                changes = feed.read(1000)
+                for c in changes:
+                    if (c.cursor.seq, c.cursor.taken) > bound:
+                        return
+                    yield _row(c)
+                if not changes or feed.cursor.wal_id > end.wal_id:
+                    return
+
+    def commit(self, end: dict[str, str]) -> None:
+        """Nothing to release: retention is the collector's ``wal_retention_s``."""
+
+
+__all__ = ["CHANGES_SCHEMA", "ChangeRange", "ShaleChangeStream"]

@@ -1,0 +1,173 @@
+"""The change feed (issue 32 item 2): every committed write in sequence order, resumable
+exactly once from a stored cursor in other processes, across a writer kill and a fencing
+takeover; CursorExpired once the collector removed what a cursor needs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shaledb import (
+    CursorExpired,
+    Db,
+    DbReader,
+    GarbageCollector,
+    GcOptions,
+    InvalidArgument,
+    Settings,
+    WriteBatch,
+)
+from shaledb.changes import Change, Cursor, open_changes
+from shaledb.testing.seeds import test_seed
+
+QUIET = Settings(compactor=None, garbage_collector=None)
+WORKER = str(Path(__file__).with_name("changes_worker.py"))
+
+
+def _apply(changes: list[Change], data: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
+    data = {} if data is None else data
+    for c in changes:
+        if c.kind == "put":
+            assert c.value is not None
+            data[c.key] = c.value
+        else:
+            data.pop(c.key, None)
+    return data
+
+
+def test_feed_yields_every_write_in_order_with_its_batch(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+        db.write(WriteBatch().put(b"b", b"2").delete(b"a").put(b"c", b"3", metadata=b"m"), durable=False)
+        db.delete(b"b")
+        db.flush()
+        got = db.changes(follow=False).read()
+    assert [(c.seq, c.kind, c.key, c.value, c.batch_index, c.batch_size) for c in got] == [
+        (1, "put", b"a", b"1", 0, 1),
+        (2, "put", b"b", b"2", 0, 3),
+        (2, "delete", b"a", None, 1, 3),
+        (2, "put", b"c", b"3", 2, 3),
+        (3, "delete", b"b", None, 0, 1),
+    ]
+    assert got[3].metadata == b"m"
+    # Resuming from every cursor (including inside the batch) yields exactly the rest.
+    for i, c in enumerate(got):
+        again = open_changes(mem_url, str(c.cursor), follow=False).read()
+        assert again == got[i + 1 :]
+    assert Cursor.parse(str(got[2].cursor)) == got[2].cursor
+
+
+def test_feed_from_latest_and_from_a_reader(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"old", b"1")
+        feed = db.changes("latest", follow=False)
+        assert feed.read() == []
+        db.put(b"new", b"2")
+        assert [c.key for c in feed.read()] == [b"new"]
+        with DbReader.open(mem_url, checkpoint_lifetime=None) as r:
+            assert [c.key for c in r.changes(follow=False).read()] == [b"old", b"new"]
+
+
+def test_bad_cursor_is_refused(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        for bad in ("", "c1.0.0.0", "c2.1.1.1", "c1.1.x.0", "garbage"):
+            with pytest.raises(InvalidArgument, match="cursor"):
+                db.changes(bad)
+
+
+def test_cursor_expires_after_gc_and_retention_keeps_wal(tmp_path: Path) -> None:
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        for i in range(20):
+            db.put(b"k%02d" % i, b"v")
+        mid = db.changes(follow=False).read(5)[-1].cursor
+    # Closed: the writes are in an L0 SST, so their WAL objects are garbage.
+    kept = GarbageCollector.open(url, GcOptions(min_age_s=0, wal_retention_s=3600)).run_once()
+    assert kept.deleted["wal"] == []
+    assert len(open_changes(url, str(mid), follow=False).read()) == 15
+    gone = GarbageCollector.open(url, GcOptions(min_age_s=0)).run_once()
+    assert len(gone.deleted["wal"]) >= 20
+    with pytest.raises(CursorExpired, match="wal_retention_s"):
+        open_changes(url, str(mid), follow=False).read()
+    with pytest.raises(CursorExpired):
+        open_changes(url, follow=False).read()
+    with Db.open(url, settings=QUIET) as db:  # a cursor at the end still follows new writes
+        end = db.changes("latest", follow=False)
+        db.put(b"after", b"1")
+        assert [c.key for c in end.read()] == [b"after"]
+
+
+def _consume(url: str, state: Path, chunk: int, rounds: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, WORKER, "consumer", url, str(state), str(chunk), str(rounds)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _writer(url: str, seed: int, tag: str) -> subprocess.Popen[str]:
+    p = subprocess.Popen(
+        [sys.executable, WORKER, "writer", url, str(seed), tag],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "open", p.stderr.read() if p.stderr else ""
+    return p
+
+
+def test_consumers_in_other_processes_resume_exactly_once_across_kill_and_takeover(tmp_path: Path) -> None:
+    seed = test_seed()
+    url = str(tmp_path / "db")
+    state = tmp_path / "consumer.json"
+    with Db.open(url, settings=QUIET):
+        pass
+
+    # Writer 1 is killed mid-stream while a consumer follows it; a consumer is killed too.
+    w1 = _writer(url, seed, "w1")
+    time.sleep(0.5)
+    c = _consume(url, state, 7, 20)
+    c.wait(timeout=60)
+    crashed = _consume(url, state, 3, 1000)
+    time.sleep(0.3)
+    crashed.send_signal(signal.SIGKILL)
+    crashed.wait()
+    w1.send_signal(signal.SIGKILL)
+    w1.wait()
+
+    # Writer 2 runs until this process takes the database over (fencing it).
+    w2 = _writer(url, seed + 1, "w2")
+    time.sleep(0.5)
+    _consume(url, state, 11, 20).wait(timeout=60)
+    with Db.open(url, settings=QUIET) as db:
+        out, err = w2.communicate(timeout=60)
+        assert "fenced" in out, (out, err)
+        for i in range(50):
+            db.write(WriteBatch().put(b"k%03d" % i, b"final").delete(b"k%03d" % (199 - i)))
+        db.flush()
+        expected = dict(db.scan())
+        everything = db.changes(follow=False).read()
+
+    for _ in range(100):  # catch up in chunks, one process per round
+        p = _consume(url, state, 1000, 20)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        if "applied" not in out:
+            break
+    result = json.loads(state.read_text())
+    log = [tuple(x) for x in result["log"]]
+    print(f"seed={seed}: {len(everything)} changes, {len({c.seq for c in everything})} batches")
+    assert len(everything) > 200
+    assert log == [(ch.seq, ch.batch_index) for ch in everything]  # none twice, none missed
+    assert _apply(everything) == expected
+    assert {bytes.fromhex(k): bytes.fromhex(v) for k, v in result["data"].items()} == expected
+    seqs = [ch.seq for ch in everything]
+    assert seqs == sorted(seqs)

@@ -1,0 +1,122 @@
+"""Writer metrics (issue 32 item 3): counted where the work happens, read as Db.metrics(),
+exported through prometheus_client and scraped over HTTP, and the CLI's stats."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shaledb import Db, FencedError, Settings, WriteBatch
+from shaledb.clock import SYSTEM_CLOCK
+from shaledb.metrics import Histogram, PrometheusCollector
+from shaledb.store import LatencyStore, open_store
+
+QUIET = Settings(compactor=None, garbage_collector=None)
+EXE = Path(sys.executable).with_name("shaledb")
+BASE = [str(EXE)] if EXE.exists() else [sys.executable, "-m", "shaledb.cli"]
+
+
+def test_histogram_buckets_are_cumulative() -> None:
+    h = Histogram((0.01, 0.1))
+    for v in (0.005, 0.01, 0.05, 3.0):
+        h.observe(v)
+    snap = h.snapshot()
+    assert snap["buckets"] == [[0.01, 2], [0.1, 3], [float("inf"), 4]]
+    assert snap["count"] == 4 and snap["sum"] == pytest.approx(3.065)
+
+
+def test_metrics_count_the_work(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        base = db.metrics()
+        for i in range(10):
+            db.put(b"k%d" % i, b"v" * 10)
+        db.write(WriteBatch().put(b"a", b"12345").delete(b"k0"))
+        db.get(b"k1")
+        db.get(b"zz")
+        list(db.scan())
+        db.flush(memtable=True)
+        m = db.metrics()
+    assert m["puts_total"] - base["puts_total"] == 12  # every key written, deletes included
+    assert m["put_bytes_total"] - base["put_bytes_total"] == 10 * 12 + 6 + 2
+    assert (m["gets_total"], m["scans_total"]) == (2, 1)
+    assert m["wal_objects_total"] - base["wal_objects_total"] == 11  # durable writes, one object each
+    assert m["wal_bytes_total"] > 0
+    assert m["flush_seconds"]["count"] == 1 and m["l0_ssts"] == 1
+    assert m["store_requests_total"]["put_create"] >= 11
+    assert m["store_request_seconds"]["put_create"]["count"] == m["store_requests_total"]["put_create"]
+    assert m["fenced_total"] == 0 and m["write_stalls_total"] == 0
+
+
+def test_fencing_and_write_stalls_are_counted(mem_url: str) -> None:
+    slow = LatencyStore(open_store(mem_url), SYSTEM_CLOCK, 0.01)
+    tight = QUIET.replace(
+        l0_sst_size_bytes=4096, max_unflushed_bytes=4096, wal_max_bytes=1024, l0_max_ssts=1000
+    )
+    old = Db.open(store=slow, settings=tight)
+    for i in range(300):
+        old.put(b"k%04d" % i, b"v" * 100, durable=False)
+    assert old.metrics()["write_stalls_total"] > 0
+    assert old.metrics()["write_stall_seconds"]["count"] > 0
+    with Db.open(mem_url, settings=QUIET), pytest.raises(FencedError):
+        for i in range(100):
+            old.put(b"x%d" % i, b"v")
+    assert old.metrics()["fenced_total"] == 1
+    old.close()
+
+
+def test_prometheus_scrape(mem_url: str) -> None:
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with Db.open(mem_url, settings=QUIET) as db:
+        for i in range(5):
+            db.put(b"k%d" % i, b"v")
+        db.get(b"k1")
+        db.flush(memtable=True)
+        registry = CollectorRegistry()
+        registry.register(PrometheusCollector(db, labels={"db": "test"}))
+        server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+        try:
+            url = f"http://127.0.0.1:{server.server_port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                text = resp.read().decode()
+        finally:
+            server.shutdown()
+            thread.join(10)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for fam in families.values():
+        for s in fam.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    assert families["shaledb_puts"].type == "counter"
+    assert samples[("shaledb_puts_total", (("db", "test"),))] == 5
+    assert samples[("shaledb_gets_total", (("db", "test"),))] == 1
+    assert samples[("shaledb_l0_ssts", (("db", "test"),))] == 1
+    assert families["shaledb_flush_seconds"].type == "histogram"
+    assert samples[("shaledb_flush_seconds_count", (("db", "test"),))] == 1
+    assert samples[("shaledb_store_requests_total", (("db", "test"), ("kind", "put_create")))] >= 5
+    assert samples[("shaledb_store_request_seconds_count", (("db", "test"), ("kind", "put_create")))] >= 5
+
+
+def test_cli_stats_human_and_json(tmp_path: Path) -> None:
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        for i in range(50):
+            db.put(b"k%02d" % i, b"v", durable=False)
+    p = subprocess.run(
+        [*BASE, "--json", "--path", url, "stats"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert p.returncode == 0, p.stderr
+    data: dict[str, Any] = json.loads(p.stdout)
+    assert data["seq"] == 50 and data["l0_ssts"] == 1 and data["entries"] == 50
+    assert data["wal_objects"] >= 2  # the writer's fence and its writes (kept until GC)
+    p = subprocess.run(
+        [*BASE, "--path", url, "stats"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert p.returncode == 0 and "l0_ssts" in p.stdout and "sst_bytes" in p.stdout

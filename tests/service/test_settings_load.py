@@ -1,0 +1,155 @@
+"""Settings from TOML files and environment variables (issue 32 item 4), and back to TOML."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shaledb import InvalidArgument, Settings
+from shaledb.settings import CompactorOptions, GcOptions, JournalOptions, RetryOptions
+from shaledb.settings_load import from_toml, load_settings
+
+EXE = Path(sys.executable).with_name("shaledb")
+BASE = [str(EXE)] if EXE.exists() else [sys.executable, "-m", "shaledb.cli"]
+
+CHANGED = [
+    Settings(),
+    Settings(compactor=None, garbage_collector=None),
+    Settings(
+        flush_interval_s=0.025,
+        compression="zstd",
+        value_separation_threshold=4096,
+        malloc_mmap_threshold_bytes=None,
+        wal_recovery_mode="point_in_time",
+        track_and_verify_wals=False,
+        journal=JournalOptions(recovery_strategy="recovr", compaction_interval_s=30),
+        retry=RetryOptions(max_attempts=3, timeout_s=5),
+        compactor=CompactorOptions(max_sources=12, max_space_amplification=None, size_ratio=2),
+        garbage_collector=GcOptions(min_age_s=0, dry_run=True),
+    ),
+]
+
+
+@pytest.mark.parametrize("settings", CHANGED, ids=["defaults", "components-off", "changed"])
+def test_file_to_object_to_file_round_trip(tmp_path: Path, settings: Settings) -> None:
+    path = tmp_path / "shaledb.toml"
+    text = settings.to_toml()
+    path.write_text(text)
+    back = Settings.from_file(path)
+    assert back == settings
+    assert back.to_toml() == text
+
+
+def test_nested_environment_variables() -> None:
+    env = {
+        "SHALEDB_COMPACTOR__MAX_SOURCES": "8",
+        "SHALEDB_COMPACTOR__MIN_MERGE_RUNS": "3",
+        "SHALEDB_FLUSH_INTERVAL_S": "0.05",
+        "SHALEDB_GARBAGE_COLLECTOR": "none",
+        "SHALEDB_TRACK_AND_VERIFY_WALS": "false",
+        "SHALEDB_VALUE_SEPARATION_THRESHOLD": "1_024",
+        "SHALEDB_RETRY__MAX_ATTEMPTS": "4",
+        "SHALEDB_TEST_SEED": "7",  # a test knob, not a setting: skipped
+        "OTHER": "x",
+    }
+    s = Settings.from_env(env=env)
+    assert s.compactor == CompactorOptions(max_sources=8, min_merge_runs=3)
+    assert s.garbage_collector is None
+    assert s.flush_interval_s == 0.05
+    assert s.track_and_verify_wals is False
+    assert s.value_separation_threshold == 1024
+    assert s.retry.max_attempts == 4
+    assert Settings.from_env(prefix="APP_DB_", env={"APP_DB_L0_MAX_SSTS": "9"}).l0_max_ssts == 9
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SHALEDB_WAL_MAX_BYTE": "1"}, "did you mean SHALEDB_WAL_MAX_BYTES"),
+        ({"SHALEDB_COMPACTOR__MAX_SOURCE": "8"}, "did you mean SHALEDB_COMPACTOR__MAX_SOURCES"),
+        ({"SHALEDB_GARBAGE_COLECTOR__DRY_RUN": "1"}, "did you mean SHALEDB_GARBAGE_COLLECTOR"),
+        ({"SHALEDB_COMPACTOR__MAX_SOURCES": "eight"}, "SHALEDB_COMPACTOR__MAX_SOURCES must be an integer"),
+        ({"SHALEDB_COMPACTOR__MAX_SOURCES": "1"}, "CompactorOptions.max_sources must be >= 2"),
+        ({"SHALEDB_FLUSH_INTERVAL_S": "-1"}, "flush_interval_s must be > 0"),
+        ({"SHALEDB_COMPRESSION": "gzip"}, "compression must be one of"),
+        ({"SHALEDB_TRACK_AND_VERIFY_WALS": "maybe"}, "must be true or false"),
+        ({"SHALEDB_COMPACTOR": "8"}, "is a group of options"),
+        ({"SHALEDB_RETRY": "none"}, "is a group of options"),
+        ({"SHALEDB_FLUSH_INTERVAL_S__X": "1"}, "is a single value"),
+    ],
+)
+def test_bad_environment_is_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        Settings.from_env(env=env)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("wal_max_byte = 1\n", "did you mean wal_max_bytes"),
+        ("[compactor]\nmax_source = 3\n", "did you mean compactor.max_sources"),
+        ("wal_max_bytes = 1.5\n", "wal_max_bytes must be an integer"),
+        ("[compactor]\nmin_merge_runs = 9\n", "min_merge_runs must be <= max_sources"),
+        ("compactor = 3\n", "is a group of options"),
+        ("[flush_interval_s]\nx = 1\n", "is a single value"),
+        ("wal_max_bytes = \n", "not valid TOML"),
+        ('compression = "gzip"\n', "compression must be one of"),
+    ],
+)
+def test_bad_file_is_refused(text: str, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        from_toml(Settings, text, "shaledb.toml")
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="does not exist"):
+        Settings.from_file(tmp_path / "nope.toml")
+
+
+def test_load_layers_file_then_environment_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "shaledb.toml"
+    path.write_text("flush_interval_s = 0.5\nl0_max_ssts = 4\n[compactor]\nmax_sources = 6\n")
+    env = {
+        "SHALEDB_SETTINGS_FILE": str(path),
+        "SHALEDB_L0_MAX_SSTS": "5",
+        "SHALEDB_COMPACTOR__SIZE_RATIO": "2",
+    }
+    s = load_settings(Settings, env=env, garbage_collector=None)
+    assert (s.flush_interval_s, s.l0_max_ssts, s.garbage_collector) == (0.5, 5, None)
+    assert s.compactor == CompactorOptions(max_sources=6, size_ratio=2.0)
+    with pytest.raises(InvalidArgument, match="did you mean SHALEDB_L0_MAX_SSTS"):
+        load_settings(Settings, env={"SHALEDB_L0_MAX_SST": "5"})
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SHALEDB_")}
+    full.update(env or {})
+    return subprocess.run([*BASE, *args], capture_output=True, text=True, timeout=120, env=full, check=False)
+
+
+def test_cli_prints_settings_as_toml_and_reads_file_and_environment(tmp_path: Path) -> None:
+    p = _cli("settings", "--defaults")
+    assert p.returncode == 0, p.stderr
+    assert from_toml(Settings, p.stdout) == Settings()
+    path = tmp_path / "s.toml"
+    path.write_text("[compactor]\nmax_sources = 6\n")
+    p = _cli("--json", "--settings", str(path), "settings", env={"SHALEDB_FLUSH_INTERVAL_S": "0.25"})
+    assert p.returncode == 0, p.stderr
+    data: dict[str, Any] = json.loads(p.stdout)
+    assert data["flush_interval_s"] == 0.25 and data["compactor"]["max_sources"] == 6
+
+
+def test_cli_refuses_a_typo_before_touching_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    p = _cli("--path", str(db), "put", "k", "v", env={"SHALEDB_FLUSH_INTERVAL": "0.2"})
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "did you mean SHALEDB_FLUSH_INTERVAL_S" in p.stderr
+    assert not db.exists()
+    p = _cli("--path", str(db), "put", "k", "v", env={"SHALEDB_FLUSH_INTERVAL_S": "0.2"})
+    assert p.returncode == 0, p.stderr
