@@ -24,6 +24,7 @@ from .errors import (
     InvalidDbState,
     NotFound,
     ShaleError,
+    TransactionConflict,
     Unavailable,
 )
 from .gc import GarbageCollector, GcReport
@@ -32,6 +33,7 @@ from .journal.backup import BackupReport
 from .journal.compaction import JournalCompactionReport
 from .manifest.model import Checkpoint
 from .settings import CompactorOptions, GcOptions, JournalOptions, RetryOptions, Settings
+from .txn import Transaction
 
 open = Db.open
 
@@ -67,6 +69,8 @@ __all__ = [
     "Settings",
     "ShaleError",
     "Snapshot",
+    "Transaction",
+    "TransactionConflict",
     "Unavailable",
     "WriteBatch",
     "WriteHandle",

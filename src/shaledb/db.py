@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .allocator import fix_mmap_threshold
 from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check_key, check_value
@@ -48,6 +48,9 @@ from .sstable import TableCache
 from .store.base import ObjectStore
 from .store.stack import open_stack
 from .wal import WalWriter, wal_object_bytes
+
+if TYPE_CHECKING:
+    from .txn import ConflictLog, Transaction
 
 log = logging.getLogger("shaledb.db")
 
@@ -127,6 +130,9 @@ class Db(DbExtras):
     Key/value separation, heads, secondary indexes, folds, journal compaction,
     ledger rebuild and backups are in :class:`~shaledb.db_extras.DbExtras`.
     """
+
+    _txn_log: ConflictLog | None = None
+    """Keys written while a transaction is open (``shaledb.txn``); None when none is."""
 
     # ------------------------------------------------------------------ open
 
@@ -408,6 +414,8 @@ class Db(DbExtras):
                 self._admit_locked()
             if not self._indexed:
                 seq = self._seq = self._seq + 1
+                if self._txn_log is not None:  # open transactions see this write (shaledb.txn)
+                    self._txn_log.admit(seq, (key,))
                 e = (seq, 0, value)
                 mem = self._mem
                 mem.put(key, e)
@@ -476,6 +484,8 @@ class Db(DbExtras):
         index: tuple[list[bytes], list[int], list[bytes]] | None = None,
     ) -> int:
         """Apply one batch under the write lock (admission already checked); its seq."""
+        if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
+            self._txn_log.admit(self._seq + 1, keys)
         seq = self._seq = self._seq + 1
         ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
         mem = self._mem
@@ -679,6 +689,19 @@ class Db(DbExtras):
         """A consistent read-only view; close it (or use ``with``) when done."""
         view, seq, cp = self._pin()
         return Snapshot(self, view, seq, cp)
+
+    def transaction(self, isolation: str = "snapshot", *, durable: bool = True) -> Transaction:
+        """An optimistic transaction: ``with db.transaction("serializable") as txn: ...``.
+
+        Reads see the snapshot taken now plus the transaction's own writes;
+        the writes are applied as one batch at commit (``durable`` as in
+        :meth:`write`). A commit that conflicts with a write committed since
+        the snapshot raises :class:`~shaledb.errors.TransactionConflict` and
+        writes nothing. See ``shaledb.txn`` for the isolation levels.
+        """
+        from .txn import begin
+
+        return begin(self, isolation, durable)
 
     def _pin(self) -> tuple[ReadView, int, uuid.UUID | None]:
         """Pin the current view: its memtable versions at ``seq`` and its SSTs' checkpoint."""
