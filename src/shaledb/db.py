@@ -22,7 +22,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .allocator import fix_mmap_threshold
@@ -35,6 +35,7 @@ from .external import ExternalStores, default_factory
 from .flush import OPT_INDEXED, MemtableFlusher
 from .format.coding import CODECS
 from .format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
+from .history import HISTORY_PIN, History, to_millis
 from .journal.resolver import JournalResolver
 from .keys import scan_bounds
 from .manifest.model import Manifest
@@ -133,6 +134,8 @@ class Db(DbExtras):
 
     _txn_log: ConflictLog | None = None
     """Keys written while a transaction is open (``shaledb.txn``); None when none is."""
+    _history: History | None = None
+    """Marks and window of time-travel reads (``shaledb.history``); None: retention 0."""
 
     # ------------------------------------------------------------------ open
 
@@ -273,6 +276,8 @@ class Db(DbExtras):
         self.manifest = m
         self._seq = max(m.last_l0_seq, replay.max_seq)
         mem = new_memtable()
+        if settings.history_retention_s:  # keep every version (shaledb.history)
+            mem.pin(HISTORY_PIN)
         self._indexed = m.option(OPT_INDEXED) == "1"
         if replay.keys:
             keep = [i for i, e in enumerate(replay.ents) if e[0] > m.last_l0_seq]
@@ -291,6 +296,8 @@ class Db(DbExtras):
                 mem.nbytes += len(k) + len(e[2]) + ENTRY_OVERHEAD
             mem.locs.update(replay.locs)
         self._mem = mem
+        if settings.history_retention_s:
+            self._history = History(settings.history_retention_s, m, self._seq, int(clock.now() * 1000))
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
         self._view = ReadView(self._mem, self._imms, m)
@@ -416,6 +423,8 @@ class Db(DbExtras):
                 seq = self._seq = self._seq + 1
                 if self._txn_log is not None:  # open transactions see this write (shaledb.txn)
                     self._txn_log.admit(seq, (key,))
+                if self._history is not None:
+                    self._history.note(seq, int(self.clock.now() * 1000))
                 e = (seq, 0, value)
                 mem = self._mem
                 mem.put(key, e)
@@ -486,6 +495,8 @@ class Db(DbExtras):
         """Apply one batch under the write lock (admission already checked); its seq."""
         if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
             self._txn_log.admit(self._seq + 1, keys)
+        if self._history is not None:
+            self._history.note(self._seq + 1, int(self.clock.now() * 1000))
         seq = self._seq = self._seq + 1
         ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
         mem = self._mem
@@ -545,6 +556,8 @@ class Db(DbExtras):
         mem.last_seq = self._seq
         self._imms = (mem, *self._imms)
         self._mem = new_memtable()
+        if self._history is not None:
+            self._mem.pin(HISTORY_PIN)
         self.wal.sink = self._mem.locs
         self._view = ReadView(self._mem, self._imms, self.manifest, runs=self._view.runs)
         self.flusher.notify()
@@ -685,9 +698,40 @@ class Db(DbExtras):
         it = scan_items(view, self.tables, self.vis, s, e, seq, bool(reverse), limit)
         return Scan(it, lambda: self._unpin(view.mem, seq, cp))
 
-    def snapshot(self) -> Snapshot:
-        """A consistent read-only view; close it (or use ``with``) when done."""
-        view, seq, cp = self._pin()
+    def snapshot(self, *, at_seq: int | None = None, at_time: datetime | None = None) -> Snapshot:
+        """A consistent read-only view; close it (or use ``with``) when done.
+
+        ``at_seq`` / ``at_time`` (a timezone-aware datetime) read the database
+        as it was then, within ``Settings.history_retention_s``; earlier
+        raises :class:`~shaledb.errors.HistoryUnavailable` naming the oldest
+        readable point. See ``shaledb.history``.
+        """
+        if at_seq is None and at_time is None:
+            view, seq, cp = self._pin()
+            return Snapshot(self, view, seq, cp)
+        return self._snapshot_at(at_seq, at_time)
+
+    def _snapshot_at(self, at_seq: int | None, at_time: datetime | None) -> Snapshot:
+        if at_seq is not None and at_time is not None:
+            raise InvalidArgument("give at_seq or at_time, not both")
+        h = self._history
+        if h is None:
+            raise InvalidArgument("time-travel reads need Settings.history_retention_s > 0")
+        at_ms = None if at_time is None else to_millis(at_time)
+        if at_seq is not None and (isinstance(at_seq, bool) or not isinstance(at_seq, int) or at_seq < 0):
+            raise InvalidArgument(f"at_seq must be a sequence number (int >= 0), got {at_seq!r}")
+        with self._lock:
+            if self._state == _CLOSED:
+                raise ClosedError("database is closed")
+            now_ms = int(self.clock.now() * 1000)
+            seq = h.resolve(at_ms, now_ms) if at_ms is not None else at_seq
+            assert seq is not None
+            if seq > self._seq:
+                raise InvalidArgument(f"at_seq {seq} is newer than the newest write (seq {self._seq})")
+            h.check_seq(seq, now_ms)
+            view = self._view
+            view.mem.pin(seq)
+            cp = self.pins.acquire()
         return Snapshot(self, view, seq, cp)
 
     def transaction(self, isolation: str = "snapshot", *, durable: bool = True) -> Transaction:

@@ -107,6 +107,17 @@ class TransactionConflict(ConflictError):
         super().__init__(message)
 
 
+class HistoryUnavailable(NotFound):
+    """A time-travel read before the oldest point the history window keeps.
+
+    ``oldest_seq`` is the oldest readable sequence number (the message also gives its time).
+    """
+
+    def __init__(self, message: str, oldest_seq: int) -> None:
+        self.oldest_seq = oldest_seq
+        super().__init__(message)
+
+
 class PreconditionFailed(ConflictError):
     """A conditional store operation found the object in another state."""
 

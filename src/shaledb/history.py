@@ -1,0 +1,238 @@
+"""Time-travel reads: keeping old versions for ``Settings.history_retention_s``.
+
+With a retention window ``R`` > 0 the database can be read as of any
+sequence number (or wall time) in the last ``R`` seconds:
+
+* memtables keep every overwritten version (a permanent pin at
+  :data:`HISTORY_PIN`), and L0 flushes write all of them, newest first;
+* compaction keeps every version newer than the *floor* -- the sequence
+  number current ``R`` seconds ago -- plus the newest version at or below it
+  (what a read at the floor sees); only those base versions may be dropped
+  as tombstones at the bottom;
+* the writer records *marks* ``(time_ms, seq)``, "at this time the newest
+  sequence number was seq" (taken as a write is applied), at most one per
+  :data:`MARK_INTERVAL_MS`, and
+  persists the marks of flushed writes (never of writes a crash could still
+  lose) in the manifest's options with the retention itself, so a compactor
+  in another process computes the same floor from the manifest alone.
+
+A time resolves to the newest mark at or before it, so ``at_time`` reads a
+state at most one mark interval older than asked. With retention 0 none of
+this runs: no marks, no pin, no extra versions, and the options are removed
+at the next flush.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from operator import itemgetter
+
+from .errors import HistoryUnavailable, InvalidArgument
+from .format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
+from .manifest.model import Manifest
+from .memtable import Memtable
+
+HISTORY_PIN = 1 << 62
+"""A memtable pin above every sequence number: every overwrite keeps the replaced version."""
+
+MARK_INTERVAL_MS = 1000
+OPT_RETENTION = "history_retention_ms"
+OPT_MARKS = "history_marks"
+OPT_VERSIONS = "history_versions"
+"""Set ("1") once SSTs may hold several versions of a key; never removed."""
+
+Mark = tuple[int, int]
+Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
+
+
+def encode_marks(marks: Iterable[Mark]) -> str:
+    """``t:s`` pairs, delta-coded after the first (compact in the manifest's JSON)."""
+    out: list[str] = []
+    pt = ps = 0
+    for t, s in marks:
+        out.append(f"{t - pt}:{s - ps}")
+        pt, ps = t, s
+    return ",".join(out)
+
+
+def decode_marks(text: str | None) -> list[Mark]:
+    if not text:
+        return []
+    out: list[Mark] = []
+    t = s = 0
+    for part in text.split(","):
+        dt, _, ds = part.partition(":")
+        t, s = t + int(dt), s + int(ds)
+        out.append((t, s))
+    return out
+
+
+def floor_of(marks: list[Mark], retention_ms: int, now_ms: int) -> int:
+    """The oldest readable sequence number: current ``retention_ms`` ago, or where history began."""
+    if not marks:
+        return 0
+    i = bisect_right(marks, now_ms - retention_ms, key=itemgetter(0))
+    return marks[max(i - 1, 0)][1]
+
+
+def has_versions(m: Manifest) -> bool:
+    """Whether the database's SSTs may repeat a key (then single-source scans must de-duplicate)."""
+    return m.option(OPT_VERSIONS) == "1"
+
+
+def manifest_floor(m: Manifest, now_ms: int) -> int | None:
+    """The floor compaction must keep for the manifest's database; None: no history kept."""
+    r = m.option(OPT_RETENTION)
+    if r is None:
+        return None
+    return floor_of(decode_marks(m.option(OPT_MARKS)), int(r), now_ms)
+
+
+class History:
+    """The writer's marks (guarded by the write lock) and the time-travel window."""
+
+    def __init__(self, retention_s: float, m: Manifest, seq: int, now_ms: int) -> None:
+        self.retention_ms = int(retention_s * 1000)
+        self.marks: list[Mark] = decode_marks(m.option(OPT_MARKS)) if m.option(OPT_RETENTION) else []
+        if not self.marks or self.marks[-1][1] != seq or self.marks[-1][0] > now_ms:
+            self.marks.append((now_ms, seq))  # history begins (again) here
+        self.marks.sort()
+
+    def note(self, seq: int, now_ms: int) -> None:
+        """Write ``seq`` is applied at ``now_ms`` (called under the write lock)."""
+        last = self.marks[-1][0]
+        if now_ms == last:
+            self.marks[-1] = (now_ms, seq)  # the same millisecond: the newest state then
+        elif now_ms - last >= MARK_INTERVAL_MS:
+            self.marks.append((now_ms, seq))
+
+    def floor(self, now_ms: int) -> int:
+        return floor_of(self.marks, self.retention_ms, now_ms)
+
+    def resolve(self, at_ms: int, now_ms: int) -> int:
+        """The sequence number to read for wall time ``at_ms``."""
+        i = bisect_right(self.marks, at_ms, key=itemgetter(0))
+        oldest = self.floor(now_ms)
+        if i == 0 or self.marks[i - 1][1] < oldest:
+            raise HistoryUnavailable(self._oldest_text(now_ms), oldest)
+        return self.marks[i - 1][1]
+
+    def check_seq(self, seq: int, now_ms: int) -> None:
+        oldest = self.floor(now_ms)
+        if seq < oldest:
+            raise HistoryUnavailable(self._oldest_text(now_ms), oldest)
+
+    def _oldest_text(self, now_ms: int) -> str:
+        oldest = self.floor(now_ms)
+        t = min((t for t, s in self.marks if s >= oldest), default=now_ms)
+        when = datetime.fromtimestamp(t / 1000, tz=UTC).isoformat()
+        return (
+            f"outside the history window (history_retention_s={self.retention_ms / 1000:g}): "
+            f"the oldest readable point is seq {oldest} ({when})"
+        )
+
+    def options(self, opts: dict[str, str], flushed_seq: int, now_ms: int) -> None:
+        """Persist the retention and the marks of flushed writes (older ones pruned)."""
+        floor = self.floor(now_ms)
+        keep = [mk for mk in self.marks if mk[1] <= flushed_seq]
+        first = max((i for i, mk in enumerate(keep) if mk[1] <= floor), default=0)
+        del self.marks[:first]
+        opts[OPT_RETENTION] = str(self.retention_ms)
+        opts[OPT_VERSIONS] = "1"
+        opts[OPT_MARKS] = encode_marks(keep[first:])
+
+
+def flush_history_options(
+    opts: dict[str, str], history: History | None, flushed_seq: int, now_ms: int
+) -> None:
+    """At an L0 flush: record the window, or drop it when retention is off."""
+    if history is None:
+        opts.pop(OPT_RETENTION, None)
+        opts.pop(OPT_MARKS, None)
+    else:
+        history.options(opts, flushed_seq, now_ms)
+
+
+def to_millis(at_time: datetime) -> int:
+    if not isinstance(at_time, datetime):
+        raise InvalidArgument(f"at_time must be a datetime, got {type(at_time).__name__}")
+    if at_time.tzinfo is None:
+        raise InvalidArgument("at_time must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    return int(at_time.timestamp() * 1000)
+
+
+# ------------------------------------------------------------ flush and compaction
+
+
+def memtable_versions(mem: Memtable) -> tuple[list[bytes], list[int], list[int], list[bytes]]:
+    """Every version in ``mem``, in key order, a key's versions newest first (for an L0 SST)."""
+    keys, seqs, kinds, pays = mem.sorted_items()
+    hist = mem.hist
+    if not hist:
+        return keys, seqs, kinds, pays
+    ok: list[bytes] = []
+    os_: list[int] = []
+    ot: list[int] = []
+    op: list[bytes] = []
+    for k, s, t, p in zip(keys, seqs, kinds, pays):
+        ok.append(k)
+        os_.append(s)
+        ot.append(t)
+        op.append(p)
+        for e in reversed(hist.get(k, ())):  # hist is oldest first
+            if e[0] < s:
+                ok.append(k)
+                os_.append(e[0])
+                ot.append(e[1])
+                op.append(e[2])
+                s = e[0]
+    return ok, os_, ot, op
+
+
+def merge_history(cols: list[Columns], floor: int, *, bottom: bool, now_ms: int) -> Columns:
+    """Compaction's merge with a history window: every version newer than ``floor`` and
+    the newest at or below it; at the bottom a base tombstone (or expired base) goes."""
+    rows = [(k, s, t, p) for ks, ss, ts, ps in cols for k, s, t, p in zip(ks, ss, ts, ps)]
+    rows.sort(key=lambda r: (r[0], -r[1]))
+    keys: list[bytes] = []
+    seqs: list[int] = []
+    kinds = bytearray()
+    pays: list[bytes] = []
+    prev: bytes | None = None
+    based = False
+    last_seq = -1
+    for k, s, t, p in rows:
+        if k != prev:
+            prev, based, last_seq = k, False, -1
+        elif based or s == last_seq:
+            continue  # older than the base version, or the same version twice
+        last_seq = s
+        dead = t & TYPE_MASK == KIND_TOMBSTONE
+        if not dead and t & FLAG_EXPIRY:
+            expires = payload_expiry(t, p)
+            if expires is not None and expires <= now_ms:
+                dead = True
+                t, p = KIND_TOMBSTONE | (t & FLAG_INDEXED), b""
+        if s <= floor:
+            based = True
+            if dead and bottom:
+                continue
+        keys.append(k)
+        seqs.append(s)
+        kinds.append(t)
+        pays.append(p)
+    return keys, seqs, bytes(kinds), pays
+
+
+__all__ = [
+    "HISTORY_PIN",
+    "History",
+    "flush_history_options",
+    "has_versions",
+    "manifest_floor",
+    "memtable_versions",
+    "merge_history",
+    "to_millis",
+]
