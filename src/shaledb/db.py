@@ -724,11 +724,12 @@ class Db(DbExtras):
             if self._state == _CLOSED:
                 raise ClosedError("database is closed")
             now_ms = int(self.clock.now() * 1000)
-            seq = h.resolve(at_ms, now_ms) if at_ms is not None else at_seq
-            assert seq is not None
-            if seq > self._seq:
-                raise InvalidArgument(f"at_seq {seq} is newer than the newest write (seq {self._seq})")
-            h.check_seq(seq, now_ms)
+            with h.lock:  # (the flush thread prunes the marks)
+                seq = h.resolve(at_ms, now_ms) if at_ms is not None else at_seq
+                assert seq is not None
+                if seq > self._seq:
+                    raise InvalidArgument(f"at_seq {seq} is newer than the newest write (seq {self._seq})")
+                h.check_seq(seq, now_ms)
             view = self._view
             view.mem.pin(seq)
             cp = self.pins.acquire()

@@ -262,7 +262,8 @@ class MemtableFlusher:
 def flush_options(m: Manifest, db: Db, wrote_data: bool, flushed_seq: int = 0) -> tuple[tuple[str, str], ...]:
     """The database options after an L0 flush (see module docstring)."""
     opts = dict(m.options)
-    flush_history_options(opts, getattr(db, "_history", None), flushed_seq, int(db.clock.now() * 1000))
+    now_ms = int(db.clock.now() * 1000)
+    flush_history_options(opts, getattr(db, "_history", None), flushed_seq, now_ms, getattr(db, "_seq", 0))
     journaled = db.settings.value_separation_threshold is not None
     want = db.settings.journal.recovery_strategy
     if want is not None and opts.get(OPT_RECOVERY) != want:

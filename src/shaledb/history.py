@@ -24,6 +24,7 @@ at the next flush.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_right
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -91,9 +92,14 @@ def manifest_floor(m: Manifest, now_ms: int) -> int | None:
 
 
 class History:
-    """The writer's marks (guarded by the write lock) and the time-travel window."""
+    """The writer's marks and the time-travel window.
+
+    ``note`` runs under the write lock, ``options`` in the flush thread: the
+    list itself is guarded by ``lock``.
+    """
 
     def __init__(self, retention_s: float, m: Manifest, seq: int, now_ms: int) -> None:
+        self.lock = threading.Lock()
         self.retention_ms = int(retention_s * 1000)
         self.marks: list[Mark] = decode_marks(m.option(OPT_MARKS)) if m.option(OPT_RETENTION) else []
         if not self.marks or self.marks[-1][1] != seq or self.marks[-1][0] > now_ms:
@@ -102,11 +108,14 @@ class History:
 
     def note(self, seq: int, now_ms: int) -> None:
         """Write ``seq`` is applied at ``now_ms`` (called under the write lock)."""
-        last = self.marks[-1][0]
-        if now_ms == last:
-            self.marks[-1] = (now_ms, seq)  # the same millisecond: the newest state then
-        elif now_ms - last >= MARK_INTERVAL_MS:
-            self.marks.append((now_ms, seq))
+        marks = self.marks
+        last = marks[-1][0]
+        if now_ms == last or now_ms - last >= MARK_INTERVAL_MS:
+            with self.lock:
+                if now_ms == marks[-1][0] and len(marks) > 1:  # (the first mark: where history begins)
+                    marks[-1] = (now_ms, seq)  # the same millisecond: the newest state then
+                elif now_ms >= marks[-1][0]:
+                    marks.append((now_ms, seq))
 
     def floor(self, now_ms: int) -> int:
         return floor_of(self.marks, self.retention_ms, now_ms)
@@ -133,26 +142,58 @@ class History:
             f"the oldest readable point is seq {oldest} ({when})"
         )
 
-    def options(self, opts: dict[str, str], flushed_seq: int, now_ms: int) -> None:
+    def options(self, opts: dict[str, str], flushed_seq: int, now_ms: int, newest: int) -> None:
         """Persist the retention and the marks of flushed writes (older ones pruned)."""
-        floor = self.floor(now_ms)
-        keep = [mk for mk in self.marks if mk[1] <= flushed_seq]
-        first = max((i for i, mk in enumerate(keep) if mk[1] <= floor), default=0)
-        del self.marks[:first]
+        with self.lock:
+            if flushed_seq == newest and self.marks[-1][1] < newest and now_ms > self.marks[-1][0]:
+                self.marks.append((now_ms, newest))  # everything is flushed: map up to now
+            floor = self.floor(now_ms)
+            keep = [mk for mk in self.marks if mk[1] <= flushed_seq]
+            first = max((i for i, mk in enumerate(keep) if mk[1] <= floor), default=0)
+            del self.marks[:first]
         opts[OPT_RETENTION] = str(self.retention_ms)
         opts[OPT_VERSIONS] = "1"
         opts[OPT_MARKS] = encode_marks(keep[first:])
 
 
+def manifest_seq(m: Manifest, newest: int, at_seq: int | None, at_ms: int | None, now_ms: int) -> int:
+    """The sequence number a reader of ``m`` (newest known write ``newest``) reads for
+    ``at_seq`` / ``at_ms``; the marks are the manifest's (flushed writes only)."""
+    if (at_seq is None) == (at_ms is None):
+        raise InvalidArgument("give exactly one of at_seq and at_time")
+    r = m.option(OPT_RETENTION)
+    if r is None:
+        raise InvalidArgument("this database keeps no history (its writer's history_retention_s is 0)")
+    h = History.__new__(History)
+    h.lock = threading.Lock()
+    h.retention_ms = int(r)
+    h.marks = decode_marks(m.option(OPT_MARKS)) or [(now_ms, newest)]
+    if at_ms is not None:
+        last_t, last_s = h.marks[-1]
+        if at_ms > last_t and newest > last_s:
+            raise InvalidArgument(
+                f"the manifest maps times up to {last_t} ms (seq {last_s}); writes after that are not "
+                "flushed yet, so their times are unknown here: read by at_seq, or after the next flush"
+            )
+        return h.resolve(at_ms, now_ms)
+    assert at_seq is not None
+    if isinstance(at_seq, bool) or not isinstance(at_seq, int) or at_seq < 0:
+        raise InvalidArgument(f"at_seq must be a sequence number (int >= 0), got {at_seq!r}")
+    if at_seq > newest:
+        raise InvalidArgument(f"at_seq {at_seq} is newer than the newest write seen (seq {newest})")
+    h.check_seq(at_seq, now_ms)
+    return at_seq
+
+
 def flush_history_options(
-    opts: dict[str, str], history: History | None, flushed_seq: int, now_ms: int
+    opts: dict[str, str], history: History | None, flushed_seq: int, now_ms: int, newest: int
 ) -> None:
     """At an L0 flush: record the window, or drop it when retention is off."""
     if history is None:
         opts.pop(OPT_RETENTION, None)
         opts.pop(OPT_MARKS, None)
     else:
-        history.options(opts, flushed_seq, now_ms)
+        history.options(opts, flushed_seq, now_ms, newest)
 
 
 def to_millis(at_time: datetime) -> int:
@@ -231,6 +272,7 @@ __all__ = [
     "History",
     "flush_history_options",
     "has_versions",
+    "manifest_seq",
     "manifest_floor",
     "memtable_versions",
     "merge_history",
