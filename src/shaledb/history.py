@@ -41,6 +41,8 @@ HISTORY_PIN = 1 << 62
 MARK_INTERVAL_MS = 1000
 OPT_RETENTION = "history_retention_ms"
 OPT_MARKS = "history_marks"
+OPT_START = "history_start_seq"
+"""The oldest sequence number history is complete from (before any mark is old enough)."""
 OPT_VERSIONS = "history_versions"
 """Set ("1") once SSTs may hold several versions of a key; never removed."""
 
@@ -70,12 +72,17 @@ def decode_marks(text: str | None) -> list[Mark]:
     return out
 
 
-def floor_of(marks: list[Mark], retention_ms: int, now_ms: int) -> int:
+def floor_of(marks: list[Mark], retention_ms: int, now_ms: int, start: int) -> int:
     """The oldest readable sequence number: current ``retention_ms`` ago, or where history began."""
-    if not marks:
-        return 0
     i = bisect_right(marks, now_ms - retention_ms, key=itemgetter(0))
-    return marks[max(i - 1, 0)][1]
+    return max(start, marks[i - 1][1]) if i else start
+
+
+def _start(m: Manifest) -> int:
+    """Where history is complete from: as recorded, else the L0 boundary (newer writes are
+    replayed from the WAL into memtables that keep every version)."""
+    s = m.option(OPT_START)
+    return int(s) if s is not None and m.option(OPT_RETENTION) is not None else m.last_l0_seq
 
 
 def has_versions(m: Manifest) -> bool:
@@ -88,7 +95,7 @@ def manifest_floor(m: Manifest, now_ms: int) -> int | None:
     r = m.option(OPT_RETENTION)
     if r is None:
         return None
-    return floor_of(decode_marks(m.option(OPT_MARKS)), int(r), now_ms)
+    return floor_of(decode_marks(m.option(OPT_MARKS)), int(r), now_ms, _start(m))
 
 
 class History:
@@ -102,9 +109,9 @@ class History:
         self.lock = threading.Lock()
         self.retention_ms = int(retention_s * 1000)
         self.marks: list[Mark] = decode_marks(m.option(OPT_MARKS)) if m.option(OPT_RETENTION) else []
-        if not self.marks or self.marks[-1][1] != seq or self.marks[-1][0] > now_ms:
-            self.marks.append((now_ms, seq))  # history begins (again) here
-        self.marks.sort()
+        self.start = _start(m)
+        if not self.marks or self.marks[-1][0] < now_ms:
+            self.marks.append((now_ms, seq))
 
     def note(self, seq: int, now_ms: int) -> None:
         """Write ``seq`` is applied at ``now_ms`` (called under the write lock)."""
@@ -112,13 +119,13 @@ class History:
         last = marks[-1][0]
         if now_ms == last or now_ms - last >= MARK_INTERVAL_MS:
             with self.lock:
-                if now_ms == marks[-1][0] and len(marks) > 1:  # (the first mark: where history begins)
+                if now_ms == marks[-1][0]:
                     marks[-1] = (now_ms, seq)  # the same millisecond: the newest state then
                 elif now_ms >= marks[-1][0]:
                     marks.append((now_ms, seq))
 
     def floor(self, now_ms: int) -> int:
-        return floor_of(self.marks, self.retention_ms, now_ms)
+        return floor_of(self.marks, self.retention_ms, now_ms, self.start)
 
     def resolve(self, at_ms: int, now_ms: int) -> int:
         """The sequence number to read for wall time ``at_ms``."""
@@ -151,6 +158,8 @@ class History:
             keep = [mk for mk in self.marks if mk[1] <= flushed_seq]
             first = max((i for i, mk in enumerate(keep) if mk[1] <= floor), default=0)
             del self.marks[:first]
+            self.start = floor
+        opts[OPT_START] = str(floor)
         opts[OPT_RETENTION] = str(self.retention_ms)
         opts[OPT_VERSIONS] = "1"
         opts[OPT_MARKS] = encode_marks(keep[first:])
@@ -168,6 +177,7 @@ def manifest_seq(m: Manifest, newest: int, at_seq: int | None, at_ms: int | None
     h.lock = threading.Lock()
     h.retention_ms = int(r)
     h.marks = decode_marks(m.option(OPT_MARKS)) or [(now_ms, newest)]
+    h.start = _start(m)
     if at_ms is not None:
         last_t, last_s = h.marks[-1]
         if at_ms > last_t and newest > last_s:
@@ -192,6 +202,7 @@ def flush_history_options(
     if history is None:
         opts.pop(OPT_RETENTION, None)
         opts.pop(OPT_MARKS, None)
+        opts.pop(OPT_START, None)
     else:
         history.options(opts, flushed_seq, now_ms, newest)
 

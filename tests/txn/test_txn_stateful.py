@@ -29,8 +29,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from shaledb import Db
+from shaledb.compaction import Compactor
 from shaledb.errors import ShaleError, TransactionConflict
 from shaledb.keys import scan_bounds
+from shaledb.settings import CompactorOptions
 from shaledb.store import ObjectStore, drop_memory_store, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash
 from shaledb.testing.clock import ManualClock
@@ -96,7 +98,9 @@ class TxnMachine(RuleBasedStateMachine):
     def open_first(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.inner = self._new_store()
-        self.settings = tiny_settings()
+        self.settings = tiny_settings(history_retention_s=3600.0)
+        self.past: list[tuple[int, dict[bytes, bytes]]] = []
+        """(seq, state) after acknowledged writes, for time-travel reads."""
         self.clock = ManualClock()
         self._open()
 
@@ -168,6 +172,7 @@ class TxnMachine(RuleBasedStateMachine):
     def _applied(self, ops: list[Op], seq: int) -> None:
         n = self.model.write(ops, seq=seq)
         self.model.ack(n)
+        self.past.append((seq, self.model.current()))
         for t in self.txns:
             t.since.update(k for k, _ in ops)
 
@@ -310,6 +315,45 @@ class TxnMachine(RuleBasedStateMachine):
         if t is not None:
             self.txns.remove(t)
             t.txn.rollback()
+
+    # ------------------------------------------------------------ time travel
+
+    @rule(pick=st.integers(0, 255), key=keys(), reverse=st.booleans())
+    def time_travel_read(self, pick: int, key: bytes, reverse: bool) -> None:
+        """A snapshot at an earlier acknowledged write reads the state right after it."""
+        if not self.past or self.db is None:
+            return
+        seq, state = self.past[pick % len(self.past)]
+        db = self.db
+
+        def read() -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+            with db.snapshot(at_seq=seq) as snap:
+                return snap.get(key), list(snap.scan(reverse=reverse))
+
+        got = self._call(read)
+        if got is not CRASHED:
+            assert got == (state.get(key), expected_scan(state, reverse=reverse)), f"as of seq {seq}"
+
+    @rule()
+    def tick(self) -> None:
+        """Time passes: the next write takes a new time mark."""
+        self.clock.advance(0.7)
+
+    @rule()
+    def compact(self) -> None:
+        """A standalone compactor merges the L0 SSTs, keeping the window's versions."""
+        assert self.db is not None
+        db = self.db
+
+        def run() -> None:
+            c = Compactor.open(store=self.inner, options=CompactorOptions(min_l0_ssts=2), clock=self.clock)
+            try:
+                c.run_once()
+            finally:
+                c.close()
+            db.refresh_manifest()
+
+        self._call(run)
 
     # -------------------------------------------------------- flush and crash
 
