@@ -159,7 +159,7 @@ class History:
             first = max((i for i, mk in enumerate(keep) if mk[1] <= floor), default=0)
             del self.marks[:first]
             self.start = floor
-        opts[OPT_START] = str(floor)
+        opts[OPT_START] = str(min(floor, flushed_seq))  # never past what a crash keeps
         opts[OPT_RETENTION] = str(self.retention_ms)
         opts[OPT_VERSIONS] = "1"
         opts[OPT_MARKS] = encode_marks(keep[first:])
