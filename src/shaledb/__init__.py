@@ -26,6 +26,7 @@ from .errors import (
     NotFound,
     PermissionDenied,
     ShaleError,
+    TransactionConflict,
     Unavailable,
 )
 from .gc import GarbageCollector, GcReport
@@ -34,6 +35,7 @@ from .journal.backup import BackupReport
 from .journal.compaction import JournalCompactionReport
 from .manifest.model import Checkpoint
 from .settings import CompactorOptions, GcOptions, JournalOptions, RetryOptions, Settings
+from .txn import Transaction
 
 open = Db.open
 
@@ -71,6 +73,8 @@ __all__ = [
     "Settings",
     "ShaleError",
     "Snapshot",
+    "Transaction",
+    "TransactionConflict",
     "Unavailable",
     "WriteBatch",
     "WriteHandle",

@@ -206,16 +206,41 @@ def _kv(key: bytes, value: bytes | None) -> dict[str, Any]:
     }
 
 
+_AS_OF_HELP = (
+    "read as of a sequence number (an integer) or a time (ISO 8601 with a zone, e.g. "
+    "2026-11-27T12:00:00Z), within the writer's history_retention_s"
+)
+
+
+def _as_of(text: str) -> dict[str, Any]:
+    """``--as-of``: snapshot keywords for a sequence number or an aware ISO time."""
+    if text.isdigit():
+        return {"at_seq": int(text)}
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"--as-of takes a sequence number or an ISO 8601 time, got {text!r}") from exc
+    if when.tzinfo is None:
+        raise InvalidArgument(f"--as-of {text!r} has no time zone: add one (e.g. Z or +00:00)")
+    return {"at_time": when}
+
+
 def _get_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("key", help="key (UTF-8, or 0x-prefixed hex)")
     p.add_argument("--checkpoint", type=checkpoint_id, help="read the version this checkpoint pins")
+    p.add_argument("--as-of", dest="as_of", help=_AS_OF_HELP)
 
 
 @command("get", "read one key (through a reader: never fences the writer)")(_get_args)
 def get(args: argparse.Namespace, out: Output) -> int | None:
     key = parse_bytes(args.key)
+    as_of = None if args.as_of is None else _as_of(args.as_of)
     with _reader(args.path, args.checkpoint, for_scan=False) as r:
-        value = r.get(key)
+        if as_of is None:
+            value = r.get(key)
+        else:
+            with r.snapshot(**as_of) as snap:
+                value = snap.get(key)
     if out.as_json:
         out.emit(_kv(key, value))
     elif value is not None:
@@ -236,6 +261,7 @@ def _scan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reverse", action="store_true", help="descending key order")
     p.add_argument("--count", action="store_true", help="print only the number of pairs")
     p.add_argument("--checkpoint", type=checkpoint_id, help="read the version this checkpoint pins")
+    p.add_argument("--as-of", dest="as_of", help=_AS_OF_HELP)
 
 
 @command("scan", "list key/value pairs in key order (through a reader: never fences the writer)")(_scan_args)
@@ -247,10 +273,12 @@ def scan(args: argparse.Namespace, out: Output) -> int | None:
     prefix = None if args.prefix is None else parse_bytes(args.prefix)
     start = None if args.start is None else parse_bytes(args.start)
     end = None if args.end is None else parse_bytes(args.end)
+    as_of = None if args.as_of is None else _as_of(args.as_of)
     with (
         _reader(args.path, args.checkpoint, for_scan=True) as r,
-        r.scan(start, end, prefix=prefix, reverse=args.reverse, limit=args.limit) as it,
+        r.snapshot(**(as_of or {})) as snap,
     ):
+        it = snap.scan(start, end, prefix=prefix, reverse=args.reverse, limit=args.limit)
         if args.count:
             out.emit({"count": sum(1 for _ in it)})
             return None

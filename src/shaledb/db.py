@@ -22,8 +22,8 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from .allocator import fix_mmap_threshold
 from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check_key, check_value
@@ -35,6 +35,7 @@ from .external import ExternalStores, default_factory
 from .flush import OPT_INDEXED, MemtableFlusher
 from .format.coding import CODECS
 from .format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
+from .history import HISTORY_PIN, History, to_millis
 from .journal.resolver import JournalResolver
 from .keys import scan_bounds
 from .manifest.model import Manifest
@@ -49,6 +50,9 @@ from .sstable import TableCache
 from .store.base import ObjectStore
 from .store.stack import open_stack
 from .wal import WalWriter, wal_object_bytes
+
+if TYPE_CHECKING:
+    from .txn import ConflictLog, Transaction
 
 log = logging.getLogger("shaledb.db")
 
@@ -128,6 +132,11 @@ class Db(DbExtras):
     Key/value separation, heads, secondary indexes, folds, journal compaction,
     ledger rebuild and backups are in :class:`~shaledb.db_extras.DbExtras`.
     """
+
+    _txn_log: ConflictLog | None = None
+    """Keys written while a transaction is open (``shaledb.txn``); None when none is."""
+    _history: History | None = None
+    """Marks and window of time-travel reads (``shaledb.history``); None: retention 0."""
 
     # ------------------------------------------------------------------ open
 
@@ -270,6 +279,8 @@ class Db(DbExtras):
         self.manifest = m
         self._seq = max(m.last_l0_seq, replay.max_seq)
         mem = new_memtable()
+        if settings.history_retention_s:  # keep every version (shaledb.history)
+            mem.pin(HISTORY_PIN)
         self._indexed = m.option(OPT_INDEXED) == "1"
         if replay.keys:
             keep = [i for i, e in enumerate(replay.ents) if e[0] > m.last_l0_seq]
@@ -288,6 +299,8 @@ class Db(DbExtras):
                 mem.nbytes += len(k) + len(e[2]) + ENTRY_OVERHEAD
             mem.locs.update(replay.locs)
         self._mem = mem
+        if settings.history_retention_s:
+            self._history = History(settings.history_retention_s, m, self._seq, int(clock.now() * 1000))
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
         self._view = ReadView(self._mem, self._imms, m)
@@ -413,6 +426,10 @@ class Db(DbExtras):
                 seq = self._seq = self._seq + 1
                 self._m_puts += 1
                 self._m_put_bytes += n - ENTRY_OVERHEAD
+                if self._txn_log is not None:  # open transactions see this write (shaledb.txn)
+                    self._txn_log.admit(seq, (key,))
+                if self._history is not None:
+                    self._history.note(seq, int(self.clock.now() * 1000))
                 e = (seq, 0, value)
                 mem = self._mem
                 mem.put(key, e)
@@ -481,6 +498,10 @@ class Db(DbExtras):
         index: tuple[list[bytes], list[int], list[bytes]] | None = None,
     ) -> int:
         """Apply one batch under the write lock (admission already checked); its seq."""
+        if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
+            self._txn_log.admit(self._seq + 1, keys)
+        if self._history is not None:
+            self._history.note(self._seq + 1, int(self.clock.now() * 1000))
         seq = self._seq = self._seq + 1
         self._m_puts += len(keys)
         self._m_put_bytes += n - ENTRY_OVERHEAD * len(keys)
@@ -548,6 +569,8 @@ class Db(DbExtras):
         mem.last_seq = self._seq
         self._imms = (mem, *self._imms)
         self._mem = new_memtable()
+        if self._history is not None:
+            self._mem.pin(HISTORY_PIN)
         self.wal.sink = self._mem.locs
         self._view = ReadView(self._mem, self._imms, self.manifest, runs=self._view.runs)
         self.flusher.notify()
@@ -692,10 +715,55 @@ class Db(DbExtras):
         it = scan_items(view, self.tables, self.vis, s, e, seq, bool(reverse), limit)
         return Scan(it, lambda: self._unpin(view.mem, seq, cp))
 
-    def snapshot(self) -> Snapshot:
-        """A consistent read-only view; close it (or use ``with``) when done."""
-        view, seq, cp = self._pin()
+    def snapshot(self, *, at_seq: int | None = None, at_time: datetime | None = None) -> Snapshot:
+        """A consistent read-only view; close it (or use ``with``) when done.
+
+        ``at_seq`` / ``at_time`` (a timezone-aware datetime) read the database
+        as it was then, within ``Settings.history_retention_s``; earlier
+        raises :class:`~shaledb.errors.HistoryUnavailable` naming the oldest
+        readable point. See ``shaledb.history``.
+        """
+        if at_seq is None and at_time is None:
+            view, seq, cp = self._pin()
+            return Snapshot(self, view, seq, cp)
+        return self._snapshot_at(at_seq, at_time)
+
+    def _snapshot_at(self, at_seq: int | None, at_time: datetime | None) -> Snapshot:
+        if at_seq is not None and at_time is not None:
+            raise InvalidArgument("give at_seq or at_time, not both")
+        h = self._history
+        if h is None:
+            raise InvalidArgument("time-travel reads need Settings.history_retention_s > 0")
+        at_ms = None if at_time is None else to_millis(at_time)
+        if at_seq is not None and (isinstance(at_seq, bool) or not isinstance(at_seq, int) or at_seq < 0):
+            raise InvalidArgument(f"at_seq must be a sequence number (int >= 0), got {at_seq!r}")
+        with self._lock:
+            if self._state == _CLOSED:
+                raise ClosedError("database is closed")
+            now_ms = int(self.clock.now() * 1000)
+            with h.lock:  # (the flush thread prunes the marks)
+                seq = h.resolve(at_ms, now_ms) if at_ms is not None else at_seq
+                assert seq is not None
+                if seq > self._seq:
+                    raise InvalidArgument(f"at_seq {seq} is newer than the newest write (seq {self._seq})")
+                h.check_seq(seq, now_ms)
+            view = self._view
+            view.mem.pin(seq)
+            cp = self.pins.acquire()
         return Snapshot(self, view, seq, cp)
+
+    def transaction(self, isolation: str = "snapshot", *, durable: bool = True) -> Transaction:
+        """An optimistic transaction: ``with db.transaction("serializable") as txn: ...``.
+
+        Reads see the snapshot taken now plus the transaction's own writes;
+        the writes are applied as one batch at commit (``durable`` as in
+        :meth:`write`). A commit that conflicts with a write committed since
+        the snapshot raises :class:`~shaledb.errors.TransactionConflict` and
+        writes nothing. See ``shaledb.txn`` for the isolation levels.
+        """
+        from .txn import begin
+
+        return begin(self, isolation, durable)
 
     def _pin(self) -> tuple[ReadView, int, uuid.UUID | None]:
         """Pin the current view: its memtable versions at ``seq`` and its SSTs' checkpoint."""

@@ -60,7 +60,7 @@ import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import paths
@@ -86,6 +86,7 @@ from .errors import (
 )
 from .external import ExternalStores, StoreFactory, canonical_url, default_factory
 from .format.row import FLAG_INDEX_TREE
+from .history import HISTORY_PIN, OPT_RETENTION, manifest_seq, to_millis
 from .indexes import Head
 from .journal.resolver import JournalResolver
 from .keys import scan_bounds, split_points
@@ -353,16 +354,27 @@ class DbReader(ReaderReads):
         it = scan_items(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
         return Scan(it, lambda: self._unpin(view.mem, seq, cp))
 
-    def snapshot(self) -> ReaderSnapshot:
-        """A consistent view that keeps its version pinned until closed."""
-        view, seq, cp = self._pin()
+    def snapshot(self, *, at_seq: int | None = None, at_time: datetime | None = None) -> ReaderSnapshot:
+        """A consistent view that keeps its version pinned until closed.
+
+        ``at_seq`` / ``at_time`` read as of then, within the writer's history
+        window (``shaledb.history``; times map through the manifest's marks).
+        """
+        if at_seq is None and at_time is None:
+            view, seq, cp = self._pin()
+        else:
+            view, seq, cp = self._pin(at_seq, None if at_time is None else to_millis(at_time), True)
         return ReaderSnapshot(self, view, seq, cp)
 
-    def _pin(self) -> tuple[ReadView, int, uuid.UUID | None]:
+    def _pin(
+        self, at_seq: int | None = None, at_ms: int | None = None, past: bool = False
+    ) -> tuple[ReadView, int, uuid.UUID | None]:
         with self._lock:
             self._check_open()
             view = self._view
             seq = self._seq
+            if past:
+                seq = manifest_seq(view.manifest, seq, at_seq, at_ms, int(self.clock.now() * 1000))
             cp = self._current if self._mode == "managed" else None
             view.mem.pin(seq)
             if cp is not None:
@@ -722,6 +734,8 @@ class DbReader(ReaderReads):
                 keys = [p[0] for p in pairs]
                 ents = [p[1] for p in pairs]
             if keys:
+                if HISTORY_PIN not in mem.pins and self._view.manifest.option(OPT_RETENTION) is not None:
+                    mem.pin(HISTORY_PIN)  # the writer keeps history: so do the replayed tables
                 mem.put_many(keys, ents)
                 mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
                 self._seq = max(self._seq, *(e[0] for e in ents))

@@ -123,6 +123,26 @@ class ConflictError(ShaleError):
     """An optimistic update lost a race (a CAS conflict); re-read and retry."""
 
 
+class TransactionConflict(ConflictError):
+    """A transaction's commit lost to a write committed after it began; nothing was
+    written. ``key`` is one conflicting key. Run the transaction again."""
+
+    def __init__(self, key: bytes, message: str) -> None:
+        self.key = key
+        super().__init__(message)
+
+
+class HistoryUnavailable(NotFound):
+    """A time-travel read before the oldest point the history window keeps.
+
+    ``oldest_seq`` is the oldest readable sequence number (the message also gives its time).
+    """
+
+    def __init__(self, message: str, oldest_seq: int) -> None:
+        self.oldest_seq = oldest_seq
+        super().__init__(message)
+
+
 class PreconditionFailed(ConflictError):
     """A conditional store operation found the object in another state."""
 

@@ -53,6 +53,7 @@ from .errors import CorruptionError, InvalidArgument, NotSupported
 from .external import default_factory
 from .format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
 from .format.sst import SstMeta
+from .history import has_versions
 from .journal.resolver import JournalResolver
 from .keys import key_after
 from .manifest.model import Manifest, SstInfo
@@ -100,6 +101,8 @@ class ReadPart:
     wal: Columns | None = None
     """The version's WAL entries in ``[lo, hi)`` (newest per key, key order), when the plan read
     the WAL for every part (``inline_wal_bytes``); None: the task reads ``wal_ids`` itself."""
+    versions: bool = False
+    """An SST may hold several versions of a key (a history window, ``shaledb.history``)."""
 
     @property
     def bytes(self) -> int:
@@ -323,6 +326,7 @@ def plan_read(
                 sum(1 for s in m.data.l0 if _overlaps(s, lo, hi)),
                 journal,
                 None if wal is None else _slice_columns(wal, lo, hi),
+                has_versions(m),
             )
             for i, (lo, hi) in enumerate(ranges)
         )

@@ -475,7 +475,7 @@ def read_part_arrow(
             return
         # The WAL range usually holds only writers' empty fencing objects; anything in it is newer data.
         wal = _wal_columns(st, part) if part.wal_ids else None
-        if (wal is not None and wal[0]) or len(part.sources) != 1 or part.l0_count:
+        if (wal is not None and wal[0]) or len(part.sources) != 1 or part.l0_count or part.versions:
             yield from _merged(part, url, st, store_options, clock, chunk_bytes, wal)
             return
         reader = _RunReader(st, part.sources[0], part.lo, part.hi)

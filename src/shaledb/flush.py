@@ -38,6 +38,7 @@ from . import paths
 from .errors import ClosedError, FencedError
 from .format.row import KIND_POINTER, KIND_VALUE, TYPE_MASK
 from .format.sst import SST_TABLE, SstBuilder, SstProps
+from .history import flush_history_options, memtable_versions
 from .manifest.model import JournalFile, Manifest, SstInfo, TrackedWal, Tree
 from .memtable import Memtable
 from .sstable import put_new_sst
@@ -56,7 +57,8 @@ def build_l0(db: Db, mem: Memtable) -> tuple[bytearray, SstProps] | None:
     """Encode a memtable as a table SST (None if it is empty)."""
     if not mem.d:
         return None
-    keys, seqs, kinds, payloads = mem.sorted_items()
+    history = getattr(db, "_history", None) is not None and mem.hist
+    keys, seqs, kinds, payloads = memtable_versions(mem) if history else mem.sorted_items()
     if mem.locs:
         to_pointers(keys, seqs, kinds, payloads, mem.locs)
     s = db.settings
@@ -237,7 +239,7 @@ class MemtableFlusher:
             next_wal_id=next_wal,
             tracked_wals=tracked,
             journal=files,
-            options=flush_options(m, db, info is not None),
+            options=flush_options(m, db, info is not None, imm.last_seq),
         )
         return db.decorate_manifest(nxt)
 
@@ -260,9 +262,11 @@ class MemtableFlusher:
             db.clock.sleep(0.05)
 
 
-def flush_options(m: Manifest, db: Db, wrote_data: bool) -> tuple[tuple[str, str], ...]:
+def flush_options(m: Manifest, db: Db, wrote_data: bool, flushed_seq: int = 0) -> tuple[tuple[str, str], ...]:
     """The database options after an L0 flush (see module docstring)."""
     opts = dict(m.options)
+    now_ms = int(db.clock.now() * 1000)
+    flush_history_options(opts, getattr(db, "_history", None), flushed_seq, now_ms, getattr(db, "_seq", 0))
     journaled = db.settings.value_separation_threshold is not None
     want = db.settings.journal.recovery_strategy
     if want is not None and opts.get(OPT_RECOVERY) != want:

@@ -36,6 +36,7 @@ from .format.row import (
     TYPE_MASK,
     decode_extras,
 )
+from .history import has_versions
 from .manifest.model import Manifest, SortedRun, SstInfo, Tree
 from .memtable import Memtable
 from .sstable import Row, TableCache
@@ -397,8 +398,8 @@ def _only_ssts(view: ReadView, start: bytes | None, end: bytes | None) -> list[S
     such a scan needs no merge and no de-duplication: the common case after
     a reopen, a compaction or a bulk load.
     """
-    if view.mem.d or any(m.d for m in view.imms):
-        return None
+    if view.mem.d or any(m.d for m in view.imms) or has_versions(view.manifest):
+        return None  # (a history window: SSTs may hold several versions of a key)
     l0 = [
         s
         for s in view.l0

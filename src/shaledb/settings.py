@@ -327,9 +327,12 @@ class Settings:
     retry: RetryOptions = field(default_factory=RetryOptions)
     compactor: CompactorOptions | None = field(default_factory=CompactorOptions)
     garbage_collector: GcOptions | None = field(default_factory=GcOptions)
+    history_retention_s: float = 0.0
+    """Keep old versions this long for ``Db.snapshot(at_seq=/at_time=)`` (0: off; see ``shaledb.history``)."""
 
     def __post_init__(self) -> None:
         _positive("flush_interval_s", self.flush_interval_s)
+        _positive("history_retention_s", self.history_retention_s, allow_zero=True)
         _integer("wal_max_bytes", self.wal_max_bytes, minimum=1)
         _integer("l0_sst_size_bytes", self.l0_sst_size_bytes, minimum=4 * KiB)
         _integer("max_unflushed_bytes", self.max_unflushed_bytes, minimum=1)

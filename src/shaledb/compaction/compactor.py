@@ -44,6 +44,7 @@ from .. import paths
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError
 from ..format.coding import CODECS
+from ..history import manifest_floor
 from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore, Mutator
 from ..settings import CompactorOptions, MiB, Settings
@@ -392,9 +393,16 @@ class Compactor:
         if not m.initialized or m.destroyed_at_s is not None:
             return []
         specs: list[CompactionSpec] = []
+        floor = manifest_floor(m, int(self.clock.now() * 1000))  # a history window: keep its versions
         for tree in TREE_NAMES:
             for spec in schedule(m, self.options, tree):
-                specs.append(replace(spec, dest_run_id=m.next_run_id + len(specs)))
+                specs.append(
+                    replace(
+                        spec,
+                        dest_run_id=m.next_run_id + len(specs),
+                        history_floor=floor if tree == TREE_NAMES[0] else None,
+                    )
+                )
         return specs
 
     def plan_ranges(self, spec: CompactionSpec, n: int | None = None) -> list[KeyRange]:

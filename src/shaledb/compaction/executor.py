@@ -71,6 +71,7 @@ from ..format.sst import (
     SstProps,
     decode_data_block,
 )
+from ..history import merge_history
 from ..keys import key_after
 from ..manifest.model import SstInfo
 from ..sstable import SstSplitter, put_new_sst, read_sst_meta
@@ -506,8 +507,10 @@ class Executor:
             cuts = chunk_cuts(self._blocks(cursors), self.chunk_bytes, lo, hi)
             for upto in [*cuts, None]:
                 cols = [c.take(upto) for c in cursors]
-                merged = merge_columns(cols)
-                out.add(drop_dead(merged, bottom=spec.bottom, now_ms=now_ms))
+                if spec.history_floor is not None:
+                    out.add(merge_history(cols, spec.history_floor, bottom=spec.bottom, now_ms=now_ms))
+                else:
+                    out.add(drop_dead(merge_columns(cols), bottom=spec.bottom, now_ms=now_ms))
                 if heartbeat is not None:
                     heartbeat()
                 if progress is not None:

@@ -53,6 +53,8 @@ class CompactionSpec:
     dest_run_id: int
     bottom: bool
     reason: str = ""
+    history_floor: int | None = None
+    """Keep every version newer than this sequence number (``shaledb.history``); None: newest only."""
 
     @property
     def l0_ids(self) -> tuple[str, ...]:

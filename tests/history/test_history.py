@@ -1,0 +1,171 @@
+"""Time-travel reads: ``Db.snapshot(at_seq=...)`` / ``(at_time=...)`` within
+``Settings.history_retention_s``, through memtables, L0 flushes, compaction
+(bottom and not) and reopen; the window's edge; and retention 0 changing nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+import pytest
+
+from shaledb import Db, Settings
+from shaledb.compaction import Compactor
+from shaledb.errors import HistoryUnavailable, InvalidArgument
+from shaledb.history import OPT_MARKS, OPT_RETENTION, decode_marks, encode_marks, merge_history
+from shaledb.settings import CompactorOptions
+from shaledb.testing.clock import ManualClock
+
+QUIET = {"compactor": None, "garbage_collector": None}
+
+
+def _settings(retention: float) -> Settings:
+    return Settings(history_retention_s=retention, **QUIET)  # type: ignore[arg-type]
+
+
+def _compact(url: str, clock: ManualClock) -> int:
+    c = Compactor.open(url, CompactorOptions(min_l0_ssts=2), clock=clock)
+    try:
+        return c.run_once().committed
+    finally:
+        c.close()
+
+
+def _history_run(db: Db, clock: ManualClock, seed: int) -> list[tuple[int, float, dict[bytes, bytes]]]:
+    """Random writes, one per simulated second; the state after each: (seq, time, state)."""
+    rng = random.Random(seed)
+    state: dict[bytes, bytes] = {}
+    out = []
+    for i in range(30):
+        k = b"k%d" % rng.randrange(6)
+        if rng.random() < 0.2:
+            h = db.delete(k)
+            state.pop(k, None)
+        else:
+            v = b"v%d" % i
+            h = db.put(k, v)
+            state[k] = v
+        out.append((h.seq, clock.now(), dict(state)))
+        clock.advance(1.5)
+        if i % 7 == 6:
+            db.flush(memtable=True)
+    return out
+
+
+def _check(db: Db, history: list[tuple[int, float, dict[bytes, bytes]]]) -> None:
+    for seq, _, state in history:
+        with db.snapshot(at_seq=seq) as snap:
+            assert dict(snap.scan()) == state, f"scan at seq {seq}"
+            assert list(snap.scan(reverse=True)) == sorted(state.items(), reverse=True)
+            for k in (b"k%d" % i for i in range(6)):
+                assert snap.get(k) == state.get(k), f"get {k!r} at seq {seq}"
+
+
+def test_reads_as_of_every_write_through_flush_compaction_and_reopen(tmp_path: object) -> None:
+    seed = random.randrange(2**32)
+    print(f"seed={seed}")
+    url = str(tmp_path) + "/db"  # type: ignore[operator]
+    clock = ManualClock()
+    db = Db.open(url, settings=_settings(3600), clock=clock)
+    history = _history_run(db, clock, seed)
+    _check(db, history)  # memtables and L0 SSTs
+    assert _compact(url, clock) >= 1
+    db.refresh_manifest()
+    _check(db, history)  # one sorted run holding every version
+    db.close()
+    db = Db.open(url, settings=_settings(3600), clock=clock)
+    _check(db, history)
+    db.close()
+
+
+def test_at_time_resolves_to_the_state_then(mem_url: str) -> None:
+    clock = ManualClock()
+    with Db.open(mem_url, settings=_settings(600), clock=clock) as db:
+        history = _history_run(db, clock, 1)
+        for seq, t, state in history:
+            at = datetime.fromtimestamp(t + 1.0, tz=UTC)  # after this write, before the next
+            with db.snapshot(at_time=at) as snap:
+                assert dict(snap.scan()) == state, f"at {t + 1.0} (seq {seq})"
+
+
+def test_reads_outside_the_window_are_refused_with_the_oldest_point(mem_url: str) -> None:
+    clock = ManualClock()
+    with Db.open(mem_url, settings=_settings(10), clock=clock) as db:
+        first = db.put(b"k", b"1").seq
+        clock.advance(5)
+        db.put(b"k", b"2")
+        clock.advance(20)
+        last = db.put(b"k", b"3").seq
+        with pytest.raises(HistoryUnavailable, match="oldest readable point is seq") as info:
+            db.snapshot(at_seq=first)
+        assert info.value.oldest_seq > first
+        with db.snapshot(at_seq=info.value.oldest_seq) as snap:
+            assert snap.get(b"k") == b"2"
+        with pytest.raises(HistoryUnavailable):
+            db.snapshot(at_time=datetime.fromtimestamp(clock.now() - 60, tz=UTC))
+        with pytest.raises(InvalidArgument):
+            db.snapshot(at_seq=last + 1)
+        with pytest.raises(InvalidArgument):
+            db.snapshot(at_time=datetime(2020, 1, 1))  # naive
+        with pytest.raises(InvalidArgument):
+            db.snapshot(at_seq=first, at_time=datetime.now(UTC))
+
+
+def test_compaction_drops_versions_the_window_no_longer_sees(tmp_path: object) -> None:
+    url = str(tmp_path) + "/db"  # type: ignore[operator]
+    clock = ManualClock()
+    with Db.open(url, settings=_settings(30), clock=clock) as db:
+        for i in range(20):
+            db.put(b"k", b"v%d" % i)
+            clock.advance(2)
+            if i % 5 == 4:
+                db.flush(memtable=True)
+        _compact(url, clock)
+        db.refresh_manifest()
+        rows = [
+            r for s in db.manifest.data.runs for info in s.ssts for r in db.tables.reader(info).all_rows()
+        ]
+        assert [r[0] for r in rows].count(b"k") > 5, "versions inside the window were dropped"
+        clock.advance(100)  # every version but the newest left the window
+        db.put(b"other", b"x")
+        db.flush(memtable=True)
+        db.flush(memtable=True)
+        db.put(b"other2", b"x")
+        db.flush(memtable=True)
+        _compact(url, clock)
+        db.refresh_manifest()
+        rows = [
+            r for s in db.manifest.data.runs for info in s.ssts for r in db.tables.reader(info).all_rows()
+        ]
+        assert [r[0] for r in rows].count(b"k") == 1, "versions older than the window were kept"
+        assert db.get(b"k") == b"v19"
+
+
+def test_retention_zero_changes_nothing(tmp_path: object) -> None:
+    url = str(tmp_path) + "/db"  # type: ignore[operator]
+    with Db.open(url, settings=_settings(0)) as db:
+        snap = db.snapshot()  # a pinned snapshot keeps memtable history, which must not reach L0
+        for i in range(10):
+            db.put(b"k", b"v%d" % i)
+        db.flush(memtable=True)
+        assert db.manifest.option(OPT_RETENTION) is None and db.manifest.option(OPT_MARKS) is None
+        (l0,) = db.manifest.data.l0
+        assert [r[0] for r in db.tables.reader(l0).all_rows()] == [b"k"]
+        with pytest.raises(InvalidArgument, match="history_retention_s"):
+            db.snapshot(at_seq=1)
+        snap.close()
+        assert db._history is None and db._mem.pins == {}
+    with pytest.raises(InvalidArgument):
+        Settings(history_retention_s=-1)
+
+
+def test_marks_round_trip_and_merge_keeps_the_base_version() -> None:
+    marks = [(1000, 0), (3000, 5), (4500, 9)]
+    assert decode_marks(encode_marks(marks)) == marks
+    cols = [([b"a", b"a", b"a", b"b"], [9, 6, 2, 1], bytes([0, 1, 0, 1]), [b"9", b"", b"2", b""])]
+    keys, seqs, _k, _ = merge_history(cols, 5, bottom=True, now_ms=0)  # type: ignore[arg-type]
+    # a@9, a@6 (tombstone, newer than the floor) and a@2 (the base) stay; b's base tombstone goes
+    assert (keys, seqs) == ([b"a", b"a", b"a"], [9, 6, 2])
+    keys, seqs, _, _ = merge_history(cols, 7, bottom=True, now_ms=0)  # type: ignore[arg-type]
+    assert (keys, seqs) == ([b"a"], [9]), "a@6 is the base at floor 7 and a tombstone: dropped with a@2"
