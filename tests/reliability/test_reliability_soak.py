@@ -7,6 +7,8 @@ of ``make test``); its size comes from the environment:
 
 * ``SHALEDB_SOAK_WRITER_KILLS`` (default 500) and ``SHALEDB_SOAK_OTHER_KILLS``
   (default 100), spread over the four databases;
+* ``SHALEDB_SOAK_MAX_S``: start no new round after this many seconds (the
+  figures printed then say what ran);
 * ``SHALEDB_SOAK_SEED`` (default: random, printed).
 """
 
@@ -30,7 +32,9 @@ def _seed() -> int:
 
 def test_crash_soak_short(tmp_path: Path, soak_targets: list[tuple[SoakTarget, bool]]) -> None:
     others = len(ROLES) - 1
-    stats = run_soak(soak_targets, tmp_path / "work", writer_kills=25 - others, other_kills=others, seed=_seed())
+    stats = run_soak(
+        soak_targets, tmp_path / "work", writer_kills=25 - others, other_kills=others, seed=_seed()
+    )
     assert sum(stats.kills.values()) >= 25
     assert set(stats.kills) == set(ROLES), stats.kills
     assert stats.acknowledged_lost == 0
@@ -45,5 +49,6 @@ def test_crash_soak(tmp_path: Path, soak_targets: list[tuple[SoakTarget, bool]])
         writer_kills=int(os.environ.get("SHALEDB_SOAK_WRITER_KILLS", "500")),
         other_kills=int(os.environ.get("SHALEDB_SOAK_OTHER_KILLS", "100")),
         seed=_seed(),
+        max_seconds=float(os.environ["SHALEDB_SOAK_MAX_S"]) if os.environ.get("SHALEDB_SOAK_MAX_S") else None,
     )
     assert stats.acknowledged_lost == 0

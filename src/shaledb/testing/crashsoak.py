@@ -153,7 +153,9 @@ class CrashSoak:
         t0 = time.monotonic()
         ledger = self.workdir / f"{self.target.name}-{r}-{role}.jsonl"
         errlog = self.workdir / f"{self.target.name}-{r}-{role}.err"
-        where = f"{self.target.name} vsep={int(self.vsep)} round {r} role {role} seed {seed} (ledger {ledger})"
+        where = (
+            f"{self.target.name} vsep={int(self.vsep)} round {r} role {role} seed {seed} (ledger {ledger})"
+        )
         cmd = [
             sys.executable,
             "-m",
@@ -243,7 +245,9 @@ class CrashSoak:
 
         created = {rec["cp"] for rec in records if "cp" in rec}
         deleting = {rec["cp_del"] for rec in records if "cp_del" in rec}
-        listed = {str(cp.id) for cp in admin.list_checkpoints(self.target.url, store_options=self._opts() or None)}
+        listed = {
+            str(cp.id) for cp in admin.list_checkpoints(self.target.url, store_options=self._opts() or None)
+        }
         missing = created - deleting - listed
         if missing:
             raise AssertionError(f"checkpoints created and never deleted are gone: {sorted(missing)}")
@@ -318,10 +322,15 @@ def run_soak(
     seed: int,
     log: Callable[[str], None] = print,
     kill_after_s: tuple[float, float] = (0.05, 1.0),
+    max_seconds: float | None = None,
 ) -> SoakStats:
     """Spread the kills over ``targets`` (each a location and whether value separation
-    is on), round-robin; returns the combined figures."""
-    log(f"crash soak: seed {seed}, {writer_kills} writer kills + {other_kills} other kills over {len(targets)} dbs")
+    is on), round-robin; returns the combined figures. With ``max_seconds``, no new
+    round starts after that long (the figures then say how many kills ran)."""
+    log(
+        f"crash soak: seed {seed}, {writer_kills} writer kills + {other_kills} other kills "
+        f"over {len(targets)} databases"
+    )
     rng = random.Random(seed)
     soaks = [
         CrashSoak(t, workdir / f"{t.name}-v{int(v)}", vsep=v, kill_after_s=kill_after_s, log=log)
@@ -337,6 +346,7 @@ def run_soak(
         shares[k].append((role, rng.randrange(1 << 31)))
     done = [0]
     lock = threading.Lock()
+    stop_at = None if max_seconds is None else time.monotonic() + max_seconds
     errors: list[BaseException] = []
 
     def drive(soak: CrashSoak, share: list[tuple[str, int]]) -> None:
@@ -344,14 +354,17 @@ def run_soak(
         # so each runs in its own thread; the first failure stops them all.
         try:
             for role, round_seed in share:
-                if errors:
+                if errors or (stop_at is not None and time.monotonic() > stop_at):
                     return
                 soak.round(role, round_seed)
                 with lock:
                     done[0] += 1
                     if done[0] % 25 == 0:
-                        log(f"  {done[0]}/{len(roles)} kills done")
-        except BaseException as exc:
+                        running = SoakStats()
+                        for other in soaks:
+                            running.add(other.stats)
+                        log(f"  {done[0]}/{len(roles)} kills done: {running.summary()}")
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
             errors.append(exc)
 
     threads = [threading.Thread(target=drive, args=(s, sh)) for s, sh in zip(soaks, shares, strict=True)]

@@ -9,7 +9,8 @@ acknowledged was acknowledged, even across a machine crash. Keys and values
 are bytes, stored as latin-1 strings (a lossless round trip).
 
 :func:`read_ledger` tolerates a torn last line (the one being written when the
-process was killed).
+process was killed). Every record carries ``"t"``, the monotonic time it was
+written, for the consistency checker (:mod:`shaledb.testing.linearizability`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -38,7 +40,9 @@ class Ledger:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def log(self, obj: dict[str, Any], *, sync: bool = False) -> None:
-        os.write(self.fd, (json.dumps(obj) + "\n").encode())
+        """Append ``obj`` with ``"t"``, the ``time.monotonic()`` of the event (one clock for
+        every process on the machine, so histories of several processes line up)."""
+        os.write(self.fd, (json.dumps({**obj, "t": time.monotonic()}) + "\n").encode())
         if sync:
             os.fdatasync(self.fd)
 

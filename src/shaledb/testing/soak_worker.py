@@ -155,7 +155,9 @@ def run(role: str, url: str, aux: str, ledger: Ledger, seed: int, version: int, 
             compactor=shaledb.CompactorOptions(poll_interval_s=0.2, min_l0_ssts=4)
             if rng.random() < 0.5
             else None,
-            garbage_collector=shaledb.GcOptions(interval_s=0.5, min_age_s=30.0) if rng.random() < 0.5 else None,
+            garbage_collector=shaledb.GcOptions(interval_s=0.5, min_age_s=30.0)
+            if rng.random() < 0.5
+            else None,
         )
         db = shaledb.Db.open(url, settings=st, seed=rng.randrange(1 << 62))
         ledger.log({"ready": db.epoch})
@@ -167,16 +169,24 @@ def run(role: str, url: str, aux: str, ledger: Ledger, seed: int, version: int, 
     i = 0
     if role == "compactor":
         comp = shaledb.Compactor.open(
-            url, shaledb.CompactorOptions(min_l0_ssts=2, min_merge_runs=2), settings=settings, seed=rng.randrange(1 << 62)
+            url,
+            shaledb.CompactorOptions(min_l0_ssts=2, min_merge_runs=2),
+            settings=settings,
+            seed=rng.randrange(1 << 62),
         )
         while True:
             ledger.log({"op": "compact"})
             comp.run_once()
             writes.burst(url, settings, 10)
     elif role == "gc":
-        gc = shaledb.GarbageCollector.open(url, shaledb.GcOptions(min_age_s=0.0), settings=settings, seed=rng.randrange(1 << 62))
+        gc = shaledb.GarbageCollector.open(
+            url, shaledb.GcOptions(min_age_s=0.0), settings=settings, seed=rng.randrange(1 << 62)
+        )
         comp = shaledb.Compactor.open(
-            url, shaledb.CompactorOptions(min_l0_ssts=2, min_merge_runs=2), settings=settings, seed=rng.randrange(1 << 62)
+            url,
+            shaledb.CompactorOptions(min_l0_ssts=2, min_merge_runs=2),
+            settings=settings,
+            seed=rng.randrange(1 << 62),
         )
         while True:
             ledger.log({"op": "gc"})
@@ -272,6 +282,9 @@ def _reader(url: str, ledger: Ledger, writes: Writes, settings: Any, rng: random
 
 
 def main(argv: list[str]) -> int:
+    from .plants import plant_from_env
+
+    plant_from_env()  # a planted-bug test runs the soak against a bug (shaledb.testing.plants)
     role, url, aux, path, seed, version, vsep = argv
     ledger = Ledger(path)
     run(role, url, aux, ledger, int(seed), int(version), vsep == "1")
