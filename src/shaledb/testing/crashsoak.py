@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import ShaleError
 from .ledger import read_ledger, state_digest
 from .linearizability import PrefixViolation, digests_of_prefixes, prefix_positions
 from .model import HistoryModel
@@ -190,8 +191,8 @@ class CrashSoak:
         self.stats.kills[role] += 1
         try:
             self._check(role, ledger, r)
-        except AssertionError as exc:
-            raise SoakFailure(f"{where}: {exc}") from None
+        except (AssertionError, ShaleError) as exc:
+            raise SoakFailure(f"{where}: {type(exc).__name__}: {exc}") from None
         self.stats.seconds += time.monotonic() - t0
 
     def _check(self, role: str, ledger: Path, r: int) -> None:
@@ -323,10 +324,12 @@ def run_soak(
     log: Callable[[str], None] = print,
     kill_after_s: tuple[float, float] = (0.05, 1.0),
     max_seconds: float | None = None,
+    weights: list[int] | None = None,
 ) -> SoakStats:
     """Spread the kills over ``targets`` (each a location and whether value separation
     is on), round-robin; returns the combined figures. With ``max_seconds``, no new
-    round starts after that long (the figures then say how many kills ran)."""
+    round starts after that long (the figures then say how many kills ran). ``weights``
+    (one per target) give some databases a larger share of the kills."""
     log(
         f"crash soak: seed {seed}, {writer_kills} writer kills + {other_kills} other kills "
         f"over {len(targets)} databases"
@@ -339,8 +342,9 @@ def run_soak(
     roles = plan_roles(writer_kills, other_kills, rng)
     # Each database gets every len(soaks)-th kill; the journal role needs value separation.
     shares: list[list[tuple[str, int]]] = [[] for _ in soaks]
+    slots = [k for k, w in enumerate(weights or [1] * len(soaks)) for _ in range(w)]
     for i, role in enumerate(roles):
-        k = i % len(soaks)
+        k = slots[i % len(slots)]
         if role == "journal" and not soaks[k].vsep:
             k = next((j for j, s in enumerate(soaks) if s.vsep), k)
         shares[k].append((role, rng.randrange(1 << 31)))

@@ -196,7 +196,12 @@ class FaultProxy:
             ready.set()
             loop.run_forever()
             self._server.close()
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.run_until_complete(self._server.wait_closed())
+            loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
         self._thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
