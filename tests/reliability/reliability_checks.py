@@ -232,6 +232,9 @@ def check_clone_creation_resumes_after_a_crash(url: str) -> None:
     mod.test_crash_at_every_store_call_of_initialization_then_retry("clone")
 
 
+SUITE_TESTS = frozenset({"reader_follows_a_collected_wal_object", "clone_creation_resumes_after_a_crash"})
+"""Checks that are tests of the suite: they already run in their own folders."""
+
 CHECKS: dict[str, Callable[[str], None]] = {
     "acknowledged_writes_survive_a_crash": check_acknowledged_writes_survive_a_crash,
     "a_fenced_writer_cannot_write": check_a_fenced_writer_cannot_write,
