@@ -9,6 +9,8 @@ of ``make test``); its size comes from the environment:
   (default 100), spread over the four databases;
 * ``SHALEDB_SOAK_MAX_S``: start no new round after this many seconds (the
   figures printed then say what ran);
+* ``SHALEDB_SOAK_WEIGHTS``: the databases' shares of the kills, e.g. ``3,1,3,1``
+  (local, S3, local with value separation, S3 with value separation; default equal);
 * ``SHALEDB_SOAK_SEED`` (default: random, printed).
 """
 
@@ -50,5 +52,8 @@ def test_crash_soak(tmp_path: Path, soak_targets: list[tuple[SoakTarget, bool]])
         other_kills=int(os.environ.get("SHALEDB_SOAK_OTHER_KILLS", "100")),
         seed=_seed(),
         max_seconds=float(os.environ["SHALEDB_SOAK_MAX_S"]) if os.environ.get("SHALEDB_SOAK_MAX_S") else None,
+        weights=[int(w) for w in os.environ["SHALEDB_SOAK_WEIGHTS"].split(",")]
+        if os.environ.get("SHALEDB_SOAK_WEIGHTS")
+        else None,
     )
     assert stats.acknowledged_lost == 0
