@@ -41,6 +41,7 @@ def test_crash_soak_short(tmp_path: Path, soak_targets: list[tuple[SoakTarget, b
     assert set(stats.kills) == set(ROLES), stats.kills
     assert stats.acknowledged_lost == 0
     assert stats.writes_acknowledged > 100, stats.summary()
+    assert stats.reader_states_checked > 0, stats.summary()
 
 
 @pytest.mark.soak

@@ -165,7 +165,8 @@ def run(role: str, url: str, aux: str, ledger: Ledger, seed: int, version: int, 
         while True:
             writes.one(db, pending)
     writes.burst(url, settings, 20)
-    ledger.log({"ready": role})
+    if role != "reader":  # the reader is ready once it has scanned (see _reader)
+        ledger.log({"ready": role})
     i = 0
     if role == "compactor":
         comp = shaledb.Compactor.open(
@@ -276,6 +277,8 @@ def _reader(url: str, ledger: Ledger, writes: Writes, settings: Any, rng: random
 
     reader = shaledb.DbReader.open(url, manifest_poll_interval=0.05)
     threading.Thread(target=write_forever, daemon=True).start()
+    ledger.log({"r": state_digest(reader.scan())})
+    ledger.log({"ready": "reader"})  # the kill lands while it follows the writer, not while it opens
     while True:
         ledger.log({"r": state_digest(reader.scan())})
         time.sleep(0.01)
