@@ -100,7 +100,8 @@ class SoakStats:
             f"unacknowledged kept {self.unacknowledged_kept} / dropped {self.unacknowledged_lost}; "
             f"verify runs {self.verifies}, reader states {self.reader_states_checked}, "
             f"clones reopened {self.clones_reopened}, backups checked {self.backups_checked}, "
-            f"checkpoints checked {self.checkpoints_checked}; {self.seconds:.0f} s"
+            f"checkpoints checked {self.checkpoints_checked}; rounds took {self.seconds:.0f} s "
+            "(summed over the databases, which run in parallel)"
         )
 
 
