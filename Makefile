@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 LOCK   := requirements/lock.txt
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c $(LOCK)
 
-.PHONY: test test-core test-spark lint demo bench bench-anchors clean lock
+.PHONY: test test-core test-spark lint demo bench bench-anchors clean lock soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ lint: $(VENV)/.test
 	$(BIN)/mypy
 
 test-core: $(VENV)/.test $(SERVERS)/.installed
-	$(BIN)/pytest -m "not spark" -p no:randomly
+	$(BIN)/pytest -m "not spark and not soak" -p no:randomly
 
 # mypy again once numpy and pyarrow are installed: without them their uses type-check as Any.
 test-spark: $(VENV)/.spark $(SERVERS)/.installed
@@ -48,6 +48,11 @@ test-spark: $(VENV)/.spark $(SERVERS)/.installed
 	$(BIN)/pytest -m spark
 
 test: lint test-core test-spark
+
+# kill -9 soak of every role on a local directory and the S3 server, and the chaos runs
+# through the fault proxy; sized by SHALEDB_SOAK_* variables (docs/reliability.md).
+soak: $(VENV)/.test
+	$(BIN)/pytest -m soak -p no:randomly -s --timeout=0 tests/reliability $(SOAK_ARGS)
 
 demo: $(VENV)/.spark
 	$(BIN)/python -m shaledb.demo $(DEMO_ARGS)

@@ -1,0 +1,60 @@
+"""The crash soak (shaledb.testing.crashsoak): kill -9 of every role, then check everything.
+
+``test_crash_soak_short`` is the ``make test`` tier: at least 25 kills over a
+local directory and the S3 server, value separation off and on, every role
+at least once. ``test_crash_soak`` is ``make soak`` (marker ``soak``, not part
+of ``make test``); its size comes from the environment:
+
+* ``SHALEDB_SOAK_WRITER_KILLS`` (default 500) and ``SHALEDB_SOAK_OTHER_KILLS``
+  (default 100), spread over the four databases;
+* ``SHALEDB_SOAK_MAX_S``: start no new round after this many seconds (the
+  figures printed then say what ran);
+* ``SHALEDB_SOAK_WEIGHTS``: the databases' shares of the kills, e.g. ``3,1,3,1``
+  (local, S3, local with value separation, S3 with value separation; default equal);
+* ``SHALEDB_SOAK_SEED`` (default: random, printed).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from shaledb.testing.crashsoak import SoakTarget, run_soak
+from shaledb.testing.soak_worker import ROLES
+
+
+def _seed() -> int:
+    seed = int(os.environ.get("SHALEDB_SOAK_SEED") or random.randrange(1 << 31))
+    print(f"SHALEDB_SOAK_SEED={seed}")
+    return seed
+
+
+def test_crash_soak_short(tmp_path: Path, soak_targets: list[tuple[SoakTarget, bool]]) -> None:
+    others = len(ROLES) - 1
+    stats = run_soak(
+        soak_targets, tmp_path / "work", writer_kills=25 - others, other_kills=others, seed=_seed()
+    )
+    assert sum(stats.kills.values()) >= 25
+    assert set(stats.kills) == set(ROLES), stats.kills
+    assert stats.acknowledged_lost == 0
+    assert stats.writes_acknowledged > 100, stats.summary()
+    assert stats.reader_states_checked > 0, stats.summary()
+
+
+@pytest.mark.soak
+def test_crash_soak(tmp_path: Path, soak_targets: list[tuple[SoakTarget, bool]]) -> None:
+    stats = run_soak(
+        soak_targets,
+        tmp_path / "work",
+        writer_kills=int(os.environ.get("SHALEDB_SOAK_WRITER_KILLS", "500")),
+        other_kills=int(os.environ.get("SHALEDB_SOAK_OTHER_KILLS", "100")),
+        seed=_seed(),
+        max_seconds=float(os.environ["SHALEDB_SOAK_MAX_S"]) if os.environ.get("SHALEDB_SOAK_MAX_S") else None,
+        weights=[int(w) for w in os.environ["SHALEDB_SOAK_WEIGHTS"].split(",")]
+        if os.environ.get("SHALEDB_SOAK_WEIGHTS")
+        else None,
+    )
+    assert stats.acknowledged_lost == 0
