@@ -60,6 +60,12 @@ def referenced_objects(m: Manifest) -> SstSet:
     return frozenset(ids)
 
 
+def _new_id(rng: random.Random, epoch: int) -> uuid.UUID:
+    """A checkpoint id from the injected rng, mixed with the writer's epoch so that writers
+    opened with the same ``seed=`` (tests, reproducible runs) still draw different ids."""
+    return uuid.UUID(int=rng.getrandbits(128) ^ epoch, version=4)
+
+
 class ViewPins:
     """The writer's checkpoints and their reference counts. Thread-safe."""
 
@@ -148,8 +154,12 @@ class ViewPins:
                 else:
                     out.append(c)
             if not have_current:
+                taken = {c.id for c in nxt.checkpoints}
+                cp_id = _new_id(self.rng, epoch)
+                while cp_id in taken:  # two processes opened with one seed= draw the same ids
+                    cp_id = _new_id(self.rng, epoch)
                 cp = Checkpoint(
-                    id=uuid.UUID(int=self.rng.getrandbits(128), version=4),
+                    id=cp_id,
                     manifest_id=nxt.id + 1,
                     create_time_s=now,
                     writer_epoch=epoch,

@@ -358,3 +358,14 @@ def test_compaction_absorbs_the_parent_and_gc_detaches_the_clone() -> None:
         admin.destroy(parent_url, soft=False)
         with Db.open(clone_url, settings=QUIET) as clone:
             assert dict(clone.scan()) == data
+
+
+def test_writer_and_clone_opened_with_one_seed_do_not_share_a_checkpoint_id(tmp_path: Path) -> None:
+    """Ids come from the injected rng: the same ``seed=`` must not give a duplicate checkpoint."""
+    parent, clone = (tmp_path / "parent").as_uri(), (tmp_path / "clone").as_uri()
+    with Db.open(parent, seed=7) as db:
+        db.put(b"a", b"1")
+    Db.open_from_checkpoint(clone, parent, seed=7).close()
+    with Db.open(parent, seed=7) as db:  # raised ManifestInvariantError: checkpoint appears twice
+        db.put(b"b", b"2")
+        assert db.get(b"a") == b"1"
