@@ -218,6 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK if rc is None else rc
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of our output left (`scan | head -1`): not an error
+        from .cli_stream import silence_stdout
+
+        silence_stdout()
+        return EXIT_OK
     except (ShaleError, OSError) as exc:
         if args.debug:
             raise

@@ -20,6 +20,7 @@ from typing import Any
 from . import admin
 from .checkpoint import as_checkpoint_id
 from .cli import EXIT_NOT_FOUND, Output, command, parse_bytes, render_bytes
+from .cli_stream import stream_rows
 from .clock import SYSTEM_CLOCK
 from .db_reader import DbReader, DbReaderOptions
 from .duration import format_duration, parse_duration
@@ -193,6 +194,7 @@ def _reader(path: str, checkpoint: str | None, *, for_scan: bool) -> DbReader:
         manifest_poll_interval_s=10.0,
         checkpoint_lifetime_s=300.0,
         checkpoint_name="cli-scan",
+        block_cache_bytes=8 << 20,  # a scan reads each block once: a cache would only grow the RSS
     )
     return DbReader.open(path, options=opts)
 
@@ -254,9 +256,5 @@ def scan(args: argparse.Namespace, out: Output) -> int | None:
         if args.count:
             out.emit({"count": sum(1 for _ in it)})
             return None
-        rows = [_kv(k, v) for k, v in it]
-    if out.as_json:
-        out.emit(rows)
-    else:
-        out.table(rows, ["key", "value"])
+        stream_rows(out, (_kv(k, v) for k, v in it), ["key", "value"])  # constant memory
     return None
