@@ -16,6 +16,7 @@ one, writes raise (``FencedError`` if another writer took over, else
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import uuid
@@ -39,6 +40,7 @@ from .journal.resolver import JournalResolver
 from .keys import scan_bounds
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
+from .mapping import MappingReads, MappingWrites, as_url
 from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from .pins import ViewPins
 from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
@@ -75,7 +77,7 @@ class WriteHandle:
         return f"WriteHandle(seq={self.seq}, durable={self.durable})"
 
 
-class Snapshot(SnapshotExtras):
+class Snapshot(MappingReads, SnapshotExtras):
     """A consistent, read-only view of the database at one sequence number.
 
     Besides ``get`` and ``scan``: ``head``, ``index_query``, ``scan_heads``,
@@ -88,11 +90,12 @@ class Snapshot(SnapshotExtras):
         self.seq = seq
         self._finalizer = weakref.finalize(self, db._unpin, view.mem, seq, cp)
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key`` at the snapshot, or ``default``."""
         k = key if type(key) is bytes else check_key(key)
         self._check()
         e = lookup(self._view, self._db.tables, k, self.seq)
-        return None if e is None else self._db.vis.value(k, e[1], e[2])
+        return default if e is None else self._db.vis.value(k, e[1], e[2])
 
     def scan(
         self,
@@ -121,11 +124,13 @@ class Snapshot(SnapshotExtras):
         self.close()
 
 
-class Db(DbExtras):
+class Db(MappingWrites, DbExtras):
     """A database opened for writing (the single writer). Thread-safe.
 
     Key/value separation, heads, secondary indexes, folds, journal compaction,
-    ledger rebuild and backups are in :class:`~shaledb.db_extras.DbExtras`.
+    ledger rebuild and backups are in :class:`~shaledb.db_extras.DbExtras`;
+    ``db[k]``, ``k in db``, ``del db[k]`` and ordered iteration in
+    :class:`~shaledb.mapping.MappingWrites`.
     """
 
     # ------------------------------------------------------------------ open
@@ -133,7 +138,7 @@ class Db(DbExtras):
     @classmethod
     def open(
         cls,
-        url: str | None = None,
+        url: str | os.PathLike[str] | None = None,
         *,
         settings: Settings | None = None,
         store: ObjectStore | None = None,
@@ -147,6 +152,7 @@ class Db(DbExtras):
             settings = Settings()
         elif not isinstance(settings, Settings):
             raise InvalidArgument(f"settings must be a shaledb.Settings, got {type(settings).__name__}")
+        url = as_url(url)
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
         wrapped = open_stack(url, store, store_options, settings, clock, rng)
@@ -158,8 +164,8 @@ class Db(DbExtras):
     @classmethod
     def open_from_checkpoint(
         cls,
-        url: str | None,
-        parent_url: str,
+        url: str | os.PathLike[str] | None,
+        parent_url: str | os.PathLike[str],
         parent_checkpoint: Any = None,
         *,
         settings: Settings | None = None,
@@ -182,8 +188,8 @@ class Db(DbExtras):
 
         return open_clone(
             cls,
-            url,
-            parent_url,
+            as_url(url),
+            as_url(parent_url),
             parent_checkpoint,
             settings=settings,
             store=store,
@@ -643,15 +649,15 @@ class Db(DbExtras):
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, key: bytes) -> bytes | None:
-        """The value of ``key``, or None."""
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` (None) when it is absent."""
         if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
             key = check_key(key)
         if self._state == _CLOSED:
             raise ClosedError("database is closed")
         e = lookup(self._view, self.tables, key, None)
         if e is None:
-            return None
+            return default
         if e[1] == 0:
             return e[2]
         return self.vis.value(key, e[1], e[2])

@@ -54,6 +54,7 @@ For parallel readers of one checkpoint (the Spark data source),
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import uuid
@@ -91,6 +92,7 @@ from .journal.resolver import JournalResolver
 from .keys import scan_bounds, split_points
 from .manifest.model import Checkpoint, Manifest, SstInfo
 from .manifest.store import ManifestStore
+from .mapping import MappingReads, as_url
 from .memtable import ENTRY_OVERHEAD, Memtable, new_memtable
 from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from .settings import DbReaderOptions, Settings
@@ -126,7 +128,7 @@ def _sst_key(m: Manifest) -> tuple[Any, ...]:
     )
 
 
-class ReaderSnapshot:
+class ReaderSnapshot(MappingReads):
     """A consistent view of a reader at one sequence number; close it when done."""
 
     def __init__(self, reader: DbReader, view: ReadView, seq: int, cp: uuid.UUID | None) -> None:
@@ -135,13 +137,14 @@ class ReaderSnapshot:
         self.seq = seq
         self._finalizer = weakref.finalize(self, reader._unpin, view.mem, seq, cp)
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key`` at the snapshot, or ``default``."""
         k = key if type(key) is bytes else check_key(key)
         if not self._finalizer.alive:
             raise ClosedError("snapshot is closed")
         r = self._reader
         e = lookup(self._view, r._tables, k, self.seq)
-        return None if e is None else r._vis.value(k, e[1], e[2])
+        return default if e is None else r._vis.value(k, e[1], e[2])
 
     def scan(
         self,
@@ -189,7 +192,7 @@ class ReaderSnapshot:
         self.close()
 
 
-class DbReader(ReaderReads):
+class DbReader(MappingReads, ReaderReads):
     """A read-only client of one database (see module docstring). Thread-safe.
 
     Heads, index queries and head scans: :class:`~shaledb.db_extras.ReaderReads`.
@@ -200,7 +203,7 @@ class DbReader(ReaderReads):
     @classmethod
     def open(
         cls,
-        url: str | None = None,
+        url: str | os.PathLike[str] | None = None,
         checkpoint: uuid.UUID | str | Checkpoint | None = None,
         *,
         options: DbReaderOptions | None = None,
@@ -237,6 +240,7 @@ class DbReader(ReaderReads):
             changes["max_memtable_bytes"] = max_memtable_bytes
         if changes:
             opts = replace(opts, **changes)
+        url = as_url(url)
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
         settings = Settings(retry=opts.retry, compactor=None, garbage_collector=None)
@@ -321,8 +325,8 @@ class DbReader(ReaderReads):
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, key: bytes) -> bytes | None:
-        """The value of ``key`` in the reader's current view, or None."""
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key`` in the reader's current view, or ``default`` (None)."""
         if type(key) is not bytes:
             key = check_key(key)
         self._check_open()
@@ -335,7 +339,7 @@ class DbReader(ReaderReads):
             log.warning("reader %s: an SST of its view is gone; re-establishing", self._where)
             self._poll(force=True)
             e = lookup(self._view, self._tables, key, None)
-        return None if e is None else self._vis.value(key, e[1], e[2])
+        return default if e is None else self._vis.value(key, e[1], e[2])
 
     def scan(
         self,
