@@ -26,13 +26,14 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+from . import writers
 from .allocator import fix_mmap_threshold
 from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check_key, check_value
 from .cache import LruCache
 from .clock import SYSTEM_CLOCK, Clock
 from .db_extras import DbExtras, SnapshotExtras
 from .errors import ClosedError, FencedError, InvalidArgument, ShaleError
-from .external import ExternalStores, default_factory
+from .external import ExternalStores, canonical_url, default_factory
 from .flush import OPT_INDEXED, MemtableFlusher
 from .format.coding import CODECS
 from .format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
@@ -155,11 +156,18 @@ class Db(MappingWrites, DbExtras):
         url = as_url(url)
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
-        wrapped = open_stack(url, store, store_options, settings, clock, rng)
-        external = ExternalStores(
-            default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
-        )
-        return cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+        claim = writers.claim(canonical_url(url) if store is None and url else None)
+        try:
+            wrapped = open_stack(url, store, store_options, settings, clock, rng)
+            external = ExternalStores(
+                default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
+            )
+            db = cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+        except BaseException:
+            writers.release(claim)
+            raise
+        writers.attach(claim, db)
+        return db
 
     @classmethod
     def open_from_checkpoint(
@@ -186,18 +194,26 @@ class Db(MappingWrites, DbExtras):
         """
         from .clone import open_clone
 
-        return open_clone(
-            cls,
-            as_url(url),
-            as_url(parent_url),
-            parent_checkpoint,
-            settings=settings,
-            store=store,
-            parent_store=parent_store,
-            clock=clock,
-            seed=seed,
-            store_options=store_options,
-        )
+        url = as_url(url)
+        claim = writers.claim(canonical_url(url) if store is None and url else None)
+        try:
+            db = open_clone(
+                cls,
+                url,
+                as_url(parent_url),
+                parent_checkpoint,
+                settings=settings,
+                store=store,
+                parent_store=parent_store,
+                clock=clock,
+                seed=seed,
+                store_options=store_options,
+            )
+        except BaseException:
+            writers.release(claim)
+            raise
+        writers.attach(claim, db)
+        return db
 
     def __init__(
         self,
@@ -743,6 +759,7 @@ class Db(MappingWrites, DbExtras):
             self._release_pins()
         with self._lock:
             self._state = _CLOSED
+        writers.release(getattr(self, "_writer_claim", None), self)
         if error is not None and not isinstance(error, FencedError):
             raise error
 
