@@ -170,8 +170,8 @@ def list_manifests(args: argparse.Namespace, out: Output) -> int | None:
 
 
 def _put_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("key", help="key (UTF-8, or 0x-prefixed hex)")
-    p.add_argument("value", help="value (UTF-8, or 0x-prefixed hex)")
+    p.add_argument("key", help="key (UTF-8; 0x... for hex; text:... for literal text)")
+    p.add_argument("value", help="value (UTF-8; 0x... for hex; text:... for literal text)")
 
 
 @command("put", "write one key durably (opens the writer: fences any running writer)")(_put_args)

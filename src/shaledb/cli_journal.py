@@ -92,7 +92,7 @@ def _backup_args(p: argparse.ArgumentParser) -> None:
 def backup_cmd(args: argparse.Namespace, out: Output) -> int | None:
     from .journal.backup import backup_url
 
-    with out.progress("backup") as progress:
+    with out.progress("backup", unit="bytes") as progress:
         r = backup_url(args.path, args.dest, prune=not args.no_prune, progress=progress)
     if out.as_json:
         out.emit(r.to_dict())

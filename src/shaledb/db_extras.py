@@ -426,7 +426,7 @@ class DbExtras(_Reads):
         both live in one store; ``workers`` copies at once), then writes the
         destination's manifest; the destination opens as a database. A second
         backup without changes copies nothing. ``progress(done, total)`` is
-        called after each object copied.
+        called after each object copied, in bytes (of the bytes to copy).
         """
         from .journal.backup import backup_from_writer
 
