@@ -286,6 +286,15 @@ class Db(MappingWrites, DbExtras):
         )
         for note in replay.skipped:
             log.warning("recovery: %s", note)
+        log.info(
+            "opened %s as writer epoch %d at manifest %d%s: replayed %d WAL objects, %d entries",
+            store.describe(),
+            self.epoch,
+            m.id,
+            f" (fenced writer epoch {self.epoch - 1})" if self.epoch > 1 else "",
+            len(replay.objects),
+            len(replay.keys),
+        )
         self.manifest = m
         self._seq = max(m.last_l0_seq, replay.max_seq)
         mem = new_memtable()
@@ -650,6 +659,11 @@ class Db(MappingWrites, DbExtras):
             raise self._failure_error()
 
     def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            if isinstance(exc, FencedError):
+                log.warning("writer epoch %d of %s was fenced: %s", self.epoch, self.store.describe(), exc)
+            else:
+                log.error("writer of %s stops after a background failure: %r", self.store.describe(), exc)
         with self._lock:
             if self._failure is None:
                 self._failure = exc

@@ -277,9 +277,12 @@ class Settings:
       ``sst_read_ahead_bytes`` -- a block-cache miss fetches this much of the SST.
     Memory:
       ``malloc_mmap_threshold_bytes`` -- on glibc, fix malloc's mmap threshold at
-      this size when the database opens (process-wide), so freed SST and WAL
-      buffers go back to the OS instead of fragmenting the heap
-      (``shaledb.allocator``); None leaves malloc alone.
+      this size when the database opens, so freed SST and WAL buffers go back
+      to the OS instead of fragmenting the heap (``shaledb.allocator``). Off
+      (None) by default: it changes the allocator of the whole host process,
+      which a library must not do unasked. Turn it on (e.g. ``128 * KiB``) in a
+      process that mostly runs shaledb and whose resident memory grows tens of
+      MiB above the configured budgets (docs/logging.md, "Memory").
     Format:
       ``block_size_bytes``, ``bloom_bits_per_key`` (0 = no filter),
       ``compression`` ("none", "lz4", "zstd").
@@ -308,7 +311,7 @@ class Settings:
     compression: Compression = "none"
     block_cache_bytes: int = 128 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
-    malloc_mmap_threshold_bytes: int | None = 128 * KiB
+    malloc_mmap_threshold_bytes: int | None = None
     manifest_poll_interval_s: float = 1.0
     manifest_update_timeout_s: float = 300.0
     track_and_verify_wals: bool = True
