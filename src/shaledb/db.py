@@ -416,7 +416,7 @@ class Db(MappingWrites, DbExtras):
         value: bytes,
         *,
         durable: bool = True,
-        ttl: timedelta | float | None = None,
+        ttl: timedelta | float | str | None = None,
         metadata: bytes | None = None,
         indexes: IndexTerms | None = None,
     ) -> WriteHandle:

@@ -94,6 +94,7 @@ from .manifest.model import Checkpoint, Manifest, SstInfo
 from .manifest.store import ManifestStore
 from .mapping import MappingReads, as_url
 from .memtable import ENTRY_OVERHEAD, Memtable, new_memtable
+from .option_names import renamed
 from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from .settings import DbReaderOptions, Settings
 from .sstable import TableCache
@@ -207,8 +208,10 @@ class DbReader(MappingReads, ReaderReads):
         checkpoint: uuid.UUID | str | Checkpoint | None = None,
         *,
         options: DbReaderOptions | None = None,
-        manifest_poll_interval: timedelta | float | None = None,
-        checkpoint_lifetime: timedelta | float | None = _UNSET,
+        manifest_poll_interval_s: timedelta | float | str | None = None,
+        checkpoint_lifetime_s: timedelta | float | str | None = _UNSET,
+        manifest_poll_interval: timedelta | float | str | None = None,
+        checkpoint_lifetime: timedelta | float | str | None = _UNSET,
         max_memtable_bytes: int | None = None,
         store: ObjectStore | None = None,
         clock: Clock | None = None,
@@ -220,9 +223,11 @@ class DbReader(MappingReads, ReaderReads):
 
         ``checkpoint`` (a UUID, its string, or a Checkpoint) fixes the version
         read; without it the reader maintains its own checkpoint. The keyword
-        options override fields of ``options``: ``manifest_poll_interval`` and
-        ``checkpoint_lifetime`` take a timedelta or seconds (lifetime None: no
-        expiry). ``store_options`` configure cloud stores (also used for the
+        options override fields of ``options`` and have their names:
+        ``manifest_poll_interval_s`` and ``checkpoint_lifetime_s`` take seconds,
+        a timedelta or a duration string such as ``"500ms"`` (lifetime None: no
+        expiry); ``manifest_poll_interval`` and ``checkpoint_lifetime`` are
+        their old, deprecated spellings. ``store_options`` configure cloud stores (also used for the
         parents of a clone); ``store_factory`` opens parents by URL instead.
 
         Raises NotFound (no database), CheckpointNotFound (missing or expired
@@ -232,10 +237,25 @@ class DbReader(MappingReads, ReaderReads):
         if not isinstance(opts, DbReaderOptions):
             raise InvalidArgument(f"options must be a DbReaderOptions, got {type(opts).__name__}")
         changes: dict[str, Any] = {}
+        given = {"manifest_poll_interval_s": manifest_poll_interval_s}
+        if checkpoint_lifetime_s is not _UNSET:
+            given["checkpoint_lifetime_s"] = checkpoint_lifetime_s
         if manifest_poll_interval is not None:
-            changes["manifest_poll_interval_s"] = to_seconds(manifest_poll_interval, "manifest_poll_interval")
+            given["manifest_poll_interval"] = manifest_poll_interval
         if checkpoint_lifetime is not _UNSET:
-            changes["checkpoint_lifetime_s"] = to_seconds(checkpoint_lifetime, "checkpoint_lifetime")
+            given["checkpoint_lifetime"] = checkpoint_lifetime
+        if given["manifest_poll_interval_s"] is None:
+            del given["manifest_poll_interval_s"]
+        for old in ("manifest_poll_interval", "checkpoint_lifetime"):
+            renamed(given, old, old + "_s", "DbReader.open")
+        if "manifest_poll_interval_s" in given:
+            changes["manifest_poll_interval_s"] = to_seconds(
+                given["manifest_poll_interval_s"], "manifest_poll_interval_s"
+            )
+        if "checkpoint_lifetime_s" in given:
+            changes["checkpoint_lifetime_s"] = to_seconds(
+                given["checkpoint_lifetime_s"], "checkpoint_lifetime_s"
+            )
         if max_memtable_bytes is not None:
             changes["max_memtable_bytes"] = max_memtable_bytes
         if changes:

@@ -328,7 +328,7 @@ def index_check(url: str, pdf: Any, keys: list[bytes], plan: UpdatePlan) -> Inde
         lookups_ok = True
         for f, term in probes:
             t0 = time.perf_counter()
-            found = r.index_query(f, term.encode(), term.encode())
+            found = r.index_query(f, term.encode(), term.encode() + b"\x00")
             ms = 1000 * (time.perf_counter() - t0)
             expect = sorted(k for k in df.loc[df[f] == term, "key"])
             lookups_ok &= found == expect
@@ -414,7 +414,7 @@ def reader_main(url: str, work: Path, seed: int) -> int:
     rng = random.Random(seed)
     lat: list[float] = []
     done = work / "writer.done"
-    with DbReader.open(url, manifest_poll_interval=0.2, checkpoint_lifetime=60) as r:
+    with DbReader.open(url, manifest_poll_interval_s=0.2, checkpoint_lifetime_s=60) as r:
         while not done.exists() or not lat:
             for _ in range(200):
                 t = time.perf_counter()

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from .allocator import MAX_THRESHOLD_BYTES
 from .errors import InvalidArgument
+from .option_names import seconds_fields
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -67,6 +68,7 @@ class RetryOptions:
     timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _integer("RetryOptions.max_attempts", self.max_attempts, minimum=1)
         _positive("RetryOptions.initial_backoff_s", self.initial_backoff_s, allow_zero=True)
         _positive("RetryOptions.max_backoff_s", self.max_backoff_s, allow_zero=True)
@@ -112,6 +114,7 @@ class CompactorOptions:
     job_lease_s: float = 600.0
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("CompactorOptions.poll_interval_s", self.poll_interval_s)
         _integer("CompactorOptions.min_l0_ssts", self.min_l0_ssts, minimum=1)
         _integer("CompactorOptions.max_sources", self.max_sources, minimum=2)
@@ -145,6 +148,7 @@ class GcOptions:
     dry_run: bool = False
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("GcOptions.interval_s", self.interval_s)
         _positive("GcOptions.min_age_s", self.min_age_s, allow_zero=True)
         _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
@@ -182,6 +186,7 @@ class JournalOptions:
     compaction_interval_s: float | None = None
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         if self.recovery_strategy is not None and self.recovery_strategy not in RECOVERY_STRATEGIES:
             raise InvalidArgument(
                 f"JournalOptions.recovery_strategy must be one of {RECOVERY_STRATEGIES} or None, "
@@ -240,6 +245,7 @@ class DbReaderOptions:
     retry: RetryOptions = field(default_factory=RetryOptions)
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("DbReaderOptions.manifest_poll_interval_s", self.manifest_poll_interval_s)
         if self.checkpoint_lifetime_s is not None:
             _positive("DbReaderOptions.checkpoint_lifetime_s", self.checkpoint_lifetime_s)
@@ -325,6 +331,7 @@ class Settings:
     garbage_collector: GcOptions | None = field(default_factory=GcOptions)
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("flush_interval_s", self.flush_interval_s)
         _integer("wal_max_bytes", self.wal_max_bytes, minimum=1)
         _integer("l0_sst_size_bytes", self.l0_sst_size_bytes, minimum=4 * KiB)
