@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 LOCK   := requirements/lock.txt
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c $(LOCK)
 
-.PHONY: test test-core test-spark lint demo bench bench-anchors clean lock
+.PHONY: test test-core test-spark lint docs demo bench bench-anchors clean lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,14 @@ $(VENV)/.test: $(BIN)/python pyproject.toml $(LOCK)
 $(VENV)/.spark: $(VENV)/.test
 	$(PIP) -e '.[test,spark]'
 	touch $@
+
+$(VENV)/.docs: $(VENV)/.test
+	$(PIP) -e '.[test,docs]'
+	touch $@
+
+# The API reference from the docstrings (mkdocs.yml); --strict: a broken reference fails it.
+docs: $(VENV)/.docs
+	$(BIN)/mkdocs build --strict --quiet
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check --no-cache src tests bench
@@ -34,7 +42,7 @@ test-spark: $(VENV)/.spark
 	$(BIN)/mypy
 	$(BIN)/pytest -m spark
 
-test: lint test-core test-spark
+test: lint docs test-core test-spark
 
 demo: $(VENV)/.spark
 	$(BIN)/python -m shaledb.demo $(DEMO_ARGS)
@@ -49,7 +57,7 @@ bench-anchors:
 lock:
 	rm -rf /tmp/shaledb-lock && $(PYTHON) -m venv /tmp/shaledb-lock
 	/tmp/shaledb-lock/bin/python -m pip install -q -U "pip>=24,<27"
-	/tmp/shaledb-lock/bin/python -m pip install -q -e '.[test,spark]'
+	/tmp/shaledb-lock/bin/python -m pip install -q -e '.[test,spark,docs]'
 	/tmp/shaledb-lock/bin/python -m pip freeze --exclude-editable | grep -v '^-e' > $(LOCK)
 
 clean:
