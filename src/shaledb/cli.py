@@ -1,7 +1,14 @@
 """The ``shaledb`` command line: ``shaledb --path URL <command> [options]``.
 
-Output is a human table by default and JSON with ``--json``; long commands
-draw a progress line on stderr when it is a terminal. Errors print
+Global options (``--path``, ``--json``, ``--debug``, ``--no-progress``) go
+before or after the command (``shaledb.cli_options``). Keys and values are
+UTF-8 text, ``0x...`` hex, or ``text:...`` for literal text that would
+otherwise read as hex (``put text:0xford oxford``).
+
+Output is a human table by default and JSON with ``--json``; listings stream
+(``shaledb.cli_stream``: constant memory, and ``| head`` ends them quietly);
+long commands draw a progress line in bytes with a rate and ETA on stderr
+when it is a terminal. Errors print
 one line (``shaledb: error: ...``) unless ``--debug`` asks for the traceback.
 Exit codes: 0 success, 1 a shaledb error (corruption, fenced, unavailable),
 2 bad usage or arguments, 3 not found (missing database, checkpoint or key).
