@@ -117,7 +117,7 @@ def test_the_progress_line_is_drawn_only_on_a_terminal() -> None:
         for n in range(1, 5):
             p(n, 4)
     drawn = term.getvalue()
-    assert drawn.count("\r") == 3 and drawn.endswith("4/4 100%\n")  # the 2nd call came too soon
+    assert drawn.count("\r") == 3 and "4/4 100%" in drawn and drawn.endswith("\n")  # the 2nd came too soon
     assert "1/4 25%" in drawn and "3/4 75%" in drawn and "2/4" not in drawn
     with Output(False, progress_stream=pipe).progress("backup") as p:
         p(1, 1)

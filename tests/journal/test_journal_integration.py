@@ -197,7 +197,7 @@ def test_cli_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert cli_main(["--path", url, "--json", "head", "k003"]) == 0
     h = json.loads(capsys.readouterr().out)
     assert h["value_size"] == len(big(3, 2)) and h["indexes"] == {"f": ["t2"]} and h["in_journal"]
-    assert cli_main(["--path", url, "--json", "index-query", "f", "--from", "t2", "--to", "t2"]) == 0
+    assert cli_main(["--path", url, "--json", "index-query", "f", "--term", "t2"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 30
     dest = str(tmp_path / "backup")
     assert cli_main(["--path", url, "--json", "backup", dest]) == 0
