@@ -68,7 +68,10 @@ def ttl_ms(ttl: timedelta | float | int | str | None) -> int | None:
     elif isinstance(ttl, str):  # "1h", "250ms", "7days" (shaledb.duration)
         from .duration import parse_duration
 
-        ms = parse_duration(ttl).total_seconds() * 1000
+        try:
+            ms = parse_duration(ttl).total_seconds() * 1000
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"ttl: {exc}") from None
     else:
         raise InvalidArgument(f"ttl must be a timedelta, seconds or a duration string, got {ttl!r}")
     if not ms > 0:
