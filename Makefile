@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 LOCK   := requirements/lock.txt
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c $(LOCK)
 
-.PHONY: test test-core test-spark lint demo bench bench-anchors clean lock soak
+.PHONY: test test-core test-spark lint docs demo bench bench-anchors clean lock soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ $(SERVERS)/.installed: tests/servers/package.json tests/servers/package-lock.jso
 	else \
 		echo "WARNING: could not install the storage emulators (npm ci in $(SERVERS)); their tests will be SKIPPED"; \
 	fi
+$(VENV)/.docs: $(VENV)/.test
+	$(PIP) -e '.[test,docs]'
+	touch $@
+
+# The API reference from the docstrings (mkdocs.yml); --strict: a broken reference fails it.
+docs: $(VENV)/.docs
+	$(BIN)/mkdocs build --strict --quiet
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check --no-cache src tests bench
@@ -47,7 +54,7 @@ test-spark: $(VENV)/.spark $(SERVERS)/.installed
 	$(BIN)/mypy
 	$(BIN)/pytest -m spark
 
-test: lint test-core test-spark
+test: lint docs test-core test-spark
 
 # kill -9 soak of every role on a local directory and the S3 server, and the chaos runs
 # through the fault proxy; sized by SHALEDB_SOAK_* variables (docs/reliability.md).
@@ -67,7 +74,7 @@ bench-anchors:
 lock:
 	rm -rf /tmp/shaledb-lock && $(PYTHON) -m venv /tmp/shaledb-lock
 	/tmp/shaledb-lock/bin/python -m pip install -q -U "pip>=24,<27"
-	/tmp/shaledb-lock/bin/python -m pip install -q -e '.[test,spark]'
+	/tmp/shaledb-lock/bin/python -m pip install -q -e '.[test,spark,docs]'
 	/tmp/shaledb-lock/bin/python -m pip freeze --exclude-editable | grep -v '^-e' > $(LOCK)
 
 clean:

@@ -8,6 +8,8 @@
 Only the names in ``__all__`` are the public API.
 """
 
+import logging as _logging
+
 from . import admin
 from .batch import WriteBatch
 from .compaction import CompactionReport, Compactor
@@ -38,6 +40,10 @@ from .settings import CompactorOptions, GcOptions, JournalOptions, RetryOptions,
 from .txn import Transaction
 
 open = Db.open
+
+# A library logs, the application decides where to (docs/logging.md): without a handler
+# configured, shaledb's records go nowhere instead of to Python's last-resort stderr handler.
+_logging.getLogger("shaledb").addHandler(_logging.NullHandler())
 
 __version__ = "0.1.0"
 

@@ -57,7 +57,7 @@ def check_value(value: object) -> bytes:
     raise InvalidArgument(f"values are bytes, got {type(value).__name__}")
 
 
-def ttl_ms(ttl: timedelta | float | int | None) -> int | None:
+def ttl_ms(ttl: timedelta | float | int | str | None) -> int | None:
     """A TTL as milliseconds (None: no expiry)."""
     if ttl is None:
         return None
@@ -65,8 +65,15 @@ def ttl_ms(ttl: timedelta | float | int | None) -> int | None:
         ms = ttl.total_seconds() * 1000
     elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
         ms = float(ttl) * 1000
+    elif isinstance(ttl, str):  # "1h", "250ms", "7days" (shaledb.duration)
+        from .duration import parse_duration
+
+        try:
+            ms = parse_duration(ttl).total_seconds() * 1000
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"ttl: {exc}") from None
     else:
-        raise InvalidArgument(f"ttl must be a timedelta or seconds, got {ttl!r}")
+        raise InvalidArgument(f"ttl must be a timedelta, seconds or a duration string, got {ttl!r}")
     if not ms > 0:
         raise InvalidArgument(f"ttl must be positive, got {ttl!r}")
     return int(ms)
@@ -97,7 +104,7 @@ class WriteBatch:
         key: bytes,
         value: bytes,
         *,
-        ttl: timedelta | float | None = None,
+        ttl: timedelta | float | str | None = None,
         metadata: bytes | None = None,
         indexes: IndexTerms | None = None,
     ) -> WriteBatch:
@@ -115,7 +122,7 @@ class WriteBatch:
         self,
         k: bytes,
         v: bytes,
-        ttl: timedelta | float | None,
+        ttl: timedelta | float | str | None,
         metadata: bytes | None,
         indexes: IndexTerms | None,
     ) -> None:

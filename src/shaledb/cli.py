@@ -1,7 +1,14 @@
 """The ``shaledb`` command line: ``shaledb --path URL <command> [options]``.
 
-Output is a human table by default and JSON with ``--json``; long commands
-draw a progress line on stderr when it is a terminal. Errors print
+Global options (``--path``, ``--json``, ``--debug``, ``--no-progress``) go
+before or after the command (``shaledb.cli_options``). Keys and values are
+UTF-8 text, ``0x...`` hex, or ``text:...`` for literal text that would
+otherwise read as hex (``put text:0xford oxford``).
+
+Output is a human table by default and JSON with ``--json``; listings stream
+(``shaledb.cli_stream``: constant memory, and ``| head`` ends them quietly);
+long commands draw a progress line in bytes with a rate and ETA on stderr
+when it is a terminal. Errors print
 one line (``shaledb: error: ...``) unless ``--debug`` asks for the traceback.
 Exit codes: 0 success, 1 a shaledb error (corruption, fenced, unavailable),
 2 bad usage or arguments, 3 not found (missing database, checkpoint or key).
@@ -54,25 +61,52 @@ class ProgressLine:
     scripts and logs never see it; called as ``progress(done, total)``.
     """
 
-    def __init__(self, label: str, stream: Any, enabled: bool, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        label: str,
+        stream: Any,
+        enabled: bool,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        unit: str = "",
+    ):
         self.label = label
         self.stream = stream
         self.enabled = enabled
         self.clock = clock
+        self.unit = unit
+        """``"bytes"``: amounts drawn in human units (``12.5 MiB/40.0 MiB``) with a rate."""
         self._drawn_at: float | None = None
+        self._started: float | None = None
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
             return
         now = self.clock()
+        if self._started is None:
+            self._started = now
         if done < total and self._drawn_at is not None and now - self._drawn_at < 0.1:
             return
         self._drawn_at = now
         width = 30
         filled = width * done // total if total else width
         pct = 100 * done // total if total else 100
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {pct}%")
+        amount = f"{human_size(done)}/{human_size(total)}" if self.unit == "bytes" else f"{done}/{total}"
+        self.stream.write(
+            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {amount} {pct}%"
+            + self._rate_and_eta(done, total, now - self._started)
+        )
         self.stream.flush()
+
+    def _rate_and_eta(self, done: int, total: int, elapsed: float) -> str:
+        """`` 3.1 MiB/s ETA 1min 4s`` while work remains (nothing before a rate is known)."""
+        if done >= total or done <= 0 or elapsed <= 0:
+            return "\x1b[K"  # clear what a longer earlier line left
+        from .duration import format_duration
+
+        rate = done / elapsed
+        shown = f"{human_size(int(rate))}/s" if self.unit == "bytes" else f"{rate:.1f}/s"
+        return f" {shown} ETA {format_duration((total - done) / rate)}\x1b[K"
 
     def __enter__(self) -> ProgressLine:
         return self
@@ -94,10 +128,12 @@ class Output:
         self.progress_stream = progress_stream or sys.stderr
         self.show_progress = show_progress
 
-    def progress(self, label: str) -> ProgressLine:
-        """A :class:`ProgressLine` for one long step (drawn only on a terminal)."""
+    def progress(self, label: str, *, unit: str = "") -> ProgressLine:
+        """A :class:`ProgressLine` for one long step (drawn only on a terminal); ``unit="bytes"``."""
         isatty = getattr(self.progress_stream, "isatty", None)
-        return ProgressLine(label, self.progress_stream, self.show_progress and bool(isatty and isatty()))
+        return ProgressLine(
+            label, self.progress_stream, self.show_progress and bool(isatty and isatty()), unit=unit
+        )
 
     def emit(self, data: Any, *, columns: Sequence[str] | None = None, title: str | None = None) -> None:
         if self.as_json:
@@ -140,11 +176,18 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+TEXT_PREFIX = "text:"
+"""Marks literal text on the command line: ``text:0xford`` is the 6 bytes ``0xford``."""
+
+
 def render_bytes(b: bytes) -> str:
-    """Printable text as is, anything else as ``0x...`` hex."""
+    """Printable text as is, anything else as ``0x...`` hex; text that would read
+    as hex or as the escape itself is shown as ``text:...`` (so output parses back)."""
     try:
         s = b.decode("utf-8")
         if s.isprintable():
+            if s.startswith(("0x", TEXT_PREFIX)):
+                return TEXT_PREFIX + s
             return s
     except UnicodeDecodeError:
         pass
@@ -152,12 +195,21 @@ def render_bytes(b: bytes) -> str:
 
 
 def parse_bytes(text: str) -> bytes:
-    """A key or value from the command line: ``0x...`` is hex, anything else UTF-8."""
+    """A key or value from the command line, read one way only:
+
+    ``text:REST`` is the UTF-8 of REST, whatever it is; ``0xHEX`` is hex
+    bytes; anything else is UTF-8. So ``put text:0xford oxford`` stores the
+    key ``0xford``, and ``text:text:a`` the key ``text:a``.
+    """
+    if text.startswith(TEXT_PREFIX):
+        return text[len(TEXT_PREFIX) :].encode("utf-8")
     if text.startswith("0x") and len(text) > 2:
         try:
             return bytes.fromhex(text[2:])
         except ValueError as exc:
-            raise InvalidArgument(f"{text!r} starts with 0x but is not hex") from exc
+            raise InvalidArgument(
+                f"{text!r} starts with 0x but is not hex; write {TEXT_PREFIX}{text} for that literal text"
+            ) from exc
     return text.encode("utf-8")
 
 
@@ -178,21 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
         except ModuleNotFoundError as exc:
             if exc.name != f"shaledb.{mod}":
                 raise
-    parser = argparse.ArgumentParser(prog="shaledb", description="Inspect and operate a shaledb database.")
-    parser.add_argument(
-        "--path", required=False, help="database URL (local path, file://, memory://, s3://, ...)"
+    from .cli_options import add_global_options, add_version, register_extra_commands
+
+    register_extra_commands()
+    parser = argparse.ArgumentParser(
+        prog="shaledb",
+        description="Inspect and operate a shaledb database.",
+        epilog="Global options may also follow the command: shaledb scan --path DB --json.",
     )
-    parser.add_argument("--json", action="store_true", help="machine-readable JSON output")
-    parser.add_argument(
-        "--settings",
-        dest="settings_file",
-        metavar="FILE",
-        help="TOML settings file (else SHALEDB_SETTINGS_FILE)",
-    )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
-    parser.add_argument(
-        "--no-progress", action="store_true", help="no progress line on stderr (drawn only on a terminal)"
-    )
+    add_version(parser)
+    add_global_options(parser, after_command=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     seen = set()
     for name, help_text, configure, handler in _COMMANDS:
@@ -201,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
         seen.add(name)
         p = sub.add_parser(name, help=help_text, description=help_text)
         configure(p)
+        add_global_options(p, after_command=True)
         p.set_defaults(handler=handler)
     return parser
 
@@ -224,6 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK if rc is None else rc
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of our output left (`scan | head -1`): not an error
+        from .cli_stream import silence_stdout
+
+        silence_stdout()
+        return EXIT_OK
     except (ShaleError, OSError) as exc:
         if args.debug:
             raise

@@ -18,8 +18,9 @@ import sys
 from typing import Any
 
 from . import admin
-from .checkpoint import as_checkpoint_id
 from .cli import EXIT_NOT_FOUND, Output, command, parse_bytes, render_bytes
+from .cli_options import checkpoint_ref, resolve_checkpoint
+from .cli_stream import stream_rows
 from .clock import SYSTEM_CLOCK
 from .db_reader import DbReader, DbReaderOptions
 from .duration import format_duration, parse_duration
@@ -64,13 +65,7 @@ def _lifetime(text: str | None) -> dt.timedelta | None:
     return None if text is None else parse_duration(text)
 
 
-def checkpoint_id(text: str) -> str:
-    """argparse type of checkpoint ids: a bad one is a usage error (exit 2) with a clear message."""
-    try:
-        as_checkpoint_id(text)
-    except InvalidArgument as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+checkpoint_id = checkpoint_ref  # a UUID or a name, resolved by resolve_checkpoint
 
 
 # ------------------------------------------------------------ checkpoints
@@ -82,7 +77,9 @@ def _create_args(p: argparse.ArgumentParser) -> None:
         "--lifetime",
         help='how long the checkpoint lives, e.g. "7days 30min 10s" (default: no expiry; delete it yourself)',
     )
-    p.add_argument("-s", "--source", type=checkpoint_id, help="pin the version of this existing checkpoint")
+    p.add_argument(
+        "-s", "--source", type=checkpoint_id, help="pin the version of this checkpoint (UUID or name)"
+    )
     p.add_argument("-n", "--name", help="a label (names need not be unique)")
 
 
@@ -91,32 +88,39 @@ def _create_args(p: argparse.ArgumentParser) -> None:
 )
 def create_checkpoint(args: argparse.Namespace, out: Output) -> int | None:
     cp = admin.create_checkpoint(
-        args.path, lifetime=_lifetime(args.lifetime), source=args.source, name=args.name
+        args.path,
+        lifetime=_lifetime(args.lifetime),
+        source=resolve_checkpoint(args.path, args.source),
+        name=args.name,
     )
     out.emit(describe_checkpoint(cp, SYSTEM_CLOCK.now()))
     return None
 
 
 def _refresh_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--id", required=True, type=checkpoint_id, help="the checkpoint's UUID")
+    p.add_argument("-i", "--id", required=True, type=checkpoint_id, help="the checkpoint's UUID or name")
     p.add_argument("-l", "--lifetime", help='new lifetime from now, e.g. "1h" (default: no expiry)')
 
 
 @command("refresh-checkpoint", "set a live checkpoint's expiry to now + lifetime")(_refresh_args)
 def refresh_checkpoint(args: argparse.Namespace, out: Output) -> int | None:
-    cp = admin.refresh_checkpoint(args.path, args.id, lifetime=_lifetime(args.lifetime))
+    cp_id = resolve_checkpoint(args.path, args.id)
+    assert cp_id is not None  # --id is required
+    cp = admin.refresh_checkpoint(args.path, cp_id, lifetime=_lifetime(args.lifetime))
     out.emit(describe_checkpoint(cp, SYSTEM_CLOCK.now()))
     return None
 
 
 def _delete_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--id", required=True, type=checkpoint_id, help="the checkpoint's UUID")
+    p.add_argument("-i", "--id", required=True, type=checkpoint_id, help="the checkpoint's UUID or name")
 
 
 @command("delete-checkpoint", "delete a checkpoint")(_delete_args)
 def delete_checkpoint(args: argparse.Namespace, out: Output) -> int | None:
-    admin.delete_checkpoint(args.path, args.id)
-    out.emit({"deleted": str(as_checkpoint_id(args.id))})
+    cp_id = resolve_checkpoint(args.path, args.id)
+    assert cp_id is not None
+    admin.delete_checkpoint(args.path, cp_id)
+    out.emit({"deleted": cp_id})
     return None
 
 
@@ -141,7 +145,7 @@ def _clone_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checkpoint",
         type=checkpoint_id,
-        help="clone the version this parent checkpoint pins (default: current)",
+        help="clone the version this parent checkpoint (UUID or name) pins (default: current)",
     )
 
 
@@ -151,7 +155,8 @@ def clone(args: argparse.Namespace, out: Output) -> int | None:
     from .db import Db
 
     settings = cli_settings(args, compactor=None, garbage_collector=None)
-    with Db.open_from_checkpoint(args.path, args.parent, args.checkpoint, settings=settings) as db:
+    parent_cp = resolve_checkpoint(args.parent, args.checkpoint)
+    with Db.open_from_checkpoint(args.path, args.parent, parent_cp, settings=settings) as db:
         m = db.manifest
         info = {
             "path": args.path,
@@ -186,13 +191,14 @@ def destroy(args: argparse.Namespace, out: Output) -> int | None:
 
 def _reader(path: str, checkpoint: str | None, *, for_scan: bool) -> DbReader:
     if checkpoint is not None:
-        return DbReader.open(path, checkpoint)
+        return DbReader.open(path, resolve_checkpoint(path, checkpoint))
     opts = DbReaderOptions(
         establish_checkpoint=for_scan,
         background_poll=for_scan,
         manifest_poll_interval_s=10.0,
         checkpoint_lifetime_s=300.0,
         checkpoint_name="cli-scan",
+        block_cache_bytes=8 << 20,  # a scan reads each block once: a cache would only grow the RSS
     )
     return DbReader.open(path, options=opts)
 
@@ -226,8 +232,10 @@ def _as_of(text: str) -> dict[str, Any]:
 
 
 def _get_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("key", help="key (UTF-8, or 0x-prefixed hex)")
-    p.add_argument("--checkpoint", type=checkpoint_id, help="read the version this checkpoint pins")
+    p.add_argument("key", help="key (UTF-8; 0x... for hex; text:... for literal text)")
+    p.add_argument(
+        "--checkpoint", type=checkpoint_id, help="read the version this checkpoint (UUID or name) pins"
+    )
     p.add_argument("--as-of", dest="as_of", help=_AS_OF_HELP)
 
 
@@ -260,7 +268,9 @@ def _scan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, help="at most this many pairs")
     p.add_argument("--reverse", action="store_true", help="descending key order")
     p.add_argument("--count", action="store_true", help="print only the number of pairs")
-    p.add_argument("--checkpoint", type=checkpoint_id, help="read the version this checkpoint pins")
+    p.add_argument(
+        "--checkpoint", type=checkpoint_id, help="read the version this checkpoint (UUID or name) pins"
+    )
     p.add_argument("--as-of", dest="as_of", help=_AS_OF_HELP)
 
 
@@ -282,9 +292,5 @@ def scan(args: argparse.Namespace, out: Output) -> int | None:
         if args.count:
             out.emit({"count": sum(1 for _ in it)})
             return None
-        rows = [_kv(k, v) for k, v in it]
-    if out.as_json:
-        out.emit(rows)
-    else:
-        out.table(rows, ["key", "value"])
+        stream_rows(out, (_kv(k, v) for k, v in it), ["key", "value"])  # constant memory
     return None

@@ -82,7 +82,7 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
         opts = replace(opts, **changes)
     c = Compactor.open(args.path, opts)
     if args.once:
-        with out.progress("compaction (bytes merged)") as progress:
+        with out.progress("compaction", unit="bytes") as progress:
             r = c.run_once(progress=progress)
         _emit_line(out, r.to_dict(), _compaction_line(r))
         return None

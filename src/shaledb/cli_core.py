@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import random
+from collections.abc import Iterator
 from typing import Any
 
 from .cli import Output, command, human_size, parse_bytes
+from .cli_stream import stream_rows
 from .clock import SYSTEM_CLOCK
 from .errors import NotFound
 from .manifest.model import Manifest, SstInfo, Tree
@@ -144,34 +147,37 @@ def list_manifests(args: argparse.Namespace, out: Output) -> int | None:
     ms = manifest_store(args.path)
     from . import paths
 
-    rows = []
-    for meta in ms.store.list(paths.MANIFEST_DIR):
-        mid = paths.parse_manifest_id(meta.path)
-        if mid is None:
-            continue
-        row: dict[str, Any] = {"id": mid, "size": meta.size, "modified": _when(meta.last_modified)}
-        if args.long:
-            m = ms.read(mid)
-            row.update(
-                writer_epoch=m.writer_epoch,
-                compactor_epoch=m.compactor_epoch,
-                l0=len(m.data.l0),
-                runs=len(m.data.runs),
-                checkpoints=len(m.checkpoints),
-            )
-        rows.append(row)
-    if not rows:
+    def rows() -> Iterator[dict[str, Any]]:
+        for meta in ms.store.list(paths.MANIFEST_DIR):
+            mid = paths.parse_manifest_id(meta.path)
+            if mid is None:
+                continue
+            row: dict[str, Any] = {"id": mid, "size": meta.size, "modified": _when(meta.last_modified)}
+            if args.long:
+                m = ms.read(mid)
+                row.update(
+                    writer_epoch=m.writer_epoch,
+                    compactor_epoch=m.compactor_epoch,
+                    l0=len(m.data.l0),
+                    runs=len(m.data.runs),
+                    checkpoints=len(m.checkpoints),
+                )
+            yield row
+
+    it = rows()
+    first = next(it, None)
+    if first is None:
         raise NotFound(f"no database at {args.path}")
     cols = ["id", "size", "modified"] + (
         ["writer_epoch", "compactor_epoch", "l0", "runs", "checkpoints"] if args.long else []
     )
-    out.emit(rows, columns=cols)
+    stream_rows(out, itertools.chain([first], it), cols)  # a long history: printed as listed
     return None
 
 
 def _put_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("key", help="key (UTF-8, or 0x-prefixed hex)")
-    p.add_argument("value", help="value (UTF-8, or 0x-prefixed hex)")
+    p.add_argument("key", help="key (UTF-8; 0x... for hex; text:... for literal text)")
+    p.add_argument("value", help="value (UTF-8; 0x... for hex; text:... for literal text)")
 
 
 @command("put", "write one key durably (opens the writer: fences any running writer)")(_put_args)

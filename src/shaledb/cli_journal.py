@@ -14,8 +14,10 @@ import random
 from typing import Any
 
 from .cli import Output, command, human_size, parse_bytes, render_bytes
+from .cli_stream import stream_rows
 from .clock import SYSTEM_CLOCK
-from .errors import NotFound
+from .errors import InvalidArgument, NotFound
+from .indexes import term_range
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -92,7 +94,7 @@ def _backup_args(p: argparse.ArgumentParser) -> None:
 def backup_cmd(args: argparse.Namespace, out: Output) -> int | None:
     from .journal.backup import backup_url
 
-    with out.progress("backup") as progress:
+    with out.progress("backup", unit="bytes") as progress:
         r = backup_url(args.path, args.dest, prune=not args.no_prune, progress=progress)
     if out.as_json:
         out.emit(r.to_dict())
@@ -136,8 +138,10 @@ def head_cmd(args: argparse.Namespace, out: Output) -> int | None:
 
 def _query_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("field", metavar="FIELD")
-    p.add_argument("--from", dest="start", default=None, help="first term (inclusive)")
-    p.add_argument("--to", dest="end", default=None, help="last term (inclusive)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--from", dest="start", default=None, help="first term (inclusive)")
+    p.add_argument("--to", dest="end", default=None, help="end term (exclusive, as scan's --to)")
+    g.add_argument("--term", default=None, help="exactly this term (not with --from/--to)")
     p.add_argument("--regex", default=None, help="keep terms matching this regular expression")
     p.add_argument("--limit", type=int, default=None)
 
@@ -149,13 +153,19 @@ def index_query_cmd(args: argparse.Namespace, out: Output) -> int | None:
     with DbReader.open(
         args.path, options=DbReaderOptions(establish_checkpoint=False, background_poll=False)
     ) as r:
+        start = None if args.start is None else parse_bytes(args.start)
+        end = None if args.end is None else parse_bytes(args.end)
+        if args.term is not None:
+            if end is not None:
+                raise InvalidArgument("--term cannot be combined with --to")
+            start, end = term_range(parse_bytes(args.term))
         rows = r.index_query(
             args.field,
-            None if args.start is None else parse_bytes(args.start),
-            None if args.end is None else parse_bytes(args.end),
+            start,
+            end,
             return_terms=True,
             term_regex=args.regex,
             limit=args.limit,
         )
-    out.emit([{"term": render_bytes(t), "key": render_bytes(k)} for t, k in rows], columns=["term", "key"])
+    stream_rows(out, ({"term": render_bytes(t), "key": render_bytes(k)} for t, k in rows), ["term", "key"])
     return None

@@ -22,7 +22,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 @command("verify", "check every referenced object: existence, sizes, checksums, tracked WALs")(_verify_args)
 def verify_cmd(args: argparse.Namespace, out: Output) -> int | None:
-    with out.progress("verify") as progress:
+    with out.progress("verify", unit="" if args.shallow else "bytes") as progress:
         report = verify(args.path, deep=not args.shallow, progress=progress)
     if out.as_json:
         out.emit(report.as_dict())
@@ -46,17 +46,31 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="wait for durability on every batch (measures the store's latency)",
     )
+    p.add_argument(
+        "--scratch-prefix",
+        metavar="PREFIX",
+        help="on a database holding data: write the bench keys under PREFIX (unused) and delete them after",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="bench an existing database although opening its writer fences a running writer",
+    )
 
 
-@command("bench", "a quick load test of the store at --path: write, flush, read back (opens the writer)")(
-    _bench_args
-)
+@command(
+    "bench",
+    "a quick load test of the store at --path: write, flush, read back (a new location; "
+    "an existing database needs --force and, if it holds data, --scratch-prefix)",
+)(_bench_args)
 def bench_cmd(args: argparse.Namespace, out: Output) -> int | None:
     from . import Db, Settings, WriteBatch
+    from .cli_more import bench_guard
 
+    prefix = bench_guard(args.path, args.scratch_prefix, args.force)
     n, vs, batch = args.keys, args.value_size, max(1, args.batch)
     rng = random.Random(1)
-    keys = [b"bench:%012d" % i for i in range(n)]
+    keys = [prefix + b"%012d" % i for i in range(n)]
     rng.shuffle(keys)
     values = [os.urandom(vs) for _ in range(97)]
     results: dict[str, object] = {"keys": n, "value_size": vs, "batch": batch}
@@ -80,6 +94,13 @@ def bench_cmd(args: argparse.Namespace, out: Output) -> int | None:
         results["read_ops_per_s"] = round(len(sample) / (time.perf_counter() - t))
         inner = getattr(db.store, "inner", None)
         stats = inner.snapshot() if isinstance(inner, InstrumentedStore) else None
+        if args.scratch_prefix is not None:  # leave the database as it was
+            for i in range(0, n, 1000):
+                b = WriteBatch()
+                for k in keys[i : i + 1000]:
+                    b.delete(k)
+                db.write(b, durable=False)
+            db.flush()
     if stats is not None:
         results["store_requests"] = dict(stats.requests)
         results["store_bytes_written"] = stats.bytes_written

@@ -16,6 +16,7 @@ one, writes raise (``FencedError`` if another writer took over, else
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import uuid
@@ -25,13 +26,14 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from . import writers
 from .allocator import fix_mmap_threshold
 from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check_key, check_value
 from .cache import LruCache
 from .clock import SYSTEM_CLOCK, Clock
 from .db_extras import DbExtras, SnapshotExtras
 from .errors import ClosedError, FencedError, InvalidArgument, ShaleError
-from .external import ExternalStores, default_factory
+from .external import ExternalStores, canonical_url, default_factory
 from .flush import OPT_INDEXED, MemtableFlusher
 from .format.coding import CODECS
 from .format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
@@ -40,6 +42,7 @@ from .journal.resolver import JournalResolver
 from .keys import scan_bounds
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
+from .mapping import MappingReads, MappingWrites, as_url
 from .memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from .metrics import WriterMetrics
 from .pins import ViewPins
@@ -80,7 +83,7 @@ class WriteHandle:
         return f"WriteHandle(seq={self.seq}, durable={self.durable})"
 
 
-class Snapshot(SnapshotExtras):
+class Snapshot(MappingReads, SnapshotExtras):
     """A consistent, read-only view of the database at one sequence number.
 
     Besides ``get`` and ``scan``: ``head``, ``index_query``, ``scan_heads``,
@@ -93,11 +96,12 @@ class Snapshot(SnapshotExtras):
         self.seq = seq
         self._finalizer = weakref.finalize(self, db._unpin, view.mem, seq, cp)
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key`` at the snapshot, or ``default``."""
         k = key if type(key) is bytes else check_key(key)
         self._check()
         e = lookup(self._view, self._db.tables, k, self.seq)
-        return None if e is None else self._db.vis.value(k, e[1], e[2])
+        return default if e is None else self._db.vis.value(k, e[1], e[2])
 
     def scan(
         self,
@@ -126,11 +130,13 @@ class Snapshot(SnapshotExtras):
         self.close()
 
 
-class Db(DbExtras):
+class Db(MappingWrites, DbExtras):
     """A database opened for writing (the single writer). Thread-safe.
 
     Key/value separation, heads, secondary indexes, folds, journal compaction,
-    ledger rebuild and backups are in :class:`~shaledb.db_extras.DbExtras`.
+    ledger rebuild and backups are in :class:`~shaledb.db_extras.DbExtras`;
+    ``db[k]``, ``k in db``, ``del db[k]`` and ordered iteration in
+    :class:`~shaledb.mapping.MappingWrites`.
     """
 
     _txn_log: ConflictLog | None = None
@@ -143,7 +149,7 @@ class Db(DbExtras):
     @classmethod
     def open(
         cls,
-        url: str | None = None,
+        url: str | os.PathLike[str] | None = None,
         *,
         settings: Settings | None = None,
         store: ObjectStore | None = None,
@@ -157,19 +163,27 @@ class Db(DbExtras):
             settings = Settings()
         elif not isinstance(settings, Settings):
             raise InvalidArgument(f"settings must be a shaledb.Settings, got {type(settings).__name__}")
+        url = as_url(url)
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
-        wrapped = open_stack(url, store, store_options, settings, clock, rng)
-        external = ExternalStores(
-            default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
-        )
-        return cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+        claim = writers.claim(canonical_url(url) if store is None and url else None)
+        try:
+            wrapped = open_stack(url, store, store_options, settings, clock, rng)
+            external = ExternalStores(
+                default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
+            )
+            db = cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+        except BaseException:
+            writers.release(claim)
+            raise
+        writers.attach(claim, db)
+        return db
 
     @classmethod
     def open_from_checkpoint(
         cls,
-        url: str | None,
-        parent_url: str,
+        url: str | os.PathLike[str] | None,
+        parent_url: str | os.PathLike[str],
         parent_checkpoint: Any = None,
         *,
         settings: Settings | None = None,
@@ -190,18 +204,26 @@ class Db(DbExtras):
         """
         from .clone import open_clone
 
-        return open_clone(
-            cls,
-            url,
-            parent_url,
-            parent_checkpoint,
-            settings=settings,
-            store=store,
-            parent_store=parent_store,
-            clock=clock,
-            seed=seed,
-            store_options=store_options,
-        )
+        url = as_url(url)
+        claim = writers.claim(canonical_url(url) if store is None and url else None)
+        try:
+            db = open_clone(
+                cls,
+                url,
+                as_url(parent_url),
+                parent_checkpoint,
+                settings=settings,
+                store=store,
+                parent_store=parent_store,
+                clock=clock,
+                seed=seed,
+                store_options=store_options,
+            )
+        except BaseException:
+            writers.release(claim)
+            raise
+        writers.attach(claim, db)
+        return db
 
     def __init__(
         self,
@@ -276,6 +298,15 @@ class Db(DbExtras):
         )
         for note in replay.skipped:
             log.warning("recovery: %s", note)
+        log.info(
+            "opened %s as writer epoch %d at manifest %d%s: replayed %d WAL objects, %d entries",
+            store.describe(),
+            self.epoch,
+            m.id,
+            f" (fenced writer epoch {self.epoch - 1})" if self.epoch > 1 else "",
+            len(replay.objects),
+            len(replay.keys),
+        )
         self.manifest = m
         self._seq = max(m.last_l0_seq, replay.max_seq)
         mem = new_memtable()
@@ -401,7 +432,7 @@ class Db(DbExtras):
         value: bytes,
         *,
         durable: bool = True,
-        ttl: timedelta | float | None = None,
+        ttl: timedelta | float | str | None = None,
         metadata: bytes | None = None,
         indexes: IndexTerms | None = None,
     ) -> WriteHandle:
@@ -664,6 +695,11 @@ class Db(DbExtras):
             raise self._failure_error()
 
     def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            if isinstance(exc, FencedError):
+                log.warning("writer epoch %d of %s was fenced: %s", self.epoch, self.store.describe(), exc)
+            else:
+                log.error("writer of %s stops after a background failure: %r", self.store.describe(), exc)
         with self._lock:
             if self._failure is None:
                 self._failure = exc
@@ -681,8 +717,8 @@ class Db(DbExtras):
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, key: bytes) -> bytes | None:
-        """The value of ``key``, or None."""
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` (None) when it is absent."""
         if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
             key = check_key(key)
         if self._state == _CLOSED:
@@ -690,7 +726,7 @@ class Db(DbExtras):
         self._m_gets += 1
         e = lookup(self._view, self.tables, key, None)
         if e is None:
-            return None
+            return default
         if e[1] == 0:
             return e[2]
         return self.vis.value(key, e[1], e[2])
@@ -822,6 +858,7 @@ class Db(DbExtras):
             self._release_pins()
         with self._lock:
             self._state = _CLOSED
+        writers.release(getattr(self, "_writer_claim", None), self)
         if error is not None:
             # A handle whose failure was already raised closes quietly (``failed``); a fence
             # found only by this last flush has just lost buffered writes: say so.

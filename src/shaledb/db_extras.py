@@ -292,8 +292,10 @@ class DbExtras(_Reads):
         start_key: bytes | None = None,
         limit: int | None = None,
     ) -> list[Any]:
-        """Keys whose ``field`` has a term in ``[start, end]`` (both inclusive, None
-        unbounded), in term order then key order, read from a snapshot.
+        """Keys whose ``field`` has a term in ``[start, end)`` (half-open like
+        ``scan``: the end term is excluded; None unbounded), in term order then
+        key order, read from a snapshot. One term ``t``: ``index_query(field, t,
+        t + b"\x00")`` (``shaledb.indexes.term_range(t)``).
 
         ``return_terms=True`` gives ``(term, key)`` pairs. ``term_regex`` keeps
         terms it matches (``re.search`` over bytes). ``start_key`` skips keys
@@ -426,7 +428,7 @@ class DbExtras(_Reads):
         both live in one store; ``workers`` copies at once), then writes the
         destination's manifest; the destination opens as a database. A second
         backup without changes copies nothing. ``progress(done, total)`` is
-        called after each object copied.
+        called after each object copied, in bytes (of the bytes to copy).
         """
         from .journal.backup import backup_from_writer
 

@@ -54,6 +54,7 @@ For parallel readers of one checkpoint (the Spark data source),
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import uuid
@@ -92,7 +93,9 @@ from .journal.resolver import JournalResolver
 from .keys import scan_bounds, split_points
 from .manifest.model import Checkpoint, Manifest, SstInfo
 from .manifest.store import ManifestStore
+from .mapping import MappingReads, as_url
 from .memtable import ENTRY_OVERHEAD, Memtable, new_memtable
+from .option_names import renamed
 from .reader import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from .settings import DbReaderOptions, Settings
 from .sstable import TableCache
@@ -127,7 +130,7 @@ def _sst_key(m: Manifest) -> tuple[Any, ...]:
     )
 
 
-class ReaderSnapshot:
+class ReaderSnapshot(MappingReads):
     """A consistent view of a reader at one sequence number; close it when done."""
 
     def __init__(self, reader: DbReader, view: ReadView, seq: int, cp: uuid.UUID | None) -> None:
@@ -136,13 +139,14 @@ class ReaderSnapshot:
         self.seq = seq
         self._finalizer = weakref.finalize(self, reader._unpin, view.mem, seq, cp)
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key`` at the snapshot, or ``default``."""
         k = key if type(key) is bytes else check_key(key)
         if not self._finalizer.alive:
             raise ClosedError("snapshot is closed")
         r = self._reader
         e = lookup(self._view, r._tables, k, self.seq)
-        return None if e is None else r._vis.value(k, e[1], e[2])
+        return default if e is None else r._vis.value(k, e[1], e[2])
 
     def scan(
         self,
@@ -190,7 +194,7 @@ class ReaderSnapshot:
         self.close()
 
 
-class DbReader(ReaderReads):
+class DbReader(MappingReads, ReaderReads):
     """A read-only client of one database (see module docstring). Thread-safe.
 
     Heads, index queries and head scans: :class:`~shaledb.db_extras.ReaderReads`.
@@ -201,12 +205,14 @@ class DbReader(ReaderReads):
     @classmethod
     def open(
         cls,
-        url: str | None = None,
+        url: str | os.PathLike[str] | None = None,
         checkpoint: uuid.UUID | str | Checkpoint | None = None,
         *,
         options: DbReaderOptions | None = None,
-        manifest_poll_interval: timedelta | float | None = None,
-        checkpoint_lifetime: timedelta | float | None = _UNSET,
+        manifest_poll_interval_s: timedelta | float | str | None = None,
+        checkpoint_lifetime_s: timedelta | float | str | None = _UNSET,
+        manifest_poll_interval: timedelta | float | str | None = None,
+        checkpoint_lifetime: timedelta | float | str | None = _UNSET,
         max_memtable_bytes: int | None = None,
         store: ObjectStore | None = None,
         clock: Clock | None = None,
@@ -218,9 +224,11 @@ class DbReader(ReaderReads):
 
         ``checkpoint`` (a UUID, its string, or a Checkpoint) fixes the version
         read; without it the reader maintains its own checkpoint. The keyword
-        options override fields of ``options``: ``manifest_poll_interval`` and
-        ``checkpoint_lifetime`` take a timedelta or seconds (lifetime None: no
-        expiry). ``store_options`` configure cloud stores (also used for the
+        options override fields of ``options`` and have their names:
+        ``manifest_poll_interval_s`` and ``checkpoint_lifetime_s`` take seconds,
+        a timedelta or a duration string such as ``"500ms"`` (lifetime None: no
+        expiry); ``manifest_poll_interval`` and ``checkpoint_lifetime`` are
+        their old, deprecated spellings. ``store_options`` configure cloud stores (also used for the
         parents of a clone); ``store_factory`` opens parents by URL instead.
 
         Raises NotFound (no database), CheckpointNotFound (missing or expired
@@ -230,14 +238,30 @@ class DbReader(ReaderReads):
         if not isinstance(opts, DbReaderOptions):
             raise InvalidArgument(f"options must be a DbReaderOptions, got {type(opts).__name__}")
         changes: dict[str, Any] = {}
+        given = {"manifest_poll_interval_s": manifest_poll_interval_s}
+        if checkpoint_lifetime_s is not _UNSET:
+            given["checkpoint_lifetime_s"] = checkpoint_lifetime_s
         if manifest_poll_interval is not None:
-            changes["manifest_poll_interval_s"] = to_seconds(manifest_poll_interval, "manifest_poll_interval")
+            given["manifest_poll_interval"] = manifest_poll_interval
         if checkpoint_lifetime is not _UNSET:
-            changes["checkpoint_lifetime_s"] = to_seconds(checkpoint_lifetime, "checkpoint_lifetime")
+            given["checkpoint_lifetime"] = checkpoint_lifetime
+        if given["manifest_poll_interval_s"] is None:
+            del given["manifest_poll_interval_s"]
+        for old in ("manifest_poll_interval", "checkpoint_lifetime"):
+            renamed(given, old, old + "_s", "DbReader.open")
+        if "manifest_poll_interval_s" in given:
+            changes["manifest_poll_interval_s"] = to_seconds(
+                given["manifest_poll_interval_s"], "manifest_poll_interval_s"
+            )
+        if "checkpoint_lifetime_s" in given:
+            changes["checkpoint_lifetime_s"] = to_seconds(
+                given["checkpoint_lifetime_s"], "checkpoint_lifetime_s"
+            )
         if max_memtable_bytes is not None:
             changes["max_memtable_bytes"] = max_memtable_bytes
         if changes:
             opts = replace(opts, **changes)
+        url = as_url(url)
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
         settings = Settings(retry=opts.retry, compactor=None, garbage_collector=None)
@@ -322,8 +346,8 @@ class DbReader(ReaderReads):
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, key: bytes) -> bytes | None:
-        """The value of ``key`` in the reader's current view, or None."""
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key`` in the reader's current view, or ``default`` (None)."""
         if type(key) is not bytes:
             key = check_key(key)
         self._check_open()
@@ -336,7 +360,7 @@ class DbReader(ReaderReads):
             log.warning("reader %s: an SST of its view is gone; re-establishing", self._where)
             self._poll(force=True)
             e = lookup(self._view, self._tables, key, None)
-        return None if e is None else self._vis.value(key, e[1], e[2])
+        return default if e is None else self._vis.value(key, e[1], e[2])
 
     def scan(
         self,

@@ -51,8 +51,10 @@ def canonical_url(url: str) -> str:
     something else from another working directory); other URLs are kept as
     given, minus a trailing slash.
     """
+    if isinstance(url, os.PathLike):
+        url = os.fspath(url)
     if not isinstance(url, str) or not url:
-        raise InvalidArgument("a database URL must be a non-empty string")
+        raise InvalidArgument("a database URL must be a non-empty string or os.PathLike")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "" or len(scheme) == 1:

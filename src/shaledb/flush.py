@@ -190,6 +190,14 @@ class MemtableFlusher:
             raise
         db.install_flushed(imm, m)
         db.metrics_state.flush_s.observe(db.clock.monotonic() - started)
+        log.info(
+            "flushed a memtable to L0 %s: %d entries, %d bytes (manifest %d, %d L0 SSTs)",
+            info.id if info is not None else "(empty)",
+            info.entries if info is not None else 0,
+            info.size if info is not None else 0,
+            m.id,
+            len(m.data.l0),
+        )
         with self._cv:
             self._cv.notify_all()
 

@@ -216,9 +216,9 @@ def _bounds(fld: str, start: bytes | None, end: bytes | None, start_key: bytes |
         lo = index_term_prefix(fld, start)
         if start_key is not None:
             lo += b"\x01" + start_key.replace(b"\x00", b"\x00\xff") + b"\x00"
-    # Index keys of a term continue with 0x01 (the key element); longer terms
-    # that extend it continue with 0xFF (an escaped NUL): so + 0x02 ends the term.
-    hi = base + b"\x02" if end is None else index_term_prefix(fld, end) + b"\x02"
+    # The end term is excluded (half-open, as scan's end): every index key of a
+    # term starts with its prefix, and smaller terms' keys sort below it.
+    hi = base + b"\x02" if end is None else index_term_prefix(fld, end)
     return lo, hi
 
 
@@ -262,10 +262,11 @@ def index_query(
     start_key: bytes | None = None,
     limit: int | None = None,
 ) -> Iterator[Any]:
-    """Keys (or ``(term, key)``) with a term of ``fld`` in ``[start, end]``, in term then key order.
+    """Keys (or ``(term, key)``) with a term of ``fld`` in ``[start, end)``, in term then key order.
 
-    ``view`` is the *index* view (:func:`index_view`). Both ends are inclusive
-    (Leveled's range); None is unbounded. ``start_key`` skips keys below it in
+    ``view`` is the *index* view (:func:`index_view`). The range is half-open
+    like ``scan``'s (the end term is excluded; one term ``t`` is
+    ``[t, t + b"\x00")``, see :func:`term_range`); None is unbounded. ``start_key`` skips keys below it in
     the start term: to continue after a page ending at ``(t, k)``, pass
     ``start=t, start_key=k + b"\\x00"``.
     """
@@ -359,3 +360,8 @@ __all__ = [
     "scan_keys",
     "term_changes",
 ]
+
+
+def term_range(term: bytes) -> tuple[bytes, bytes]:
+    """``(start, end)`` of ``index_query`` selecting exactly ``term``: ``[term, term + NUL)``."""
+    return term, term + b"\x00"

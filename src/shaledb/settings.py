@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from .allocator import MAX_THRESHOLD_BYTES
 from .errors import InvalidArgument
+from .option_names import seconds_fields
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -69,6 +70,7 @@ class RetryOptions:
     timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _integer("RetryOptions.max_attempts", self.max_attempts, minimum=1)
         _positive("RetryOptions.initial_backoff_s", self.initial_backoff_s, allow_zero=True)
         _positive("RetryOptions.max_backoff_s", self.max_backoff_s, allow_zero=True)
@@ -114,6 +116,7 @@ class CompactorOptions:
     job_lease_s: float = 600.0
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("CompactorOptions.poll_interval_s", self.poll_interval_s)
         _integer("CompactorOptions.min_l0_ssts", self.min_l0_ssts, minimum=1)
         _integer("CompactorOptions.max_sources", self.max_sources, minimum=2)
@@ -151,6 +154,7 @@ class GcOptions:
     wal_retention_s: float = 0.0
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("GcOptions.interval_s", self.interval_s)
         _positive("GcOptions.min_age_s", self.min_age_s, allow_zero=True)
         _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
@@ -189,6 +193,7 @@ class JournalOptions:
     compaction_interval_s: float | None = None
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         if self.recovery_strategy is not None and self.recovery_strategy not in RECOVERY_STRATEGIES:
             raise InvalidArgument(
                 f"JournalOptions.recovery_strategy must be one of {RECOVERY_STRATEGIES} or None, "
@@ -247,6 +252,7 @@ class DbReaderOptions:
     retry: RetryOptions = field(default_factory=RetryOptions)
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("DbReaderOptions.manifest_poll_interval_s", self.manifest_poll_interval_s)
         if self.checkpoint_lifetime_s is not None:
             _positive("DbReaderOptions.checkpoint_lifetime_s", self.checkpoint_lifetime_s)
@@ -284,9 +290,12 @@ class Settings:
       ``sst_read_ahead_bytes`` -- a block-cache miss fetches this much of the SST.
     Memory:
       ``malloc_mmap_threshold_bytes`` -- on glibc, fix malloc's mmap threshold at
-      this size when the database opens (process-wide), so freed SST and WAL
-      buffers go back to the OS instead of fragmenting the heap
-      (``shaledb.allocator``); None leaves malloc alone.
+      this size when the database opens, so freed SST and WAL buffers go back
+      to the OS instead of fragmenting the heap (``shaledb.allocator``). Off
+      (None) by default: it changes the allocator of the whole host process,
+      which a library must not do unasked. Turn it on (e.g. ``128 * KiB``) in a
+      process that mostly runs shaledb and whose resident memory grows tens of
+      MiB above the configured budgets (docs/logging.md, "Memory").
     Format:
       ``block_size_bytes``, ``bloom_bits_per_key`` (0 = no filter),
       ``compression`` ("none", "lz4", "zstd").
@@ -315,7 +324,7 @@ class Settings:
     compression: Compression = "none"
     block_cache_bytes: int = 128 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
-    malloc_mmap_threshold_bytes: int | None = 128 * KiB
+    malloc_mmap_threshold_bytes: int | None = None
     manifest_poll_interval_s: float = 1.0
     manifest_update_timeout_s: float = 300.0
     track_and_verify_wals: bool = True
@@ -331,6 +340,7 @@ class Settings:
     """Keep old versions this long for ``Db.snapshot(at_seq=/at_time=)`` (0: off; see ``shaledb.history``)."""
 
     def __post_init__(self) -> None:
+        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("flush_interval_s", self.flush_interval_s)
         _positive("history_retention_s", self.history_retention_s, allow_zero=True)
         _integer("wal_max_bytes", self.wal_max_bytes, minimum=1)

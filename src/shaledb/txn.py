@@ -196,7 +196,8 @@ class Transaction:
             return self._writes[k]
         if self.isolation == "serializable":
             self._reads.add(k)
-        return snap.get(k)
+        value: bytes | None = snap.get(k)
+        return value
 
     def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]:
         """The values of ``keys`` in order (None where absent), as :meth:`get` would give."""

@@ -101,9 +101,13 @@ class _Verifier:
         checks = self._checks
         self._checks = []
         done = run_bounded(lambda c: c[1](), checks, lambda c: c[0], workers=workers, name="shaledb-verify")
-        for n, _ in enumerate(done, 1):
+        total = sum(c[0] for c in checks)
+        by_bytes = total > 0  # deep: the bytes to read; shallow (nothing read): objects
+        n = 0
+        for (size, _), _ in done:
+            n += size if by_bytes else 1
             if progress is not None:
-                progress(n, len(checks))
+                progress(n, total if by_bytes else len(checks))
         self.report.problems.sort()
 
     def read(self, store: ObjectStore, path: str, size: int | None) -> bytes | None:
@@ -243,7 +247,8 @@ def verify(
 ) -> VerifyReport:
     """Check the database at ``url`` (see module docstring); never writes.
 
-    ``workers`` objects are checked at once; ``progress(done, total)`` is
+    ``workers`` objects are checked at once; ``progress(done, total)`` (bytes
+    read of the bytes to read; objects when ``deep=False``) is
     called after each object checked.
     """
     from .admin import AdminHandle  # the admin calls' store stack (admin imports much: lazily)

@@ -429,6 +429,7 @@ class WalWriter:
                 if self._collision(seg.id, data):
                     break
                 self._skip_slot(seg)
+        log.debug("wrote WAL object %d: %d entries, %d bytes", seg.id, len(seg.keys), len(data))
         tracked = TrackedWal(seg.id, len(data), crc32c_of(data))
         thr = self.threshold
         if thr is not None and seg.ents and seg.sink is not None:

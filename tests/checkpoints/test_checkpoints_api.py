@@ -241,7 +241,8 @@ def test_checkpoint_isolates_from_later_writes_and_flushes(url: str) -> None:
 def test_fenced_writer_cannot_create_checkpoint(mem_url: str) -> None:
     db1 = Db.open(mem_url, settings=QUIET)
     db1.put(b"a", b"1")
-    db2 = Db.open(mem_url, settings=QUIET)
+    # As another process would: one process may not open a second writer by URL (issue 28).
+    db2 = Db.open(store=open_store(mem_url), settings=QUIET)
     try:
         with pytest.raises(FencedError):
             db1.create_checkpoint(scope="durable")

@@ -116,7 +116,7 @@ class RichModel:
         for t, k in rows:
             if start is not None and t < start:
                 continue
-            if end is not None and t > end:
+            if end is not None and t >= end:  # half-open, as scan (issue 28)
                 continue
             if start_key is not None and t == start and k < start_key:
                 continue

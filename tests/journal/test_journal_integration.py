@@ -84,7 +84,7 @@ def test_clone_reads_and_absorbs_its_parents_journal(tmp_path: Path) -> None:
     with Db.open_from_checkpoint(clone, parent, cp.id, settings=s, clock=clock) as c:
         assert all(j.db == 1 for j in c.manifest.journal)
         assert all(c.get(b"k%03d" % i) == big(i) for i in range(40))
-        assert c.index_query("f", b"1", b"1") == [b"k%03d" % i for i in range(1, 40, 4)]
+        assert c.index_query("f", b"1", b"1\x00") == [b"k%03d" % i for i in range(1, 40, 4)]
         for i in range(0, 40, 2):
             c.put(b"k%03d" % i, big(i, 1))
         c.flush(memtable=True)
@@ -109,7 +109,7 @@ def test_clone_reads_and_absorbs_its_parents_journal(tmp_path: Path) -> None:
     with Db.open(clone, settings=s, clock=clock) as c:
         assert c.manifest.parent is None
         assert dict(c.scan()) == want
-        assert c.index_query("f", b"1", b"1") == [b"k%03d" % i for i in range(1, 40, 4)]
+        assert c.index_query("f", b"1", b"1\x00") == [b"k%03d" % i for i in range(1, 40, 4)]
 
 
 # ------------------------------------------------------- concurrent compaction
@@ -197,7 +197,7 @@ def test_cli_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert cli_main(["--path", url, "--json", "head", "k003"]) == 0
     h = json.loads(capsys.readouterr().out)
     assert h["value_size"] == len(big(3, 2)) and h["indexes"] == {"f": ["t2"]} and h["in_journal"]
-    assert cli_main(["--path", url, "--json", "index-query", "f", "--from", "t2", "--to", "t2"]) == 0
+    assert cli_main(["--path", url, "--json", "index-query", "f", "--term", "t2"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 30
     dest = str(tmp_path / "backup")
     assert cli_main(["--path", url, "--json", "backup", dest]) == 0

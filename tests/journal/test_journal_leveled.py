@@ -457,7 +457,7 @@ def test_reader_keeps_reading_a_checkpoint_across_journal_compaction_and_gc(mem_
         with DbReader.open(mem_url, checkpoint=cp.id, clock=clock) as r:
             assert all(r.get(b"k%03d" % i) == big(i) for i in range(30))
             assert r.head(b"k001").in_journal  # type: ignore[union-attr]
-            assert r.index_query("f", b"1", b"1") == [b"k%03d" % i for i in range(1, 30, 3)]
+            assert r.index_query("f", b"1", b"1\x00") == [b"k%03d" % i for i in range(1, 30, 3)]
         with DbReader.open(
             mem_url,
             options=DbReaderOptions(establish_checkpoint=False, background_poll=False),

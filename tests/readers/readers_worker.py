@@ -53,8 +53,8 @@ def main() -> int:
     deadline = time.monotonic() + 120
     r = DbReader.open(
         url,
-        manifest_poll_interval=0.05,
-        checkpoint_lifetime=3.0,
+        manifest_poll_interval_s=0.05,
+        checkpoint_lifetime_s=3.0,
         store_options=store_options,
         seed=seed,
     )

@@ -285,7 +285,7 @@ def test_open_errors(mem_url: str) -> None:
     with pytest.raises(InvalidArgument):
         DbReaderOptions(manifest_poll_interval_s=10, checkpoint_lifetime_s=15)
     with pytest.raises(InvalidArgument):
-        DbReader.open(mem_url, manifest_poll_interval=5, checkpoint_lifetime=10)
+        DbReader.open(mem_url, manifest_poll_interval_s=5, checkpoint_lifetime_s=10)
     with pytest.raises(InvalidArgument):
         DbReaderOptions(max_memtable_bytes=0)
     with pytest.raises(InvalidArgument):

@@ -302,9 +302,9 @@ def test_index_columns_write_exactly_the_terms_of_each_row(spark, tmp_path):
         assert pairs(db, "dest") == expected_pairs({k: d for k, (d, _) in terms.items()})
         assert pairs(db, "tags") == expected_pairs({k: t for k, (_, t) in terms.items()})
         lax = sorted(k for k, (d, _) in terms.items() if d == "LAX")
-        assert db.index_query("dest", b"LAX", b"LAX") == lax
+        assert db.index_query("dest", b"LAX", b"LAX\x00") == lax
         are = sorted(k for k, (d, _) in terms.items() if d == "ÅRE")
-        assert db.index_query("dest", "ÅRE".encode(), "ÅRE".encode()) == are
+        assert db.index_query("dest", "ÅRE".encode(), "ÅRE\x00".encode()) == are
         k, (d, t) = next((k, v) for k, v in terms.items() if v[0] and v[1] and "a" in v[1])
         h = db.head(k)
         assert h is not None and h.indexes["dest"] == (d.encode(),)
@@ -345,7 +345,7 @@ def test_a_second_ingest_replaces_terms_and_leaves_none_stale(spark, tmp_path):
     with Db.open(url, settings=QUIET) as db:
         assert pairs(db, "dest") == expected_pairs(dest)
         assert pairs(db, "tags") == expected_pairs(tags)
-        assert db.index_query("dest", b"SEA", b"SEA") == sorted(k for k, d in dest.items() if d == "SEA")
+        assert db.index_query("dest", b"SEA", b"SEA\x00") == sorted(k for k, d in dest.items() if d == "SEA")
         db.delete(b"new000")
         db.put(next(iter(changed)), b"plain put keeps the terms")
     # A third, plain ingest into a database with terms (the writer takes the row path): terms kept.

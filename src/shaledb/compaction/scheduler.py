@@ -25,6 +25,16 @@ Run ids come from ``next_run_id`` (the commit re-checks them).
 
 A spec is ``bottom`` when no sorted run lies below its sources; only then may
 the merge drop tombstones (nothing older can reappear from under them).
+
+**Clones.** A clone's SSTs inherited from its parents (``SstInfo.db != 0``) are
+not its own writes, and rewriting them copies the parent. So the rules count
+only the clone's own data: rule 1 weighs the clone's own bytes above the
+oldest run, rule 2 counts the clone's own L0 SSTs (when it fires, the
+inherited L0 SSTs, which are older, are merged too: L0 order demands it), and
+rule 3 never merges a window of inherited runs only. A fresh clone opened and
+written once therefore compacts nothing; inherited data is rewritten as the
+clone's own writes grow by the same rules as any database's. For a database
+that is not a clone every SST is its own and nothing changes.
 """
 
 from __future__ import annotations
@@ -97,11 +107,12 @@ def schedule(manifest: Manifest, options: CompactorOptions, tree: str = "data") 
     amp = options.max_space_amplification
     if amp is not None and runs:
         bottom_size = runs[-1].size
-        above = sum(s.size for s in t.l0) + sum(r.size for r in runs[:-1])
+        above = sum(s.size for s in t.l0 if not s.db) + sum(_own_bytes(r) for r in runs[:-1])
         if above > amp * max(bottom_size, 1):
             return [CompactionSpec(tree, t.l0, runs, next_id, True, "space amplification")]
     specs: list[CompactionSpec] = []
-    if len(t.l0) >= options.min_l0_ssts:
+    own_l0 = sum(1 for s in t.l0 if not s.db)  # a clone's inherited L0 SSTs do not count
+    if own_l0 >= options.min_l0_ssts:
         specs.append(CompactionSpec(tree, t.l0, (), next_id, not runs, f"{len(t.l0)} L0 SSTs"))
         next_id += 1
     specs.extend(_similar_runs(tree, runs, options, next_id))
@@ -124,7 +135,7 @@ def _similar_runs(
                 break
             lo, hi = min(lo, s), max(hi, s)
             j += 1
-        if j - i >= options.min_merge_runs:
+        if j - i >= options.min_merge_runs and any(not s.db for r in runs[i:j] for s in r.ssts):
             window = runs[i:j]
             out.append(CompactionSpec(tree, (), window, next_id, j == n, f"{len(window)} similar runs"))
             next_id += 1
@@ -132,6 +143,11 @@ def _similar_runs(
         else:
             i += 1
     return out
+
+
+def _own_bytes(run: SortedRun) -> int:
+    """Bytes of ``run`` written by this database (not inherited from a clone's parent)."""
+    return sum(s.size for s in run.ssts if not s.db)
 
 
 # ------------------------------------------------------------- shape DSL

@@ -184,7 +184,7 @@ def backup_version(
     """Copy what ``m`` needs into ``dest`` and write ``dest``'s manifest (module docstring, 2-5).
 
     ``workers`` copies run at once (``shaledb.store.parallel``); ``progress``
-    is called with (objects done, objects to copy) after each one.
+    is called with (bytes done, bytes to copy) after each object.
     """
     rep = report or BackupReport()
     rep.source_manifest_id = m.id
@@ -219,14 +219,17 @@ def backup_version(
     def held(item: tuple[str, int, int]) -> int:  # bytes a copy holds here (none if server-side)
         return 0 if server_side(item[1]) else item[2]
 
-    for n, ((path, db, size), copied) in enumerate(run_bounded(copy, todo, held, workers=workers), 1):
+    total_bytes = sum(item[2] for item in todo)
+    n = 0
+    for (path, db, size), copied in run_bounded(copy, todo, held, workers=workers):
+        n += size
         if copied:
             rep.server_side = rep.server_side or server_side(db)
             rep.copied += 1
             rep.bytes_copied += size
             rep.copied_paths.append(path)
         if progress is not None:
-            progress(n, len(todo))
+            progress(n, total_bytes)
     rep.copied_paths.sort()
     ms = ManifestStore(dest, clock, rng, author="backup")
     latest = ms.read_latest()

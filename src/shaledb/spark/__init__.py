@@ -241,3 +241,19 @@ __all__ = [
     "read_checkpoint",
     "register",
 ]
+
+
+_SUBMODULES = ("compaction", "load", "schema", "source", "transforms")
+
+
+def __getattr__(name: str) -> Any:
+    """``shale_spark.transforms.decode_json`` without importing the submodule first.
+
+    The submodules that import pyspark load on first use (so importing
+    ``shaledb.spark`` still does not import pyspark).
+    """
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -122,7 +122,7 @@ def _split_query(query: str, url: str) -> dict[str, str]:
     return out
 
 
-def open_store(url: str, *, cas: str | None = None, **options: Any) -> ObjectStore:
+def open_store(url: str | os.PathLike[str], *, cas: str | None = None, **options: Any) -> ObjectStore:
     """Open the store rooted at ``url``.
 
     ``cas`` selects how create-if-absent works: ``None``/``"native"`` uses the
@@ -136,6 +136,7 @@ def open_store(url: str, *, cas: str | None = None, **options: Any) -> ObjectSto
         InvalidArgument: malformed URL or options (the message says what to change).
         InvalidPathError: the URL's path escapes or is malformed.
     """
+    url = os.fspath(url) if isinstance(url, os.PathLike) else url  # pathlib.Path works as a URL
     _check_text(url)
     parts = urlsplit(url)
     scheme = parts.scheme.lower()

@@ -1,0 +1,177 @@
+"""``dbm``-style access to a shaledb database, so ``dbm`` and ``shelve`` code runs on it.
+
+    import shelve, shaledb.dbm
+    with shelve.Shelf(shaledb.dbm.open("s3://bucket/db", "c")) as sh:
+        sh["config"] = {"retries": 3}
+
+:func:`open` takes a database URL (or ``os.PathLike``) and a ``dbm`` flag:
+
+* ``"r"`` -- read-only, through a :class:`~shaledb.DbReader` (never fences the
+  writer; writes raise :data:`error`); the database must exist.
+* ``"w"`` -- read and write an existing database (opens the writer).
+* ``"c"`` -- read and write, creating the database if needed (the default).
+* ``"n"`` -- as ``"c"``, but start empty: every key present is deleted.
+
+A trailing ``"s"`` (``"cs"``, ``"ws"``) makes every write durable before it
+returns, like ``dbm.gnu``'s synchronized mode; without it writes are visible
+at once and durable after :meth:`ShaleDbm.sync` or :meth:`ShaleDbm.close`
+(the WAL still flushes them within ``Settings.flush_interval_s``). ``"u"`` is
+accepted and ignored (shaledb always locks: one writer per database).
+
+Keys and values are bytes; ``str`` is encoded as UTF-8, as ``dbm`` does.
+Iteration is in key order. ``len()`` counts by a full scan (``dbm`` code
+expects it; keep it off hot paths on large databases).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+from .errors import InvalidArgument, NotFound, ShaleError
+from .settings import Settings
+
+error = ShaleError
+"""The exception ``dbm`` code catches (``except shaledb.dbm.error``): shaledb's base error."""
+
+_FLAGS = ("r", "w", "c", "n")
+
+
+def _as_bytes(x: object, what: str) -> bytes:
+    if isinstance(x, str):
+        return x.encode("utf-8")
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    raise TypeError(f"shaledb.dbm {what}s must be bytes or str, not {type(x).__name__}")
+
+
+class ShaleDbm(MutableMapping[bytes, bytes]):
+    """A ``dbm`` object over one shaledb handle (see module docstring)."""
+
+    def __init__(self, handle: Any, *, writable: bool, durable: bool) -> None:
+        self._h = handle
+        self._writable = writable
+        self._durable = durable
+
+    @property
+    def handle(self) -> Any:
+        """The underlying :class:`~shaledb.Db` (or :class:`~shaledb.DbReader` for flag ``"r"``)."""
+        return self._h
+
+    def __getitem__(self, key: bytes | str) -> bytes:
+        value = self._h.get(_as_bytes(key, "key"))
+        if value is None:
+            raise KeyError(key)
+        return value  # type: ignore[no-any-return]
+
+    def get(self, key: bytes | str, default: Any = None) -> Any:
+        return self._h.get(_as_bytes(key, "key"), default)
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, (str, bytes, bytearray, memoryview)):
+            return False
+        return self._h.get(_as_bytes(key, "key")) is not None
+
+    def __setitem__(self, key: bytes | str, value: bytes | str) -> None:
+        k, v = _as_bytes(key, "key"), _as_bytes(value, "value")
+        self._check_writable()
+        self._h.put(k, v, durable=self._durable)
+
+    def __delitem__(self, key: bytes | str) -> None:
+        k = _as_bytes(key, "key")
+        self._check_writable()
+        if self._h.get(k) is None:
+            raise KeyError(key)
+        self._h.delete(k, durable=self._durable)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._h.keys()  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        with self._h.scan() as it:
+            return sum(1 for _ in it)
+
+    def _check_writable(self) -> None:
+        if not self._writable:
+            raise error("this shaledb.dbm database was opened read-only (flag 'r')")
+
+    def sync(self) -> None:
+        """Make every write so far durable."""
+        if self._writable:
+            self._h.flush()
+
+    def close(self) -> None:
+        """Flush and close the database (idempotent)."""
+        self._h.close()
+
+    def __enter__(self) -> ShaleDbm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        from .mapping import refuse_pickle
+
+        refuse_pickle(self)
+
+    def __repr__(self) -> str:
+        return f"shaledb.dbm({self._h!r})"
+
+
+def open(
+    url: str | os.PathLike[str],
+    flag: str = "c",
+    mode: int = 0o666,
+    *,
+    settings: Settings | None = None,
+    store_options: dict[str, Any] | None = None,
+) -> ShaleDbm:
+    """Open the database at ``url`` as a ``dbm`` object (``flag`` as in :func:`dbm.open`).
+
+    ``mode`` is accepted for ``dbm.open`` compatibility and ignored (object
+    stores have no file modes). ``settings`` and ``store_options`` are passed
+    to :meth:`~shaledb.Db.open`.
+    """
+    from .db import Db
+    from .db_reader import DbReader, DbReaderOptions
+
+    if not isinstance(flag, str) or not flag or flag[0] not in _FLAGS or set(flag[1:]) - {"s", "u"}:
+        raise InvalidArgument(
+            f"flag must be 'r', 'w', 'c' or 'n', optionally followed by 's' or 'u'; got {flag!r}"
+        )
+    kind, durable = flag[0], "s" in flag[1:]
+    if kind == "r":
+        opts = DbReaderOptions(establish_checkpoint=False, background_poll=False)
+        try:
+            return ShaleDbm(
+                DbReader.open(url, options=opts, store_options=store_options), writable=False, durable=False
+            )
+        except NotFound as exc:
+            raise error(f"need flag 'c' or 'n' to create a new database: {exc}") from exc
+    try:
+        db = Db.open(url, settings=settings, create_if_missing=kind != "w", store_options=store_options)
+    except NotFound as exc:
+        raise error(f"need flag 'c' or 'n' to create a new database: {exc}") from exc
+    if kind == "n":
+        _clear(db)
+    return ShaleDbm(db, writable=True, durable=durable)
+
+
+def _clear(db: Any) -> None:
+    """Delete every key (flag ``"n"``), in batches, durably."""
+    from .batch import WriteBatch
+
+    while True:
+        with db.scan(limit=1000) as it:
+            keys = [k for k, _ in it]
+        if not keys:
+            return
+        b = WriteBatch()
+        for k in keys:
+            b.delete(k)
+        db.write(b)
+
+
+__all__ = ["ShaleDbm", "error", "open"]

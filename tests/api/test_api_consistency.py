@@ -1,0 +1,60 @@
+"""Item 7 of issue 28: half-open ranges everywhere, documented option names, durations as text."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from shaledb import Db, DbReader, DbReaderOptions, InvalidArgument, Settings
+from shaledb.indexes import term_range
+from shaledb.settings import CompactorOptions, GcOptions, RetryOptions
+
+QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.005)
+
+
+def test_index_query_end_is_exclusive_like_scan(tmp_path: Path) -> None:
+    with Db.open(tmp_path / "db", settings=QUIET) as db:
+        for k, t in ((b"a", b"LA"), (b"b", b"LAX"), (b"c", b"SEA"), (b"d", b"SFO")):
+            db.put(k, b"v", indexes={"dest": [t]})
+        db.put(b"e", b"v", indexes={"dest": [b"LAX\x00x"]})
+        assert db.index_query("dest", b"LAX", b"SEA") == [b"b", b"e"]  # SEA excluded
+        assert db.index_query("dest", None, b"LAX") == [b"a"]
+        assert db.index_query("dest", *term_range(b"LAX")) == [b"b"]
+        assert list(db.keys(b"b", b"d")) == [b"b", b"c"]  # the same convention as scan
+        with db.snapshot() as s:
+            assert s.index_query("dest", b"SEA", b"SFO") == [b"c"]
+    with DbReader.open(tmp_path / "db") as r:
+        assert r.index_query("dest", b"LA", b"LAX") == [b"a"]
+
+
+def test_documented_option_names_and_old_spellings(tmp_path: Path) -> None:
+    with Db.open(tmp_path / "db", settings=QUIET) as db:
+        db.put(b"k", b"v")
+    with DbReader.open(tmp_path / "db", manifest_poll_interval_s=0.5, checkpoint_lifetime_s="1min") as r:
+        assert r.options.manifest_poll_interval_s == 0.5 and r.options.checkpoint_lifetime_s == 60.0
+    with (
+        pytest.warns(DeprecationWarning, match="manifest_poll_interval_s"),
+        DbReader.open(tmp_path / "db", manifest_poll_interval=2, checkpoint_lifetime_s=None) as r,
+    ):
+        assert r.options.manifest_poll_interval_s == 2.0 and r.options.checkpoint_lifetime_s is None
+    with pytest.raises(InvalidArgument, match="give manifest_poll_interval_s only"):
+        DbReader.open(tmp_path / "db", manifest_poll_interval=2, manifest_poll_interval_s=2)
+
+
+def test_durations_as_strings_or_timedelta_everywhere(tmp_path: Path) -> None:
+    assert Settings(flush_interval_s="250ms").flush_interval_s == 0.25
+    assert DbReaderOptions(manifest_poll_interval_s=dt.timedelta(seconds=3)).manifest_poll_interval_s == 3.0
+    assert GcOptions(min_age_s="1h").min_age_s == 3600.0
+    assert CompactorOptions(poll_interval_s="2s").poll_interval_s == 2.0
+    assert RetryOptions(timeout_s="1min").timeout_s == 60.0
+    with pytest.raises(InvalidArgument, match="flush_interval_s"):
+        Settings(flush_interval_s="soon")
+    with Db.open(tmp_path / "db", settings=QUIET) as db:
+        db.put(b"k", b"v", ttl="1h")
+        db.put(b"gone", b"v", ttl=dt.timedelta(milliseconds=1))
+        h = db.head(b"k")
+        assert h is not None and h.expires_at is not None
+        with pytest.raises(InvalidArgument, match="duration"):
+            db.put(b"k", b"v", ttl="an hour or so")

@@ -1,0 +1,175 @@
+"""Item 4 of issue 28: dict habits on handles, ``shaledb.dbm``, PathLike URLs, pickling."""
+
+from __future__ import annotations
+
+import pickle
+import shelve
+import unittest
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import shaledb.dbm
+from shaledb import Db, DbReader, InvalidArgument, Settings
+
+QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.005)
+
+try:
+    from test import mapping_tests
+except ImportError:  # pragma: no cover - CPython's test package is not installed
+    mapping_tests = None
+    pytest.skip(
+        "CPython's test package (test.mapping_tests) is missing on this Python: "
+        "the mapping-protocol and shelve tests cannot run. Install the python3-test package "
+        "(or use a Python built with its test suite).",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Db]:
+    with Db.open(tmp_path / "db", settings=QUIET) as d:
+        yield d
+
+
+def test_dict_habits_on_the_writer(db: Db) -> None:
+    db[b"b"] = b"2"
+    db[b"a"] = b"1"
+    db[b"c"] = b"3"
+    assert db[b"a"] == b"1"
+    with pytest.raises(KeyError):
+        db[b"zz"]
+    assert db.get(b"zz") is None and db.get(b"zz", b"dflt") == b"dflt" and db.get(b"a", b"x") == b"1"
+    assert b"a" in db and b"zz" not in db
+    assert list(db) == [b"a", b"b", b"c"]
+    assert list(db.keys(b"b")) == [b"b", b"c"]
+    assert list(db.keys(end=b"c")) == [b"a", b"b"]  # half-open
+    assert list(db.values(prefix=b"c")) == [b"3"]
+    assert list(db.items(reverse=True)) == [(b"c", b"3"), (b"b", b"2"), (b"a", b"1")]
+    del db[b"b"]
+    assert b"b" not in db
+    with pytest.raises(KeyError):
+        del db[b"b"]
+    with pytest.raises(InvalidArgument):
+        db.keys(42)  # type: ignore[arg-type]  # bad bounds raise at the call, not at the first next()
+
+
+def test_dict_habits_on_snapshots_and_readers(tmp_path: Path) -> None:
+    with Db.open(str(tmp_path / "db"), settings=QUIET) as db:
+        db[b"k1"] = b"v1"
+        db[b"k2"] = b"v2"
+        with db.snapshot() as snap:
+            db[b"k3"] = b"v3"
+            assert list(snap) == [b"k1", b"k2"] and snap[b"k2"] == b"v2"
+            assert b"k3" not in snap and snap.get(b"k3", 0) == 0
+            with pytest.raises(KeyError):
+                snap[b"k3"]
+            assert list(snap.items(prefix=b"k1")) == [(b"k1", b"v1")]
+        db.flush()
+        with DbReader.open(tmp_path / "db") as r:
+            assert list(r.keys()) == [b"k1", b"k2", b"k3"] and r[b"k3"] == b"v3"
+            assert b"k9" not in r and r.get(b"k9", b"-") == b"-"
+            with pytest.raises(KeyError):
+                r[b"k9"]
+            with r.snapshot() as rs:
+                assert list(rs.values()) == [b"v1", b"v2", b"v3"] and rs[b"k1"] == b"v1"
+                assert rs.get(b"nope", 5) == 5
+            assert not hasattr(r, "__setitem__")
+
+
+def test_pathlike_urls_and_pickling(tmp_path: Path) -> None:
+    with Db.open(tmp_path / "db", settings=QUIET) as db:
+        db[b"k"] = b"v"
+        for h in (db, db.snapshot()):
+            with pytest.raises(TypeError, match="Pickle the database URL"):
+                pickle.dumps(h)
+    with DbReader.open(tmp_path / "db") as r:
+        with pytest.raises(TypeError, match="Pickle the database URL"):
+            pickle.dumps(r)
+        assert r[b"k"] == b"v"
+
+
+def test_shelve_round_trip(tmp_path: Path) -> None:
+    url = tmp_path / "shelf"
+    data: dict[str, Any] = {"list": [1, 2, 3], "dict": {"a": (1, 2)}, "text": "été"}
+    with shelve.Shelf(shaledb.dbm.open(url, "c")) as sh:
+        sh.update(data)
+        sh["count"] = 7
+    with shelve.Shelf(shaledb.dbm.open(url, "r")) as sh:
+        assert dict(sh) == {**data, "count": 7}
+        assert sorted(sh) == ["count", "dict", "list", "text"]
+        with pytest.raises(shaledb.dbm.error, match="read-only"):
+            sh["x"] = 1
+    with shelve.Shelf(shaledb.dbm.open(url, "w")) as sh:
+        del sh["list"]
+        assert len(sh) == 3
+    with shaledb.dbm.open(url, "n") as d:
+        assert len(d) == 0
+    with pytest.raises(shaledb.dbm.error, match="flag 'c'"):
+        shaledb.dbm.open(tmp_path / "missing", "w")
+    with pytest.raises(shaledb.dbm.error, match="flag 'c'"):
+        shaledb.dbm.open(tmp_path / "missing2", "r")
+    with pytest.raises(InvalidArgument, match="flag"):
+        shaledb.dbm.open(url, "x")
+
+
+class _Opened:
+    """Every dbm object a mapping test opened, closed after the test."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+        self.n = 0
+
+
+_opened = _Opened()
+
+
+def _new_dbm() -> shaledb.dbm.ShaleDbm:
+    _opened.n += 1
+    d = shaledb.dbm.open(f"memory://mapping-tests-{id(_opened)}-{_opened.n}", "n", settings=QUIET)
+    _opened.handles.append(d)
+    return d
+
+
+class TestDbmMappingProtocol(mapping_tests.BasicTestMappingProtocol):
+    """CPython's own mapping-protocol tests, on ``shaledb.dbm`` (values stored as given: bytes)."""
+
+    type2test = staticmethod(_new_dbm)  # type: ignore[assignment]
+
+    def _reference(self) -> dict[bytes, bytes]:
+        return {b"1": b"2", b"key1": b"value1", b"key2": b"\x00\x01\x02"}
+
+    def tearDown(self) -> None:
+        while _opened.handles:
+            _opened.handles.pop().close()
+
+
+class TestShelfMappingProtocol(mapping_tests.BasicTestMappingProtocol):
+    """The same tests on a ``shelve.Shelf`` over ``shaledb.dbm`` (values pickled), as CPython tests shelve."""
+
+    def _reference(self) -> dict[str, Any]:
+        return {"key1": "value1", "key2": 2, "key3": (1, 2, 3)}
+
+    def _empty_mapping(self) -> shelve.Shelf[Any]:
+        sh: shelve.Shelf[Any] = shelve.Shelf(_new_dbm())
+        return sh
+
+    def tearDown(self) -> None:
+        while _opened.handles:
+            _opened.handles.pop().close()
+
+
+def test_mapping_protocol_suites_ran() -> None:
+    """Guard: the unittest classes above are collected and pass (not silently skipped)."""
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite(
+        [
+            loader.loadTestsFromTestCase(TestDbmMappingProtocol),
+            loader.loadTestsFromTestCase(TestShelfMappingProtocol),
+        ]
+    )
+    result = unittest.TestResult()
+    suite.run(result)
+    assert result.testsRun >= 20 and result.wasSuccessful(), (result.errors, result.failures)
