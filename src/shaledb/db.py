@@ -695,17 +695,18 @@ class Db(MappingWrites, DbExtras):
             raise self._failure_error()
 
     def _fail(self, exc: BaseException) -> None:
-        if self._failure is None:
-            if isinstance(exc, FencedError):
-                log.warning("writer epoch %d of %s was fenced: %s", self.epoch, self.store.describe(), exc)
-            else:
-                log.error("writer of %s stops after a background failure: %r", self.store.describe(), exc)
         with self._lock:
-            if self._failure is None:
+            first = self._failure is None
+            if first:
                 self._failure = exc
                 if isinstance(exc, FencedError):
                     self.metrics_state.fenced += 1
             self._space.notify_all()
+        # Logged after the failure is recorded: a write racing this call must already see it.
+        if first and isinstance(exc, FencedError):
+            log.warning("writer epoch %d of %s was fenced: %s", self.epoch, self.store.describe(), exc)
+        elif first:
+            log.error("writer of %s stops after a background failure: %r", self.store.describe(), exc)
 
     def _failure_error(self) -> BaseException:
         f = self._failure

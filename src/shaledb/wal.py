@@ -497,16 +497,18 @@ class WalWriter:
         with self._cv:
             self.failure = exc
             self._cv.notify_all()
+        # The database records the failure before any waiter wakes: a writer woken with the
+        # error and writing again at once must find the handle failed, not still open.
+        try:
+            self.on_failure(exc)
+        except Exception:
+            log.exception("failure callback raised")
         with self.lock:
             latches = [s.done for s in self._sealed] + [self.pending]
         if self._writing is not None:
             latches.append(self._writing.done)
         for latch in latches:
             latch.set()
-        try:
-            self.on_failure(exc)
-        except Exception:
-            log.exception("failure callback raised")
 
 
 def _is_empty_wal(data: bytes) -> bool:
