@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from .allocator import MAX_THRESHOLD_BYTES
 from .errors import InvalidArgument
+from .numbers import check_int, check_number
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -38,18 +39,17 @@ COMPRESSIONS: tuple[str, ...] = ("none", "lz4", "zstd")
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"{name} must be a number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidArgument(f"{name} must be {bound}, got {value!r}")
+    # Finite and in range, units in the message: the one check in shaledb.numbers.
+    check_number(name, value, minimum=0, above_minimum=not allow_zero)
 
 
 def _integer(name: str, value: int, *, minimum: int = 0) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise InvalidArgument(f"{name} must be >= {minimum}, got {value!r}")
+    check_int(name, value, minimum=minimum)
+
+
+def _boolean(name: str, value: bool) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be True or False, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +148,7 @@ class GcOptions:
         _positive("GcOptions.interval_s", self.interval_s)
         _positive("GcOptions.min_age_s", self.min_age_s, allow_zero=True)
         _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
+        _boolean("GcOptions.dry_run", self.dry_run)
 
 
 RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
@@ -253,6 +254,12 @@ class DbReaderOptions:
         _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
         _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
         _integer("DbReaderOptions.wal_read_ahead", self.wal_read_ahead, minimum=1)
+        _boolean("DbReaderOptions.establish_checkpoint", self.establish_checkpoint)
+        _boolean("DbReaderOptions.background_poll", self.background_poll)
+        if self.checkpoint_name is not None and not isinstance(self.checkpoint_name, str):
+            raise InvalidArgument(
+                f"DbReaderOptions.checkpoint_name must be a str or None, got {self.checkpoint_name!r}"
+            )
         if not isinstance(self.retry, RetryOptions):
             raise InvalidArgument("DbReaderOptions.retry must be a RetryOptions")
 
@@ -349,8 +356,7 @@ class Settings:
                 )
         _positive("manifest_poll_interval_s", self.manifest_poll_interval_s)
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)
-        if not isinstance(self.track_and_verify_wals, bool):
-            raise InvalidArgument("track_and_verify_wals must be True or False")
+        _boolean("track_and_verify_wals", self.track_and_verify_wals)
         _integer("wal_read_ahead", self.wal_read_ahead, minimum=1)
         if self.wal_recovery_mode not in WAL_RECOVERY_MODES:
             raise InvalidArgument(
