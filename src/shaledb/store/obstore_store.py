@@ -50,6 +50,7 @@ from ..errors import (
 )
 from ..paths import check_prefix, check_relative_path
 from .base import BULK_DELETE_OBJECTS, ObjectMeta
+from .scrub import scrub, scrub_exception
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class ObstoreStore:
     ) -> None:
         self._inner = inner
         self._root = (root.strip("/") + "/") if root.strip("/") else ""
-        self._description = description
+        self._description = scrub(description)
         self._conditional = conditional_put
         self._attributes = attributes
         self._sort = sort_listings
@@ -165,16 +166,13 @@ class ObstoreStore:
         )
 
     def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "<redacted>")
-        return text
+        return scrub(text, self._secrets)
 
     def _raise(self, exc: BaseException, path: str) -> NoReturn:
         err = self._error(exc, path)
+        scrub_exception(exc, self._secrets)  # the chain below err is clean, whatever it carried
         if err is exc:
             raise err
-        if any(s in str(exc) for s in self._secrets):
-            raise err from None
         raise err from exc
 
     def get(self, path: str) -> bytes:
