@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         sys.stderr.write(f"shaledb: error: {type(exc).__name__}: {scrub(str(exc))}\n")
         return code
-    except Exception as exc:  # a bug: show where, but never a secret it carried
+    except Exception as exc:  # noqa: BLE001 - a bug: show where, but never a secret it carried
         sys.stderr.write(scrub("".join(traceback.format_exception(exc))))
         return EXIT_ERROR
 

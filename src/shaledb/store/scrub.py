@@ -112,7 +112,7 @@ def scrub_exception(exc: BaseException | None, extra: Iterable[str] = ()) -> Non
             args = tuple(scrub(a, extra) if isinstance(a, str) else a for a in e.args)
             if args != e.args:
                 e.args = args
-        except Exception:  # an exception type with read-only args keeps them
+        except (AttributeError, TypeError):  # an exception type with read-only args keeps them
             pass
         for attr in ("filename", "filename2", "strerror"):
             value = getattr(e, attr, None)
@@ -130,7 +130,7 @@ class ScrubFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
-        except Exception:  # a bad format string: leave it to the handler's error path
+        except (TypeError, ValueError, KeyError):  # a bad format string: the handler reports it
             return True
         record.msg, record.args = scrub(message), None
         if record.exc_info and record.exc_info[1] is not None:
