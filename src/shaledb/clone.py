@@ -77,6 +77,7 @@ from .manifest.store import ManifestStore
 from .settings import WAL_READ_AHEAD, Settings
 from .store.base import ObjectStore
 from .store.parallel import run_bounded
+from .store.roots import check_disjoint
 from .store.url import open_store
 
 if TYPE_CHECKING:
@@ -401,6 +402,7 @@ def open_clone(
     parent = canonical_url(parent_url)
     if own_url == parent:
         raise InvalidArgument("a database cannot be a clone of itself")
+    check_disjoint(own_url, parent, "parent")
     cp = None if parent_checkpoint is None else as_checkpoint_id(parent_checkpoint)
     factory = default_factory(settings.retry, clock, random.Random(), store_options)
     wrapped = wrap_store(store, settings, clock, rng)

@@ -34,6 +34,7 @@ from .manifest.model import Manifest
 from .settings import RetryOptions
 from .store.base import ObjectStore
 from .store.retrying import RetryingStore
+from .store.roots import check_disjoint
 from .store.url import open_store
 from .store.wrappers import InstrumentedStore
 
@@ -81,6 +82,8 @@ def check_external_urls(own_url: str | None, urls: list[str]) -> None:
         if c in seen:
             raise InvalidArgument(f"database {u} appears twice among the ancestors of a clone")
         seen.add(c)
+        if own_url is not None:
+            check_disjoint(own_url, u, "ancestor")
 
 
 def default_factory(

@@ -76,6 +76,7 @@ from .manifest.model import Manifest
 from .manifest.store import ManifestStore
 from .settings import GcOptions, Settings
 from .store.base import ObjectMeta, ObjectStore
+from .store.roots import foreign_roots
 from .store.stack import open_stack
 from .store.twophase import TWO_PHASE_TMP_PREFIX, TwoPhaseStore
 
@@ -436,7 +437,18 @@ class GarbageCollector:
         tp = find_two_phase(self.store)
         pending = {r.source for r in tp.log.pending(tp.namespace)} if tp is not None else set()
         doomed = []
-        for meta in self.store.list(paths.TMP_DIR):
+        metas = list(self.store.list(paths.TMP_DIR))
+        foreign = foreign_roots(m.path for m in metas)
+        for root in sorted(foreign):
+            log.warning(
+                "gc %s: %s holds another database (a manifest); its objects are not temporaries "
+                "and are left alone -- move that database out of this one's root",
+                self.store.describe(),
+                root,
+            )
+        for meta in metas:
+            if foreign and meta.path.startswith(tuple(foreign)):
+                continue
             if meta.path.startswith(TWO_PHASE_TMP_PREFIX) and (tp is None or meta.path in pending):
                 continue
             if meta.last_modified > cutoff:
