@@ -63,7 +63,7 @@ def _make_db(url: str) -> None:
 def test_clone_nested_with_its_parent_is_refused(base: str, parent: str, clone: str) -> None:
     parent_url, clone_url = f"{base}/{parent}", f"{base}/{clone}"
     _make_db(parent_url)
-    with pytest.raises(InvalidArgument, match="nest|itself"):
+    with pytest.raises(InvalidArgument, match=r"nest|itself"):
         Db.open_from_checkpoint(clone_url, parent_url, settings=QUIET)
     with Db.open(parent_url, settings=QUIET, create_if_missing=False) as db:
         assert db.get(b"k") == b"v"
@@ -97,9 +97,9 @@ def test_backup_nested_with_its_source_is_refused(base: str, dest: str) -> None:
     src = f"{base}/p"
     _make_db(src)
     dest_url = base if dest == "." else f"{base}/{dest}"
-    with pytest.raises(InvalidArgument, match="nest|itself"):
+    with pytest.raises(InvalidArgument, match=r"nest|itself"):
         backup_url(src, dest_url)
-    with Db.open(src, settings=QUIET) as db, pytest.raises(InvalidArgument, match="nest|itself"):
+    with Db.open(src, settings=QUIET) as db, pytest.raises(InvalidArgument, match=r"nest|itself"):
         db.backup(dest_url)
 
 
