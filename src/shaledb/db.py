@@ -46,7 +46,7 @@ from .recovery import claim_writer_epoch, replay_wal, write_fence
 from .settings import Settings
 from .sstable import TableCache
 from .store.base import ObjectStore
-from .store.stack import open_stack
+from .store.stack import close_quietly, open_stack
 from .wal import WalWriter, wal_object_bytes
 
 log = logging.getLogger("shaledb.db")
@@ -153,7 +153,13 @@ class Db(DbExtras):
         external = ExternalStores(
             default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
         )
-        return cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+        try:
+            db = cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+        except BaseException:
+            close_quietly(external, wrapped if store is None else None)
+            raise
+        db.owns_store = store is None
+        return db
 
     @classmethod
     def open_from_checkpoint(
@@ -206,6 +212,8 @@ class Db(DbExtras):
         if settings.malloc_mmap_threshold_bytes is not None:
             fix_mmap_threshold(settings.malloc_mmap_threshold_bytes)
         self.settings = settings
+        self.owns_store = False
+        """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
         self.external = external or ExternalStores(
             default_factory(settings.retry, clock, random.Random(), None)
         )
@@ -737,6 +745,8 @@ class Db(DbExtras):
             self._release_pins()
         with self._lock:
             self._state = _CLOSED
+        self.cache.clear()
+        close_quietly(self.external, self.store if self.owns_store else None)
         if error is not None and not isinstance(error, FencedError):
             raise error
 

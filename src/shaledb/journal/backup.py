@@ -362,6 +362,7 @@ def backup_from_writer(
             )
         except ShaleError as exc:
             log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
+        dest.close()
     log.info(
         "backup to %s: %d objects, %d copied (%d bytes), manifest %s",
         dest_url,
@@ -392,8 +393,12 @@ def backup_url(
     if canonical_url(src_url) == canonical_url(dest_url):
         raise InvalidArgument("a database cannot be backed up onto itself")
     h = AdminHandle(src_url, None, store_options, clock, None, "backup")
-    check_backup_roots(src_url, dest_url, h.ms.require_latest())
-    dest = open_dest(dest_url, store_options)
+    try:
+        check_backup_roots(src_url, dest_url, h.ms.require_latest())
+        dest = open_dest(dest_url, store_options)
+    except BaseException:
+        h.close()
+        raise
     cp = create_checkpoint(h.ms, clock=h.clock, rng=h.rng, timeout_s=60.0, lifetime=lifetime_s, name="backup")
     rep = BackupReport(checkpoint_id=str(cp.id))
     try:
@@ -416,6 +421,8 @@ def backup_url(
             delete_checkpoint(h.ms, cp.id, timeout_s=60.0, missing_ok=True)
         except ShaleError as exc:
             log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
+        dest.close()
+        h.close()
     return rep
 
 
