@@ -389,6 +389,8 @@ class Settings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Settings:
         """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        if not isinstance(data, dict):
+            raise InvalidArgument(f"settings must be a dict, got {type(data).__name__}")
         data = dict(data)
         nested = {
             "retry": RetryOptions,
@@ -398,9 +400,13 @@ class Settings:
         }
         for key, typ in nested.items():
             if isinstance(data.get(key), dict):
+                known = {f.name for f in dataclasses.fields(typ)}
+                extra = set(data[key]) - known
+                if extra or not all(isinstance(k, str) for k in data[key]):
+                    raise InvalidArgument(f"unknown {key} settings: {sorted(map(str, extra))}")
                 data[key] = typ(**data[key])
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names
+        unknown = {str(k) for k in data} - names
         if unknown:
             raise InvalidArgument(f"unknown settings: {sorted(unknown)}")
         return cls(**data)
