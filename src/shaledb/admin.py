@@ -35,7 +35,7 @@ from .manifest.model import Checkpoint, Manifest
 from .manifest.store import ManifestStore
 from .settings import RetryOptions, Settings
 from .store.base import ObjectStore
-from .store.stack import open_stack
+from .store.stack import close_quietly, open_stack
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -55,12 +55,23 @@ class AdminHandle:
     ) -> None:
         self.clock = clock or SYSTEM_CLOCK
         self.rng = random.Random(seed)
+        self._owns_store = store is None
         self.store = store = open_stack(url, store, store_options, Settings(), self.clock, self.rng)
         self.ms = ManifestStore(store, self.clock, self.rng, author=author)
         self.external = ExternalStores(
             default_factory(RetryOptions(), self.clock, random.Random(), store_options),
             own_url=canonical_url(url) if url else None,
         )
+
+    def close(self) -> None:
+        """Close the stores this handle opened (a store passed in stays the caller's)."""
+        close_quietly(self.external, self.store if self._owns_store else None)
+
+    def __enter__(self) -> AdminHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def create_checkpoint(
@@ -84,17 +95,17 @@ def create_checkpoint(
     version would. ``lifetime``: timedelta, seconds or "7days 30min";
     None never expires.
     """
-    h = AdminHandle(url, store, store_options, clock, seed, "admin")
-    return _cp.create_checkpoint(
-        h.ms,
-        clock=h.clock,
-        rng=h.rng,
-        timeout_s=timeout_s,
-        lifetime=lifetime,
-        source=source,
-        name=name,
-        metadata=metadata,
-    )
+    with AdminHandle(url, store, store_options, clock, seed, "admin") as h:
+        return _cp.create_checkpoint(
+            h.ms,
+            clock=h.clock,
+            rng=h.rng,
+            timeout_s=timeout_s,
+            lifetime=lifetime,
+            source=source,
+            name=name,
+            metadata=metadata,
+        )
 
 
 def refresh_checkpoint(
@@ -112,8 +123,10 @@ def refresh_checkpoint(
     An expired checkpoint cannot be refreshed (the garbage collector may be
     deleting what it pinned): CheckpointNotFound.
     """
-    h = AdminHandle(url, store, store_options, clock, None, "admin")
-    return _cp.refresh_checkpoint(h.ms, checkpoint_id, clock=h.clock, timeout_s=timeout_s, lifetime=lifetime)
+    with AdminHandle(url, store, store_options, clock, None, "admin") as h:
+        return _cp.refresh_checkpoint(
+            h.ms, checkpoint_id, clock=h.clock, timeout_s=timeout_s, lifetime=lifetime
+        )
 
 
 def delete_checkpoint(
@@ -127,8 +140,8 @@ def delete_checkpoint(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> bool:
     """Delete a checkpoint (expired ones too). CheckpointNotFound unless ``missing_ok``."""
-    h = AdminHandle(url, store, store_options, clock, None, "admin")
-    return _cp.delete_checkpoint(h.ms, checkpoint_id, timeout_s=timeout_s, missing_ok=missing_ok)
+    with AdminHandle(url, store, store_options, clock, None, "admin") as h:
+        return _cp.delete_checkpoint(h.ms, checkpoint_id, timeout_s=timeout_s, missing_ok=missing_ok)
 
 
 def list_checkpoints(
@@ -145,13 +158,13 @@ def list_checkpoints(
     Expired checkpoints stay listed until the garbage collector removes them
     (``include_expired=False`` hides them); ``Checkpoint.expired(now)`` tells.
     """
-    h = AdminHandle(url, store, store_options, clock, None, "admin")
-    m = h.ms.require_latest()
-    cps = _cp.list_checkpoints(m, name)
-    if not include_expired:
-        now = h.clock.now()
-        cps = [c for c in cps if not c.expired(now)]
-    return cps
+    with AdminHandle(url, store, store_options, clock, None, "admin") as h:
+        m = h.ms.require_latest()
+        cps = _cp.list_checkpoints(m, name)
+        if not include_expired:
+            now = h.clock.now()
+            cps = [c for c in cps if not c.expired(now)]
+        return cps
 
 
 def read_manifest(
@@ -162,8 +175,8 @@ def read_manifest(
     store_options: Mapping[str, Any] | None = None,
 ) -> Manifest:
     """A manifest version (default: the latest). NotFound if there is none."""
-    h = AdminHandle(url, store, store_options, None, None, "admin")
-    return h.ms.require_latest() if manifest_id is None else h.ms.read(manifest_id)
+    with AdminHandle(url, store, store_options, None, None, "admin") as h:
+        return h.ms.require_latest() if manifest_id is None else h.ms.read(manifest_id)
 
 
 def destroy(
@@ -184,8 +197,8 @@ def destroy(
     deletes everything now, and refuses (InvalidDbState) while checkpoints
     other than the writer's are live -- e.g. a clone's.
     """
-    h = AdminHandle(url, store, store_options, clock, seed, "admin")
-    _destroy(h.store, soft=soft, clock=h.clock, rng=h.rng, external=h.external, timeout_s=timeout_s)
+    with AdminHandle(url, store, store_options, clock, seed, "admin") as h:
+        _destroy(h.store, soft=soft, clock=h.clock, rng=h.rng, external=h.external, timeout_s=timeout_s)
 
 
 def collect_lifecycle(
@@ -198,13 +211,13 @@ def collect_lifecycle(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> DestroyStatus:
     """Run the garbage collector's destroy and detach steps once (what ``run-gc`` does first)."""
-    h = AdminHandle(url, store, store_options, clock, None, "gc")
-    status = gc_destroyed_database(
-        h.ms, clock=h.clock, grace_s=grace_s, external=h.external, timeout_s=timeout_s
-    )
-    if status.state == "active":
-        gc_detach_clone(h.ms, clock=h.clock, external=h.external, timeout_s=timeout_s)
-    return status
+    with AdminHandle(url, store, store_options, clock, None, "gc") as h:
+        status = gc_destroyed_database(
+            h.ms, clock=h.clock, grace_s=grace_s, external=h.external, timeout_s=timeout_s
+        )
+        if status.state == "active":
+            gc_detach_clone(h.ms, clock=h.clock, external=h.external, timeout_s=timeout_s)
+        return status
 
 
 __all__ = [

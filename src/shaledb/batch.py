@@ -13,6 +13,7 @@ from typing import Any
 
 from .errors import InvalidArgument
 from .format.row import KIND_TOMBSTONE, KIND_VALUE, encode_payload
+from .numbers import check_seconds
 
 MAX_KEY_BYTES = 65535
 MAX_VALUE_BYTES = (1 << 30) - 1
@@ -61,22 +62,18 @@ def ttl_ms(ttl: timedelta | float | int | str | None) -> int | None:
     """A TTL as milliseconds (None: no expiry)."""
     if ttl is None:
         return None
-    if isinstance(ttl, timedelta):
-        ms = ttl.total_seconds() * 1000
-    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
-        ms = float(ttl) * 1000
-    elif isinstance(ttl, str):  # "1h", "250ms", "7days" (shaledb.duration)
+    if isinstance(ttl, str):  # "1h", "250ms", "7days" (shaledb.duration)
         from .duration import parse_duration
 
         try:
-            ms = parse_duration(ttl).total_seconds() * 1000
+            ttl = parse_duration(ttl)
         except InvalidArgument as exc:
             raise InvalidArgument(f"ttl: {exc}") from None
-    else:
-        raise InvalidArgument(f"ttl must be a timedelta, seconds or a duration string, got {ttl!r}")
-    if not ms > 0:
-        raise InvalidArgument(f"ttl must be positive, got {ttl!r}")
-    return int(ms)
+    secs = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+    ms = int(check_seconds("ttl", secs) * 1000)
+    if ms <= 0:
+        raise InvalidArgument(f"ttl must be at least 1 ms (0.001 seconds), got {ttl!r}")
+    return ms
 
 
 IndexTerms = Mapping[str, Iterable[bytes]]

@@ -25,10 +25,12 @@ import json
 import logging
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .errors import InvalidArgument, NotFound, ShaleError
+from .store.scrub import ScrubFilter, scrub
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -253,6 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _scrub_logs() -> None:
+    """Every log line the CLI writes passes through the one scrubbing function."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, ScrubFilter) for f in handler.filters):
+            handler.addFilter(ScrubFilter())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -261,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    _scrub_logs()
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -279,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except (ShaleError, OSError) as exc:
         if args.debug:
-            raise
+            sys.stderr.write(scrub("".join(traceback.format_exception(exc))))
         code = (
             EXIT_NOT_FOUND
             if isinstance(exc, NotFound)
@@ -287,8 +297,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if isinstance(exc, InvalidArgument)
             else EXIT_ERROR
         )
-        sys.stderr.write(f"shaledb: error: {type(exc).__name__}: {exc}\n")
+        sys.stderr.write(f"shaledb: error: {type(exc).__name__}: {scrub(str(exc))}\n")
         return code
+    except Exception as exc:  # noqa: BLE001 - a bug: show where, but never a secret it carried
+        sys.stderr.write(scrub("".join(traceback.format_exception(exc))))
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

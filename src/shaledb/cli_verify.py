@@ -66,9 +66,13 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
 def bench_cmd(args: argparse.Namespace, out: Output) -> int | None:
     from . import Db, Settings, WriteBatch
     from .cli_more import bench_guard
+    from .numbers import check_int
 
+    n = check_int("--keys", args.keys, minimum=1, maximum=10**9)
+    # 97 distinct values are kept in memory: 1 MiB each at most.
+    vs = check_int("--value-size (bytes)", args.value_size, minimum=0, maximum=1 << 20)
+    batch = check_int("--batch", args.batch, minimum=1, maximum=10**6)
     prefix = bench_guard(args.path, args.scratch_prefix, args.force)
-    n, vs, batch = args.keys, args.value_size, max(1, args.batch)
     rng = random.Random(1)
     keys = [prefix + b"%012d" % i for i in range(n)]
     rng.shuffle(keys)

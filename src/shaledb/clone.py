@@ -77,6 +77,7 @@ from .manifest.store import ManifestStore
 from .settings import WAL_READ_AHEAD, Settings
 from .store.base import ObjectStore
 from .store.parallel import run_bounded
+from .store.roots import check_disjoint
 from .store.url import open_store
 
 if TYPE_CHECKING:
@@ -383,7 +384,7 @@ def open_clone(
     store_options: dict[str, Any] | None,
 ) -> Db:
     """``Db.open_from_checkpoint``: initialize the clone if needed, then open it as a writer."""
-    from .store.stack import wrap_store
+    from .store.stack import close_quietly, wrap_store
 
     if settings is None:
         settings = Settings()
@@ -393,31 +394,41 @@ def open_clone(
         raise InvalidArgument("parent_url must name the database to clone")
     clock = clock or SYSTEM_CLOCK
     rng = random.Random(seed)
-    if store is None:
-        if url is None:
-            raise InvalidArgument("give the clone's URL or a store")
-        store = open_store(url, **(store_options or {}))
-    own_url = canonical_url(url) if url else store.describe()
+    if store is None and url is None:
+        raise InvalidArgument("give the clone's URL or a store")
+    own_url = canonical_url(url) if url else store.describe()  # type: ignore[union-attr]
     parent = canonical_url(parent_url)
     if own_url == parent:
         raise InvalidArgument("a database cannot be a clone of itself")
+    check_disjoint(own_url, parent, "parent")
     cp = None if parent_checkpoint is None else as_checkpoint_id(parent_checkpoint)
     factory = default_factory(settings.retry, clock, random.Random(), store_options)
+    owned = store is None
+    if store is None:
+        assert url is not None
+        store = open_store(url, **(store_options or {}))
     wrapped = wrap_store(store, settings, clock, rng)
-    pstore = wrap_store(parent_store, settings, clock, rng) if parent_store is not None else factory(parent)
-    external = ExternalStores(factory, own_url=own_url, preset={parent: pstore})
-    init_clone(
-        wrapped,
-        own_url,
-        parent,
-        pstore,
-        cp,
-        clock=clock,
-        rng=rng,
-        timeout_s=settings.manifest_update_timeout_s,
-        external=external,
-    )
-    return cls(wrapped, settings, clock, rng, False, external=external)
+    preset = {parent: wrap_store(parent_store, settings, clock, rng)} if parent_store is not None else None
+    external = ExternalStores(factory, own_url=own_url, preset=preset)
+    try:
+        pstore = external.open_url(parent)  # the preset one, or opened (and later closed) here
+        init_clone(
+            wrapped,
+            own_url,
+            parent,
+            pstore,
+            cp,
+            clock=clock,
+            rng=rng,
+            timeout_s=settings.manifest_update_timeout_s,
+            external=external,
+        )
+        db = cls(wrapped, settings, clock, rng, False, external=external)
+    except BaseException:
+        close_quietly(external, wrapped if owned else None)
+        raise
+    db.owns_store = owned
+    return db
 
 
 __all__ = ["CLONED_FROM_OPTION", "build_clone_manifest", "init_clone", "open_clone"]

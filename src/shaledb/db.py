@@ -51,7 +51,7 @@ from .recovery import claim_writer_epoch, replay_wal, write_fence
 from .settings import Settings
 from .sstable import TableCache
 from .store.base import ObjectStore
-from .store.stack import open_stack
+from .store.stack import close_quietly, open_stack
 from .wal import WalWriter, wal_object_bytes
 
 if TYPE_CHECKING:
@@ -172,7 +172,12 @@ class Db(MappingWrites, DbExtras):
             external = ExternalStores(
                 default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
             )
-            db = cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+            try:
+                db = cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+            except BaseException:
+                close_quietly(external, wrapped if store is None else None)
+                raise
+            db.owns_store = store is None
         except BaseException:
             writers.release(claim)
             raise
@@ -238,6 +243,8 @@ class Db(MappingWrites, DbExtras):
         if settings.malloc_mmap_threshold_bytes is not None:
             fix_mmap_threshold(settings.malloc_mmap_threshold_bytes)
         self.settings = settings
+        self.owns_store = False
+        """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
         self.external = external or ExternalStores(
             default_factory(settings.retry, clock, random.Random(), None)
         )
@@ -860,6 +867,8 @@ class Db(MappingWrites, DbExtras):
         with self._lock:
             self._state = _CLOSED
         writers.release(getattr(self, "_writer_claim", None), self)
+        self.cache.clear()
+        close_quietly(self.external, self.store if self.owns_store else None)
         if error is not None:
             # A handle whose failure was already raised closes quietly (``failed``); a fence
             # found only by this last flush has just lost buffered writes: say so.

@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 def checked_keys(keys: Iterable[bytes], workers: int) -> list[bytes]:
     """``keys`` as a list of valid keys (InvalidArgument for the first bad one, or bad workers)."""
     check_workers(workers)
+    if isinstance(keys, (bytes, bytearray, memoryview, str)) or not isinstance(keys, Iterable):
+        raise InvalidArgument(
+            f"keys must be an iterable of bytes keys, e.g. a list, got {type(keys).__name__}"
+        )
     return [k if type(k) is bytes and 0 < len(k) <= MAX_KEY_BYTES else check_key(k) for k in keys]
 
 

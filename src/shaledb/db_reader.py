@@ -101,7 +101,7 @@ from .settings import DbReaderOptions, Settings
 from .sstable import TableCache
 from .store.base import ObjectStore
 from .store.parallel import DEFAULT_WORKERS
-from .store.stack import open_stack
+from .store.stack import close_quietly, open_stack
 from .wal import decode_wal_object, fetch_wal_objects
 
 log = logging.getLogger("shaledb.reader")
@@ -265,11 +265,19 @@ class DbReader(MappingReads, ReaderReads):
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
         settings = Settings(retry=opts.retry, compactor=None, garbage_collector=None)
+        cp_id = None if checkpoint is None else as_checkpoint_id(checkpoint)
         wrapped = open_stack(url, store, store_options, settings, clock, rng)
         factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options)
-        external = ExternalStores(factory, own_url=canonical_url(url) if url else None)
-        cp_id = None if checkpoint is None else as_checkpoint_id(checkpoint)
-        return cls(wrapped, opts, clock, rng, external, cp_id)
+        external = ExternalStores(
+            factory, own_url=canonical_url(url) if url else None, owns_opened=store_factory is None
+        )
+        try:
+            reader = cls(wrapped, opts, clock, rng, external, cp_id)
+        except BaseException:
+            close_quietly(external, wrapped if store is None else None)
+            raise
+        reader.owns_store = store is None
+        return reader
 
     def __init__(
         self,
@@ -282,6 +290,8 @@ class DbReader(MappingReads, ReaderReads):
     ) -> None:
         self.options = options
         self.store = store
+        self.owns_store = False
+        """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
         self.clock = clock
         self.rng = rng
         self._where = store.describe()
@@ -798,6 +808,8 @@ class DbReader(MappingReads, ReaderReads):
                     log.warning(
                         "reader %s: could not delete its checkpoints (they expire): %s", self._where, exc
                     )
+        self._cache.clear()
+        close_quietly(self._external, self.store if self.owns_store else None)
 
     @property
     def closed(self) -> bool:

@@ -9,11 +9,11 @@ same way (a negative, NaN or unparseable duration is an ``InvalidArgument``).
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import timedelta
 
 from .errors import InvalidArgument
+from .numbers import check_seconds
 
 _UNITS: dict[str, float] = {}
 for _names, _secs in (
@@ -68,16 +68,14 @@ def to_seconds(value: timedelta | float | int | str | None, what: str = "duratio
     if value is None:
         return None
     if isinstance(value, timedelta):
-        secs = value.total_seconds()
+        secs: object = value.total_seconds()
     elif isinstance(value, str):
         secs = parse_duration(value).total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        secs = float(value)
+        secs = value
     else:
         raise InvalidArgument(f"{what} must be a timedelta, a number of seconds or a string, got {value!r}")
-    if math.isnan(secs) or math.isinf(secs) or secs < 0:
-        raise InvalidArgument(f"{what} must be a finite, non-negative duration, got {value!r}")
-    return secs
+    return check_seconds(what, secs, allow_zero=True)
 
 
 def format_duration(seconds: float) -> str:

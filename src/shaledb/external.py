@@ -21,6 +21,7 @@ is bounded (:data:`MAX_EXTERNAL_DBS`).
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -34,8 +35,11 @@ from .manifest.model import Manifest
 from .settings import RetryOptions
 from .store.base import ObjectStore
 from .store.retrying import RetryingStore
+from .store.roots import check_disjoint
 from .store.url import open_store
 from .store.wrappers import InstrumentedStore
+
+log = logging.getLogger(__name__)
 
 MAX_EXTERNAL_DBS = 32
 """Longest chain of clone ancestors a database may reference."""
@@ -83,6 +87,8 @@ def check_external_urls(own_url: str | None, urls: list[str]) -> None:
         if c in seen:
             raise InvalidArgument(f"database {u} appears twice among the ancestors of a clone")
         seen.add(c)
+        if own_url is not None:
+            check_disjoint(own_url, u, "ancestor")
 
 
 def default_factory(
@@ -105,7 +111,10 @@ class ExternalStores:
     """Stores of the databases a clone references, opened once each. Thread-safe.
 
     ``preset`` maps URLs to stores already open (a caller that passed
-    ``parent_store=``); anything else is opened with ``factory``.
+    ``parent_store=``); anything else is opened with ``factory``. :meth:`close`
+    closes the stores opened here (not the preset ones: they stay the
+    caller's), unless ``owns_opened`` is False (a caller's factory may hand
+    out stores it shares).
     """
 
     def __init__(
@@ -114,8 +123,11 @@ class ExternalStores:
         *,
         own_url: str | None = None,
         preset: Mapping[str, ObjectStore] | None = None,
+        owns_opened: bool = True,
     ) -> None:
         self._factory = factory
+        self._owns_opened = owns_opened
+        self._opened: list[ObjectStore] = []
         self._own = canonical_url(own_url) if own_url else None
         self._lock = threading.Lock()
         self._by_url: dict[str, ObjectStore] = {canonical_url(u): s for u, s in (preset or {}).items()}
@@ -132,7 +144,26 @@ class ExternalStores:
             raise CorruptionError(f"manifest lists this database ({url}) as its own ancestor")
         store = self._factory(url)
         with self._lock:
-            return self._by_url.setdefault(key, store)
+            kept = self._by_url.setdefault(key, store)
+            if kept is store:
+                self._opened.append(store)
+        if kept is not store and self._owns_opened:
+            store.close()  # another thread opened it first
+        return kept
+
+    def close(self) -> None:
+        """Close the stores this object opened (see class docstring); idempotent."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+            for key in [k for k, s in self._by_url.items() if any(s is o for o in opened)]:
+                del self._by_url[key]
+            self._by_index = {i: s for i, s in self._by_index.items() if not any(s is o for o in opened)}
+        if self._owns_opened:
+            for store in opened:
+                try:
+                    store.close()
+                except Exception as exc:  # noqa: BLE001 - close the others regardless
+                    log.warning("could not close %s: %s", store.describe(), exc)
 
     def store_for(self, index: int, manifest: Manifest) -> ObjectStore:
         """The store owning objects with ``db == index`` (index > 0) in ``manifest``."""

@@ -75,9 +75,11 @@ from .format.sst import decode_meta
 from .lifecycle import LifecycleSteps
 from .manifest.model import Manifest
 from .manifest.store import ManifestStore
+from .numbers import check_seconds
 from .settings import GcOptions, Settings
 from .store.base import ObjectMeta, ObjectStore
-from .store.stack import open_stack
+from .store.roots import foreign_roots
+from .store.stack import close_quietly, open_stack
 from .store.twophase import TWO_PHASE_TMP_PREFIX, TwoPhaseStore
 
 log = logging.getLogger("shaledb.gc")
@@ -170,16 +172,21 @@ class GarbageCollector:
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
         st = open_stack(url, store, store_options, settings, clock, rng)
-        gc = cls(
-            st,
-            options,
-            clock=clock,
-            rng=rng,
-            settings=settings,
-            store_options=store_options,
-        )
-        if gc.manifests.read_latest() is None:
-            raise NotFound(f"no database at {st.describe()}")
+        try:
+            gc = cls(
+                st,
+                options,
+                clock=clock,
+                rng=rng,
+                settings=settings,
+                store_options=store_options,
+            )
+            if gc.manifests.read_latest() is None:
+                raise NotFound(f"no database at {st.describe()}")
+        except BaseException:
+            close_quietly(st if store is None else None)
+            raise
+        gc.owned_store = st if store is None else None
         return gc
 
     def __init__(
@@ -208,13 +215,19 @@ class GarbageCollector:
         )
         self._fences: set[int] = set()
         self._stop = threading.Event()
+        self.owned_store: ObjectStore | None = None
+        """The store :meth:`open` opened, closed by :meth:`close` (a passed-in store stays theirs)."""
 
     # ------------------------------------------------------------------ pass
 
     def run_once(self, *, dry_run: bool | None = None, min_age_s: float | None = None) -> GcReport:
         """One pass; ``dry_run`` and ``min_age_s`` override the options for this pass."""
         dry = self.options.dry_run if dry_run is None else dry_run
-        min_age = self.options.min_age_s if min_age_s is None else min_age_s
+        min_age = (
+            self.options.min_age_s
+            if min_age_s is None
+            else check_seconds("min_age_s", min_age_s, allow_zero=True)
+        )
         started = self.clock.monotonic()
         now = self.clock.now()
         cutoff = now - min_age
@@ -437,7 +450,18 @@ class GarbageCollector:
         tp = find_two_phase(self.store)
         pending = {r.source for r in tp.log.pending(tp.namespace)} if tp is not None else set()
         doomed = []
-        for meta in self.store.list(paths.TMP_DIR):
+        metas = list(self.store.list(paths.TMP_DIR))
+        foreign = foreign_roots(m.path for m in metas)
+        for root in sorted(foreign):
+            log.warning(
+                "gc %s: %s holds another database (a manifest); its objects are not temporaries "
+                "and are left alone -- move that database out of this one's root",
+                self.store.describe(),
+                root,
+            )
+        for meta in metas:
+            if foreign and meta.path.startswith(tuple(foreign)):
+                continue
             if meta.path.startswith(TWO_PHASE_TMP_PREFIX) and (tp is None or meta.path in pending):
                 continue
             if meta.last_modified > cutoff:
@@ -463,6 +487,8 @@ class GarbageCollector:
 
     def close(self) -> None:
         self.stop()
+        close_quietly(self.owned_store)
+        self.owned_store = None
 
     def __enter__(self) -> GarbageCollector:
         return self

@@ -27,7 +27,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
-from .errors import CorruptionError, InvalidArgument
+from .errors import CorruptionError
 from .format.row import (
     EXTRA_FLAGS,
     FLAG_EXPIRY,
@@ -39,6 +39,7 @@ from .format.row import (
 from .history import has_versions
 from .manifest.model import Manifest, SortedRun, SstInfo, Tree
 from .memtable import Memtable
+from .numbers import check_int
 from .sstable import Row, TableCache
 
 PointerResolver = Callable[[bytes, bytes], bytes]
@@ -145,8 +146,8 @@ class ReadView:
 
 def check_limit(limit: object) -> None:
     """A scan or query limit is None or a non-negative int (bool is not a count)."""
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise InvalidArgument(f"limit must be a non-negative integer or None, got {limit!r}")
+    if limit is not None:
+        check_int("limit", limit, minimum=0)
 
 
 class Visibility:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from .allocator import MAX_THRESHOLD_BYTES
 from .errors import InvalidArgument
+from .numbers import check_int, check_number
 from .option_names import seconds_fields
 
 KiB = 1024
@@ -41,18 +42,17 @@ COMPRESSIONS: tuple[str, ...] = ("none", "lz4", "zstd")
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"{name} must be a number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidArgument(f"{name} must be {bound}, got {value!r}")
+    # Finite and in range, units in the message: the one check in shaledb.numbers.
+    check_number(name, value, minimum=0, above_minimum=not allow_zero)
 
 
 def _integer(name: str, value: int, *, minimum: int = 0) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise InvalidArgument(f"{name} must be >= {minimum}, got {value!r}")
+    check_int(name, value, minimum=minimum)
+
+
+def _boolean(name: str, value: bool) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be True or False, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +159,7 @@ class GcOptions:
         _positive("GcOptions.min_age_s", self.min_age_s, allow_zero=True)
         _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
         _positive("GcOptions.wal_retention_s", self.wal_retention_s, allow_zero=True)
+        _boolean("GcOptions.dry_run", self.dry_run)
 
 
 RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
@@ -266,6 +267,12 @@ class DbReaderOptions:
         _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
         _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
         _integer("DbReaderOptions.wal_read_ahead", self.wal_read_ahead, minimum=1)
+        _boolean("DbReaderOptions.establish_checkpoint", self.establish_checkpoint)
+        _boolean("DbReaderOptions.background_poll", self.background_poll)
+        if self.checkpoint_name is not None and not isinstance(self.checkpoint_name, str):
+            raise InvalidArgument(
+                f"DbReaderOptions.checkpoint_name must be a str or None, got {self.checkpoint_name!r}"
+            )
         if not isinstance(self.retry, RetryOptions):
             raise InvalidArgument("DbReaderOptions.retry must be a RetryOptions")
 
@@ -369,8 +376,7 @@ class Settings:
                 )
         _positive("manifest_poll_interval_s", self.manifest_poll_interval_s)
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)
-        if not isinstance(self.track_and_verify_wals, bool):
-            raise InvalidArgument("track_and_verify_wals must be True or False")
+        _boolean("track_and_verify_wals", self.track_and_verify_wals)
         _integer("wal_read_ahead", self.wal_read_ahead, minimum=1)
         if self.wal_recovery_mode not in WAL_RECOVERY_MODES:
             raise InvalidArgument(
@@ -403,6 +409,8 @@ class Settings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Settings:
         """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        if not isinstance(data, dict):
+            raise InvalidArgument(f"settings must be a dict, got {type(data).__name__}")
         data = dict(data)
         nested = {
             "retry": RetryOptions,
@@ -412,9 +420,13 @@ class Settings:
         }
         for key, typ in nested.items():
             if isinstance(data.get(key), dict):
+                known = {f.name for f in dataclasses.fields(typ)}
+                extra = set(data[key]) - known
+                if extra or not all(isinstance(k, str) for k in data[key]):
+                    raise InvalidArgument(f"unknown {key} settings: {sorted(map(str, extra))}")
                 data[key] = typ(**data[key])
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names
+        unknown = {str(k) for k in data} - names
         if unknown:
             raise InvalidArgument(f"unknown settings: {sorted(unknown)}")
         return cls(**data)

@@ -254,29 +254,29 @@ def verify(
     from .admin import AdminHandle  # the admin calls' store stack (admin imports much: lazily)
 
     check_workers(workers)
-    h = AdminHandle(url, store, store_options, clock, None, "verify")
-    ms, clock = h.ms, h.clock
-    v = _Verifier(h.store, ms, h.external, deep)
-    try:
-        latest = ms.read_latest()
-    except CorruptionError as exc:
-        v.problem("manifest", f"latest manifest is damaged: {exc}")
-        return v.report
-    if latest is None:
-        raise NotFound(f"no database at {h.store.describe()}")
-    v.manifest(latest)
-    v.wal(latest)
-    for cp in latest.checkpoints:
-        if cp.expired(clock.now()) or cp.manifest_id == latest.id or cp.manifest_id in v.report.manifests:
-            continue
+    with AdminHandle(url, store, store_options, clock, None, "verify") as h:
+        ms, clock = h.ms, h.clock
+        v = _Verifier(h.store, ms, h.external, deep)
         try:
-            v.manifest(ms.read(cp.manifest_id))
-        except ObjectNotFound:
-            v.problem(paths.manifest_path(cp.manifest_id), f"pinned by checkpoint {cp.id} but missing")
+            latest = ms.read_latest()
         except CorruptionError as exc:
-            v.problem(paths.manifest_path(cp.manifest_id), f"damaged: {exc}")
-    v.run(workers, progress)
-    return v.report
+            v.problem("manifest", f"latest manifest is damaged: {exc}")
+            return v.report
+        if latest is None:
+            raise NotFound(f"no database at {h.store.describe()}")
+        v.manifest(latest)
+        v.wal(latest)
+        for cp in latest.checkpoints:
+            if cp.expired(clock.now()) or cp.manifest_id == latest.id or cp.manifest_id in v.report.manifests:
+                continue
+            try:
+                v.manifest(ms.read(cp.manifest_id))
+            except ObjectNotFound:
+                v.problem(paths.manifest_path(cp.manifest_id), f"pinned by checkpoint {cp.id} but missing")
+            except CorruptionError as exc:
+                v.problem(paths.manifest_path(cp.manifest_id), f"damaged: {exc}")
+        v.run(workers, progress)
+        return v.report
 
 
 __all__ = ["VerifyReport", "verify"]

@@ -46,9 +46,10 @@ def test_bad_memory_urls(url: str) -> None:
 
 def test_local_path_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plain = open_store(str(tmp_path / "a"))
-    assert (tmp_path / "a").is_dir()
+    assert not (tmp_path / "a").exists()  # created by the first write, not by opening
     assert plain.describe() == f"file://{os.path.realpath(tmp_path / 'a')}"
     plain.put("x/y", b"1")
+    assert (tmp_path / "a").is_dir()
     via_url = open_store(f"file://{tmp_path / 'a'}")
     assert via_url.get("x/y") == b"1"
     assert open_store(f"file://localhost{tmp_path / 'a'}").get("x/y") == b"1"
@@ -84,6 +85,7 @@ def test_local_symlink_inside_root_cannot_escape(tmp_path: Path) -> None:
     outside.mkdir()
     (outside / "secret").write_bytes(b"do not read")
     root = tmp_path / "db"
+    root.mkdir()  # an existing database directory (opening does not create one)
     st = open_store(str(root))
     (root / "evil").symlink_to(outside)
     with pytest.raises(InvalidPathError, match="symlink"):

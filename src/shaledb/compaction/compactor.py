@@ -50,7 +50,7 @@ from ..manifest.store import ManifestStore, Mutator
 from ..settings import CompactorOptions, MiB, Settings
 from ..store.base import ObjectStore
 from ..store.parallel import Progress
-from ..store.stack import open_stack
+from ..store.stack import close_quietly, open_stack
 from .executor import ExecResult, Executor, KeyRange, RangeResult
 from .scheduler import CompactionSpec, schedule
 
@@ -277,15 +277,14 @@ class Compactor:
             raise InvalidArgument(f"options must be a CompactorOptions, got {type(options).__name__}")
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
-        c = cls(
-            open_stack(url, store, store_options, settings, clock, rng),
-            options,
-            settings=settings,
-            clock=clock,
-            rng=rng,
-            store_options=store_options,
-        )
-        c.claim()
+        st = open_stack(url, store, store_options, settings, clock, rng)
+        try:
+            c = cls(st, options, settings=settings, clock=clock, rng=rng, store_options=store_options)
+            c.claim()
+        except BaseException:
+            close_quietly(st if store is None else None)
+            raise
+        c.owned_store = st if store is None else None
         return c
 
     def __init__(
@@ -302,7 +301,10 @@ class Compactor:
         from ..external import ExternalStores, default_factory
 
         self.store = store
+        self.owned_store: ObjectStore | None = None
+        """The store :meth:`open` opened, closed by :meth:`close` (a passed-in store stays theirs)."""
         # A clone's ancestors, opened by URL (the writer's own resolver when embedded).
+        self._own_external = getattr(host, "external", None) is None
         self.external = getattr(host, "external", None) or ExternalStores(
             default_factory(settings.retry, clock, random.Random(), store_options)
         )
@@ -515,6 +517,8 @@ class Compactor:
 
     def close(self) -> None:
         self.stop()
+        close_quietly(self.external if self._own_external else None, self.owned_store)
+        self.owned_store = None
 
     def __enter__(self) -> Compactor:
         return self

@@ -19,6 +19,7 @@ from ..errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFoun
 from ..flush import OPT_COMPLETE, OPT_INDEXED
 from ..manifest.model import IngestRecord, JournalFile, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore
+from ..numbers import check_seconds
 from ..settings import MiB, Settings
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
@@ -78,8 +79,7 @@ def begin_ingest(
     settings = settings or Settings()
     if duplicates not in DUPLICATES:
         raise InvalidArgument(f"duplicates must be one of {DUPLICATES}, got {duplicates!r}")
-    if not lease_s > 0:
-        raise InvalidArgument(f"lease_s must be positive, got {lease_s!r}")
+    check_seconds("lease_s", lease_s)
     iid = check_ingest_id(ingest_id) if ingest_id is not None else uuid.uuid4().hex
     fields = check_index_fields(index_fields)
     if behind and fields:

@@ -46,6 +46,7 @@ from ..manifest.model import JournalFile, Manifest, SstInfo, to_body
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
 from ..store.parallel import DEFAULT_WORKERS, Progress, check_workers, run_bounded
+from ..store.roots import check_disjoint
 from ..store.url import open_store
 
 if TYPE_CHECKING:
@@ -306,6 +307,14 @@ def _server_copier(
     return copy
 
 
+def check_backup_roots(src: str, dest_url: str, m: Manifest) -> None:
+    """The destination's root must not nest with the source's or any of its ancestors'
+    (their garbage collectors would delete the backup, or it would prune them)."""
+    check_disjoint(dest_url, src, "backup source")
+    for e in m.external_dbs:
+        check_disjoint(dest_url, e.url, "backup source's ancestor")
+
+
 def open_dest(dest_url: str, store_options: Mapping[str, Any] | None) -> ObjectStore:
     from ..clock import SYSTEM_CLOCK
     from ..settings import Settings
@@ -331,6 +340,7 @@ def backup_from_writer(
     own = db.external._own
     if own is not None and canonical_url(dest_url) == own:
         raise InvalidArgument("a database cannot be backed up onto itself")
+    check_backup_roots(own or db.store.describe(), dest_url, db.manifest)
     dest = open_dest(dest_url, store_options)
     cp = db.create_checkpoint(lifetime=lifetime, name="backup")
     rep = BackupReport(checkpoint_id=str(cp.id))
@@ -360,6 +370,7 @@ def backup_from_writer(
             )
         except ShaleError as exc:
             log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
+        dest.close()
     log.info(
         "backup to %s: %d objects, %d copied (%d bytes), manifest %s",
         dest_url,
@@ -390,7 +401,12 @@ def backup_url(
     if canonical_url(src_url) == canonical_url(dest_url):
         raise InvalidArgument("a database cannot be backed up onto itself")
     h = AdminHandle(src_url, None, store_options, clock, None, "backup")
-    dest = open_dest(dest_url, store_options)
+    try:
+        check_backup_roots(src_url, dest_url, h.ms.require_latest())
+        dest = open_dest(dest_url, store_options)
+    except BaseException:
+        h.close()
+        raise
     cp = create_checkpoint(h.ms, clock=h.clock, rng=h.rng, timeout_s=60.0, lifetime=lifetime_s, name="backup")
     rep = BackupReport(checkpoint_id=str(cp.id))
     try:
@@ -413,6 +429,8 @@ def backup_url(
             delete_checkpoint(h.ms, cp.id, timeout_s=60.0, missing_ok=True)
         except ShaleError as exc:
             log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
+        dest.close()
+        h.close()
     return rep
 
 

@@ -31,6 +31,7 @@ from .. import paths
 from ..clock import Clock
 from ..errors import AlreadyExists, ConflictError, CorruptionError, NotFound, ObjectNotFound, Unavailable
 from ..format.manifest import decode_manifest_body, encode_manifest_body
+from ..numbers import check_seconds
 from ..store.base import ObjectStore
 from .invariants import check_transition
 from .model import Manifest, from_body, to_body
@@ -223,6 +224,7 @@ class ManifestStore:
         attempt tries it, and a conflict refreshes. Returns the manifest
         written, or the latest one unchanged when ``mutate`` returns None.
         """
+        check_seconds("timeout_s", timeout_s)
         deadline = self.clock.monotonic() + timeout_s
         m = current if current is not None else self.require_latest()
         attempt = 0

@@ -22,6 +22,7 @@ each other or with the contract in :mod:`.base`:
 from __future__ import annotations
 
 import builtins
+import errno
 import logging
 import os
 import threading
@@ -52,6 +53,8 @@ from ..errors import (
 from ..paths import check_prefix, check_relative_path
 from .base import BULK_DELETE_OBJECTS, ObjectMeta
 from .http_errors import CloudService, bucket_missing, classify, http_status, is_bucket_missing
+from .local_fs import check_root, make_dirs, os_error
+from .scrub import scrub, scrub_exception
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +124,7 @@ class ObstoreStore:
         self._bucket_seen = False
         self._inner = inner
         self._root = (root.strip("/") + "/") if root.strip("/") else ""
-        self._description = description
+        self._description = scrub(description)
         self._conditional = conditional_put
         self._attributes = attributes
         self._sort = sort_listings
@@ -201,16 +204,13 @@ class ObstoreStore:
         self._answered = self._bucket_seen = True
 
     def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "<redacted>")
-        return text
+        return scrub(text, self._secrets)
 
     def _raise(self, exc: BaseException, path: str) -> NoReturn:
         err = self._error(exc, path)
+        scrub_exception(exc, self._secrets)  # the chain below err is clean, whatever it carried
         if err is exc:
             raise err
-        if any(s in str(exc) for s in self._secrets):
-            raise err from None
         raise err from exc
 
     def get(self, path: str) -> bytes:
@@ -469,25 +469,46 @@ class LocalObstoreStore(ObstoreStore):
             raise InvalidArgument(f"drop_cache_min_bytes must be >= 0, got {drop_cache_min_bytes}")
         self.drop_cache_min_bytes = drop_cache_min_bytes
         real = os.path.realpath(directory)
-        os.makedirs(real, exist_ok=True)
+        check_root(real)
         self._real_root = real
+        self._lazy: Any = None
+        self._lazy_lock = threading.Lock()
         self._checked: dict[str, str] = {}
         self._dirs: dict[str, str] = {}
         self._files: dict[str, _OpenFile] = {}
         self._files_lock = threading.Lock()
         self._outside: set[str] = set()  # directories already warned about (see list)
-        super().__init__(
-            obstore.store.LocalStore(prefix=real, mkdir=True),
-            description=description,
-            sort_listings=True,
-        )
+        super().__init__(None, description=description, sort_listings=True)
 
     @property
     def directory(self) -> str:
         return self._real_root
 
+    @property
+    def _inner(self) -> Any:
+        """obstore's LocalStore, made on first use: the root is created by the first
+        write only (see ``local_fs``); before that, reads find nothing."""
+        return self._lazy if self._lazy is not None else self._open_root(create=False)
+
+    @_inner.setter
+    def _inner(self, value: Any) -> None:
+        self._lazy = value
+
+    def _open_root(self, *, create: bool) -> Any:
+        with self._lazy_lock:
+            if self._lazy is None:
+                if not os.path.isdir(self._real_root):
+                    if not create:
+                        raise FileNotFoundError(errno.ENOENT, "no database directory", self._real_root)
+                    make_dirs(self._real_root, self._description)
+                self._lazy = obstore.store.LocalStore(prefix=self._real_root, mkdir=True)
+            return self._lazy
+
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
-        return self._inside(super().list(prefix, offset=offset))  # the prefix is checked now
+        metas = super().list(prefix, offset=offset)  # the prefix is checked now
+        if self._lazy is None and not os.path.isdir(self._real_root):
+            return iter(())  # nothing written yet: the root does not exist
+        return self._inside(metas)
 
     def _inside(self, metas: Iterator[ObjectMeta]) -> Iterator[ObjectMeta]:
         # LocalStore's walk follows symlinks; what lies beyond one that leaves the root is
@@ -563,6 +584,7 @@ class LocalObstoreStore(ObstoreStore):
         the stage. The same syscalls as obstore's local store, without its
         runtime hand-off, which was two thirds of a 1 KiB WAL object's write.
         """
+        self._open_root(create=True)
         if not create:
             super().put(path, data, create=False, attributes=attributes)
             return
@@ -570,14 +592,14 @@ class LocalObstoreStore(ObstoreStore):
         try:
             stage = self._stage(full, data)
         except OSError as exc:
-            raise Unavailable(f"cannot write {path} in {self._description}: {exc}") from exc
+            raise os_error(exc, path, self._description, "write") from exc
         try:
             os.link(stage, full)
             self._remember(path, full)  # our own regular file now
         except FileExistsError:
             raise AlreadyExists(path) from None
         except OSError as exc:
-            raise Unavailable(f"cannot write {path} in {self._description}: {exc}") from exc
+            raise os_error(exc, path, self._description, "write") from exc
         finally:
             try:
                 os.unlink(stage)
@@ -643,10 +665,8 @@ class LocalObstoreStore(ObstoreStore):
         full = self._resolve(path)
         try:
             fd = os.open(full, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            raise ObjectNotFound(path) from None
         except OSError as exc:
-            raise Unavailable(f"cannot open {path} in {self._description}: {exc}") from exc
+            raise os_error(exc, path, self._description, "open") from None
         with self._files_lock:
             other = self._files.get(path)
             if other is not None:  # another thread opened it meanwhile
@@ -697,6 +717,10 @@ class LocalObstoreStore(ObstoreStore):
             raise Unavailable(f"cannot read {path} in {self._description}: {exc}") from exc
         finally:
             self._release(f)
+
+    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
+        self._open_root(create=True)
+        super().copy(src, dst, create=create)
 
     def delete(self, path: str) -> None:
         with self._files_lock:

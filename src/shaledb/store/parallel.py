@@ -15,7 +15,8 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from ..errors import InvalidArgument, ObjectNotFound
+from ..errors import ObjectNotFound
+from ..numbers import check_int
 from .base import ObjectStore
 
 T = TypeVar("T")
@@ -27,12 +28,13 @@ DEFAULT_MAX_BYTES_IN_FLIGHT = 256 << 20
 Progress = Callable[[int, int], None]
 """What long work (a backup, a verify) calls as it advances: (units done, units in all)."""
 
+MAX_WORKERS = 1024
+"""Most parallel store calls one operation may run (each is a thread)."""
+
 
 def check_workers(workers: int) -> int:
     """``workers`` if it is a usable count of parallel calls, else InvalidArgument."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InvalidArgument(f"workers must be an integer >= 1, not {workers!r}")
-    return workers
+    return check_int("workers", workers, minimum=1, maximum=MAX_WORKERS)
 
 
 def run_bounded(

@@ -7,6 +7,7 @@ so they all retry and count requests the same way.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +20,8 @@ from .retrying import RetryingStore
 from .url import open_store
 from .wrappers import InstrumentedStore
 
+log = logging.getLogger(__name__)
+
 
 def wrap_store(store: ObjectStore, settings: Settings, clock: Clock, rng: random.Random) -> RetryingStore:
     """``store`` under retries and accounting (a store already wrapped is returned as is)."""
@@ -28,6 +31,21 @@ def wrap_store(store: ObjectStore, settings: Settings, clock: Clock, rng: random
 
     timed = TimedStore(store)
     return RetryingStore(InstrumentedStore(timed), settings.retry, clock, random.Random(rng.getrandbits(64)))
+
+
+def close_quietly(*resources: Any) -> None:
+    """Close each of ``resources`` (None is skipped): a handle releasing what it opened.
+
+    A failure to close one is logged and the others are still closed, so a
+    handle's ``close`` (or a failed open cleaning up) always finishes.
+    """
+    for r in resources:
+        if r is None:
+            continue
+        try:
+            r.close()
+        except Exception as exc:  # noqa: BLE001 - releasing must not stop half-way
+            log.warning("could not close %r: %s", r, exc)
 
 
 def open_stack(
@@ -46,4 +64,4 @@ def open_stack(
     return wrap_store(store, settings, clock, rng)
 
 
-__all__ = ["open_stack", "wrap_store"]
+__all__ = ["close_quietly", "open_stack", "wrap_store"]

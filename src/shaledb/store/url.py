@@ -39,6 +39,7 @@ from ..paths import check_relative_path
 from .base import ObjectStore
 from .cloud_options import bulk_deletes, cloud_service, with_backend_defaults
 from .obstore_store import LocalObstoreStore, ObstoreStore, shared_memory_store
+from .scrub import SECRET_ENV, register_secret, scrub
 from .twophase import TwoPhaseStore
 from .wrappers import NoConditionalStore
 
@@ -59,15 +60,11 @@ _S3_ENV = {
     "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
     "endpoint": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
 }
-_SECRET_ENV = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "GOOGLE_SERVICE_ACCOUNT_KEY",
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_STORAGE_ACCESS_KEY",
-    "AZURE_STORAGE_SAS_TOKEN",
-    "AZURE_CLIENT_SECRET",
+_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,253}[A-Za-z0-9]|[A-Za-z0-9]")
+_CREDENTIALS_GO = (
+    "credentials go in environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+    "AWS_SESSION_TOKEN; GOOGLE_APPLICATION_CREDENTIALS; AZURE_STORAGE_ACCOUNT_KEY, ...) or in "
+    "store options (store_options={'access_key_id': ..., 'secret_access_key': ...})"
 )
 
 
@@ -91,7 +88,7 @@ def _check_text(url: str) -> None:
 
 def _clean_prefix(raw: str, url: str) -> str:
     if "\\" in raw:
-        raise InvalidPathError(f"use '/' to separate the parts of {url!r}, not backslashes")
+        raise InvalidPathError(f"use '/' to separate the parts of {scrub(url)!r}, not backslashes")
     prefix = raw.strip("/")
     if prefix:
         try:
@@ -99,7 +96,7 @@ def _clean_prefix(raw: str, url: str) -> str:
             check_relative_path(unquote(prefix))
         except InvalidPathError:
             raise InvalidPathError(
-                f"the path in {url!r} must be plain segments without '.', '..', empty parts or "
+                f"the path in {scrub(url)!r} must be plain segments without '.', '..', empty parts or "
                 "control characters; name the database directly, e.g. s3://bucket/dbs/mydb"
             ) from None
     return unquote(prefix)
@@ -116,10 +113,30 @@ def _split_query(query: str, url: str) -> dict[str, str]:
             )
         if low not in _QUERY_KEYS:
             raise InvalidArgument(
-                f"unknown URL option {key!r} in {url.split('?', 1)[0]!r}; known: {sorted(_QUERY_KEYS)}"
+                f"unknown URL option {key!r} in {scrub(url.split('?', 1)[0])!r}; known: {sorted(_QUERY_KEYS)}"
             )
         out[low] = value
     return out
+
+
+def _refuse_userinfo(scheme: str, netloc: str) -> None:
+    """``scheme://user:secret@bucket/...``: refused, and the message does not repeat it."""
+    if scheme and len(scheme) > 1 and "@" in netloc:
+        host = netloc.rpartition("@")[2]
+        raise InvalidArgument(
+            f"a database URL must not carry credentials ({scheme}://<redacted>@{host}/...): "
+            f"remove the part before '@'; {_CREDENTIALS_GO}"
+        )
+
+
+def _check_bucket(scheme: str, bucket: str) -> None:
+    """Bucket and container names are plain (S3, GCS and Azure all forbid spaces and the
+    like); a bad one is the caller's mistake, not a store failure to retry."""
+    if not _BUCKET.fullmatch(bucket):
+        raise InvalidArgument(
+            f"invalid {scheme} bucket name {bucket!r}: use letters, digits, '.', '-' and '_', "
+            "starting and ending with a letter or digit (at most 255 characters)"
+        )
 
 
 def open_store(url: str | os.PathLike[str], *, cas: str | None = None, **options: Any) -> ObjectStore:
@@ -140,6 +157,7 @@ def open_store(url: str | os.PathLike[str], *, cas: str | None = None, **options
     _check_text(url)
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
+    _refuse_userinfo(scheme, parts.netloc)
     query: dict[str, str] = {}
     if scheme:
         query = _split_query(parts.query, url)
@@ -184,12 +202,12 @@ def _with_cas(store: ObjectStore, cas: str | None) -> ObjectStore:
 def _open_local(url: str, netloc: str, path: str, scheme: str) -> ObjectStore:
     if scheme == "file":
         if netloc not in ("", "localhost"):
-            raise InvalidPathError(f"a file URL must not name a host: {url!r}; use file:///abs/path")
+            raise InvalidPathError(f"a file URL must not name a host: {scrub(url)!r}; use file:///abs/path")
         raw = unquote(path)
     else:
         raw = url
     if not raw:
-        raise InvalidArgument(f"{url!r} names no directory")
+        raise InvalidArgument(f"{scrub(url)!r} names no directory")
     directory = os.path.abspath(os.path.expanduser(raw))
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise InvalidArgument(f"{directory} exists and is not a directory; a database needs a directory")
@@ -200,7 +218,7 @@ def _open_local(url: str, netloc: str, path: str, scheme: str) -> ObjectStore:
 def _open_memory(url: str, netloc: str, path: str) -> ObjectStore:
     if not _MEMORY_NAME.fullmatch(netloc or ""):
         raise InvalidArgument(
-            f"memory URL needs a name of letters, digits, '.', '_', '-': memory://NAME, got {url!r}"
+            f"memory URL needs a name of letters, digits, '.', '_', '-': memory://NAME, got {scrub(url)!r}"
         )
     prefix = _clean_prefix(path, url)
     desc = f"memory://{netloc}/{prefix}" if prefix else f"memory://{netloc}"
@@ -215,13 +233,14 @@ def _secret_values(options: Mapping[str, Any]) -> list[str]:
     found = [
         v for k, v in options.items() if isinstance(v, str) and any(h in k.lower() for h in _SECRET_HINTS)
     ]
-    found += [os.environ[name] for name in _SECRET_ENV if os.environ.get(name)]
+    found += [os.environ[name] for name in SECRET_ENV if os.environ.get(name)]
     return [s for s in found if len(s) >= 4]
 
 
 def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str, Any]) -> ObjectStore:
     if not bucket:
-        raise InvalidArgument(f"{scheme} URL needs a bucket: {scheme}://BUCKET/prefix, got {url!r}")
+        raise InvalidArgument(f"{scheme} URL needs a bucket: {scheme}://BUCKET/prefix, got {scrub(url)!r}")
+    _check_bucket(scheme, bucket)
     prefix = _clean_prefix(path, url)
     kwargs: dict[str, Any] = dict(options)
     client_options: dict[str, Any] = dict(kwargs.pop("client_options", None) or {})
@@ -241,19 +260,20 @@ def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str
         if "virtual_hosted_style_request" in kwargs:
             kwargs["virtual_hosted_style_request"] = _truthy(kwargs["virtual_hosted_style_request"])
     secrets = _secret_values(kwargs)
+    register_secret(*secrets)
     base = f"{scheme}://{bucket}"
     cls: Any = {"s3": obstore.store.S3Store, "gs": obstore.store.GCSStore, "az": obstore.store.AzureStore}[
         scheme
     ]
     service = cloud_service(scheme, bucket, kwargs)
     kwargs = with_backend_defaults(kwargs)
+    failure = None
     try:
         inner = cls(bucket, prefix=prefix or None, client_options=client_options or None, **kwargs)
     except (ValueError, TypeError, obstore.exceptions.BaseError) as exc:
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        for s in secrets:
-            text = text.replace(s, "<redacted>")
-        raise InvalidArgument(f"cannot open {base}: {text}") from None
+        failure = scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, secrets)
+    if failure is not None:  # raised outside the handler: no chained error carries the secret
+        raise InvalidArgument(f"cannot open {base}: {failure}")
     return ObstoreStore(
         inner,
         description=f"{base}/{prefix}" if prefix else base,

@@ -1,0 +1,107 @@
+"""The one check of every number a caller hands shaledb: options, CLI arguments, per-call values.
+
+An outside audit found NaN and infinite settings accepted in half the option
+classes, each with its own hand-written check: ``GcOptions(min_age_s=nan)``
+made the garbage collector delete objects written a moment ago (every
+comparison with NaN is false, so "younger than min_age" never held),
+``flush_interval_s=inf`` killed the WAL thread with ``OverflowError`` (a
+``threading`` wait cannot take it) and ``put(ttl=inf)`` overflowed. So every
+number goes through :func:`check_number`: it must be a real ``int`` or
+``float`` (not a bool), finite, inside its range, and an integer where one is
+meant. The message names the option, its unit (taken from the name's suffix:
+``_s`` seconds, ``_bytes`` bytes, ``_pct`` percent) and the accepted range.
+
+Upper bounds keep values inside what the machinery can represent: a duration
+in seconds is at most :data:`MAX_SECONDS` (100 years, below
+``threading.TIMEOUT_MAX``), an integer at most :data:`MAX_INT` (a signed
+64-bit value, what the Rust store client and the formats take).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import InvalidArgument
+
+MAX_SECONDS = 100 * 365 * 86400.0
+"""Longest duration any option or argument accepts (100 years)."""
+
+MAX_INT = 2**63 - 1
+"""Largest integer any option or argument accepts."""
+
+_UNITS = (("_s", "seconds"), ("_bytes", "bytes"), ("_pct", "percent"), ("_ms", "milliseconds"))
+
+
+def unit_of(name: str) -> str:
+    """The unit an option's name carries (``flush_interval_s`` -> ``seconds``), or ``""``."""
+    base = name.rsplit(".", 1)[-1]
+    for suffix, unit in _UNITS:
+        if base.endswith(suffix):
+            return unit
+    return ""
+
+
+def _default_max(unit: str) -> float:
+    if unit == "seconds":
+        return MAX_SECONDS
+    if unit == "percent":
+        return 100.0
+    return MAX_INT
+
+
+def _fmt(x: float) -> str:
+    if isinstance(x, int):
+        return str(x)
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else repr(x)
+
+
+def check_number(
+    name: str,
+    value: object,
+    *,
+    integer: bool = False,
+    minimum: float = 0,
+    above_minimum: bool = False,
+    maximum: float | None = None,
+    unit: str | None = None,
+) -> float:
+    """``value`` as a number, or InvalidArgument naming ``name``, the unit and the range.
+
+    ``minimum`` is inclusive unless ``above_minimum`` (then the value must
+    exceed it: "> 0" for intervals). ``maximum`` defaults by unit (see the
+    module docstring). ``unit`` defaults to the one in ``name``'s suffix.
+    """
+    unit = unit_of(name) if unit is None else unit
+    top = _default_max(unit) if maximum is None else maximum
+    kind = ("an integer number" if unit else "an integer") if integer else "a finite number"
+    lower = f"> {_fmt(minimum)}" if above_minimum else f">= {_fmt(minimum)}"
+    expect = f"{kind}{f' of {unit}' if unit else ''}, {lower} and <= {_fmt(top)}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} must be {expect}; got {value!r} ({type(value).__name__})")
+    if integer and not isinstance(value, int):
+        raise InvalidArgument(f"{name} must be {expect}; got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArgument(f"{name} must be {expect}; got {value!r}")
+    if value < minimum or (above_minimum and value == minimum) or value > top:
+        raise InvalidArgument(f"{name} must be {expect}; got {value!r}")
+    return value
+
+
+def check_int(name: str, value: object, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """:func:`check_number` for integers (counts, sizes in bytes)."""
+    out = check_number(name, value, integer=True, minimum=minimum, maximum=maximum)
+    assert isinstance(out, int)
+    return out
+
+
+def check_seconds(
+    name: str, value: object, *, allow_zero: bool = False, maximum: float = MAX_SECONDS
+) -> float:
+    """:func:`check_number` for a duration in seconds: finite, >= 0 (> 0 unless
+    ``allow_zero``), at most ``maximum``."""
+    return float(
+        check_number(name, value, minimum=0, above_minimum=not allow_zero, maximum=maximum, unit="seconds")
+    )
+
+
+__all__ = ["MAX_INT", "MAX_SECONDS", "check_int", "check_number", "check_seconds", "unit_of"]
