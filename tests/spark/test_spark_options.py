@@ -42,7 +42,7 @@ def test_unknown_names_are_refused_with_the_closest_and_bad_values_name_the_opti
         ReadOptions.parse({"path": "/tmp/x", "prefx": "k"})
     with pytest.raises(InvalidArgument, match="option compression must be one of"):
         WriteOptions.parse({"path": "/tmp/x", "compression": "gzip"}, COLUMNS)
-    with pytest.raises(InvalidArgument, match="option testing.fail_partition must be an integer"):
+    with pytest.raises(InvalidArgument, match=r"option testing\.fail_partition must be an integer"):
         WriteOptions.parse({"path": "/tmp/x", "testing.fail_partition": "x"}, COLUMNS)
     with pytest.raises(InvalidArgument, match="needs option order_by"):
         WriteOptions.parse({"path": "/tmp/x", "on_duplicate": "last"}, COLUMNS)
