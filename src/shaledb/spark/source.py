@@ -214,7 +214,7 @@ def resolve_checkpoint(opts: ReadOptions) -> str:
     """The id of the checkpoint ``opts`` name (an id or a name), or that pins ``opts.version``."""
     from .. import admin
 
-    cps = admin.list_checkpoints(opts.url, store_options=opts.store)
+    cps = admin.list_checkpoints(opts.url, include_expired=False, store_options=opts.store)
     if opts.version is not None:
         pinned = [c for c in cps if c.manifest_id == opts.version]
         if not pinned:
