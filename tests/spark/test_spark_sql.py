@@ -98,14 +98,19 @@ READER = textwrap.dedent(
 def test_a_concurrent_reader_process_sees_the_old_contents_or_the_new_never_a_mix(spark, tmp_path):
     url = str(tmp_path / "db")
     shale_spark.ingest(kv_frame(spark, [(b"o%04d" % i, b"x") for i in range(3000)]), url)
-    reader = subprocess.Popen([sys.executable, "-c", READER, url, "12"], stdout=subprocess.PIPE, text=True)
-    df = kv_frame(spark, [(b"n%04d" % i, b"y") for i in range(3000)], partitions=4)
-    for _ in range(3):
-        shale_spark.ingest(df, url, mode="overwrite")
-        shale_spark.ingest(
-            kv_frame(spark, [(b"o%04d" % i, b"x") for i in range(3000)]), url, mode="overwrite"
-        )
-    out, _ = reader.communicate(timeout=120)
+    stop = tmp_path / "stop"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, url, str(stop)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        df = kv_frame(spark, [(b"n%04d" % i, b"y") for i in range(3000)], partitions=4)
+        old = kv_frame(spark, [(b"o%04d" % i, b"x") for i in range(3000)])
+        for _ in range(2):
+            shale_spark.ingest(df, url, mode="overwrite")
+            shale_spark.ingest(old, url, mode="overwrite")
+    finally:
+        stop.touch()
+    out, _ = reader.communicate(timeout=300)
     seen = json.loads(out)
     assert seen and set(seen) <= {"o", "n"}, sorted(set(seen))  # never "no" (a mix) or "" (nothing)
 

@@ -233,7 +233,10 @@ def resolve_checkpoint(opts: ReadOptions) -> str:
         raise InvalidArgument(f"{len(named)} checkpoints are named {opts.checkpoint!r} ({ids}): give an id")
     if named:
         return str(named[0].id)
-    return opts.checkpoint  # not live: ensure_checkpoint says so (CheckpointNotFound)
+    names = sorted({c.name for c in cps if c.name})
+    raise CheckpointNotFound(
+        f"no live checkpoint of {opts.url} has the id or name {opts.checkpoint!r} (names: {names or 'none'})"
+    )
 
 
 def write_options(schema: StructType, options: Mapping[str, str]) -> WriteOptions:
