@@ -249,8 +249,8 @@ def test_empty_input_partitions_stage_nothing(spark, tmp_path):
 def test_unsupported_requests_fail_before_any_task(spark, tmp_path):
     url = str(tmp_path / "db")
     df = kv_frame(spark, [(b"a", b"1")], partitions=1)
-    with pytest.raises(Exception, match='mode\\("append"\\)'):
-        df.write.format("shaledb").mode("overwrite").save(url)
+    with pytest.raises(Exception, match="did you mean 'ingest_behind'"):  # overwrite is a mode now
+        df.write.format("shaledb").mode("overwrite").option("ingest_behnd", "true").save(url)
     assert not (tmp_path / "db").exists()
 
 
