@@ -56,10 +56,10 @@ def test_round_trip_binary_keys_values_and_metadata(spark, tmp_path):
 
 
 def test_round_trip_fixed_width_keys_sorted_by_the_writer(spark, tmp_path):
-    """16-byte keys (the writer's numpy sort), shuffled, with zero bytes and repeats.
+    """16-byte keys (the writer's numpy sort), shuffled, with zero bytes and shared prefixes.
 
-    Repeated keys carry one value each: which repeat is "last" without ``order_by``
-    is Spark's arrival order (the sort's stability is tested in tests/ingest/test_ingest_sort.py).
+    No key repeats: a repeated key is an error unless ``on_duplicate`` names an ``order_by``
+    (test_spark_sql.py); the sort's stability is tested in tests/ingest/test_ingest_sort.py.
     """
     seed = test_seed()
     rng = random.Random(seed)
@@ -67,10 +67,10 @@ def test_round_trip_fixed_width_keys_sorted_by_the_writer(spark, tmp_path):
     keys = [
         rng.randbytes(8) + bytes(8) if i % 3 else bytes(16 - i % 5) + b"\x01" * (i % 5) for i in range(3000)
     ]
-    data = [(k, k[::-1] + b"v") for k in keys]
+    data = [(k, k[::-1] + b"v") for k in dict.fromkeys(keys)]
     rng.shuffle(data)
     df = spark.createDataFrame(data, "key binary, value binary").coalesce(1)
-    shale_spark.ingest(df, url, duplicates="last", partitions=2)
+    shale_spark.ingest(df, url, partitions=2)
     assert contents(url) == dict(data)
 
 
@@ -249,8 +249,8 @@ def test_empty_input_partitions_stage_nothing(spark, tmp_path):
 def test_unsupported_requests_fail_before_any_task(spark, tmp_path):
     url = str(tmp_path / "db")
     df = kv_frame(spark, [(b"a", b"1")], partitions=1)
-    with pytest.raises(Exception, match='mode\\("append"\\)'):
-        df.write.format("shaledb").mode("overwrite").save(url)
+    with pytest.raises(Exception, match="did you mean 'ingest_behind'"):  # overwrite is a mode now
+        df.write.format("shaledb").mode("overwrite").option("ingest_behnd", "true").save(url)
     assert not (tmp_path / "db").exists()
 
 

@@ -23,6 +23,7 @@ from ..numbers import check_seconds
 from ..settings import MiB, Settings
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
+from .dupcheck import check_cross_duplicates
 from .model import (
     DUPLICATES,
     INGEST_HISTORY,
@@ -36,6 +37,7 @@ from .model import (
     drop_lease,
     find_record,
     fingerprint,
+    holds_data,
     log,
     write_lease,
 )
@@ -53,6 +55,8 @@ def begin_ingest(
     max_sst_size_bytes: int | None = None,
     lease_s: float = 3600.0,
     create_if_missing: bool = True,
+    overwrite: bool = False,
+    require_empty: bool = False,
     store: ObjectStore | None = None,
     store_options: Mapping[str, Any] | None = None,
     clock: Clock | None = None,
@@ -71,6 +75,12 @@ def begin_ingest(
     replace. Behind mode cannot take index terms: its rows sit below newer
     versions whose terms the index already reflects.
 
+    ``overwrite``: the commit replaces the database's whole contents -- data
+    and index trees, value-journal objects -- with the ingest's in the same
+    CAS (readers see the old version or the new; checkpoints taken before
+    keep the old one). ``require_empty``: refuse a database that holds data,
+    here and again in the commit's CAS.
+
     Raises:
         FencedError: another writer claimed the database while begin opened it.
         DatabaseDestroyed, InvalidDbState, NotFound: the database cannot take writes.
@@ -82,6 +92,8 @@ def begin_ingest(
     check_seconds("lease_s", lease_s)
     iid = check_ingest_id(ingest_id) if ingest_id is not None else uuid.uuid4().hex
     fields = check_index_fields(index_fields)
+    if overwrite and behind:
+        raise InvalidArgument("an overwrite replaces everything: it cannot load behind existing data")
     if behind and fields:
         raise InvalidArgument(
             "an ingest behind existing data cannot write index terms (newer versions of its keys "
@@ -108,6 +120,8 @@ def begin_ingest(
         max_sst_size_bytes=sst_max,
         index_fields=fields,
         value_separation_threshold=settings.value_separation_threshold,
+        overwrite=overwrite,
+        require_empty=require_empty,
     )
     ms = ManifestStore(st, clock, random.Random(rng.getrandbits(64)), author="ingest")
     m = ms.read_latest()
@@ -117,6 +131,8 @@ def begin_ingest(
             log.info("ingest %s was committed at manifest %d: nothing to write", iid, done.manifest_id)
             return replace(base, seq=done.seq, committed_manifest=done.manifest_id)
         _check_usable(m, st)
+        if require_empty and holds_data(m):
+            raise InvalidArgument(_not_empty(st))
     elif not create_if_missing:
         raise NotFound(f"no database at {st.describe()}")
     if behind and m is not None:
@@ -130,7 +146,7 @@ def begin_ingest(
             db.flush(memtable=True)
             seq = int(db.stats()["seq"]) + 1
             epoch = db.epoch
-            if not behind and dict(db.manifest.options).get(OPT_INDEXED) == "1":
+            if not behind and not overwrite and dict(db.manifest.options).get(OPT_INDEXED) == "1":
                 cp = db.create_checkpoint(lifetime=lease_s, name=f"ingest {iid}")
                 terms_cp = str(cp.id)
         finally:
@@ -151,6 +167,19 @@ def begin_ingest(
         "" if plan.writer_epoch is None else f", writer epoch {plan.writer_epoch}",
     )
     return plan
+
+
+def _not_empty(store: ObjectStore) -> str:
+    return (
+        f"the database at {store.describe()} already holds data (save mode errorifexists, Spark's "
+        'default): use mode("append") to add to it or mode("overwrite") to replace it'
+    )
+
+
+def _emptied(m: Manifest) -> Manifest:
+    """``m`` without contents: what an overwrite places its SSTs into (checkpoints stay)."""
+    opts = tuple((k, v) for k, v in m.options if k != OPT_INDEXED)
+    return replace(m, data=Tree(), index=Tree(), journal=(), options=opts)
 
 
 def _check_usable(m: Manifest, store: ObjectStore) -> None:
@@ -288,6 +317,8 @@ def commit_ingest(
     rows = sum(p.rows for p in chosen)
     nssts = sum(p.objects for p in chosen)
     nbytes = sum(p.bytes for p in chosen)
+    if plan.committed_manifest is None:
+        check_cross_duplicates(st, chosen, plan.duplicates)
     if plan.committed_manifest is None and nssts:
         write_lease(st, plan, clock.now())  # keep the GC off while we check and commit
         for p in chosen:
@@ -326,7 +357,9 @@ def commit_ingest(
                 f"after this ingest claimed it at epoch {plan.writer_epoch}; nothing was committed. "
                 "Stop the writer and re-run the job, or use ingest_behind"
             )
-        nxt, placement, runs = _place(m, plan, chosen)
+        if plan.require_empty and holds_data(m):
+            raise InvalidArgument(_not_empty(st))
+        nxt, placement, runs = _place(_emptied(m) if plan.overwrite else m, plan, chosen)
         nxt = _with_extras(nxt, plan, chosen)
         record = IngestRecord(plan.ingest_id, m.id + 1, clock.now(), rows, plan.seq, fp)
         nxt = replace(

@@ -29,6 +29,16 @@ LEASE_EPOCH = 2**63 - 1
 """The compactor epoch an ingest lease records: no compactor epoch supersedes it."""
 
 DUPLICATES = ("error", "last")
+
+
+def holds_data(m: Manifest | None) -> bool:
+    """True if the database may hold entries: SSTs, WAL objects not yet flushed, or a parent."""
+    if m is None:
+        return False
+    unflushed = m.next_wal_id - 1 > m.replay_after_wal_id
+    return bool(m.data.l0 or m.data.runs or m.journal or unflushed or m.parent is not None)
+
+
 MAX_INGEST_ID_CHARS = 200
 STREAMS = ("keys", "key_lengths", "values", "value_lengths", "metadata", "metadata_lengths")
 """The byte streams a fingerprint covers, each CRC32C'd separately so parts combine."""
@@ -75,6 +85,10 @@ class IngestPlan:
     index_fields: tuple[str, ...] = ()
     terms_checkpoint: str | None = None
     value_separation_threshold: int | None = None
+    overwrite: bool = False
+    """The commit replaces the database's whole contents (data, index, journal) in its CAS."""
+    require_empty: bool = False
+    """The commit refuses a database that holds data (Spark's errorifexists)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {f: getattr(self, f) for f in self.__slots__}

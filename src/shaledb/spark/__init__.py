@@ -33,6 +33,8 @@ from .compaction import SparkCompactionReport, compact
 log = logging.getLogger("shaledb.spark")
 
 FORMAT = "shaledb"
+HIDE_TRACEBACK = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+SAVE_MODES = ("errorifexists", "ignore", "append", "overwrite")
 
 
 def register(spark: Any) -> None:
@@ -42,11 +44,16 @@ def register(spark: Any) -> None:
     refuses to plan a Python source that implements ``pushFilters`` without
     it. The source carries the session's ``defaultParallelism``, so a read
     plans at least that many parts (a multiple of it), as Spark's file
-    sources do.
+    sources do. Unless the session set it, ``HIDE_TRACEBACK`` is turned on:
+    an error raised in a Python worker (a shaledb error in the data source)
+    then reaches the user as one line, ``ErrorClass: message``, right after
+    Spark's own prefix, instead of at the end of a worker traceback.
     """
     from .source import ShaleDataSource
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    if spark.conf.get(HIDE_TRACEBACK, None) is None:  # unless the session chose otherwise
+        spark.conf.set(HIDE_TRACEBACK, "true")
     try:
         slots = int(spark.sparkContext.defaultParallelism)
     except Exception:  # Spark Connect has no SparkContext; plan by size alone  # noqa: BLE001
@@ -78,6 +85,7 @@ def local_session(
         "spark.default.parallelism": cores,
         "spark.sql.python.filterPushdown.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        HIDE_TRACEBACK: "true",
     }
     settings.update(conf or {})
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -104,6 +112,7 @@ def ingest(
     order_by: Sequence[str] = (),
     partitions: int | None = None,
     exchange: str | None = None,
+    mode: str = "append",
     options: Mapping[str, str] | None = None,
 ) -> IngestRecord:
     """Bulk-load ``df`` into the database at ``url``: sort, exchange by key range, write, one commit.
@@ -124,6 +133,12 @@ def ingest(
     (:mod:`shaledb.spark.load`); ``"spark"`` (the default, and the only
     choice, with ``order_by``) uses Spark's range shuffle and the data
     source's write. See docs/spark.md.
+
+    ``mode`` is the save mode: ``"append"`` (add; rows replace their keys'
+    values), ``"overwrite"`` (replace the whole contents in the commit's one
+    CAS), ``"errorifexists"`` (refuse a database that holds data) or
+    ``"ignore"`` (write nothing to one that does; the record returned then
+    has 0 rows, at the manifest found, and is not in the manifest).
     """
     from .transforms import range_partition, shuffle_partitions
 
@@ -132,8 +147,11 @@ def ingest(
         "key": key,
         "ingest_id": iid,
         "ingest_behind": str(bool(behind)).lower(),
-        "duplicates": duplicates,
+        "on_duplicate": duplicates,
+        "save_mode": mode,
     }
+    if order_by:
+        opts["order_by"] = ",".join(order_by)
     if value is not None:
         opts["value"] = value
     if value_columns:
@@ -169,6 +187,8 @@ def ingest(
 
     m = admin.read_manifest(url, store_options=_store_options(opts))
     record = next((g for g in m.ingests if g.id == iid), None)
+    if record is None and mode == "ignore":
+        return IngestRecord(iid, m.id, time.time(), 0, 0)
     if record is None:
         raise RuntimeError(f"ingest {iid} finished but the manifest does not record it")
     log.info(
@@ -179,6 +199,22 @@ def ingest(
         time.monotonic() - started,
     )
     return record
+
+
+def save(df: Any, url: str, *, mode: str = "errorifexists", options: Mapping[str, str] | None = None) -> None:
+    """``df.write.format("shaledb").mode(mode).save(url)`` for every save mode.
+
+    PySpark 4.3 refuses a Python data source's ``.save()`` in the modes
+    ``errorifexists`` (Spark's default) and ``ignore`` before the source
+    runs (``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``). This writes in Spark's
+    ``append`` mode with option ``save_mode``, which the source applies:
+    ``errorifexists`` refuses a database that holds data (checked again in
+    the commit's CAS), ``ignore`` writes nothing to one.
+    """
+    if mode not in SAVE_MODES:
+        raise InvalidArgument(f"mode must be one of {SAVE_MODES}, got {mode!r}")
+    writer = df.write.format(FORMAT).options(**(options or {})).option("save_mode", mode)
+    writer.mode("overwrite" if mode == "overwrite" else "append").save(url)
 
 
 def _store_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -240,6 +276,7 @@ __all__ = [
     "read_changes",
     "read_checkpoint",
     "register",
+    "save",
 ]
 
 

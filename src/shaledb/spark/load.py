@@ -68,7 +68,10 @@ def load(df: Any, url: str, options: Mapping[str, str], partitions: int) -> None
     values = [opts.value] if opts.value else opts.value_columns
     wanted = (opts.key, *values, opts.metadata, *opts.index_columns)
     used = list(dict.fromkeys(c for c in wanted if c is not None))  # the stage needs no other column
-    writer = ShaleWriter(opts, begin_write(opts))
+    began = begin_write(opts)
+    if began is None:  # save mode ignore and the database holds data
+        return
+    writer = ShaleWriter(opts, began)
     plan = writer.plan
     exchange_id = new_exchange_id(plan.lease_id)
     sc = df.sparkSession.sparkContext

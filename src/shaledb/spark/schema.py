@@ -47,9 +47,13 @@ from typing import Any
 
 from ..batch import check_field
 from ..errors import InvalidArgument
-from ..ingest import DUPLICATES, contiguous
+from ..ingest import contiguous
+from ..settings import COMPRESSIONS
+from .options import check_names
 
 READ_COLUMNS = ("key", "value", "seq", "metadata")
+SAVE_MODES = ("errorifexists", "ignore", "append", "overwrite")
+ON_DUPLICATE = ("error", "last", "first")
 TEXT_TYPES = ("binary", "string")
 INDEX_TYPES = (*TEXT_TYPES, *(f"array<{t}>" for t in TEXT_TYPES))
 """Column types an index column may have (as ``source._simple_type`` spells them)."""
@@ -121,6 +125,33 @@ def _url(options: Mapping[str, str]) -> str:
     return str(url)
 
 
+def _on_duplicate(options: Mapping[str, str], columns: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
+    """``on_duplicate`` (or its older name ``duplicates``) and the ``order_by`` columns it needs.
+
+    "last" and "first" are defined by the order columns alone: without them the
+    outcome would depend on how Spark cut and ordered the partitions.
+    """
+    given = {n: options[n] for n in ("on_duplicate", "duplicates") if options.get(n)}
+    if len(set(given.values())) > 1:
+        raise InvalidArgument(f"options on_duplicate and duplicates disagree: {given}")
+    policy = str(next(iter(given.values()), "error")).lower()
+    if policy not in ON_DUPLICATE:
+        raise InvalidArgument(f"option on_duplicate must be one of {ON_DUPLICATE}, got {policy!r}")
+    order_by = _names(options.get("order_by"))
+    for name in order_by:
+        if name not in columns:
+            raise InvalidArgument(
+                f"option order_by: column {name!r} is not in the DataFrame (columns: {list(columns)})"
+            )
+    if policy != "error" and not order_by:
+        raise InvalidArgument(
+            f"option on_duplicate={policy} needs option order_by: the columns whose order decides which "
+            "row is the last (or first) of a key; without them the outcome would depend on Spark's "
+            "partitioning"
+        )
+    return policy, order_by
+
+
 def store_options(options: Mapping[str, str]) -> dict[str, str]:
     """``store.<name>`` options, for ``open_store``."""
     return {k[len("store.") :]: str(v) for k, v in options.items() if k.startswith("store.")}
@@ -158,6 +189,10 @@ class WriteOptions:
     ingest_id: str | None = None
     behind: bool = False
     duplicates: str = "error"
+    """``on_duplicate``: "error", or "last"/"first" by the ``order_by`` columns."""
+    order_by: tuple[str, ...] = ()
+    save_mode: str = "append"
+    """What the write does to a database that holds data (see docs/spark.md, "Save modes")."""
     block_size_bytes: int | None = None
     compression: str | None = None
     bloom_bits_per_key: int | None = None
@@ -175,6 +210,7 @@ class WriteOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], columns: Mapping[str, str]) -> WriteOptions:
         """Options checked against the DataFrame's ``columns`` (name -> simple type string)."""
+        check_names(options)
         key = options.get("key", "key")
         if key not in columns:
             raise InvalidArgument(f"key column {key!r} is not in the DataFrame (columns: {list(columns)})")
@@ -203,10 +239,15 @@ class WriteOptions:
         else:
             value_columns = ()
         index_columns = _index_columns(options, columns)
-        duplicates = options.get("duplicates", "error")
-        if duplicates not in DUPLICATES:
-            raise InvalidArgument(f"option duplicates must be one of {DUPLICATES}, got {duplicates!r}")
-        fail = options.get("testing.fail_partition")
+        duplicates, order_by = _on_duplicate(options, columns)
+        save_mode = str(options.get("save_mode", "append")).lower()
+        if save_mode not in SAVE_MODES:
+            raise InvalidArgument(f"option save_mode must be one of {SAVE_MODES}, got {save_mode!r}")
+        if save_mode == "overwrite" and _bool(options, "ingest_behind"):
+            raise InvalidArgument("option save_mode=overwrite replaces everything: it cannot load behind")
+        compression = options.get("compression")
+        if compression is not None and compression not in COMPRESSIONS:
+            raise InvalidArgument(f"option compression must be one of {COMPRESSIONS}, got {compression!r}")
         return cls(
             url=_url(options),
             key=key,
@@ -218,14 +259,16 @@ class WriteOptions:
             ingest_id=options.get("ingest_id") or None,
             behind=_bool(options, "ingest_behind"),
             duplicates=duplicates,
+            order_by=order_by,
+            save_mode=save_mode,
             block_size_bytes=_int(options, "block_size_bytes", None),
-            compression=options.get("compression"),
+            compression=compression,
             bloom_bits_per_key=_int(options, "bloom_bits_per_key", None, minimum=0),
             max_sst_size_bytes=_int(options, "max_sst_size_bytes", None, minimum=4096),
             lease_s=_float(options, "lease_s", 3600.0) or 3600.0,
             keep_page_cache=_bool(options, "keep_page_cache"),
             store=store_options(options),
-            fail_partition=None if fail is None else int(fail),
+            fail_partition=_int(options, "testing.fail_partition", None, minimum=0),
             duplicate_attempt=_bool(options, "testing.duplicate_attempt"),
         )
 
@@ -236,6 +279,9 @@ class ReadOptions:
 
     url: str
     checkpoint: str | None = None
+    """A checkpoint id or name."""
+    version: int | None = None
+    """A manifest id: read it through a checkpoint that pins it."""
     checkpoint_lifetime_s: float | None = 3600.0
     partitions: int | None = None
     key_type: str = "binary"
@@ -248,6 +294,9 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        check_names(options)
+        if options.get("checkpoint") and options.get("version"):
+            raise InvalidArgument("give option checkpoint or option version, not both")
         types = {}
         for name in ("key_type", "value_type"):
             t = options.get(name, "binary")
@@ -257,6 +306,7 @@ class ReadOptions:
         return cls(
             url=_url(options),
             checkpoint=options.get("checkpoint") or None,
+            version=_int(options, "version", None),
             checkpoint_lifetime_s=_float(options, "checkpoint_lifetime_s", 3600.0),
             partitions=_int(options, "partitions", None),
             key_type=types["key_type"],

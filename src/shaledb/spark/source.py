@@ -31,6 +31,7 @@ the explicit form that deletes its checkpoint on exit.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
@@ -56,9 +57,9 @@ from pyspark.sql.datasource import (
     StringStartsWith,
     WriterCommitMessage,
 )
-from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
+from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
 
-from ..errors import InvalidArgument
+from ..errors import CheckpointNotFound, InvalidArgument
 from ..export import DEFAULT_INLINE_WAL_BYTES, ReadPart, ensure_checkpoint, intersect, plan_read
 from ..export_arrow import read_part_arrow
 from ..ingest import (
@@ -77,7 +78,8 @@ from ..keys import key_after, prefix_end
 from ..settings import Settings
 from ..settings_load import load_settings
 from ..store import ObjectStore
-from .schema import ReadOptions, WriteOptions, json_column
+from .options import CATALOG_KEYS
+from .schema import READ_COLUMNS, ReadOptions, WriteOptions, json_column
 
 log = logging.getLogger("shaledb.spark")
 
@@ -123,16 +125,19 @@ class ShaleDataSource(DataSource):
     def name(cls) -> str:
         return "shaledb"
 
-    def schema(self) -> str:
+    def schema(self) -> str | StructType:
+        if "provider" in self.options:  # CREATE TABLE ... USING shaledb: the catalog keeps this
+            return table_schema(self.options)
         opts = ReadOptions.parse(self.options)
         self._pinned = self._pin(opts)
         return opts.schema_ddl()
 
     def _pin(self, opts: ReadOptions) -> tuple[str, bool]:
         """The checkpoint every query of this DataFrame reads, and whether we created it."""
-        if opts.checkpoint is not None:
-            ensure_checkpoint(opts.url, opts.checkpoint, store_options=opts.store)
-            return opts.checkpoint, False
+        if opts.checkpoint is not None or opts.version is not None:
+            cp = resolve_checkpoint(opts)
+            ensure_checkpoint(opts.url, cp, store_options=opts.store)
+            return cp, False
         plan = plan_read(
             opts.url,
             partitions=1,
@@ -144,10 +149,11 @@ class ShaleDataSource(DataSource):
         return plan.checkpoint_id, True
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts = ReadOptions.parse(self.options)
-        if self._pinned is None:  # a user-given schema skips schema(): pin per query
+        options, table = source_options(self.options, schema)
+        opts = ReadOptions.parse(options)
+        if self._pinned is None or table:  # a table or a user-given schema skips schema(): pin per query
             self._pinned = self._pin(opts)
-        return ShaleReader(opts, *self._pinned, parallelism=self.parallelism)
+        return ShaleReader(opts, *self._pinned, parallelism=self.parallelism, schema=schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The change feed as a stream (``shaledb.spark.stream``)."""
@@ -156,13 +162,89 @@ class ShaleDataSource(DataSource):
         return ShaleChangeStream(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        options, table = source_options(self.options, schema)
+        if table:  # a table's columns: key, value, seq (ignored), metadata
+            names = {f.name for f in schema.fields}
+            options = {**{c: c for c in ("value", "metadata") if c in names}, **options}
         if overwrite:
-            raise InvalidArgument(
-                'shaledb ingests add to a database: use mode("append") (rows replace the values of '
-                "their keys); to start afresh, write to a new database URL"
+            given = options.get("save_mode", "overwrite")
+            if given != "overwrite":
+                raise InvalidArgument(f'mode("overwrite") and option save_mode={given!r} disagree')
+            options = {**options, "save_mode": "overwrite"}
+        opts = write_options(schema, options)
+        plan = begin_write(opts)
+        if plan is None:
+            return SkipWriter()
+        return ShaleWriter(opts, plan)
+
+
+TABLE_OPTIONS = "shaledb.options"
+"""Metadata key (on the key column) holding a catalog table's source options."""
+
+
+def table_schema(options: Mapping[str, str]) -> StructType:
+    """A catalog table's schema, carrying the table's options (path included).
+
+    PySpark 4.3 hands a Python data source the table's options only when the
+    table is created (``schema()``); reads and writes of the table through the
+    session catalog get none, but they do get the table's schema, field
+    metadata included. So the options travel in the key column's metadata.
+    ``seq`` and ``metadata`` are nullable here so ``INSERT INTO t (key, value)``
+    works (a write ignores ``seq``).
+    """
+    own = {k: str(v) for k, v in options.items() if k not in CATALOG_KEYS and not k.startswith("option.")}
+    opts = ReadOptions.parse(own)  # checks the names and the URL
+    text = {"binary": BinaryType(), "string": StringType()}
+    meta = {TABLE_OPTIONS: json.dumps(own, sort_keys=True), "comment": f"shaledb table at {opts.url}"}
+    return StructType(
+        [
+            StructField("key", text[opts.key_type], False, meta),
+            StructField("value", text[opts.value_type], False),
+            StructField("seq", LongType(), True),
+            StructField("metadata", BinaryType(), True),
+        ]
+    )
+
+
+def source_options(options: Mapping[str, str], schema: StructType) -> tuple[dict[str, str], bool]:
+    """The options to use, and whether they came from a catalog table's schema."""
+    own = {k.lower(): str(v) for k, v in options.items()}
+    if own.get("path"):
+        return own, False
+    for f in schema.fields:
+        raw = (f.metadata or {}).get(TABLE_OPTIONS)
+        if raw:
+            return {**json.loads(raw), **own}, True
+    return own, False
+
+
+def resolve_checkpoint(opts: ReadOptions) -> str:
+    """The id of the checkpoint ``opts`` name (an id or a name), or that pins ``opts.version``."""
+    from .. import admin
+
+    cps = admin.list_checkpoints(opts.url, include_expired=False, store_options=opts.store)
+    if opts.version is not None:
+        pinned = [c for c in cps if c.manifest_id == opts.version]
+        if not pinned:
+            held = sorted({c.manifest_id for c in cps})
+            raise CheckpointNotFound(
+                f"no checkpoint pins manifest version {opts.version} of {opts.url}, so it may already be "
+                f"collected (versions pinned now: {held or 'none'}); create a checkpoint to keep a version"
             )
-        opts = write_options(schema, self.options)
-        return ShaleWriter(opts, begin_write(opts))
+        return str(pinned[0].id)
+    assert opts.checkpoint is not None
+    if any(str(c.id) == opts.checkpoint for c in cps):
+        return opts.checkpoint
+    named = [c for c in cps if c.name == opts.checkpoint]
+    if len(named) > 1:
+        ids = ", ".join(str(c.id) for c in named)
+        raise InvalidArgument(f"{len(named)} checkpoints are named {opts.checkpoint!r} ({ids}): give an id")
+    if named:
+        return str(named[0].id)
+    names = sorted({c.name for c in cps if c.name})
+    raise CheckpointNotFound(
+        f"no live checkpoint of {opts.url} has the id or name {opts.checkpoint!r} (names: {names or 'none'})"
+    )
 
 
 def write_options(schema: StructType, options: Mapping[str, str]) -> WriteOptions:
@@ -170,8 +252,12 @@ def write_options(schema: StructType, options: Mapping[str, str]) -> WriteOption
     return WriteOptions.parse(options, {f.name: _simple_type(f.dataType) for f in schema.fields})
 
 
-def begin_write(opts: WriteOptions) -> IngestPlan:
-    """The ingest's plan (:func:`shaledb.ingest.begin_ingest` with the options' settings)."""
+def begin_write(opts: WriteOptions) -> IngestPlan | None:
+    """The ingest's plan (:func:`shaledb.ingest.begin_ingest` with the options' settings);
+    None when save mode ``ignore`` finds data (then nothing is written)."""
+    if opts.save_mode == "ignore" and _holds_data(opts):
+        log.info("shaledb write to %s: the database holds data, save mode ignore writes nothing", opts.url)
+        return None
     tuned = ("block_size_bytes", "compression", "bloom_bits_per_key", "value_separation_threshold")
     changes = {k: v for k in tuned if (v := getattr(opts, k)) is not None}
     settings = load_settings(Settings, **changes)  # SHALEDB_SETTINGS_FILE, SHALEDB_* variables, then options
@@ -179,7 +265,9 @@ def begin_write(opts: WriteOptions) -> IngestPlan:
         opts.url,
         ingest_id=opts.ingest_id,
         behind=opts.behind,
-        duplicates=opts.duplicates,
+        duplicates="error",  # on_duplicate last/first is resolved by each task (order_by)
+        overwrite=opts.save_mode == "overwrite",
+        require_empty=opts.save_mode == "errorifexists",
         settings=settings,
         index_fields=opts.index_columns,
         max_sst_size_bytes=opts.max_sst_size_bytes,
@@ -188,7 +276,31 @@ def begin_write(opts: WriteOptions) -> IngestPlan:
     )
 
 
+def _holds_data(opts: WriteOptions) -> bool:
+    from .. import admin
+    from ..errors import NotFound
+    from ..ingest.model import holds_data
+
+    try:
+        return holds_data(admin.read_manifest(opts.url, store_options=opts.store))
+    except NotFound:
+        return False
+
+
 # ------------------------------------------------------------------- writing
+
+
+class SkipWriter(DataSourceArrowWriter):
+    """Save mode ``ignore`` on a database that holds data: the tasks read nothing, nothing commits."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return WriterCommitMessage()
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        return None
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -280,6 +392,31 @@ def _task() -> tuple[int, int, str]:
     return tc.partitionId(), attempt, f"stage {tc.stageId()} attempt {attempt} task {tc.taskAttemptId()}"
 
 
+def _resolve_duplicates(table: pa.Table, o: WriteOptions, cols: _Columns) -> _Columns:
+    """Sort by key then the ``order_by`` columns and keep the last (or first) row of each key."""
+    sort = pa.table({"k": cols.keys, **{f"o{i}": table.column(c) for i, c in enumerate(o.order_by)}})
+    order = pc.sort_indices(
+        sort, sort_keys=[("k", "ascending")] + [(f"o{i}", "ascending") for i in range(len(o.order_by))]
+    )
+    keys = cols.keys.take(order)
+    n = len(keys)
+    differ = pc.not_equal(keys.slice(1), keys.slice(0, n - 1))
+    if o.duplicates == "last":  # the last of each key: the next key differs
+        keep = pa.concat_arrays([differ, pa.array([True])])
+    else:
+        keep = pa.concat_arrays([pa.array([True]), differ])
+    if o.duplicates == "error" and not pc.all(keep).as_py():
+        dup = keys.filter(pc.invert(keep))[0].as_py()
+        raise InvalidArgument(f"key {dup!r:.80} appears more than once in this ingest")
+    order = order.filter(keep)
+    return _Columns(
+        cols.keys.take(order),
+        cols.values.take(order),
+        None if cols.metas is None else cols.metas.take(order),
+        {name: col.take(order) for name, col in cols.terms.items()},
+    )
+
+
 class ShaleWriter(DataSourceArrowWriter):
     """Writes each partition as SSTs; commits all of them in one manifest CAS."""
 
@@ -354,6 +491,8 @@ class ShaleWriter(DataSourceArrowWriter):
         metas = _binary(table.column(o.metadata)) if o.metadata is not None else None
         terms = {name: _term_column(table.column(name)) for name in o.index_columns}
         n = len(keys)
+        if o.order_by and n > 1:
+            return _resolve_duplicates(table, o, _Columns(keys, values, metas, terms))
         if n > 1 and pc.any(pc.less(keys.slice(1), keys.slice(0, n - 1))).as_py():
             # Not sorted (no sortWithinPartitions upstream): a stable sort keeps input order among equal keys.
             order = sort_indices(keys)
@@ -406,8 +545,19 @@ Bound = tuple[bytes | None, bytes | None]
 class ShaleReader(DataSourceReader):
     """Key-range partitions of one checkpoint, with key-range and prefix filters pushed down."""
 
-    def __init__(self, opts: ReadOptions, checkpoint_id: str, created: bool, *, parallelism: int = 1) -> None:
+    def __init__(
+        self,
+        opts: ReadOptions,
+        checkpoint_id: str,
+        created: bool,
+        *,
+        parallelism: int = 1,
+        schema: StructType | None = None,
+    ) -> None:
         self.opts = opts
+        self.columns = _read_columns(opts, schema)
+        """(name, kind, nullable) of each output column, in Spark's order."""
+        self.key_kind = next((k for n, k, _ in self.columns if n == "key"), opts.key_type)
         self.checkpoint_id = checkpoint_id
         self.created = created
         self.parallelism = parallelism
@@ -420,9 +570,9 @@ class ShaleReader(DataSourceReader):
     # ------------------------------------------------------------ filters
 
     def _key(self, v: Any) -> bytes | None:
-        if isinstance(v, str) and self.opts.key_type == "string":
+        if isinstance(v, str) and self.key_kind == "string":
             return v.encode()
-        if isinstance(v, (bytes, bytearray)) and self.opts.key_type == "binary":
+        if isinstance(v, (bytes, bytearray)) and self.key_kind == "binary":
             return bytes(v)
         return None
 
@@ -506,17 +656,37 @@ class ShaleReader(DataSourceReader):
             refresh_lifetime_s=o.checkpoint_lifetime_s if self.created else None,
             store_options=o.store,
         )
-        schema = arrow_schema(o)
+        schema = pa.schema([pa.field(n, _ARROW[k], nullable=null) for n, k, null in self.columns])
         for c in read_part_arrow(part, o.url, store_options=o.store):
-            yield pa.RecordBatch.from_arrays(
-                [
-                    _text(c.keys, o.key_type),
-                    _text(c.values, o.value_type),
-                    c.seqs,
-                    pa.nulls(len(c), pa.binary()) if c.metadata is None else c.metadata,
-                ],
-                schema=schema,
+            meta = pa.nulls(len(c), pa.binary()) if c.metadata is None else c.metadata
+            got = {"key": c.keys, "value": c.values, "seq": c.seqs, "metadata": meta}
+            yield pa.RecordBatch.from_arrays([_text(got[n], k) for n, k, _ in self.columns], schema=schema)
+
+
+_ARROW = {"binary": pa.binary(), "string": pa.string(), "bigint": pa.int64()}
+
+
+def _read_columns(o: ReadOptions, schema: StructType | None) -> list[tuple[str, str, bool]]:
+    """The columns a read returns: the schema Spark asks for (a table's, or one given with
+    ``.schema()``: a subset of key, value, seq, metadata), else the read contract."""
+    default = {"key": (o.key_type, False), "value": (o.value_type, False), "seq": ("bigint", False)}
+    default["metadata"] = ("binary", True)
+    if schema is None:
+        return [(n, *default[n]) for n in READ_COLUMNS]
+    out = []
+    for f in schema.fields:
+        if f.name not in READ_COLUMNS:
+            raise InvalidArgument(
+                f"column {f.name!r} is not one a shaledb read returns ({', '.join(READ_COLUMNS)})"
             )
+        kind = _simple_type(f.dataType)
+        allowed = (
+            ("bigint",) if f.name == "seq" else ("binary",) if f.name == "metadata" else ("binary", "string")
+        )
+        if kind not in allowed:
+            raise InvalidArgument(f"column {f.name!r} must be {' or '.join(allowed)}, not {kind}")
+        out.append((f.name, kind, bool(f.nullable)))
+    return out
 
 
 def arrow_schema(o: ReadOptions) -> pa.Schema:
@@ -534,7 +704,7 @@ def arrow_schema(o: ReadOptions) -> pa.Schema:
 
 def _text(arr: pa.Array, kind: str) -> pa.Array:
     """Binary as is, or as UTF-8 strings (validated) for the string column types."""
-    if kind != "string":
+    if kind != "string" or pa.types.is_string(arr.type):
         return arr
     try:
         return arr.cast(pa.string())
