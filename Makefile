@@ -37,7 +37,7 @@ test-spark: $(VENV)/.spark
 test: lint test-core test-spark
 
 demo: $(VENV)/.spark
-	$(BIN)/python -m shaledb.demo $(DEMO_ARGS)
+	$(BIN)/python -m shaledb.spark.demo $(DEMO_ARGS)
 
 bench: $(VENV)/.spark
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

@@ -9,10 +9,12 @@ Only the names in ``__all__`` are the public API.
 """
 
 from . import admin
-from .batch import WriteBatch
+from .admin.gc import GarbageCollector, GcReport
 from .compaction import CompactionReport, Compactor
-from .db import Db, Scan, Snapshot, WriteHandle
-from .db_reader import DbReader, DbReaderOptions, ReaderSnapshot
+from .db.batch import WriteBatch
+from .db.reader import DbReader, DbReaderOptions, ReaderSnapshot
+from .db.writer import Db, Scan, Snapshot, WriteHandle
+from .engine.indexes import Head
 from .errors import (
     CheckpointNotFound,
     ClosedError,
@@ -26,8 +28,6 @@ from .errors import (
     ShaleError,
     Unavailable,
 )
-from .gc import GarbageCollector, GcReport
-from .indexes import Head
 from .journal.backup import BackupReport
 from .journal.compaction import JournalCompactionReport
 from .manifest.model import Checkpoint

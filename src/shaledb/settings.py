@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .allocator import MAX_THRESHOLD_BYTES
+from .engine.allocator import MAX_THRESHOLD_BYTES
 from .errors import InvalidArgument
 
 KiB = 1024
@@ -213,7 +213,7 @@ class DbReaderOptions:
     ``max_memtable_bytes`` -- size of one in-memory table of replayed WAL
     entries (accounted like the writer's memtable).
     ``establish_checkpoint`` -- False: follow the latest manifest without
-    writing a checkpoint (see ``shaledb.db_reader``).
+    writing a checkpoint (see ``shaledb.db.reader``).
     ``background_poll`` -- False: no polling thread; call
     :meth:`DbReader.refresh` to poll (tests, single-threaded tools).
     ``checkpoint_name`` -- name given to the reader's own checkpoints.
@@ -279,7 +279,7 @@ class Settings:
       ``malloc_mmap_threshold_bytes`` -- on glibc, fix malloc's mmap threshold at
       this size when the database opens (process-wide), so freed SST and WAL
       buffers go back to the OS instead of fragmenting the heap
-      (``shaledb.allocator``); None leaves malloc alone.
+      (``shaledb.engine.allocator``); None leaves malloc alone.
     Format:
       ``block_size_bytes``, ``bloom_bits_per_key`` (0 = no filter),
       ``compression`` ("none", "lz4", "zstd").

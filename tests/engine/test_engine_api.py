@@ -20,8 +20,8 @@ from engine_support import GateStore, abandon, dump, wal_paths
 
 from shaledb import ClosedError, Db, InvalidArgument, NotFound, Settings, WriteBatch
 from shaledb.clock import SYSTEM_CLOCK
+from shaledb.format.paths import parse_wal_id
 from shaledb.format.sst import decode_meta
-from shaledb.paths import parse_wal_id
 from shaledb.store import LatencyStore, ObjectStore, open_store
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock

@@ -25,9 +25,9 @@ import pytest
 from engine_support import GateStore, abandon, dump, flip_byte, wal_paths
 
 from shaledb import CorruptionError, Db
+from shaledb.format.paths import manifest_path, parse_wal_id, wal_path
 from shaledb.format.sst import decode_data_block, decode_meta
 from shaledb.manifest.store import ManifestStore
-from shaledb.paths import manifest_path, parse_wal_id, wal_path
 from shaledb.store import ObjectStore
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock

@@ -40,9 +40,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import paths
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError
+from ..format import paths
 from ..format.coding import CODECS
 from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore, Mutator
@@ -298,7 +298,7 @@ class Compactor:
         host: ManifestHost | None = None,
         store_options: dict[str, Any] | None = None,
     ) -> None:
-        from ..external import ExternalStores, default_factory
+        from ..admin.parents import ExternalStores, default_factory
 
         self.store = store
         # A clone's ancestors, opened by URL (the writer's own resolver when embedded).

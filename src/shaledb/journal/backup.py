@@ -36,12 +36,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .. import paths
-from ..checkpoint import delete_checkpoint, read_checkpoint_manifest, without_checkpoints
+from ..admin.checkpoint import delete_checkpoint, read_checkpoint_manifest, without_checkpoints
+from ..admin.destruction import PENDING_RELEASE
+from ..admin.parents import canonical_url
 from ..clock import Clock
 from ..errors import InvalidArgument, InvalidDbState, ObjectNotFound, ShaleError
-from ..external import canonical_url
-from ..lifecycle import PENDING_RELEASE
+from ..format import paths
 from ..manifest.model import JournalFile, Manifest, SstInfo, to_body
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
@@ -49,7 +49,7 @@ from ..store.parallel import DEFAULT_WORKERS, Progress, check_workers, run_bound
 from ..store.url import open_store
 
 if TYPE_CHECKING:
-    from ..db import Db
+    from ..db.writer import Db
 
 log = logging.getLogger("shaledb.backup")
 
@@ -376,7 +376,7 @@ def backup_url(
 ) -> BackupReport:
     """A backup without a writer (``shaledb --path URL backup DEST``): every durable write."""
     from ..admin import AdminHandle
-    from ..checkpoint import create_checkpoint
+    from ..admin.checkpoint import create_checkpoint
 
     check_workers(workers)
     if canonical_url(src_url) == canonical_url(dest_url):

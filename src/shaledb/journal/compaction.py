@@ -66,8 +66,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .. import paths
+from ..engine.sstable import put_new_journal, put_new_sst
 from ..errors import ClosedError, CorruptionError, InvalidArgument, ShaleError
+from ..format import paths
 from ..format.coding import CODECS
 from ..format.journal import decode_pointer
 from ..format.row import (
@@ -88,13 +89,12 @@ from ..format.sst import (
     decode_sst,
 )
 from ..manifest.model import JournalFile, Manifest, SstInfo
-from ..sstable import put_new_journal, put_new_sst
 from .folds import last_of_batch
 from .hosts import CompactionHost, StandaloneHost, WriterHost
 from .scoring import DROP, TOMB, FileScore, _Ledger, best_run, block_head, plan_runs, score_file
 
 if TYPE_CHECKING:
-    from ..db import Db
+    from ..db.writer import Db
 
 log = logging.getLogger("shaledb.journal")
 

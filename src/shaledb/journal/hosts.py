@@ -13,16 +13,16 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from ..cache import LruCache
 from ..clock import Clock
+from ..engine.cache import LruCache
+from ..engine.sstable import TableCache
 from ..errors import ClosedError
 from ..manifest.model import Manifest
 from ..settings import Settings
-from ..sstable import TableCache
 from ..store.base import ObjectStore
 
 if TYPE_CHECKING:
-    from ..db import Db
+    from ..db.writer import Db
 
 Mutator = Callable[[Manifest], Manifest | None]
 
@@ -74,7 +74,7 @@ class WriterHost:
         return db.update_manifest(decorated)
 
     def check_open(self) -> None:
-        from ..db import _OPEN
+        from ..db.writer import _OPEN
 
         if self.db._state != _OPEN:
             raise ClosedError("the database is closing: journal compaction stops")
@@ -96,7 +96,7 @@ class StandaloneHost:
         rng: random.Random,
         store_options: dict[str, Any] | None = None,
     ) -> None:
-        from ..external import ExternalStores, default_factory
+        from ..admin.parents import ExternalStores, default_factory
         from ..manifest.store import ManifestStore
 
         self.store = store

@@ -39,9 +39,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .. import paths
+from ..engine.flush import OPT_COMPLETE
+from ..engine.sstable import put_new_sst
 from ..errors import CorruptionError, InvalidArgument, InvalidDbState
-from ..flush import OPT_COMPLETE
+from ..format import paths
 from ..format.coding import CODECS
 from ..format.journal import Pointer, encode_pointer
 from ..format.row import (
@@ -56,11 +57,10 @@ from ..format.row import (
 )
 from ..format.sst import SST_TABLE, SstBuilder
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
-from ..sstable import put_new_sst
 from .folds import journal_blocks
 
 if TYPE_CHECKING:
-    from ..db import Db
+    from ..db.writer import Db
 
 Entry = tuple[int, int, bytes]
 

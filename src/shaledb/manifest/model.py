@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import CorruptionError
-from ..paths import check_journal_ref, check_ulid
+from ..format.paths import check_journal_ref, check_ulid
 
 TREE_NAMES = ("data", "index")
 
@@ -144,9 +144,9 @@ class JournalFile:
 
 @dataclass(frozen=True, slots=True)
 class IngestRecord:
-    """A committed bulk ingest (``shaledb.ingest``): its id makes a re-run a no-op.
+    """A committed bulk ingest (``shaledb.bulk.ingest``): its id makes a re-run a no-op.
 
-    ``fingerprint`` summarises the rows (see ``shaledb.ingest``) so a re-run
+    ``fingerprint`` summarises the rows (see ``shaledb.bulk.ingest``) so a re-run
     under the same id with other data is refused instead of ignored.
     """
 
@@ -184,7 +184,7 @@ class Manifest:
     options: tuple[tuple[str, str], ...] = ()
     """Database-wide persisted options (e.g. the journal recovery strategy)."""
     ingests: tuple[IngestRecord, ...] = ()
-    """The most recent bulk ingests, oldest first (bounded; see ``shaledb.ingest``)."""
+    """The most recent bulk ingests, oldest first (bounded; see ``shaledb.bulk.ingest``)."""
     extra: tuple[tuple[str, Any], ...] = ()
     """Body fields this version does not know, kept so they round-trip."""
 

@@ -27,9 +27,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from .. import paths
 from ..clock import Clock
 from ..errors import AlreadyExists, ConflictError, CorruptionError, NotFound, ObjectNotFound, Unavailable
+from ..format import paths
 from ..format.manifest import decode_manifest_body, encode_manifest_body
 from ..store.base import ObjectStore
 from .invariants import check_transition

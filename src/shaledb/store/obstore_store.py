@@ -48,7 +48,7 @@ from ..errors import (
     ShaleError,
     Unavailable,
 )
-from ..paths import check_prefix, check_relative_path
+from ..format.paths import check_prefix, check_relative_path
 from .base import BULK_DELETE_OBJECTS, ObjectMeta
 
 log = logging.getLogger(__name__)

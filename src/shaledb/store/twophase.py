@@ -50,7 +50,7 @@ import google_crc32c
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AlreadyExists, CorruptionError, InvalidArgument, ObjectNotFound, Unavailable
-from ..paths import TMP_DIR, check_prefix, check_relative_path
+from ..format.paths import TMP_DIR, check_prefix, check_relative_path
 from .base import ObjectMeta, ObjectStore
 from .wrappers import StoreWrapper
 

@@ -1,0 +1,160 @@
+"""WriteBatch: an atomic group of puts and deletes, validated as it is built.
+
+A batch is applied under one sequence number and lands in one WAL object, so
+it is all-or-nothing across crashes. Columns are kept as parallel lists so
+applying a batch is a couple of C-level list and dict operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from ..errors import InvalidArgument
+from ..format.row import KIND_TOMBSTONE, KIND_VALUE, encode_payload
+
+MAX_KEY_BYTES = 65535
+MAX_VALUE_BYTES = (1 << 30) - 1
+
+
+def _key_error(key: object) -> InvalidArgument:
+    if isinstance(key, str):
+        return InvalidArgument("keys are bytes: encode text first, e.g. key.encode()")
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        n = len(key)
+        if n == 0:
+            return InvalidArgument("a key must not be empty")
+        return InvalidArgument(f"a key may be at most {MAX_KEY_BYTES} bytes, got {n}")
+    return InvalidArgument(f"keys are bytes, got {type(key).__name__}")
+
+
+def check_key(key: object) -> bytes:
+    """``key`` as bytes, or InvalidArgument saying what is wrong."""
+    if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES:
+        return key
+    if isinstance(key, (bytearray, memoryview)) and 0 < len(key) <= MAX_KEY_BYTES:
+        return bytes(key)
+    raise _key_error(key)
+
+
+def check_field(fld: object) -> str:
+    """An index field name: a non-empty str without NUL (NUL ends it in index keys)."""
+    if not isinstance(fld, str) or not fld or "\x00" in fld:
+        raise InvalidArgument(f"index field names are non-empty str without NUL, got {fld!r}")
+    return fld
+
+
+def check_value(value: object) -> bytes:
+    if type(value) is bytes and len(value) <= MAX_VALUE_BYTES:
+        return value
+    if isinstance(value, (bytearray, memoryview)) and len(value) <= MAX_VALUE_BYTES:
+        return bytes(value)
+    if isinstance(value, str):
+        raise InvalidArgument("values are bytes: encode text first, e.g. value.encode()")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(f"a value may be at most {MAX_VALUE_BYTES} bytes")
+    raise InvalidArgument(f"values are bytes, got {type(value).__name__}")
+
+
+def ttl_ms(ttl: timedelta | float | int | None) -> int | None:
+    """A TTL as milliseconds (None: no expiry)."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, timedelta):
+        ms = ttl.total_seconds() * 1000
+    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+        ms = float(ttl) * 1000
+    else:
+        raise InvalidArgument(f"ttl must be a timedelta or seconds, got {ttl!r}")
+    if not ms > 0:
+        raise InvalidArgument(f"ttl must be positive, got {ttl!r}")
+    return int(ms)
+
+
+IndexTerms = Mapping[str, Iterable[bytes]]
+
+
+class WriteBatch:
+    """Puts and deletes applied atomically by ``Db.write`` (chainable)."""
+
+    __slots__ = ("_extras", "_keys", "_kinds", "_payloads")
+
+    def __init__(self) -> None:
+        self._keys: list[bytes] = []
+        self._kinds: list[int] = []
+        self._payloads: list[bytes] = []
+        self._extras: list[tuple[int, dict[str, Any]]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes,
+        *,
+        ttl: timedelta | float | None = None,
+        metadata: bytes | None = None,
+        indexes: IndexTerms | None = None,
+    ) -> WriteBatch:
+        k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
+        v = value if type(value) is bytes and len(value) <= MAX_VALUE_BYTES else check_value(value)
+        if ttl is None and metadata is None and indexes is None:
+            self._keys.append(k)
+            self._kinds.append(KIND_VALUE)
+            self._payloads.append(v)
+            return self
+        self._put_rich(k, v, ttl, metadata, indexes)
+        return self
+
+    def _put_rich(
+        self,
+        k: bytes,
+        v: bytes,
+        ttl: timedelta | float | None,
+        metadata: bytes | None,
+        indexes: IndexTerms | None,
+    ) -> None:
+        extra: dict[str, Any] = {"value": v}
+        if metadata is not None:
+            extra["metadata"] = check_value(metadata)
+        if ttl is not None:
+            extra["ttl_ms"] = ttl_ms(ttl)
+        if indexes is not None:
+            if not isinstance(indexes, Mapping):
+                raise InvalidArgument("indexes must map field names to lists of byte terms")
+            terms: dict[str, list[bytes]] = {}
+            for fld, ts in indexes.items():
+                check_field(fld)
+                if isinstance(ts, (bytes, str)):
+                    raise InvalidArgument(f"index terms for {fld!r} must be a list of bytes")
+                terms[fld] = sorted({check_key(t) for t in ts})
+            extra["indexes"] = terms
+        # The payload is finalised at apply time (expiry needs the clock).
+        _, payload = encode_payload(v, extra.get("metadata"), None)
+        self._keys.append(k)
+        self._kinds.append(KIND_VALUE)
+        self._payloads.append(payload)
+        if self._extras is None:
+            self._extras = []
+        self._extras.append((len(self._keys) - 1, extra))
+
+    def delete(self, key: bytes) -> WriteBatch:
+        k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
+        self._keys.append(k)
+        self._kinds.append(KIND_TOMBSTONE)
+        self._payloads.append(b"")
+        return self
+
+    def clear(self) -> None:
+        self._keys.clear()
+        self._kinds.clear()
+        self._payloads.clear()
+        self._extras = None
+
+    def __repr__(self) -> str:
+        return f"WriteBatch({len(self._keys)} ops)"

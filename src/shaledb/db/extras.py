@@ -1,0 +1,515 @@
+"""The value-journal side of the writer's API (mixed into ``Db`` and ``Snapshot``).
+
+Leveled's Bookie paths on top of the LSM (docs/journal.md):
+
+* ``head(key)`` -- a :class:`~shaledb.engine.indexes.Head` from the ledger, no journal read;
+* ``index_query(field, start, end, ...)`` -- keys by secondary-index term;
+* ``scan_heads`` / ``fold_heads``, ``fold_keys`` -- key-order folds without values;
+* ``fold_objects(order="key" | "sqn")`` -- values in key order (pointers resolved
+  lazily, as ``scan`` does) or in sequence order straight from the journal, each
+  entry checked to be current in the snapshot;
+* ``compact_journal()`` -- the Inker's clerk (``shaledb.journal.compaction``);
+* ``rebuild_ledger()`` -- the ledger from the journal (``shaledb.journal.rebuild``);
+* ``backup(dest_url)`` -- incremental, consistent copy (``shaledb.journal.backup``).
+
+Every fold reads one snapshot, pinned until the iterator is exhausted or closed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..engine.indexes import (
+    Head,
+    check_query,
+    current_terms,
+    index_query,
+    index_view,
+    make_head,
+    plan_index_changes,
+    scan_heads,
+    scan_keys,
+)
+from ..engine.memtable import ENTRY_OVERHEAD, Memtable
+from ..engine.reads import ReadView, Scan, Visibility, check_limit, get_many, lookup, scan_items
+from ..engine.sstable import TableCache
+from ..errors import ClosedError, InvalidArgument
+from ..keys import scan_bounds
+from ..store.parallel import DEFAULT_WORKERS, check_workers
+from .batch import MAX_KEY_BYTES, check_key
+
+if TYPE_CHECKING:
+    from ..journal.backup import BackupReport
+    from ..journal.compaction import JournalCompactionReport
+    from .batch import WriteBatch
+    from .writer import Db, WriteHandle
+
+
+def checked_keys(keys: Iterable[bytes], workers: int) -> list[bytes]:
+    """``keys`` as a list of valid keys (InvalidArgument for the first bad one, or bad workers)."""
+    check_workers(workers)
+    return [k if type(k) is bytes and 0 < len(k) <= MAX_KEY_BYTES else check_key(k) for k in keys]
+
+
+class _ViewReads:
+    """Heads and index queries on ``(view, seq)``: shared by the writer, its snapshots
+    and ``DbReader``, which differ only in where their table cache and clock live."""
+
+    def _read_ctx(self) -> tuple[TableCache, Visibility]:
+        raise NotImplementedError
+
+    def _get_many_at(
+        self, view: ReadView, seq: int | None, keys: list[bytes], workers: int
+    ) -> list[bytes | None]:
+        tables, vis = self._read_ctx()
+        return get_many(view, tables, vis, keys, seq, workers)
+
+    def _head_at(self, view: ReadView, seq: int | None, key: bytes) -> Head | None:
+        tables, vis = self._read_ctx()
+        k = key if type(key) is bytes else check_key(key)
+        e = lookup(view, tables, k, seq)
+        return None if e is None else make_head(e[0], e[1], e[2], vis.now_ms)
+
+    def _index_query_at(
+        self,
+        view: ReadView,
+        seq: int | None,
+        fld: str,
+        start: bytes | None,
+        end: bytes | None,
+        return_terms: bool,
+        term_regex: str | bytes | re.Pattern[bytes] | None,
+        start_key: bytes | None,
+        limit: int | None,
+    ) -> list[Any]:
+        pattern = check_query(fld, start, end, start_key, limit, term_regex)
+        tables, vis = self._read_ctx()
+        return list(
+            index_query(
+                index_view(view),
+                tables,
+                vis,
+                seq,
+                fld,
+                start,
+                end,
+                return_terms=return_terms,
+                term_regex=pattern,
+                start_key=start_key,
+                limit=limit,
+            )
+        )
+
+
+class _Reads(_ViewReads):
+    """Read operations shared by the writer and its snapshots."""
+
+    def _db_(self) -> Db:
+        raise NotImplementedError
+
+    def _read_ctx(self) -> tuple[TableCache, Visibility]:
+        db = self._db_()
+        return db.tables, db.vis
+
+    def _fold_sqn(self, view: ReadView, seq: int, s: bytes | None, e: bytes | None) -> Iterator[Any]:
+        from ..journal.folds import fold_sequence_order
+
+        db = self._db_()
+        return fold_sequence_order(view, seq, db.tables, db.vis, db._resolve_store, s, e)
+
+
+class SnapshotExtras(_Reads):
+    """Heads, index queries and folds of a ``Snapshot`` (its view and sequence number)."""
+
+    _view: ReadView
+    seq: int
+
+    def _check(self) -> None:
+        raise NotImplementedError
+
+    def _db_(self) -> Db:
+        return self._db  # type: ignore[attr-defined, no-any-return]
+
+    def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
+        """As :meth:`DbExtras.get_many`, at the snapshot."""
+        ks = checked_keys(keys, workers)
+        self._check()
+        return self._get_many_at(self._view, self.seq, ks, workers)
+
+    def head(self, key: bytes) -> Head | None:
+        """The key's :class:`~shaledb.engine.indexes.Head` at the snapshot (no journal read)."""
+        self._check()
+        return self._head_at(self._view, self.seq, key)
+
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: bool = False,
+        term_regex: str | bytes | re.Pattern[bytes] | None = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        """As :meth:`DbExtras.index_query`, at the snapshot."""
+        self._check()
+        return self._index_query_at(
+            self._view, self.seq, field, start, end, return_terms, term_regex, start_key, limit
+        )
+
+    def scan_heads(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, Head]]:
+        self._check()
+        check_limit(limit)
+        s, e = scan_bounds(start, end, prefix)
+        db = self._db_()
+        return scan_heads(self._view, db.tables, db.vis, s, e, self.seq, bool(reverse), limit)
+
+    fold_heads = scan_heads
+
+    def fold_keys(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[bytes]:
+        self._check()
+        check_limit(limit)
+        s, e = scan_bounds(start, end, prefix)
+        db = self._db_()
+        return scan_keys(self._view, db.tables, db.vis, s, e, self.seq, bool(reverse), limit)
+
+    def fold_objects(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        order: str = "key",
+    ) -> Iterator[Any]:
+        """``(key, value)`` in key order, or ``(seq, key, value)`` in sequence order."""
+        self._check()
+        s, e = scan_bounds(start, end, prefix)
+        if order == "key":
+            db = self._db_()
+            return scan_items(self._view, db.tables, db.vis, s, e, self.seq, False, None)
+        if order == "sqn":
+            return self._fold_sqn(self._view, self.seq, s, e)
+        raise InvalidArgument(f"order must be 'key' or 'sqn', got {order!r}")
+
+
+class DbExtras(_Reads):
+    """The writer's heads, secondary indexes, folds and value-journal maintenance."""
+
+    def _db_(self) -> Db:
+        return self  # type: ignore[return-value]
+
+    # ---------------------------------------------------------------- writes
+
+    def _write_indexed(self, batch: WriteBatch, durable: bool) -> WriteHandle:
+        """A write to a database with index terms: old terms are read, changes planned
+        and applied while holding the index lock (see ``shaledb.engine.indexes``)."""
+        db = self._db_()
+        with db._index_lock:
+            with db._lock:
+                db._admit_locked(check_space=False)
+                db._indexed = True
+            tables, vis = db.tables, db.vis
+            plan = plan_index_changes(  # reads the batch's lists, keeps none of them
+                batch._keys,
+                batch._kinds,
+                batch._payloads,
+                dict(batch._extras or ()),
+                lambda k: current_terms(db._view, tables, vis, k),
+                int(db.clock.now() * 1000),
+            )
+            n = sum(map(len, plan.keys)) + sum(map(len, plan.index_keys))
+            n += sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))
+            n += ENTRY_OVERHEAD * (len(plan.keys) + len(plan.index_keys))
+            with db._lock:
+                if db._state or db._failure is not None or db._unflushed > db.settings.max_unflushed_bytes:
+                    db._admit_locked()
+                latch = db.wal.pending  # before _apply_locked, which may seal the buffer
+                seq = db._apply_locked(
+                    plan.keys,
+                    plan.kinds,
+                    plan.payloads,
+                    n,
+                    (plan.index_keys, plan.index_kinds, plan.index_payloads),
+                )
+        if durable:
+            db.wal.wait_durable(seq, latch=latch)
+        from .writer import WriteHandle
+
+        return WriteHandle(db, seq)
+
+    # ----------------------------------------------------------------- heads
+
+    def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
+        """The values of ``keys`` (None where absent), in order, from one consistent view.
+
+        Up to ``workers`` threads look up contiguous slices of ``keys`` at once:
+        on an object store, lookups that miss the block cache then wait for
+        their round trips together. Sorted keys share blocks best.
+        """
+        ks = checked_keys(keys, workers)
+        view, seq, release = self._pin_view()
+        try:
+            return self._get_many_at(view, seq, ks, workers)
+        finally:
+            release()
+
+    def head(self, key: bytes) -> Head | None:
+        """The key's metadata: ``Head(seq, value_size, metadata, expires_at, indexes,
+        in_journal)``, or None if absent, deleted or expired. Reads no value."""
+        db = self._db_()
+        if db.closed:
+            raise ClosedError("database is closed")
+        return self._head_at(db._view, None, key)
+
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: bool = False,
+        term_regex: str | bytes | re.Pattern[bytes] | None = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        """Keys whose ``field`` has a term in ``[start, end]`` (both inclusive, None
+        unbounded), in term order then key order, read from a snapshot.
+
+        ``return_terms=True`` gives ``(term, key)`` pairs. ``term_regex`` keeps
+        terms it matches (``re.search`` over bytes). ``start_key`` skips keys
+        below it within the start term, so the page after one that ended at
+        ``(t, k)`` is ``index_query(field, t, end, start_key=k + b"\\x00", ...)``.
+        A key appears once per matching term. ``limit`` caps the result.
+        """
+        view, seq, release = self._pin_view()
+        try:
+            return self._index_query_at(
+                view, seq, field, start, end, return_terms, term_regex, start_key, limit
+            )
+        finally:
+            release()
+
+    def _pin_view(self) -> tuple[ReadView, int, Callable[[], None]]:
+        db = self._db_()
+        view, seq, cp = db._pin()
+        return view, seq, lambda: db._unpin(view.mem, seq, cp)
+
+    # ----------------------------------------------------------------- folds
+
+    def scan_heads(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+        journal_check: bool = False,
+    ) -> Scan[Any]:
+        """``(key, Head)`` for live keys in ``[start, end)``, on a snapshot; no value read.
+
+        ``journal_check=True`` (Leveled's JournalCheck) leaves out keys whose value
+        lives in a journal object that is missing from the store (one HEAD
+        request per journal object the fold meets).
+        """
+        check_limit(limit)
+        s, e = scan_bounds(start, end, prefix)
+        db = self._db_()
+        view, seq, release = self._pin_view()
+        check = db.journal.checker() if journal_check else None
+        return Scan(scan_heads(view, db.tables, db.vis, s, e, seq, bool(reverse), limit, check), release)
+
+    fold_heads = scan_heads
+
+    def fold_keys(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan[Any]:
+        """Live keys in ``[start, end)`` in key order, on a snapshot."""
+        check_limit(limit)
+        s, e = scan_bounds(start, end, prefix)
+        db = self._db_()
+        view, seq, release = self._pin_view()
+        return Scan(scan_keys(view, db.tables, db.vis, s, e, seq, bool(reverse), limit), release)
+
+    def fold_objects(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        order: str = "key",
+    ) -> Scan[Any]:
+        """Values on a snapshot: ``order="key"`` gives ``(key, value)`` in key order
+        (like ``scan``); ``order="sqn"`` gives ``(seq, key, value)`` in sequence
+        order, read straight from the journal objects and then the memtables,
+        each entry checked to be the key's current version in the snapshot.
+
+        Sequence order needs the value journal: entries that never were in it
+        (bulk-ingested rows, writes from before the threshold was set) are not
+        visited.
+        """
+        if order not in ("key", "sqn"):
+            raise InvalidArgument(f"order must be 'key' or 'sqn', got {order!r}")
+        s, e = scan_bounds(start, end, prefix)
+        db = self._db_()
+        view, seq, release = self._pin_view()
+        if order == "key":
+            return Scan(scan_items(view, db.tables, db.vis, s, e, seq, False, None), release)
+        return Scan(self._fold_sqn(view, seq, s, e), release)
+
+    # ---------------------------------------------------------- maintenance
+
+    def compact_journal(
+        self, *, max_runs: int | None = None, objects: Sequence[str] | None = None
+    ) -> JournalCompactionReport:
+        """Score the journal and rewrite the most rewarding runs of objects (Leveled's
+        Inker clerk; ``shaledb.journal.compaction``). Repeats until no run beats its
+        target (or ``max_runs``). ``objects`` forces one run: these consecutive
+        journal objects, whatever their scores. Returns scores, runs, bytes
+        rewritten and bytes reclaimed; ``busy`` if another call is running.
+        """
+        from ..journal.compaction import WriterHost, compact_journal
+
+        db = self._db_()
+        if db.closed:
+            raise ClosedError("database is closed")
+        return compact_journal(WriterHost(db), max_runs=max_runs, objects=objects)
+
+    def rebuild_ledger(self, *, force: bool = False) -> dict[str, Any]:
+        """Rebuild the ledger (data and index trees) from the value journal (see
+        ``shaledb.journal.rebuild``); exact when the journal is complete and
+        compacted under the ``retain`` strategy."""
+        from ..journal.rebuild import rebuild_ledger
+
+        return rebuild_ledger(self._db_(), force=force)
+
+    def backup(
+        self,
+        dest_url: str,
+        *,
+        store_options: dict[str, Any] | None = None,
+        prune: bool = True,
+        lifetime: timedelta | float = 3600.0,
+        workers: int = 8,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> BackupReport:
+        """Incremental, consistent backup to ``dest_url`` (``shaledb.journal.backup``).
+
+        Pins a checkpoint of everything written so far, copies every object
+        its version references that the destination lacks (server-side when
+        both live in one store; ``workers`` copies at once), then writes the
+        destination's manifest; the destination opens as a database. A second
+        backup without changes copies nothing. ``progress(done, total)`` is
+        called after each object copied.
+        """
+        from ..journal.backup import backup_from_writer
+
+        return backup_from_writer(
+            self._db_(),
+            dest_url,
+            store_options=store_options,
+            prune=prune,
+            lifetime=lifetime,
+            workers=workers,
+            progress=progress,
+        )
+
+
+class ReaderReads(_ViewReads):
+    """``DbReader``'s heads, index queries and head scans (on its current view)."""
+
+    _tables: TableCache
+    _vis: Visibility
+
+    def _read_ctx(self) -> tuple[TableCache, Visibility]:
+        return self._tables, self._vis
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _pin(self) -> tuple[ReadView, int, Any]:
+        raise NotImplementedError
+
+    def _unpin(self, mem: Memtable, seq: int, cp: Any) -> None:
+        raise NotImplementedError
+
+    _view: ReadView
+
+    def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
+        """The values of ``keys``, in order, from one consistent view (as ``Db.get_many``)."""
+        ks = checked_keys(keys, workers)
+        view, seq, cp = self._pin()
+        try:
+            return self._get_many_at(view, seq, ks, workers)
+        finally:
+            self._unpin(view.mem, seq, cp)
+
+    def head(self, key: bytes) -> Head | None:
+        """The key's :class:`~shaledb.engine.indexes.Head` in the current view (no journal read)."""
+        self._check_open()
+        return self._head_at(self._view, None, key)
+
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: bool = False,
+        term_regex: Any = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[Any]:
+        """Keys by secondary-index term, as ``Db.index_query``, from one consistent view."""
+        view, seq, cp = self._pin()
+        try:
+            return self._index_query_at(
+                view, seq, field, start, end, return_terms, term_regex, start_key, limit
+            )
+        finally:
+            self._unpin(view.mem, seq, cp)
+
+    def scan_heads(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan[Any]:
+        """``(key, Head)`` of live keys in ``[start, end)``, from one consistent view."""
+        check_limit(limit)
+        s, e = scan_bounds(start, end, prefix)
+        view, seq, cp = self._pin()
+        it = scan_heads(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
+        return Scan(it, lambda: self._unpin(view.mem, seq, cp))
+
+
+__all__ = ["DbExtras", "ReaderReads", "SnapshotExtras"]

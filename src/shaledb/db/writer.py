@@ -1,0 +1,791 @@
+"""``Db``: the writer and its public API.
+
+This module orchestrates; the parts live in their own modules: ``wal`` (the
+WAL buffer and flusher), ``flush`` (memtables to L0), ``recovery`` (epoch,
+fence, replay), ``reader`` (lookups and scans), ``memtable``, ``sstable``.
+
+Concurrency: one write lock orders sequence numbers, memtable inserts and the
+WAL buffer, so WAL order is sequence order. Reads never lock: they take the
+current :class:`~shaledb.engine.reads.ReadView`, which writers replace wholesale.
+Background threads (WAL flusher, memtable flusher, and the embedded compactor
+and garbage collector when enabled) report failures through ``_fail``; after
+one, writes raise (``FencedError`` if another writer took over, else
+``ClosedError`` with the cause) and reads keep working from memory and SSTs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from ..admin.parents import ExternalStores, default_factory
+from ..clock import SYSTEM_CLOCK, Clock
+from ..engine.allocator import fix_mmap_threshold
+from ..engine.cache import LruCache
+from ..engine.flush import OPT_INDEXED, MemtableFlusher
+from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
+from ..engine.pins import ViewPins
+from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
+from ..engine.recovery import claim_writer_epoch, replay_wal, write_fence
+from ..engine.sstable import TableCache
+from ..engine.wal import WalWriter, wal_object_bytes
+from ..errors import ClosedError, FencedError, InvalidArgument, ShaleError
+from ..format.coding import CODECS
+from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
+from ..journal.resolver import JournalResolver
+from ..keys import scan_bounds
+from ..manifest.model import Manifest
+from ..manifest.store import ManifestStore
+from ..settings import Settings
+from ..store.base import ObjectStore
+from ..store.stack import open_stack
+from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check_key, check_value
+from .extras import DbExtras, SnapshotExtras
+
+log = logging.getLogger("shaledb.db")
+
+_OPEN, _CLOSING, _CLOSED = 0, 1, 2
+
+
+class WriteHandle:
+    """The result of a write: its sequence number and a way to wait for durability."""
+
+    __slots__ = ("_db", "seq")
+
+    def __init__(self, db: Db, seq: int) -> None:
+        self._db = db
+        self.seq = seq
+
+    def wait_durable(self, timeout: float | None = None) -> bool:
+        """Block until the write is durable in a WAL object; False on timeout."""
+        return self._db.wal.wait_durable(self.seq, timeout)
+
+    @property
+    def durable(self) -> bool:
+        return self._db.wal.durable_seq >= self.seq
+
+    def __repr__(self) -> str:
+        return f"WriteHandle(seq={self.seq}, durable={self.durable})"
+
+
+class Snapshot(SnapshotExtras):
+    """A consistent, read-only view of the database at one sequence number.
+
+    Besides ``get`` and ``scan``: ``head``, ``index_query``, ``scan_heads``,
+    ``fold_keys`` and ``fold_objects`` (see :class:`~shaledb.db.extras.SnapshotExtras`).
+    """
+
+    def __init__(self, db: Db, view: ReadView, seq: int, cp: uuid.UUID | None = None) -> None:
+        self._db = db
+        self._view = view
+        self.seq = seq
+        self._finalizer = weakref.finalize(self, db._unpin, view.mem, seq, cp)
+
+    def get(self, key: bytes) -> bytes | None:
+        k = key if type(key) is bytes else check_key(key)
+        self._check()
+        e = lookup(self._view, self._db.tables, k, self.seq)
+        return None if e is None else self._db.vis.value(k, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        self._check()
+        s, e = scan_bounds(start, end, prefix)
+        return scan_items(self._view, self._db.tables, self._db.vis, s, e, self.seq, reverse, limit)
+
+    def _check(self) -> None:
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Db(DbExtras):
+    """A database opened for writing (the single writer). Thread-safe.
+
+    Key/value separation, heads, secondary indexes, folds, journal compaction,
+    ledger rebuild and backups are in :class:`~shaledb.db.extras.DbExtras`.
+    """
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        create_if_missing: bool = True,
+        store_options: dict[str, Any] | None = None,
+    ) -> Db:
+        """Open (or create) the database at ``url`` and fence any older writer."""
+        if settings is None:
+            settings = Settings()
+        elif not isinstance(settings, Settings):
+            raise InvalidArgument(f"settings must be a shaledb.Settings, got {type(settings).__name__}")
+        clock = clock or SYSTEM_CLOCK
+        rng = random.Random(seed)
+        wrapped = open_stack(url, store, store_options, settings, clock, rng)
+        external = ExternalStores(
+            default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
+        )
+        return cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+
+    @classmethod
+    def open_from_checkpoint(
+        cls,
+        url: str | None,
+        parent_url: str,
+        parent_checkpoint: Any = None,
+        *,
+        settings: Settings | None = None,
+        store: ObjectStore | None = None,
+        parent_store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> Db:
+        """Open the clone at ``url`` of the database at ``parent_url``, creating it if needed.
+
+        A new clone starts as the parent's version pinned by
+        ``parent_checkpoint`` (a checkpoint id; None: the parent's current
+        version), references the parent's SSTs without copying them (only
+        WAL objects are copied) and writes only to its own root. Creation
+        follows seed 002's protocol and is safe to retry after a crash at
+        any step; an initialized clone simply opens. See ``shaledb.admin.clone``.
+        """
+        from ..admin.clone import open_clone
+
+        return open_clone(
+            cls,
+            url,
+            parent_url,
+            parent_checkpoint,
+            settings=settings,
+            store=store,
+            parent_store=parent_store,
+            clock=clock,
+            seed=seed,
+            store_options=store_options,
+        )
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        settings: Settings,
+        clock: Clock,
+        rng: random.Random,
+        create_if_missing: bool,
+        *,
+        external: ExternalStores | None = None,
+    ) -> None:
+        if settings.malloc_mmap_threshold_bytes is not None:
+            fix_mmap_threshold(settings.malloc_mmap_threshold_bytes)
+        self.settings = settings
+        self.external = external or ExternalStores(
+            default_factory(settings.retry, clock, random.Random(), None)
+        )
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.codec = CODECS[settings.compression]
+        self._lock = threading.Lock()
+        self._state = _OPEN
+        self.closing = False
+        """Set when close() starts: the final flush must not wait for a compactor."""
+        self._failure: BaseException | None = None
+        self.cache = LruCache(settings.block_cache_bytes)
+        self.tables = TableCache(self._resolve_store, self.cache, settings.sst_read_ahead_bytes)
+        self.journal = JournalResolver(self._resolve_store, self.cache, lambda: self.manifest)
+        self.vis = Visibility(lambda: int(self.clock.now() * 1000), self.journal.resolve)
+        self._index_lock = threading.Lock()
+        self._journal_lock = threading.Lock()
+        self.manifests = ManifestStore(store, clock, rng, author="writer")
+        self._space = threading.Condition(self._lock)
+        self._background: list[Any] = []
+        # Serializes this process's manifest writes with adopting their result as the view.
+        self._mlock = threading.RLock()
+        self.pins = ViewPins(clock, rng, grace_s=max(60.0, settings.retry.timeout_s))
+
+        m = claim_writer_epoch(
+            self.manifests,
+            timeout_s=settings.manifest_update_timeout_s,
+            create_if_missing=create_if_missing,
+            extra=self.pins.on_claim,
+        )
+        self.pins.confirm(m)
+        self.epoch = m.writer_epoch
+        fence_id, fence_rec = write_fence(
+            store,
+            m,
+            self.epoch,
+            nonce=rng.getrandbits(128).to_bytes(16, "little"),
+            now_ms=int(clock.now() * 1000),
+            codec=self.codec,
+        )
+        m = self.manifests.require_latest()
+        if m.writer_epoch != self.epoch:
+            raise FencedError(
+                f"writer epoch {m.writer_epoch} took over while this writer (epoch {self.epoch}) opened"
+            )
+        threshold = settings.value_separation_threshold
+        replay = replay_wal(
+            store,
+            m,
+            fence_id,
+            verify=settings.track_and_verify_wals,
+            mode=settings.wal_recovery_mode,
+            threshold=threshold,
+            read_ahead=settings.wal_read_ahead,
+        )
+        for note in replay.skipped:
+            log.warning("recovery: %s", note)
+        self.manifest = m
+        self._seq = max(m.last_l0_seq, replay.max_seq)
+        mem = new_memtable()
+        self._indexed = m.option(OPT_INDEXED) == "1"
+        if replay.keys:
+            keep = [i for i, e in enumerate(replay.ents) if e[0] > m.last_l0_seq]
+            keys = [replay.keys[i] for i in keep]
+            ents = [replay.ents[i] for i in keep]
+            sub = mem.sub
+            assert sub is not None
+            for k, e in zip(keys, ents):
+                if e[1] & FLAG_INDEX_TREE:
+                    sub.put(k, (e[0], e[1] & ~FLAG_INDEX_TREE, e[2]))
+                    self._indexed = True
+                else:
+                    mem.put(k, e)
+                    if e[1] & FLAG_TERMS:
+                        self._indexed = True
+                mem.nbytes += len(k) + len(e[2]) + ENTRY_OVERHEAD
+            mem.locs.update(replay.locs)
+        self._mem = mem
+        self._imms: tuple[Memtable, ...] = ()
+        self._unflushed = mem.nbytes
+        self._view = ReadView(self._mem, self._imms, m)
+        self.wal = WalWriter(
+            store=store,
+            clock=clock,
+            rng=rng,
+            lock=self._lock,
+            epoch=self.epoch,
+            next_id=fence_id + 1,
+            durable_seq=self._seq,
+            flush_interval_s=settings.flush_interval_s,
+            max_buffer_bytes=wal_object_bytes(settings),
+            codec=self.codec,
+            block_size=settings.block_size_bytes,
+            on_failure=self._fail,
+            threshold=threshold,
+        )
+        self.wal.sink = mem.locs
+        self.wal.note_written([*replay.objects, fence_rec])
+        if threshold is not None:
+            self.wal.note_journal(replay.journal)
+        self.flusher = MemtableFlusher(self, self._fail)
+        if replay.skipped:
+            # Salvaged: persist what was recovered and move replay_after_wal_id
+            # past the damage, so later opens start there. Also when nothing was
+            # recovered (damage in the first object): otherwise the next open
+            # stops at the same damage and drops everything written after it.
+            with self._lock:
+                self._freeze_locked(even_if_empty=True)
+            self.flush(memtable=True)
+        self._start_background()
+
+    def _start_background(self) -> None:
+        """Pin the opened view, then start the embedded compactor and garbage collector."""
+        try:
+            self._ensure_view_pinned()
+            s = self.settings
+            if s.compactor is not None:
+                from ..compaction import EmbeddedCompactor
+
+                self._background.append(EmbeddedCompactor(self, s.compactor))
+            if s.garbage_collector is not None:
+                from ..admin.gc import EmbeddedGc
+
+                self._background.append(EmbeddedGc(self, s.garbage_collector))
+            if s.journal.compaction_interval_s is not None:
+                from ..journal.compaction import EmbeddedJournalCompactor
+
+                self._background.append(EmbeddedJournalCompactor(self, s.journal.compaction_interval_s))
+        except BaseException:
+            for svc in reversed(self._background):
+                svc.stop()
+            self.flusher.stop()
+            self.wal.stop()
+            raise
+
+    def _ensure_view_pinned(self) -> None:
+        """The manifest read after fencing may have SSTs our opening checkpoint does not pin."""
+        with self._mlock:
+            if not self.pins.covers(self.manifest):
+                self.update_manifest(lambda m: None)
+
+    def _resolve_store(self, db_index: int) -> ObjectStore:
+        """The store holding objects of ``db == db_index`` (a clone's parents: ``shaledb.admin.parents``)."""
+        if db_index == 0:
+            return self.store
+        return self.external.store_for(db_index, self.manifest)
+
+    def create_checkpoint(
+        self,
+        lifetime: timedelta | float | None = None,
+        source: Any = None,
+        name: str | None = None,
+        scope: str = "all",
+        *,
+        metadata: dict[str, str] | None = None,
+    ) -> Any:
+        """Pin the current version: a :class:`~shaledb.manifest.model.Checkpoint`.
+
+        ``scope="all"`` includes every write issued before the call (the WAL is
+        flushed first); ``"durable"`` only writes already durable. ``lifetime``
+        (timedelta or seconds; None: never expires), ``source`` (an existing
+        checkpoint id: reuse its version), ``name`` (a label) and ``metadata``
+        are stored with it. See ``shaledb.admin.checkpoint``.
+        """
+        from ..admin.checkpoint import create_writer_checkpoint
+
+        return create_writer_checkpoint(
+            self, lifetime=lifetime, source=source, name=name, scope=scope, metadata=metadata
+        )
+
+    # ---------------------------------------------------------------- writes
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes,
+        *,
+        durable: bool = True,
+        ttl: timedelta | float | None = None,
+        metadata: bytes | None = None,
+        indexes: IndexTerms | None = None,
+    ) -> WriteHandle:
+        """Set ``key`` to ``value``; durable when it returns unless ``durable=False``."""
+        if ttl is not None or metadata is not None or indexes is not None:
+            return self.write(
+                WriteBatch().put(key, value, ttl=ttl, metadata=metadata, indexes=indexes), durable=durable
+            )
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
+            key = check_key(key)
+        if type(value) is not bytes or len(value) > MAX_VALUE_BYTES:
+            value = check_value(value)
+        n = len(key) + len(value) + ENTRY_OVERHEAD
+        with self._lock:
+            if (
+                self._state
+                or self._failure is not None
+                or self._unflushed > self.settings.max_unflushed_bytes
+            ) and not self._indexed:
+                self._admit_locked()
+            if not self._indexed:
+                seq = self._seq = self._seq + 1
+                e = (seq, 0, value)
+                mem = self._mem
+                mem.put(key, e)
+                wal = self.wal
+                wal.keys.append(key)
+                wal.ents.append(e)
+                mem.nbytes += n
+                wal.nbytes += n
+                self._unflushed += n
+                latch = wal.pending
+                if wal.nbytes >= wal.max_buffer_bytes:
+                    wal.request_flush()
+                if mem.nbytes >= self.settings.l0_sst_size_bytes:
+                    self._freeze_locked()
+            else:
+                seq = -1
+        if seq < 0:  # a database with index terms: every write looks up the key's terms
+            return self._write_indexed(WriteBatch().put(key, value), durable)
+        if durable:
+            self.wal.wait_durable(seq, latch=latch)
+        return WriteHandle(self, seq)
+
+    def delete(self, key: bytes, *, durable: bool = True) -> WriteHandle:
+        """Remove ``key`` (a tombstone; absent keys are fine)."""
+        return self.write(WriteBatch().delete(key), durable=durable)
+
+    def write(self, batch: WriteBatch, *, durable: bool = True) -> WriteHandle:
+        """Apply ``batch`` atomically under one sequence number."""
+        if not isinstance(batch, WriteBatch):
+            raise InvalidArgument(f"write() takes a WriteBatch, got {type(batch).__name__}")
+        keys = batch._keys
+        if not keys:
+            with self._lock:
+                self._admit_locked(check_space=False)
+                return WriteHandle(self, self._seq)
+        if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
+            return self._write_indexed(batch, durable)
+        kinds = list(batch._kinds)
+        payloads = list(batch._payloads)
+        if batch._extras:
+            self._finish_extras(batch, kinds, payloads)
+        n = sum(map(len, keys)) + sum(map(len, payloads)) + ENTRY_OVERHEAD * len(keys)
+        with self._lock:
+            indexed = self._indexed
+            if not indexed:
+                if (
+                    self._state
+                    or self._failure is not None
+                    or self._unflushed > self.settings.max_unflushed_bytes
+                ):
+                    self._admit_locked()
+                latch = self.wal.pending  # before _apply_locked, which may seal the buffer
+                seq = self._apply_locked(keys, kinds, payloads, n)
+        if indexed:  # the first indexed write raced with this one: take the indexed path
+            return self._write_indexed(batch, durable)
+        if durable:
+            self.wal.wait_durable(seq, latch=latch)
+        return WriteHandle(self, seq)
+
+    def _apply_locked(
+        self,
+        keys: list[bytes],
+        kinds: list[int],
+        payloads: list[bytes],
+        n: int,
+        index: tuple[list[bytes], list[int], list[bytes]] | None = None,
+    ) -> int:
+        """Apply one batch under the write lock (admission already checked); its seq."""
+        seq = self._seq = self._seq + 1
+        ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
+        mem = self._mem
+        mem.put_many(keys, ents)
+        wal = self.wal
+        wal.keys.extend(keys)
+        wal.ents.extend(ents)
+        if index is not None and index[0]:
+            ikeys, ikinds, ipays = index
+            sub = mem.sub
+            assert sub is not None
+            sub.put_many(ikeys, [(seq, k, p) for k, p in zip(ikinds, ipays)])
+            wal.keys.extend(ikeys)
+            wal.ents.extend((seq, k | FLAG_INDEX_TREE, p) for k, p in zip(ikinds, ipays))
+        mem.nbytes += n
+        wal.nbytes += n
+        self._unflushed += n
+        if wal.nbytes >= wal.max_buffer_bytes:
+            wal.request_flush()
+        if mem.nbytes >= self.settings.l0_sst_size_bytes:
+            self._freeze_locked()
+        return seq
+
+    def _finish_extras(self, batch: WriteBatch, kinds: list[int], payloads: list[bytes]) -> None:
+        """Encode metadata and expiry (computed now) into rich entries' payloads."""
+        now_ms = int(self.clock.now() * 1000)
+        for i, extra in batch._extras or ():
+            expires = now_ms + extra["ttl_ms"] if "ttl_ms" in extra else None
+            flags, payload = encode_payload(extra["value"], extra.get("metadata"), expires)
+            kinds[i] = (kinds[i] & 0x03) | flags
+            payloads[i] = payload
+
+    @contextmanager
+    def batch(self, *, durable: bool = True) -> Iterator[WriteBatch]:
+        """``with db.batch() as b: b.put(...)`` -- committed atomically on clean exit."""
+        b = WriteBatch()
+        yield b
+        self.write(b, durable=durable)
+
+    def _admit_locked(self, check_space: bool = True) -> None:
+        """Raise if writes are not allowed; wait while unflushed bytes are over budget."""
+        while True:
+            if self._failure is not None:
+                raise self._failure_error()
+            if self._state != _OPEN:
+                raise ClosedError("database is closed")
+            if not check_space or self._unflushed <= self.settings.max_unflushed_bytes:
+                return
+            self.flusher.notify()
+            self._space.wait(0.1)
+
+    def _freeze_locked(self, *, even_if_empty: bool = False) -> None:
+        mem = self._mem
+        if not mem.d and not even_if_empty:
+            return
+        mem.wal_id = self.wal.seal_locked()
+        mem.last_seq = self._seq
+        self._imms = (mem, *self._imms)
+        self._mem = new_memtable()
+        self.wal.sink = self._mem.locs
+        self._view = ReadView(self._mem, self._imms, self.manifest, runs=self._view.runs)
+        self.flusher.notify()
+
+    # ------------------------------------------- hooks for the flush thread
+
+    def oldest_imm(self) -> Memtable | None:
+        imms = self._imms
+        return imms[-1] if imms else None
+
+    def is_pending(self, mem: Memtable) -> bool:
+        return any(x is mem for x in self._imms)
+
+    def install_flushed(self, imm: Memtable, m: Manifest) -> None:
+        """A frozen memtable reached L0 in manifest ``m``: drop it from the view."""
+        with self._lock:
+            self._imms = tuple(x for x in self._imms if x is not imm)
+            self._unflushed -= imm.nbytes
+            self._set_manifest_locked(m)
+            self._space.notify_all()
+        for svc in self._background:
+            wake = getattr(svc, "wake", None)
+            if wake is not None:
+                wake()  # a new L0: the embedded compactor may have work
+
+    def _set_manifest_locked(self, m: Manifest) -> None:
+        self.pins.confirm(m)
+        if m.id < self.manifest.id:
+            return
+        runs = self._view.runs if m.data.runs == self.manifest.data.runs else None
+        self.journal.note(m)
+        self.manifest = m
+        self._view = ReadView(self._mem, self._imms, m, runs=runs)
+
+    def refresh_manifest(self) -> Manifest:
+        """Pick up manifest changes by other processes; fail if fenced."""
+        m = self.manifests.refresh(self.manifest)
+        if m.writer_epoch != self.epoch:
+            raise FencedError(
+                f"writer epoch {m.writer_epoch} took over; this writer (epoch {self.epoch}) stops"
+            )
+        if m.id > self.manifest.id:
+            with self._mlock:
+                if self.pins.covers(m):
+                    with self._lock:
+                        self._set_manifest_locked(m)
+                else:  # new SSTs (a standalone compactor): pin them before reading them
+                    m = self.update_manifest(lambda cur: None, current=m)
+        return m
+
+    def decorate_manifest(self, m: Manifest) -> Manifest:
+        """Adjust a manifest the writer is about to write: its view checkpoints (``shaledb.engine.pins``).
+
+        ``m`` must keep the id of the manifest it was derived from.
+        """
+        return self.pins.decorate(m)
+
+    def update_manifest(
+        self, mutate: Callable[[Manifest], Manifest | None], *, current: Manifest | None = None
+    ) -> Manifest:
+        """Write a manifest version from this process and make it the read view.
+
+        Serialized with the writer's other manifest writes. ``mutate`` should
+        pass its result through :meth:`decorate_manifest` (the L0 flush and
+        the embedded compactor do) so the new view is pinned by the same CAS;
+        if the result is not pinned (``mutate`` changed nothing while another
+        process changed the SSTs), one more write pins it.
+        """
+        timeout = self.settings.manifest_update_timeout_s
+        with self._mlock:
+            m = self.manifests.update(mutate, timeout_s=timeout, current=current or self.manifest)
+            with self._lock:
+                self.pins.confirm(m)
+                if self.pins.epoch is None or self.pins.covers(m):
+                    self._set_manifest_locked(m)
+                    return m
+            m = self.manifests.update(self._repin, timeout_s=timeout, current=m)
+            with self._lock:
+                self._set_manifest_locked(m)
+            return m
+
+    def _repin(self, m: Manifest) -> Manifest | None:
+        nxt = self.pins.decorate(m)
+        return None if nxt is m else nxt
+
+    def closing_without_wait(self) -> bool:
+        return self._failure is not None
+
+    def check_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure_error()
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._failure is None:
+                self._failure = exc
+            self._space.notify_all()
+
+    def _failure_error(self) -> BaseException:
+        f = self._failure
+        if isinstance(f, FencedError):
+            return FencedError(str(f))
+        err = ClosedError(f"database stopped after a background failure: {type(f).__name__}: {f}")
+        err.__cause__ = f
+        return err
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``, or None."""
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
+            key = check_key(key)
+        if self._state == _CLOSED:
+            raise ClosedError("database is closed")
+        e = lookup(self._view, self.tables, key, None)
+        if e is None:
+            return None
+        if e[1] == 0:
+            return e[2]
+        return self.vis.value(key, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``start <= key < end`` in key order.
+
+        The scan reads one consistent snapshot taken when it is called.
+        """
+        s, e = scan_bounds(start, end, prefix)
+        check_limit(limit)
+        view, seq, cp = self._pin()
+        it = scan_items(view, self.tables, self.vis, s, e, seq, bool(reverse), limit)
+        return Scan(it, lambda: self._unpin(view.mem, seq, cp))
+
+    def snapshot(self) -> Snapshot:
+        """A consistent read-only view; close it (or use ``with``) when done."""
+        view, seq, cp = self._pin()
+        return Snapshot(self, view, seq, cp)
+
+    def _pin(self) -> tuple[ReadView, int, uuid.UUID | None]:
+        """Pin the current view: its memtable versions at ``seq`` and its SSTs' checkpoint."""
+        with self._lock:
+            if self._state == _CLOSED:
+                raise ClosedError("database is closed")
+            view = self._view
+            seq = self._seq
+            view.mem.pin(seq)
+            cp = self.pins.acquire()
+        return view, seq, cp
+
+    def _unpin(self, mem: Memtable, seq: int, cp: uuid.UUID | None = None) -> None:
+        with self._lock:
+            mem.unpin(seq)
+        self.pins.release(cp)
+
+    # ------------------------------------------------------ flush and close
+
+    def flush(self, *, memtable: bool = False) -> None:
+        """Make every write so far durable; with ``memtable=True`` also write it to L0."""
+        with self._lock:
+            self._admit_locked(check_space=False)
+            seq = self._seq
+            target = None
+            if memtable:
+                self._freeze_locked()
+                target = self._imms[0] if self._imms else None
+        self.wal.wait_durable(seq)
+        if target is not None:
+            self.flusher.wait_flushed(target)
+
+    def close(self) -> None:
+        """Flush the WAL and memtable to the store and stop background work."""
+        with self._lock:
+            if self._state != _OPEN:
+                return
+            failed = self._failure is not None
+            self.closing = True
+        error: BaseException | None = None
+        if not failed:
+            try:
+                self.flush(memtable=True)
+            except ShaleError as exc:
+                error = exc
+        with self._lock:
+            self._state = _CLOSING
+            self._space.notify_all()
+        for svc in reversed(self._background):
+            svc.stop()
+        with self._journal_lock:
+            pass  # a running journal compaction sees the state and stops before committing
+        self.flusher.stop()
+        self.wal.stop()
+        if not failed and self._failure is None:
+            self._release_pins()
+        with self._lock:
+            self._state = _CLOSED
+        if error is not None and not isinstance(error, FencedError):
+            raise error
+
+    def _release_pins(self) -> None:
+        """Drop this writer's unreferenced view checkpoints (one manifest write at close)."""
+        try:
+            self.manifests.update(
+                self.pins.strip, timeout_s=self.settings.manifest_update_timeout_s, current=self.manifest
+            )
+        except ShaleError as exc:
+            log.warning("could not remove this writer's checkpoints at close: %s", exc)
+
+    def __enter__(self) -> Db:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- misc
+
+    @property
+    def closed(self) -> bool:
+        return self._state == _CLOSED
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for monitoring and tests."""
+        m = self.manifest
+        return {
+            "seq": self._seq,
+            "durable_seq": self.wal.durable_seq,
+            "writer_epoch": self.epoch,
+            "manifest_id": m.id,
+            "l0_ssts": len(m.data.l0),
+            "sorted_runs": len(m.data.runs),
+            "memtable_bytes": self._mem.nbytes,
+            "immutable_memtables": len(self._imms),
+            "unflushed_bytes": self._unflushed,
+            "cache_bytes": self.cache.size_bytes,
+            "cache_hits": self.cache.hits,
+            "cache_misses": self.cache.misses,
+            "next_wal_id": self.wal.next_id,
+            "index_ssts": sum(1 for _ in m.index.ssts()),
+            "journal_files": len(m.journal),
+            "journal_bytes": sum(j.size for j in m.journal),
+            "journal_block_reads": self.journal.reads,
+        }
+
+    def __repr__(self) -> str:
+        return f"Db({self.store.describe()}, epoch={self.epoch})"
+
+
+__all__ = ["Db", "Scan", "Snapshot", "WriteHandle"]
