@@ -11,9 +11,9 @@ Only the names in ``__all__`` are the public API.
 from . import admin
 from .admin.gc import GarbageCollector, GcReport
 from .compaction import CompactionReport, Compactor
-from .db.batch import WriteBatch
+from .db.batch import WriteBatch, WriteHandle
 from .db.reader import DbReader, DbReaderOptions, ReaderSnapshot
-from .db.writer import Db, Scan, Snapshot, WriteHandle
+from .db.writer import Db, Scan, Snapshot
 from .engine.indexes import Head
 from .errors import (
     CheckpointNotFound,

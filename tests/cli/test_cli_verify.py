@@ -12,7 +12,7 @@ import pytest
 
 from shaledb import Db, InvalidArgument, Settings
 from shaledb.admin.verify import verify
-from shaledb.cli.app import Output
+from shaledb.cli.output import Output
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
 EXE = Path(sys.executable).with_name("shaledb")

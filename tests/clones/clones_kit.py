@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from shaledb import Settings
-from shaledb.admin.parents import ExternalStores, default_factory
 from shaledb.engine.cache import LruCache
+from shaledb.engine.parents import ExternalStores, default_factory
 from shaledb.engine.sstable import TableCache
 from shaledb.format.paths import new_ulid, sst_path
 from shaledb.format.sst import SST_TABLE, SstBuilder

@@ -30,7 +30,7 @@ from shaledb import (
     admin,
 )
 from shaledb.admin.destruction import PENDING_RELEASE, gc_detach_clone
-from shaledb.admin.parents import ExternalStores, default_factory
+from shaledb.engine.parents import ExternalStores, default_factory
 from shaledb.manifest.model import Manifest
 from shaledb.settings import RetryOptions
 from shaledb.store import open_store

@@ -18,7 +18,7 @@ from shaledb import (
     admin,
 )
 from shaledb.admin.destruction import gc_destroyed_database
-from shaledb.admin.parents import ExternalStores, default_factory
+from shaledb.engine.parents import ExternalStores, default_factory
 from shaledb.settings import RetryOptions
 from shaledb.store import ObjectStore, StoreWrapper, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash

@@ -21,46 +21,19 @@ hard destroy while checkpoints are live), ``InvalidArgument``.
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import Clock
 from ..manifest.model import Checkpoint, Manifest
-from ..manifest.store import ManifestStore
-from ..settings import RetryOptions, Settings
 from ..store.base import ObjectStore
-from ..store.stack import open_stack
 from . import checkpoint as _cp
 from .destruction import DestroyStatus, gc_destroyed_database, gc_detach_clone
 from .destruction import destroy as _destroy
-from .parents import ExternalStores, canonical_url, default_factory
+from .handle import AdminHandle
 
 DEFAULT_TIMEOUT_S = 60.0
-
-
-class AdminHandle:
-    """Store stack, manifest store and parents' stores for one call on a database by URL:
-    the admin functions, ``verify`` and ``backup`` all reach a database this way."""
-
-    def __init__(
-        self,
-        url: str | None,
-        store: ObjectStore | None,
-        store_options: Mapping[str, Any] | None,
-        clock: Clock | None,
-        seed: int | None,
-        author: str,
-    ) -> None:
-        self.clock = clock or SYSTEM_CLOCK
-        self.rng = random.Random(seed)
-        self.store = store = open_stack(url, store, store_options, Settings(), self.clock, self.rng)
-        self.ms = ManifestStore(store, self.clock, self.rng, author=author)
-        self.external = ExternalStores(
-            default_factory(RetryOptions(), self.clock, random.Random(), store_options),
-            own_url=canonical_url(url) if url else None,
-        )
 
 
 def create_checkpoint(

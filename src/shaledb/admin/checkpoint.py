@@ -34,10 +34,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from ..clock import Clock
 from ..duration import to_seconds
+from ..engine.host import WriterHost
 from ..errors import (
     CheckpointNotFound,
     ClosedError,
@@ -51,9 +51,6 @@ from ..format import paths
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
-
-if TYPE_CHECKING:
-    from ..db.writer import Db
 
 Lifetime = timedelta | float | int | str | None
 SCOPES = ("all", "durable")
@@ -327,7 +324,7 @@ def extend_wal_range(m: Manifest, last_wal_id: int) -> Manifest:
 
 
 def create_writer_checkpoint(
-    db: Db,
+    db: WriterHost,
     *,
     lifetime: Lifetime = None,
     source: uuid.UUID | str | Checkpoint | None = None,

@@ -35,7 +35,7 @@ otherwise), because only a current or checkpointed version is guaranteed
 to still have its objects; like ``admin.create_checkpoint``, that version
 includes writes durable in the parent's WAL but not yet in its L0.
 
-The ancestor list is flattened (see ``shaledb.admin.parents``): a clone of a clone
+The ancestor list is flattened (see ``shaledb.engine.parents``): a clone of a clone
 references its grandparent directly, through its own checkpoint there, so
 the parent may later be detached or destroyed without breaking the clone.
 """
@@ -45,10 +45,12 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..engine.parents import ExternalStores, canonical_url, check_external_urls, default_factory
 from ..errors import (
     AlreadyExists,
     CheckpointNotFound,
@@ -67,6 +69,7 @@ from ..manifest.store import ManifestStore
 from ..settings import WAL_READ_AHEAD, Settings
 from ..store.base import ObjectStore
 from ..store.parallel import run_bounded
+from ..store.stack import wrap_store
 from ..store.url import open_store
 from .checkpoint import (
     as_checkpoint_id,
@@ -77,10 +80,8 @@ from .checkpoint import (
     with_checkpoint,
     without_checkpoints,
 )
-from .parents import ExternalStores, canonical_url, check_external_urls, default_factory
 
-if TYPE_CHECKING:
-    from ..db.writer import Db
+T = TypeVar("T")
 
 log = logging.getLogger("shaledb.clone")
 
@@ -370,7 +371,7 @@ def _copy_wal(src: ObjectStore, dst: ObjectStore, mc: Manifest) -> None:
 
 
 def open_clone(
-    cls: type[Db],
+    cls: Callable[..., T],
     url: str | None,
     parent_url: str,
     parent_checkpoint: Any,
@@ -381,10 +382,8 @@ def open_clone(
     clock: Clock | None,
     seed: int | None,
     store_options: dict[str, Any] | None,
-) -> Db:
+) -> T:
     """``Db.open_from_checkpoint``: initialize the clone if needed, then open it as a writer."""
-    from ..store.stack import wrap_store
-
     if settings is None:
         settings = Settings()
     elif not isinstance(settings, Settings):

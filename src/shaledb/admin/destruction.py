@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..clock import Clock
+from ..engine.parents import ExternalStores, default_factory
 from ..engine.recovery import write_fence
 from ..errors import CorruptionError, FencedError, InvalidDbState, NotFound, ObjectNotFound
 from ..format import paths
@@ -53,7 +54,6 @@ from ..manifest.store import ManifestStore
 from ..settings import RetryOptions
 from ..store.base import ObjectStore
 from .checkpoint import without_checkpoints
-from .parents import ExternalStores, default_factory
 
 log = logging.getLogger("shaledb.lifecycle")
 

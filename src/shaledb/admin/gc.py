@@ -68,6 +68,7 @@ from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..compaction.compactor import read_lease
+from ..engine.host import WriterHost
 from ..errors import CorruptionError, InvalidArgument, NotFound, ObjectNotFound, ShaleError
 from ..format import paths
 from ..format.sst import decode_meta
@@ -479,7 +480,7 @@ class EmbeddedGc:
     Failures are logged and retried at the next interval; they never stop the writer.
     """
 
-    def __init__(self, host: Any, options: GcOptions) -> None:
+    def __init__(self, host: WriterHost, options: GcOptions) -> None:
         self.gc = GarbageCollector(
             host.store,
             options,

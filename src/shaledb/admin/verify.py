@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any
 
 from ..clock import Clock
+from ..engine.parents import ExternalStores
 from ..errors import CorruptionError, NotFound, ObjectNotFound, ShaleError
 from ..format import paths
 from ..format.coding import crc32c
@@ -36,7 +37,7 @@ from ..manifest.model import Manifest, SstInfo, TrackedWal
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
 from ..store.parallel import DEFAULT_WORKERS, Progress, check_workers, run_bounded
-from .parents import ExternalStores
+from .handle import AdminHandle
 
 
 @dataclass
@@ -246,8 +247,6 @@ def verify(
     ``workers`` objects are checked at once; ``progress(done, total)`` is
     called after each object checked.
     """
-    from . import AdminHandle  # the admin calls' store stack (admin imports much: lazily)
-
     check_workers(workers)
     h = AdminHandle(url, store, store_options, clock, None, "verify")
     ms, clock = h.ms, h.clock

@@ -45,10 +45,10 @@ from ..admin.checkpoint import (
     read_checkpoint_manifest,
     refresh_checkpoint,
 )
-from ..admin.parents import default_factory
 from ..clock import SYSTEM_CLOCK, Clock
 from ..compaction.executor import SourceCursor, chunk_cuts, drop_dead, merge_columns
 from ..engine.cache import LruCache
+from ..engine.parents import default_factory
 from ..engine.sstable import read_sst_meta
 from ..engine.wal import decode_wal_object, fetch_wal_objects
 from ..errors import CorruptionError, InvalidArgument, NotSupported

@@ -21,10 +21,12 @@ from .. import admin
 from ..admin.checkpoint import as_checkpoint_id
 from ..clock import SYSTEM_CLOCK
 from ..db.reader import DbReader, DbReaderOptions
+from ..db.writer import Db
 from ..duration import format_duration, parse_duration
 from ..errors import InvalidArgument
 from ..manifest.model import Checkpoint
-from .app import EXIT_NOT_FOUND, Output, command, parse_bytes, render_bytes
+from ..settings import Settings
+from .output import EXIT_NOT_FOUND, Output, command, parse_bytes, render_bytes
 
 
 def _when(ts: float | None) -> str | None:
@@ -147,9 +149,6 @@ def _clone_args(p: argparse.ArgumentParser) -> None:
 
 @command("clone", "create (or finish creating) a clone of --parent at --path, sharing its SSTs")(_clone_args)
 def clone(args: argparse.Namespace, out: Output) -> int | None:
-    from ..db.writer import Db
-    from ..settings import Settings
-
     settings = Settings(compactor=None, garbage_collector=None)
     with Db.open_from_checkpoint(args.path, args.parent, args.checkpoint, settings=settings) as db:
         m = db.manifest

@@ -19,7 +19,7 @@ from ..admin.gc import GarbageCollector, GcReport
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..settings import CompactorOptions, GcOptions
-from .app import Output, command, human_size
+from .output import Output, command, human_size
 
 
 @contextmanager

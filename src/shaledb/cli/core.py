@@ -8,11 +8,14 @@ import random
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK
+from ..db.writer import Db
 from ..errors import NotFound
+from ..format import paths
 from ..manifest.model import Manifest, SstInfo, Tree
 from ..manifest.store import ManifestStore
+from ..settings import Settings
 from ..store.url import open_store
-from .app import Output, command, human_size, parse_bytes
+from .output import Output, command, human_size, parse_bytes
 
 
 def manifest_store(url: str) -> ManifestStore:
@@ -142,8 +145,6 @@ def _list_manifests_args(p: argparse.ArgumentParser) -> None:
 @command("list-manifests", "list the manifest versions present")(_list_manifests_args)
 def list_manifests(args: argparse.Namespace, out: Output) -> int | None:
     ms = manifest_store(args.path)
-    from ..format import paths
-
     rows = []
     for meta in ms.store.list(paths.MANIFEST_DIR):
         mid = paths.parse_manifest_id(meta.path)
@@ -176,9 +177,6 @@ def _put_args(p: argparse.ArgumentParser) -> None:
 
 @command("put", "write one key durably (opens the writer: fences any running writer)")(_put_args)
 def put(args: argparse.Namespace, out: Output) -> int | None:
-    from ..db.writer import Db
-    from ..settings import Settings
-
     with Db.open(args.path, settings=Settings(compactor=None, garbage_collector=None)) as db:
         h = db.put(parse_bytes(args.key), parse_bytes(args.value))
     out.emit({"key": args.key, "seq": h.seq})

@@ -14,14 +14,20 @@ import random
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK
+from ..db.reader import DbReader, DbReaderOptions
+from ..db.writer import Db
 from ..errors import NotFound
-from .app import Output, command, human_size, parse_bytes, render_bytes
+from ..journal.backup import backup_url
+from ..journal.compaction import StandaloneHost, compact_journal
+from ..manifest.store import ManifestStore
+from ..settings import Settings
+from ..store.stack import wrap_store
+from ..store.url import open_store
+from .output import Output, command, human_size, parse_bytes, render_bytes
 
 
 def _settings(args: argparse.Namespace) -> Any:
     """Writer settings for CLI work: no embedded compactor or collector."""
-    from ..settings import Settings
-
     return Settings(compactor=None, garbage_collector=None)
 
 
@@ -34,11 +40,6 @@ def _compact_args(p: argparse.ArgumentParser) -> None:
     _compact_args
 )
 def compact_journal_cmd(args: argparse.Namespace, out: Output) -> int | None:
-    from ..journal.compaction import StandaloneHost, compact_journal
-    from ..manifest.store import ManifestStore
-    from ..store.stack import wrap_store
-    from ..store.url import open_store
-
     settings = _settings(args)
     rng = random.Random()
     store = wrap_store(open_store(args.path), settings, SYSTEM_CLOCK, rng)
@@ -73,8 +74,6 @@ def _rebuild_args(p: argparse.ArgumentParser) -> None:
 
 @command("rebuild-ledger", "rebuild the ledger (data and index trees) from the value journal")(_rebuild_args)
 def rebuild_ledger_cmd(args: argparse.Namespace, out: Output) -> int | None:
-    from ..db.writer import Db
-
     with Db.open(args.path, settings=_settings(args), create_if_missing=False) as db:
         r = db.rebuild_ledger(force=args.force)
     out.emit(r, title=None if out.as_json else "ledger rebuilt from the journal")
@@ -90,8 +89,6 @@ def _backup_args(p: argparse.ArgumentParser) -> None:
     _backup_args
 )
 def backup_cmd(args: argparse.Namespace, out: Output) -> int | None:
-    from ..journal.backup import backup_url
-
     with out.progress("backup") as progress:
         r = backup_url(args.path, args.dest, prune=not args.no_prune, progress=progress)
     if out.as_json:
@@ -113,8 +110,6 @@ def _head_args(p: argparse.ArgumentParser) -> None:
 
 @command("head", "a key's metadata from the ledger (sequence number, size, expiry, index terms)")(_head_args)
 def head_cmd(args: argparse.Namespace, out: Output) -> int | None:
-    from ..db.reader import DbReader, DbReaderOptions
-
     with DbReader.open(
         args.path, options=DbReaderOptions(establish_checkpoint=False, background_poll=False)
     ) as r:
@@ -144,8 +139,6 @@ def _query_args(p: argparse.ArgumentParser) -> None:
 
 @command("index-query", "keys by secondary-index term, in term order")(_query_args)
 def index_query_cmd(args: argparse.Namespace, out: Output) -> int | None:
-    from ..db.reader import DbReader, DbReaderOptions
-
     with DbReader.open(
         args.path, options=DbReaderOptions(establish_checkpoint=False, background_poll=False)
     ) as r:

@@ -7,9 +7,10 @@ import os
 import random
 import time
 
+from .. import Db, Settings, WriteBatch
 from ..admin.verify import verify
 from ..store.wrappers import InstrumentedStore
-from .app import EXIT_ERROR, Output, command, human_size
+from .output import EXIT_ERROR, Output, command, human_size
 
 
 def _verify_args(p: argparse.ArgumentParser) -> None:
@@ -52,8 +53,6 @@ def _bench_args(p: argparse.ArgumentParser) -> None:
     _bench_args
 )
 def bench_cmd(args: argparse.Namespace, out: Output) -> int | None:
-    from .. import Db, Settings, WriteBatch
-
     n, vs, batch = args.keys, args.value_size, max(1, args.batch)
     rng = random.Random(1)
     keys = [b"bench:%012d" % i for i in range(n)]

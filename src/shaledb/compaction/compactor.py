@@ -38,9 +38,11 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..engine.host import ManifestHost, WriterHost
+from ..engine.parents import ExternalStores, default_factory
 from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError
 from ..format import paths
 from ..format.coding import CODECS
@@ -66,17 +68,6 @@ deleted)."""
 
 class CompactionAborted(ConflictError):
     """The manifest changed under a job (its sources are gone); nothing was committed."""
-
-
-class ManifestHost(Protocol):
-    """What an embedded compactor needs from the writer it lives in."""
-
-    @property
-    def manifest(self) -> Manifest: ...
-
-    def update_manifest(self, mutate: Mutator) -> Manifest: ...
-
-    def decorate_manifest(self, m: Manifest) -> Manifest: ...
 
 
 # ----------------------------------------------------------------- commit
@@ -295,15 +286,15 @@ class Compactor:
         settings: Settings,
         clock: Clock,
         rng: random.Random,
-        host: ManifestHost | None = None,
+        host: WriterHost | None = None,
         store_options: dict[str, Any] | None = None,
     ) -> None:
-        from ..admin.parents import ExternalStores, default_factory
-
         self.store = store
         # A clone's ancestors, opened by URL (the writer's own resolver when embedded).
-        self.external = getattr(host, "external", None) or ExternalStores(
-            default_factory(settings.retry, clock, random.Random(), store_options)
+        self.external = (
+            host.parents
+            if host is not None
+            else ExternalStores(default_factory(settings.retry, clock, random.Random(), store_options))
         )
         self.options = options
         self.settings = settings
@@ -547,7 +538,7 @@ class EmbeddedCompactor:
     next poll, so a flaky store does not stop compaction for good.
     """
 
-    def __init__(self, host: Any, options: CompactorOptions) -> None:
+    def __init__(self, host: WriterHost, options: CompactorOptions) -> None:
         self.compactor = Compactor(
             host.store,
             options,

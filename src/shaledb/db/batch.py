@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from ..engine.wal import WalWriter
 from ..errors import InvalidArgument
 from ..format.row import KIND_TOMBSTONE, KIND_VALUE, encode_payload
 
@@ -158,3 +159,24 @@ class WriteBatch:
 
     def __repr__(self) -> str:
         return f"WriteBatch({len(self._keys)} ops)"
+
+
+class WriteHandle:
+    """The result of a write: its sequence number and a way to wait for durability."""
+
+    __slots__ = ("_wal", "seq")
+
+    def __init__(self, wal: WalWriter, seq: int) -> None:
+        self._wal = wal
+        self.seq = seq
+
+    def wait_durable(self, timeout: float | None = None) -> bool:
+        """Block until the write is durable in a WAL object; False on timeout."""
+        return self._wal.wait_durable(self.seq, timeout)
+
+    @property
+    def durable(self) -> bool:
+        return self._wal.durable_seq >= self.seq
+
+    def __repr__(self) -> str:
+        return f"WriteHandle(seq={self.seq}, durable={self.durable})"

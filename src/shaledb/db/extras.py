@@ -1,4 +1,4 @@
-"""The value-journal side of the writer's API (mixed into ``Db`` and ``Snapshot``).
+"""The value-journal side of the read API (mixed into ``Db``, ``Snapshot`` and ``DbReader``).
 
 Leveled's Bookie paths on top of the LSM (docs/journal.md):
 
@@ -8,9 +8,8 @@ Leveled's Bookie paths on top of the LSM (docs/journal.md):
 * ``fold_objects(order="key" | "sqn")`` -- values in key order (pointers resolved
   lazily, as ``scan`` does) or in sequence order straight from the journal, each
   entry checked to be current in the snapshot;
-* ``compact_journal()`` -- the Inker's clerk (``shaledb.journal.compaction``);
-* ``rebuild_ledger()`` -- the ledger from the journal (``shaledb.journal.rebuild``);
-* ``backup(dest_url)`` -- incremental, consistent copy (``shaledb.journal.backup``).
+The writer's journal maintenance (``compact_journal``, ``rebuild_ledger``,
+``backup``) is ``Db``'s own (``shaledb.db.writer``).
 
 Every fold reads one snapshot, pinned until the iterator is exhausted or closed.
 """
@@ -18,34 +17,55 @@ Every fold reads one snapshot, pinned until the iterator is exhausted or closed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from ..engine.indexes import (
     Head,
     check_query,
-    current_terms,
     index_query,
     index_view,
     make_head,
-    plan_index_changes,
     scan_heads,
     scan_keys,
 )
-from ..engine.memtable import ENTRY_OVERHEAD, Memtable
+from ..engine.memtable import Memtable
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, get_many, lookup, scan_items
 from ..engine.sstable import TableCache
 from ..errors import ClosedError, InvalidArgument
+from ..journal.folds import fold_sequence_order
+from ..journal.resolver import JournalResolver
 from ..keys import scan_bounds
+from ..store.base import ObjectStore
 from ..store.parallel import DEFAULT_WORKERS, check_workers
 from .batch import MAX_KEY_BYTES, check_key
 
-if TYPE_CHECKING:
-    from ..journal.backup import BackupReport
-    from ..journal.compaction import JournalCompactionReport
-    from .batch import WriteBatch
-    from .writer import Db, WriteHandle
+
+class WriterReads(Protocol):
+    """What the writer's and its snapshots' queries read through (the writer's host)."""
+
+    @property
+    def tables(self) -> TableCache: ...
+
+    @property
+    def vis(self) -> Visibility: ...
+
+    @property
+    def journal(self) -> JournalResolver: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def view(self) -> ReadView:
+        """The current read view (unpinned)."""
+        ...
+
+    def store_for(self, db_index: int) -> ObjectStore: ...
+
+    def pin(self) -> tuple[ReadView, int, Callable[[], None]]:
+        """The current view and sequence number, pinned until the returned release is called."""
+        ...
 
 
 def checked_keys(keys: Iterable[bytes], workers: int) -> list[bytes]:
@@ -107,7 +127,7 @@ class _ViewReads:
 class _Reads(_ViewReads):
     """Read operations shared by the writer and its snapshots."""
 
-    def _db_(self) -> Db:
+    def _db_(self) -> WriterReads:
         raise NotImplementedError
 
     def _read_ctx(self) -> tuple[TableCache, Visibility]:
@@ -115,10 +135,8 @@ class _Reads(_ViewReads):
         return db.tables, db.vis
 
     def _fold_sqn(self, view: ReadView, seq: int, s: bytes | None, e: bytes | None) -> Iterator[Any]:
-        from ..journal.folds import fold_sequence_order
-
         db = self._db_()
-        return fold_sequence_order(view, seq, db.tables, db.vis, db._resolve_store, s, e)
+        return fold_sequence_order(view, seq, db.tables, db.vis, db.store_for, s, e)
 
 
 class SnapshotExtras(_Reads):
@@ -126,12 +144,13 @@ class SnapshotExtras(_Reads):
 
     _view: ReadView
     seq: int
+    _reads: WriterReads
 
     def _check(self) -> None:
         raise NotImplementedError
 
-    def _db_(self) -> Db:
-        return self._db  # type: ignore[attr-defined, no-any-return]
+    def _db_(self) -> WriterReads:
+        return self._reads
 
     def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
         """As :meth:`DbExtras.get_many`, at the snapshot."""
@@ -213,49 +232,12 @@ class SnapshotExtras(_Reads):
 
 
 class DbExtras(_Reads):
-    """The writer's heads, secondary indexes, folds and value-journal maintenance."""
+    """The writer's heads, secondary indexes and folds (read through its host)."""
 
-    def _db_(self) -> Db:
-        return self  # type: ignore[return-value]
+    _host: WriterReads
 
-    # ---------------------------------------------------------------- writes
-
-    def _write_indexed(self, batch: WriteBatch, durable: bool) -> WriteHandle:
-        """A write to a database with index terms: old terms are read, changes planned
-        and applied while holding the index lock (see ``shaledb.engine.indexes``)."""
-        db = self._db_()
-        with db._index_lock:
-            with db._lock:
-                db._admit_locked(check_space=False)
-                db._indexed = True
-            tables, vis = db.tables, db.vis
-            plan = plan_index_changes(  # reads the batch's lists, keeps none of them
-                batch._keys,
-                batch._kinds,
-                batch._payloads,
-                dict(batch._extras or ()),
-                lambda k: current_terms(db._view, tables, vis, k),
-                int(db.clock.now() * 1000),
-            )
-            n = sum(map(len, plan.keys)) + sum(map(len, plan.index_keys))
-            n += sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))
-            n += ENTRY_OVERHEAD * (len(plan.keys) + len(plan.index_keys))
-            with db._lock:
-                if db._state or db._failure is not None or db._unflushed > db.settings.max_unflushed_bytes:
-                    db._admit_locked()
-                latch = db.wal.pending  # before _apply_locked, which may seal the buffer
-                seq = db._apply_locked(
-                    plan.keys,
-                    plan.kinds,
-                    plan.payloads,
-                    n,
-                    (plan.index_keys, plan.index_kinds, plan.index_payloads),
-                )
-        if durable:
-            db.wal.wait_durable(seq, latch=latch)
-        from .writer import WriteHandle
-
-        return WriteHandle(db, seq)
+    def _db_(self) -> WriterReads:
+        return self._host
 
     # ----------------------------------------------------------------- heads
 
@@ -279,7 +261,7 @@ class DbExtras(_Reads):
         db = self._db_()
         if db.closed:
             raise ClosedError("database is closed")
-        return self._head_at(db._view, None, key)
+        return self._head_at(db.view, None, key)
 
     def index_query(
         self,
@@ -310,9 +292,7 @@ class DbExtras(_Reads):
             release()
 
     def _pin_view(self) -> tuple[ReadView, int, Callable[[], None]]:
-        db = self._db_()
-        view, seq, cp = db._pin()
-        return view, seq, lambda: db._unpin(view.mem, seq, cp)
+        return self._db_().pin()
 
     # ----------------------------------------------------------------- folds
 
@@ -382,63 +362,6 @@ class DbExtras(_Reads):
         if order == "key":
             return Scan(scan_items(view, db.tables, db.vis, s, e, seq, False, None), release)
         return Scan(self._fold_sqn(view, seq, s, e), release)
-
-    # ---------------------------------------------------------- maintenance
-
-    def compact_journal(
-        self, *, max_runs: int | None = None, objects: Sequence[str] | None = None
-    ) -> JournalCompactionReport:
-        """Score the journal and rewrite the most rewarding runs of objects (Leveled's
-        Inker clerk; ``shaledb.journal.compaction``). Repeats until no run beats its
-        target (or ``max_runs``). ``objects`` forces one run: these consecutive
-        journal objects, whatever their scores. Returns scores, runs, bytes
-        rewritten and bytes reclaimed; ``busy`` if another call is running.
-        """
-        from ..journal.compaction import WriterHost, compact_journal
-
-        db = self._db_()
-        if db.closed:
-            raise ClosedError("database is closed")
-        return compact_journal(WriterHost(db), max_runs=max_runs, objects=objects)
-
-    def rebuild_ledger(self, *, force: bool = False) -> dict[str, Any]:
-        """Rebuild the ledger (data and index trees) from the value journal (see
-        ``shaledb.journal.rebuild``); exact when the journal is complete and
-        compacted under the ``retain`` strategy."""
-        from ..journal.rebuild import rebuild_ledger
-
-        return rebuild_ledger(self._db_(), force=force)
-
-    def backup(
-        self,
-        dest_url: str,
-        *,
-        store_options: dict[str, Any] | None = None,
-        prune: bool = True,
-        lifetime: timedelta | float = 3600.0,
-        workers: int = 8,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> BackupReport:
-        """Incremental, consistent backup to ``dest_url`` (``shaledb.journal.backup``).
-
-        Pins a checkpoint of everything written so far, copies every object
-        its version references that the destination lacks (server-side when
-        both live in one store; ``workers`` copies at once), then writes the
-        destination's manifest; the destination opens as a database. A second
-        backup without changes copies nothing. ``progress(done, total)`` is
-        called after each object copied.
-        """
-        from ..journal.backup import backup_from_writer
-
-        return backup_from_writer(
-            self._db_(),
-            dest_url,
-            store_options=store_options,
-            prune=prune,
-            lifetime=lifetime,
-            workers=workers,
-            progress=progress,
-        )
 
 
 class ReaderReads(_ViewReads):

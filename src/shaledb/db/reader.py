@@ -71,12 +71,12 @@ from ..admin.checkpoint import (
     new_checkpoint_id,
     read_checkpoint_manifest,
 )
-from ..admin.parents import ExternalStores, StoreFactory, canonical_url, default_factory
 from ..clock import SYSTEM_CLOCK, Clock
 from ..duration import to_seconds
 from ..engine.cache import LruCache
 from ..engine.indexes import Head
 from ..engine.memtable import ENTRY_OVERHEAD, Memtable, new_memtable
+from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from ..engine.sstable import TableCache
 from ..engine.wal import decode_wal_object, fetch_wal_objects

@@ -20,17 +20,22 @@ import random
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from ..admin.parents import ExternalStores, default_factory
+from ..admin.checkpoint import create_writer_checkpoint
+from ..admin.clone import open_clone
+from ..admin.gc import EmbeddedGc
 from ..clock import SYSTEM_CLOCK, Clock
+from ..compaction import EmbeddedCompactor
 from ..engine.allocator import fix_mmap_threshold
 from ..engine.cache import LruCache
-from ..engine.flush import OPT_INDEXED, MemtableFlusher
+from ..engine.flush import MemtableFlusher
+from ..engine.indexes import current_terms, plan_index_changes
 from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
+from ..engine.parents import ExternalStores, default_factory
 from ..engine.pins import ViewPins
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from ..engine.recovery import claim_writer_epoch, replay_wal, write_fence
@@ -39,40 +44,28 @@ from ..engine.wal import WalWriter, wal_object_bytes
 from ..errors import ClosedError, FencedError, InvalidArgument, ShaleError
 from ..format.coding import CODECS
 from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
+from ..journal.backup import BackupReport, backup_from_writer
+from ..journal.compaction import (
+    EmbeddedHost,
+    EmbeddedJournalCompactor,
+    JournalCompactionReport,
+    compact_journal,
+)
+from ..journal.rebuild import rebuild_ledger
 from ..journal.resolver import JournalResolver
 from ..keys import scan_bounds
 from ..manifest.model import Manifest
+from ..manifest.options import OPT_INDEXED
 from ..manifest.store import ManifestStore
 from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
-from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, check_key, check_value
+from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, WriteHandle, check_key, check_value
 from .extras import DbExtras, SnapshotExtras
 
 log = logging.getLogger("shaledb.db")
 
 _OPEN, _CLOSING, _CLOSED = 0, 1, 2
-
-
-class WriteHandle:
-    """The result of a write: its sequence number and a way to wait for durability."""
-
-    __slots__ = ("_db", "seq")
-
-    def __init__(self, db: Db, seq: int) -> None:
-        self._db = db
-        self.seq = seq
-
-    def wait_durable(self, timeout: float | None = None) -> bool:
-        """Block until the write is durable in a WAL object; False on timeout."""
-        return self._db.wal.wait_durable(self.seq, timeout)
-
-    @property
-    def durable(self) -> bool:
-        return self._db.wal.durable_seq >= self.seq
-
-    def __repr__(self) -> str:
-        return f"WriteHandle(seq={self.seq}, durable={self.durable})"
 
 
 class Snapshot(SnapshotExtras):
@@ -84,6 +77,7 @@ class Snapshot(SnapshotExtras):
 
     def __init__(self, db: Db, view: ReadView, seq: int, cp: uuid.UUID | None = None) -> None:
         self._db = db
+        self._reads = db._host
         self._view = view
         self.seq = seq
         self._finalizer = weakref.finalize(self, db._unpin, view.mem, seq, cp)
@@ -178,8 +172,6 @@ class Db(DbExtras):
         follows seed 002's protocol and is safe to retry after a crash at
         any step; an initialized clone simply opens. See ``shaledb.admin.clone``.
         """
-        from ..admin.clone import open_clone
-
         return open_clone(
             cls,
             url,
@@ -307,7 +299,8 @@ class Db(DbExtras):
         self.wal.note_written([*replay.objects, fence_rec])
         if threshold is not None:
             self.wal.note_journal(replay.journal)
-        self.flusher = MemtableFlusher(self, self._fail)
+        self._host: _WriterHost = _WriterHost(self)
+        self.flusher = MemtableFlusher(self._host, self._fail)
         if replay.skipped:
             # Salvaged: persist what was recovered and move replay_after_wal_id
             # past the damage, so later opens start there. Also when nothing was
@@ -324,17 +317,11 @@ class Db(DbExtras):
             self._ensure_view_pinned()
             s = self.settings
             if s.compactor is not None:
-                from ..compaction import EmbeddedCompactor
-
-                self._background.append(EmbeddedCompactor(self, s.compactor))
+                self._background.append(EmbeddedCompactor(self._host, s.compactor))
             if s.garbage_collector is not None:
-                from ..admin.gc import EmbeddedGc
-
-                self._background.append(EmbeddedGc(self, s.garbage_collector))
+                self._background.append(EmbeddedGc(self._host, s.garbage_collector))
             if s.journal.compaction_interval_s is not None:
-                from ..journal.compaction import EmbeddedJournalCompactor
-
-                self._background.append(EmbeddedJournalCompactor(self, s.journal.compaction_interval_s))
+                self._background.append(EmbeddedJournalCompactor(self._host, s.journal.compaction_interval_s))
         except BaseException:
             for svc in reversed(self._background):
                 svc.stop()
@@ -346,10 +333,10 @@ class Db(DbExtras):
         """The manifest read after fencing may have SSTs our opening checkpoint does not pin."""
         with self._mlock:
             if not self.pins.covers(self.manifest):
-                self.update_manifest(lambda m: None)
+                self._update_manifest(lambda m: None)
 
     def _resolve_store(self, db_index: int) -> ObjectStore:
-        """The store holding objects of ``db == db_index`` (a clone's parents: ``shaledb.admin.parents``)."""
+        """The store holding objects of ``db == db_index`` (a clone's parents: ``shaledb.engine.parents``)."""
         if db_index == 0:
             return self.store
         return self.external.store_for(db_index, self.manifest)
@@ -371,10 +358,8 @@ class Db(DbExtras):
         checkpoint id: reuse its version), ``name`` (a label) and ``metadata``
         are stored with it. See ``shaledb.admin.checkpoint``.
         """
-        from ..admin.checkpoint import create_writer_checkpoint
-
         return create_writer_checkpoint(
-            self, lifetime=lifetime, source=source, name=name, scope=scope, metadata=metadata
+            self._host, lifetime=lifetime, source=source, name=name, scope=scope, metadata=metadata
         )
 
     # ---------------------------------------------------------------- writes
@@ -428,7 +413,7 @@ class Db(DbExtras):
             return self._write_indexed(WriteBatch().put(key, value), durable)
         if durable:
             self.wal.wait_durable(seq, latch=latch)
-        return WriteHandle(self, seq)
+        return WriteHandle(self.wal, seq)
 
     def delete(self, key: bytes, *, durable: bool = True) -> WriteHandle:
         """Remove ``key`` (a tombstone; absent keys are fine)."""
@@ -442,7 +427,7 @@ class Db(DbExtras):
         if not keys:
             with self._lock:
                 self._admit_locked(check_space=False)
-                return WriteHandle(self, self._seq)
+                return WriteHandle(self.wal, self._seq)
         if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
             return self._write_indexed(batch, durable)
         kinds = list(batch._kinds)
@@ -465,7 +450,7 @@ class Db(DbExtras):
             return self._write_indexed(batch, durable)
         if durable:
             self.wal.wait_durable(seq, latch=latch)
-        return WriteHandle(self, seq)
+        return WriteHandle(self.wal, seq)
 
     def _apply_locked(
         self,
@@ -539,16 +524,16 @@ class Db(DbExtras):
         self._view = ReadView(self._mem, self._imms, self.manifest, runs=self._view.runs)
         self.flusher.notify()
 
-    # ------------------------------------------- hooks for the flush thread
+    # ------------------------------------- hooks for the roles (see _WriterHost)
 
-    def oldest_imm(self) -> Memtable | None:
+    def _oldest_imm(self) -> Memtable | None:
         imms = self._imms
         return imms[-1] if imms else None
 
-    def is_pending(self, mem: Memtable) -> bool:
+    def _is_pending(self, mem: Memtable) -> bool:
         return any(x is mem for x in self._imms)
 
-    def install_flushed(self, imm: Memtable, m: Manifest) -> None:
+    def _install_flushed(self, imm: Memtable, m: Manifest) -> None:
         """A frozen memtable reached L0 in manifest ``m``: drop it from the view."""
         with self._lock:
             self._imms = tuple(x for x in self._imms if x is not imm)
@@ -582,23 +567,23 @@ class Db(DbExtras):
                     with self._lock:
                         self._set_manifest_locked(m)
                 else:  # new SSTs (a standalone compactor): pin them before reading them
-                    m = self.update_manifest(lambda cur: None, current=m)
+                    m = self._update_manifest(lambda cur: None, current=m)
         return m
 
-    def decorate_manifest(self, m: Manifest) -> Manifest:
+    def _decorate_manifest(self, m: Manifest) -> Manifest:
         """Adjust a manifest the writer is about to write: its view checkpoints (``shaledb.engine.pins``).
 
         ``m`` must keep the id of the manifest it was derived from.
         """
         return self.pins.decorate(m)
 
-    def update_manifest(
+    def _update_manifest(
         self, mutate: Callable[[Manifest], Manifest | None], *, current: Manifest | None = None
     ) -> Manifest:
         """Write a manifest version from this process and make it the read view.
 
         Serialized with the writer's other manifest writes. ``mutate`` should
-        pass its result through :meth:`decorate_manifest` (the L0 flush and
+        pass its result through :meth:`_decorate_manifest` (the L0 flush and
         the embedded compactor do) so the new view is pinned by the same CAS;
         if the result is not pinned (``mutate`` changed nothing while another
         process changed the SSTs), one more write pins it.
@@ -620,10 +605,10 @@ class Db(DbExtras):
         nxt = self.pins.decorate(m)
         return None if nxt is m else nxt
 
-    def closing_without_wait(self) -> bool:
+    def _failed(self) -> bool:
         return self._failure is not None
 
-    def check_failure(self) -> None:
+    def _check_failure(self) -> None:
         if self._failure is not None:
             raise self._failure_error()
 
@@ -695,6 +680,93 @@ class Db(DbExtras):
         with self._lock:
             mem.unpin(seq)
         self.pins.release(cp)
+
+    # ---------------------------------------------------------------- writes
+
+    def _write_indexed(self, batch: WriteBatch, durable: bool) -> WriteHandle:
+        """A write to a database with index terms: old terms are read, changes planned
+        and applied while holding the index lock (see ``shaledb.engine.indexes``)."""
+        db = self
+        with db._index_lock:
+            with db._lock:
+                db._admit_locked(check_space=False)
+                db._indexed = True
+            tables, vis = db.tables, db.vis
+            plan = plan_index_changes(  # reads the batch's lists, keeps none of them
+                batch._keys,
+                batch._kinds,
+                batch._payloads,
+                dict(batch._extras or ()),
+                lambda k: current_terms(db._view, tables, vis, k),
+                int(db.clock.now() * 1000),
+            )
+            n = sum(map(len, plan.keys)) + sum(map(len, plan.index_keys))
+            n += sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))
+            n += ENTRY_OVERHEAD * (len(plan.keys) + len(plan.index_keys))
+            with db._lock:
+                if db._state or db._failure is not None or db._unflushed > db.settings.max_unflushed_bytes:
+                    db._admit_locked()
+                latch = db.wal.pending  # before _apply_locked, which may seal the buffer
+                seq = db._apply_locked(
+                    plan.keys,
+                    plan.kinds,
+                    plan.payloads,
+                    n,
+                    (plan.index_keys, plan.index_kinds, plan.index_payloads),
+                )
+        if durable:
+            db.wal.wait_durable(seq, latch=latch)
+        return WriteHandle(db.wal, seq)
+
+    # ---------------------------------------------------------- maintenance
+
+    def compact_journal(
+        self, *, max_runs: int | None = None, objects: Sequence[str] | None = None
+    ) -> JournalCompactionReport:
+        """Score the journal and rewrite the most rewarding runs of objects (see
+        ``shaledb.journal.compaction``). Repeats until no run beats its
+        target (or ``max_runs``). ``objects`` forces one run: these consecutive
+        journal objects, whatever their scores. Returns scores, runs, bytes
+        rewritten and bytes reclaimed; ``busy`` if another call is running.
+        """
+        if self.closed:
+            raise ClosedError("database is closed")
+        return compact_journal(EmbeddedHost(self._host), max_runs=max_runs, objects=objects)
+
+    def rebuild_ledger(self, *, force: bool = False) -> dict[str, Any]:
+        """Rebuild the ledger (data and index trees) from the value journal (see
+        ``shaledb.journal.rebuild``); exact when the journal is complete and
+        compacted under the ``retain`` strategy."""
+        return rebuild_ledger(self._host, force=force)
+
+    def backup(
+        self,
+        dest_url: str,
+        *,
+        store_options: dict[str, Any] | None = None,
+        prune: bool = True,
+        lifetime: timedelta | float = 3600.0,
+        workers: int = 8,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> BackupReport:
+        """Incremental, consistent backup to ``dest_url`` (``shaledb.journal.backup``).
+
+        Pins a checkpoint of everything written so far, copies every object
+        its version references that the destination lacks (server-side when
+        both live in one store; ``workers`` copies at once), then writes the
+        destination's manifest; the destination opens as a database. A second
+        backup without changes copies nothing. ``progress(done, total)`` is
+        called after each object copied.
+        """
+        return backup_from_writer(
+            self._host,
+            dest_url,
+            store_options=store_options,
+            prune=prune,
+            lifetime=lifetime,
+            workers=workers,
+            progress=progress,
+        )
 
     # ------------------------------------------------------ flush and close
 
@@ -789,3 +861,65 @@ class Db(DbExtras):
 
 
 __all__ = ["Db", "Scan", "Snapshot", "WriteHandle"]
+
+
+class _WriterHost:
+    """What ``Db`` lets its roles use (``shaledb.engine.host.FlushHost`` and the
+    queries' ``WriterReads``): the roles hold this, never the ``Db``, so the writer's
+    hooks stay off its public surface."""
+
+    def __init__(self, db: Db) -> None:
+        self._db = db
+        self.store = db.store
+        self.settings = db.settings
+        self.clock = db.clock
+        self.rng = db.rng
+        self.tables = db.tables
+        self.manifests = db.manifests
+        self.parents = db.external
+        self.wal = db.wal
+        self.epoch = db.epoch
+        self.codec = db.codec
+        self.journal_lock = db._journal_lock
+        self.vis = db.vis
+        self.journal = db.journal
+        self.store_for = db._resolve_store
+        self.refresh_manifest = db.refresh_manifest
+        self.update_manifest = db._update_manifest
+        self.decorate_manifest = db._decorate_manifest
+        self.check_failure = db._check_failure
+        self.flush = db.flush
+        self.failed = db._failed
+        self.oldest_imm = db._oldest_imm
+        self.is_pending = db._is_pending
+        self.install_flushed = db._install_flushed
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._db.manifest
+
+    @property
+    def view(self) -> ReadView:
+        return self._db._view
+
+    @property
+    def closed(self) -> bool:
+        return self._db.closed
+
+    @property
+    def closing(self) -> bool:
+        return self._db.closing
+
+    @property
+    def indexed(self) -> bool:
+        return self._db._indexed
+
+    def check_open(self) -> None:
+        if self._db._state != _OPEN:
+            raise ClosedError("the database is closing: journal compaction stops")
+        self._db._check_failure()
+
+    def pin(self) -> tuple[ReadView, int, Callable[[], None]]:
+        db = self._db
+        view, seq, cp = db._pin()
+        return view, seq, lambda: db._unpin(view.mem, seq, cp)

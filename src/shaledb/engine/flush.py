@@ -32,27 +32,21 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ..errors import ClosedError, FencedError
 from ..format import paths
 from ..format.row import KIND_POINTER, KIND_VALUE, TYPE_MASK
 from ..format.sst import SST_TABLE, SstBuilder, SstProps
 from ..manifest.model import JournalFile, Manifest, SstInfo, TrackedWal, Tree
+from ..manifest.options import OPT_COMPLETE, OPT_INDEXED, OPT_RECOVERY
+from .host import FlushHost, WriterHost
 from .memtable import Memtable
 from .sstable import put_new_sst
-
-OPT_RECOVERY = "journal_recovery"
-OPT_COMPLETE = "journal.complete"
-OPT_INDEXED = "index.enabled"
-
-if TYPE_CHECKING:
-    from ..db.writer import Db
 
 log = logging.getLogger("shaledb.flush")
 
 
-def build_l0(db: Db, mem: Memtable) -> tuple[bytearray, SstProps] | None:
+def build_l0(db: WriterHost, mem: Memtable) -> tuple[bytearray, SstProps] | None:
     """Encode a memtable as a table SST (None if it is empty)."""
     if not mem.d:
         return None
@@ -72,7 +66,7 @@ def build_l0(db: Db, mem: Memtable) -> tuple[bytearray, SstProps] | None:
     return b.finish_buffer()
 
 
-def write_l0(db: Db, mem: Memtable) -> SstInfo | None:
+def write_l0(db: WriterHost, mem: Memtable) -> SstInfo | None:
     """Build and write ``mem``'s L0 SST (None if it is empty)."""
     built = build_l0(db, mem)
     if built is None:
@@ -110,7 +104,7 @@ def merge_tracked(
 class MemtableFlusher:
     """The flush thread of one writer (see module docstring)."""
 
-    def __init__(self, db: Db, on_failure: Callable[[BaseException], None]) -> None:
+    def __init__(self, db: FlushHost, on_failure: Callable[[BaseException], None]) -> None:
         self.db = db
         self.on_failure = on_failure
         self._cv = threading.Condition(threading.Lock())
@@ -239,11 +233,11 @@ class MemtableFlusher:
         )
         return db.decorate_manifest(nxt)
 
-    def _stall_for_l0(self, db: Db) -> None:
+    def _stall_for_l0(self, db: FlushHost) -> None:
         limit = db.settings.l0_max_ssts
         warned = False
         while len(db.manifest.data.l0) >= limit:
-            if db.closing or (self._stopping and db.closing_without_wait()):
+            if db.closing or (self._stopping and db.failed()):
                 return  # closing: one more L0 beats hanging; the next compaction absorbs it
             if not warned:
                 log.warning(
@@ -257,7 +251,7 @@ class MemtableFlusher:
             db.clock.sleep(0.05)
 
 
-def flush_options(m: Manifest, db: Db, wrote_data: bool) -> tuple[tuple[str, str], ...]:
+def flush_options(m: Manifest, db: FlushHost, wrote_data: bool) -> tuple[tuple[str, str], ...]:
     """The database options after an L0 flush (see module docstring)."""
     opts = dict(m.options)
     journaled = db.settings.value_separation_threshold is not None
@@ -271,7 +265,7 @@ def flush_options(m: Manifest, db: Db, wrote_data: bool) -> tuple[tuple[str, str
         opts[OPT_COMPLETE] = "1" if fresh else "0"
     elif not journaled and wrote_data and opts.get(OPT_COMPLETE) == "1":
         opts[OPT_COMPLETE] = "0"
-    if getattr(db, "_indexed", False):
+    if db.indexed:
         opts[OPT_INDEXED] = "1"
     out = tuple(sorted(opts.items()))
     return m.options if out == m.options else out

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import (
     AlreadyExists,
+    ConflictError,
     CorruptionError,
     DatabaseDestroyed,
     FencedError,
@@ -61,8 +62,6 @@ def claim_writer_epoch(
         try:
             ms.create_initial(Manifest(id=1))
         except Exception as exc:
-            from ..errors import ConflictError
-
             if not isinstance(exc, ConflictError):
                 raise
 

@@ -64,8 +64,10 @@ import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..compaction.compactor import JobLease
+from ..engine.host import WriterHost
 from ..engine.sstable import put_new_journal, put_new_sst
 from ..errors import ClosedError, CorruptionError, InvalidArgument, ShaleError
 from ..format import paths
@@ -90,11 +92,8 @@ from ..format.sst import (
 )
 from ..manifest.model import JournalFile, Manifest, SstInfo
 from .folds import last_of_batch
-from .hosts import CompactionHost, StandaloneHost, WriterHost
+from .hosts import CompactionHost, EmbeddedHost, StandaloneHost
 from .scoring import DROP, TOMB, FileScore, _Ledger, best_run, block_head, plan_runs, score_file
-
-if TYPE_CHECKING:
-    from ..db.writer import Db
 
 log = logging.getLogger("shaledb.journal")
 
@@ -484,8 +483,6 @@ def compact_journal(
     runs never overlap), rewrites them, repoints the ledger once and commits
     once; passes repeat until one finds nothing (or ``max_runs`` runs are done).
     """
-    from ..compaction.compactor import JobLease
-
     report = JournalCompactionReport()
     if not host.lock.acquire(blocking=False):
         report.busy = True
@@ -646,7 +643,7 @@ class EmbeddedJournalCompactor:
     Failures are logged and retried at the next interval; they never stop the writer.
     """
 
-    def __init__(self, db: Db, interval_s: float) -> None:
+    def __init__(self, db: WriterHost, interval_s: float) -> None:
         self.db = db
         self.interval_s = interval_s
         self.last_report: JournalCompactionReport | None = None
@@ -658,7 +655,7 @@ class EmbeddedJournalCompactor:
     def _run(self) -> None:
         while not self.db.clock.wait(self._stop, self.interval_s):
             try:
-                self.last_report = compact_journal(WriterHost(self.db))
+                self.last_report = compact_journal(EmbeddedHost(self.db))
             except ClosedError:
                 return
             except Exception as exc:  # noqa: BLE001 - logged and retried; the writer keeps going
@@ -677,8 +674,8 @@ __all__ = [
     "EmbeddedJournalCompactor",
     "FileScore",
     "JournalCompactionReport",
+    "EmbeddedHost",
     "StandaloneHost",
-    "WriterHost",
     "best_run",
     "block_head",
     "compact_journal",

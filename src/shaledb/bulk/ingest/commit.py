@@ -14,10 +14,10 @@ from typing import Any
 from ...admin.checkpoint import delete_checkpoint, without_checkpoints
 from ...clock import SYSTEM_CLOCK, Clock
 from ...db.writer import Db
-from ...engine.flush import OPT_COMPLETE, OPT_INDEXED
 from ...errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
 from ...format import paths
 from ...manifest.model import IngestRecord, JournalFile, Manifest, SortedRun, SstInfo, Tree
+from ...manifest.options import OPT_COMPLETE, OPT_INDEXED
 from ...manifest.store import ManifestStore
 from ...settings import MiB, Settings
 from ...store.base import ObjectStore

@@ -38,6 +38,7 @@ from ...format.row import (
 )
 from ...format.sst import ENTRY_OVERHEAD, SST_JOURNAL, SstBuilder
 from ...manifest.model import JournalFile, SstInfo
+from .arrow import bloom_filter_bytes
 
 if TYPE_CHECKING:
     from .parts import PartWriter
@@ -78,8 +79,6 @@ class SstCutter:
         self.splitter.finish()
 
     def _emit(self, b: SstBuilder) -> None:
-        from .parts import bloom_filter_bytes
-
         bits = self.w.plan.bloom_bits_per_key
         filt = bloom_filter_bytes(self.bloom_keys, bits, self.bloom_hashes) if bits and self.bloom else None
         data, props = b.finish_buffer(filter_block=filt)

@@ -16,14 +16,14 @@ from array import array
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 from operator import lt
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...clock import SYSTEM_CLOCK, Clock
 from ...db.batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
+from ...db.reader import DbReader
 from ...engine.sstable import put_new_sst
 from ...errors import InvalidArgument, ShaleError
 from ...format import paths
-from ...format.bloom import WORDMIX, build_filter, filter_from_column, key_hash, wordmix_column
 from ...format.coding import CODECS, crc32c_extend
 from ...format.row import KIND_VALUE, encode_payload, payloads_with_terms
 from ...format.sst import SST_TABLE, SstBuilder, SstProps
@@ -33,37 +33,11 @@ from ...store.base import ObjectStore
 from ...store.obstore_store import LocalObstoreStore
 from ...store.stack import open_stack
 from ...store.url import open_store
+from .arrow import add_arrow, bloom_filter_bytes
 from .model import STREAMS, IngestPart, IngestPlan, log, write_lease
 from .outputs import JournalCutter, SstCutter, TermColumn, TermsPlanner
 
-if TYPE_CHECKING:
-    from ...db.reader import DbReader
-
 _NO_META = 0xFFFFFFFF
-
-
-def bloom_filter_bytes(
-    keys: Sequence[bytes], bits_per_key: int, hashes: Sequence[tuple[Any, Any]] = ()
-) -> bytes:
-    """The filter of ``keys`` plus keys already hashed (``hashes``: ``(lo, hi)`` arrays
-    from ``format.bloom.wordmix_column``).
-
-    Built whole-column with numpy as a version-2 (wordmix) filter: hashing is
-    a few numpy passes per key word instead of a C call per key, which was a
-    third of a bulk load's CPU. Without numpy (the list path of a core
-    install), a version-1 filter, like every other builder's.
-    """
-    try:
-        import numpy as np
-        import pyarrow as pa
-    except ImportError:  # pragma: no cover - numpy and pyarrow come with the spark extra
-        return build_filter(map(key_hash, keys), len(keys), bits_per_key)
-    from .arrow import binary_buffers
-
-    parts = [*hashes, wordmix_column(*binary_buffers(pa.array(keys, pa.binary())))]
-    lo = np.concatenate([p[0] for p in parts])
-    hi = np.concatenate([p[1] for p in parts])
-    return filter_from_column(lo, hi, bits_per_key, WORDMIX)
 
 
 class _Fingerprint:
@@ -154,8 +128,6 @@ class PartWriter:
 
     def _old_terms(self, key: bytes) -> dict[str, tuple[bytes, ...]]:
         if self._reader is None:
-            from ...db.reader import DbReader
-
             self._reader = DbReader.open(store=self.store, checkpoint=self.plan.terms_checkpoint)
         h = self._reader.head(key)
         return {} if h is None else dict(h.indexes)
@@ -226,8 +198,6 @@ class PartWriter:
         key the previous chunk ended with. Needs pyarrow and numpy; see
         ``shaledb.bulk.ingest.arrow``.
         """
-        from .arrow import add_arrow
-
         if self._done:
             raise InvalidArgument("this part is finished")
         if self.rows_path_needed:  # per-row work (terms, journal): the list path

@@ -119,6 +119,11 @@ class ExternalStores:
         self._by_url: dict[str, ObjectStore] = {canonical_url(u): s for u, s in (preset or {}).items()}
         self._by_index: dict[int, ObjectStore] = {}
 
+    @property
+    def own_url(self) -> str | None:
+        """The canonical URL of the database these are the ancestors of (None: unknown)."""
+        return self._own
+
     def open_url(self, url: str) -> ObjectStore:
         """The store of database ``url`` (opened on first use)."""
         key = canonical_url(url)
