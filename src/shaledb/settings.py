@@ -11,8 +11,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .engine.allocator import MAX_THRESHOLD_BYTES
 from .errors import InvalidArgument
+
+MAX_MMAP_THRESHOLD_BYTES = 32 << 20
+"""The largest mmap threshold glibc accepts (HEAP_MAX_SIZE / 2 on 64-bit)."""
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -343,9 +345,10 @@ class Settings:
         _integer("sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
         if self.malloc_mmap_threshold_bytes is not None:
             _integer("malloc_mmap_threshold_bytes", self.malloc_mmap_threshold_bytes, minimum=1)
-            if self.malloc_mmap_threshold_bytes > MAX_THRESHOLD_BYTES:
+            if self.malloc_mmap_threshold_bytes > MAX_MMAP_THRESHOLD_BYTES:
                 raise InvalidArgument(
-                    f"malloc_mmap_threshold_bytes must be <= {MAX_THRESHOLD_BYTES} (glibc's limit), or None"
+                    f"malloc_mmap_threshold_bytes must be <= {MAX_MMAP_THRESHOLD_BYTES} (glibc's limit), "
+                    "or None"
                 )
         _positive("manifest_poll_interval_s", self.manifest_poll_interval_s)
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)

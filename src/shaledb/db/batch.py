@@ -14,48 +14,7 @@ from typing import Any
 from ..engine.wal import WalWriter
 from ..errors import InvalidArgument
 from ..format.row import KIND_TOMBSTONE, KIND_VALUE, encode_payload
-
-MAX_KEY_BYTES = 65535
-MAX_VALUE_BYTES = (1 << 30) - 1
-
-
-def _key_error(key: object) -> InvalidArgument:
-    if isinstance(key, str):
-        return InvalidArgument("keys are bytes: encode text first, e.g. key.encode()")
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        n = len(key)
-        if n == 0:
-            return InvalidArgument("a key must not be empty")
-        return InvalidArgument(f"a key may be at most {MAX_KEY_BYTES} bytes, got {n}")
-    return InvalidArgument(f"keys are bytes, got {type(key).__name__}")
-
-
-def check_key(key: object) -> bytes:
-    """``key`` as bytes, or InvalidArgument saying what is wrong."""
-    if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES:
-        return key
-    if isinstance(key, (bytearray, memoryview)) and 0 < len(key) <= MAX_KEY_BYTES:
-        return bytes(key)
-    raise _key_error(key)
-
-
-def check_field(fld: object) -> str:
-    """An index field name: a non-empty str without NUL (NUL ends it in index keys)."""
-    if not isinstance(fld, str) or not fld or "\x00" in fld:
-        raise InvalidArgument(f"index field names are non-empty str without NUL, got {fld!r}")
-    return fld
-
-
-def check_value(value: object) -> bytes:
-    if type(value) is bytes and len(value) <= MAX_VALUE_BYTES:
-        return value
-    if isinstance(value, (bytearray, memoryview)) and len(value) <= MAX_VALUE_BYTES:
-        return bytes(value)
-    if isinstance(value, str):
-        raise InvalidArgument("values are bytes: encode text first, e.g. value.encode()")
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raise InvalidArgument(f"a value may be at most {MAX_VALUE_BYTES} bytes")
-    raise InvalidArgument(f"values are bytes, got {type(value).__name__}")
+from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, check_field, check_key, check_value
 
 
 def ttl_ms(ttl: timedelta | float | int | None) -> int | None:

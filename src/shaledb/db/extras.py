@@ -35,10 +35,9 @@ from ..engine.sstable import TableCache
 from ..errors import ClosedError, InvalidArgument
 from ..journal.folds import fold_sequence_order
 from ..journal.resolver import JournalResolver
-from ..keys import scan_bounds
+from ..keys import MAX_KEY_BYTES, check_key, scan_bounds
 from ..store.base import ObjectStore
 from ..store.parallel import DEFAULT_WORKERS, check_workers
-from .batch import MAX_KEY_BYTES, check_key
 
 
 class WriterReads(Protocol):

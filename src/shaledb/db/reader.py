@@ -84,14 +84,13 @@ from ..errors import ClosedError, DatabaseDestroyed, InvalidArgument, ObjectNotF
 from ..format import paths
 from ..format.row import FLAG_INDEX_TREE
 from ..journal.resolver import JournalResolver
-from ..keys import scan_bounds, split_points
+from ..keys import check_key, scan_bounds, split_points
 from ..manifest.model import Checkpoint, Manifest, SstInfo
 from ..manifest.store import ManifestStore
 from ..settings import DbReaderOptions, Settings
 from ..store.base import ObjectStore
 from ..store.parallel import DEFAULT_WORKERS
 from ..store.stack import open_stack
-from .batch import check_key
 from .extras import ReaderReads, checked_keys
 
 log = logging.getLogger("shaledb.reader")

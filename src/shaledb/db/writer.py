@@ -53,14 +53,14 @@ from ..journal.compaction import (
 )
 from ..journal.rebuild import rebuild_ledger
 from ..journal.resolver import JournalResolver
-from ..keys import scan_bounds
+from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, check_key, check_value, scan_bounds
 from ..manifest.model import Manifest
 from ..manifest.options import OPT_INDEXED
 from ..manifest.store import ManifestStore
 from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
-from .batch import MAX_KEY_BYTES, MAX_VALUE_BYTES, IndexTerms, WriteBatch, WriteHandle, check_key, check_value
+from .batch import IndexTerms, WriteBatch, WriteHandle
 from .extras import DbExtras, SnapshotExtras
 
 log = logging.getLogger("shaledb.db")

@@ -26,10 +26,11 @@ import os
 import platform
 import threading
 
+from ..settings import MAX_MMAP_THRESHOLD_BYTES
+
 log = logging.getLogger(__name__)
 
 _M_MMAP_THRESHOLD = -3  # <malloc.h>
-MAX_THRESHOLD_BYTES = 32 << 20  # glibc refuses larger values (HEAP_MAX_SIZE / 2 on 64-bit)
 _lock = threading.Lock()
 _applied: int | None = None
 
@@ -42,8 +43,8 @@ def fix_mmap_threshold(nbytes: int) -> bool:
     happens.
     """
     global _applied
-    if not 0 < nbytes <= MAX_THRESHOLD_BYTES:
-        raise ValueError(f"mmap threshold must be in (0, {MAX_THRESHOLD_BYTES}] bytes, got {nbytes}")
+    if not 0 < nbytes <= MAX_MMAP_THRESHOLD_BYTES:
+        raise ValueError(f"mmap threshold must be in (0, {MAX_MMAP_THRESHOLD_BYTES}] bytes, got {nbytes}")
     with _lock:
         if _applied == nbytes:
             return True

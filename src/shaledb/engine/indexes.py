@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..db.batch import check_field
 from ..errors import CorruptionError, InvalidArgument
 from ..format.journal import decode_index_key, decode_pointer, index_key, index_prefix, index_term_prefix
 from ..format.row import (
@@ -47,6 +46,7 @@ from ..format.row import (
     encode_payload,
     encode_terms,
 )
+from ..keys import check_field
 from .memtable import Memtable
 from .reads import ReadView, Visibility, check_limit, lookup, merge_rows, newest_rows, scan_items, sources
 from .sstable import TableCache

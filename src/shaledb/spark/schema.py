@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..bulk.ingest import DUPLICATES, contiguous
-from ..db.batch import check_field
 from ..errors import InvalidArgument
+from ..keys import check_field
 
 READ_COLUMNS = ("key", "value", "seq", "metadata")
 TEXT_TYPES = ("binary", "string")

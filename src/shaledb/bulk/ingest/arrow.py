@@ -25,11 +25,11 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...db.batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from ...errors import InvalidArgument
 from ...format.bloom import WORDMIX, build_filter, filter_from_column, key_hash, wordmix_column
 from ...format.coding import crc32c_extend_view, framed
 from ...format.sst import ENTRY_OVERHEAD, SstBuilder
+from ...keys import MAX_KEY_BYTES, MAX_VALUE_BYTES
 
 if TYPE_CHECKING:
     from .parts import PartWriter

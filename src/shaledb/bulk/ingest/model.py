@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...db.batch import check_field
 from ...errors import FencedError, InvalidArgument, ShaleError
 from ...format import paths
+from ...keys import check_field
 from ...manifest.model import IngestRecord, JournalFile, Manifest, SstInfo
 from ...settings import MiB
 from ...store.base import ObjectStore

@@ -21,7 +21,6 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import TYPE_CHECKING, Any, cast
 
-from ...db.batch import MAX_KEY_BYTES, check_key
 from ...engine.indexes import term_changes
 from ...engine.sstable import SstSplitter, put_new_journal
 from ...errors import InvalidArgument
@@ -37,6 +36,7 @@ from ...format.row import (
     terms_from_fields,
 )
 from ...format.sst import ENTRY_OVERHEAD, SST_JOURNAL, SstBuilder
+from ...keys import MAX_KEY_BYTES, check_key
 from ...manifest.model import JournalFile, SstInfo
 from .arrow import bloom_filter_bytes
 

@@ -19,7 +19,6 @@ from operator import lt
 from typing import Any
 
 from ...clock import SYSTEM_CLOCK, Clock
-from ...db.batch import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from ...db.reader import DbReader
 from ...engine.sstable import put_new_sst
 from ...errors import InvalidArgument, ShaleError
@@ -27,6 +26,7 @@ from ...format import paths
 from ...format.coding import CODECS, crc32c_extend
 from ...format.row import KIND_VALUE, encode_payload, payloads_with_terms
 from ...format.sst import SST_TABLE, SstBuilder, SstProps
+from ...keys import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from ...manifest.model import JournalFile, SstInfo
 from ...settings import Settings
 from ...store.base import ObjectStore
