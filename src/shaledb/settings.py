@@ -157,7 +157,7 @@ RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
 
 @dataclass(frozen=True, slots=True)
 class JournalOptions:
-    """The value journal's recovery strategy and journal compaction (Leveled's Inker clerk).
+    """The value journal's recovery strategy and journal compaction (docs/design/value-journal.md).
 
     ``recovery_strategy`` -- "retain" (journal compaction keeps the key changes
     of superseded writes: their index entries and tombstones, so

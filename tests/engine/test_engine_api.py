@@ -1,4 +1,4 @@
-"""The ordinary behaviours a user relies on (SPEC §5, slatedb acceptance scenarios 2, 5, 7, 8, 10-12).
+"""The ordinary behaviours a user relies on (the public API, slatedb acceptance scenarios 2, 5, 7, 8, 10-12).
 
 Durability (durable=False, WriteHandle, flush() as a barrier, the flush
 interval), group commit, backpressure, close semantics, argument validation,

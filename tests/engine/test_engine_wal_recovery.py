@@ -1,4 +1,4 @@
-"""WAL tracking and recovery modes (seed 003, SPEC §4.7), and damage detection.
+"""WAL tracking and recovery modes (docs/design/wal.md), and damage detection.
 
 With ``track_and_verify_wals`` (the default) the manifest records each closed
 WAL object's size and CRC32C; an open must fail with a CorruptionError naming

@@ -1,15 +1,16 @@
 """Checkpoints: durable, optionally expiring pins on one manifest version.
 
-A checkpoint is an entry in the manifest's ``checkpoints`` list (seed 002):
-``id`` (UUID v4), ``manifest_id`` (the version it pins), create time,
-optional expiry, optional name (a label, not unique) and optional metadata.
+A checkpoint is an entry in the manifest's ``checkpoints`` list (see
+docs/design/checkpoints-readers-clones.md): ``id`` (UUID v4), ``manifest_id`` (the
+version it pins), create time, optional expiry, optional name (a label, not unique)
+and optional metadata.
 The garbage collector keeps every object a live (unexpired) checkpoint's
 manifest references, so a reader, a Spark job or a clone can read that
 version for as long as the checkpoint lives.
 
 Every change goes through :meth:`ManifestStore.update` (read latest, apply,
-write ``id + 1`` create-if-absent, retry on conflict), following seed 002's
-procedures:
+write ``id + 1`` create-if-absent, retry on conflict), following the procedures of
+docs/design/checkpoints-readers-clones.md:
 
 * from the current manifest ``V``: refuse an uninitialized or destroyed
   database, pin ``V + 1`` -- the very manifest that adds the checkpoint, so
@@ -166,7 +167,8 @@ def add_checkpoint_mutator(
     prepare: Callable[[Manifest], Manifest] | None = None,
     result: list[Checkpoint] | None = None,
 ) -> Callable[[Manifest], Manifest | None]:
-    """The mutation of seed 002's two creation procedures (see module docstring).
+    """The mutation of the two creation procedures (see module docstring and
+    docs/design/checkpoints-readers-clones.md).
 
     ``prepare`` adjusts the manifest first (e.g. a writer extending the WAL
     range); the checkpoint is appended to ``result`` on every attempt, so the

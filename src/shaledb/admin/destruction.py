@@ -1,6 +1,6 @@
 """The end of a database's life: destroy (soft and hard), and detaching clones.
 
-Seed 002, "Deleting a Database". A database may hold checkpoints other
+See docs/design/checkpoints-readers-clones.md (destroy). A database may hold checkpoints other
 databases depend on (its clones read its SSTs through them), so it is never
 simply removed:
 
@@ -349,7 +349,7 @@ __all__ = [
 class LifecycleSteps:
     """The garbage collector's lifecycle steps for one database, for ``shaledb.admin.gc``.
 
-    ``destroy_step`` (seed 002 GC step 2) runs first in a pass: True means the
+    ``destroy_step`` (GC step 2, docs/design/gc.md) runs first in a pass: True means the
     database is gone and the collector should stop. ``detach_step`` (step 8)
     runs last. Both log what they do and never delete anything in a dry run.
     Parents of clones are opened by URL with ``store_options``.

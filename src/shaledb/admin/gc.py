@@ -1,6 +1,6 @@
 """The garbage collector: delete only what nothing can read any more.
 
-A pass (seed 002's algorithm, SPEC §4.6):
+A pass (see docs/design/gc.md):
 
 0. List the compaction job leases (``compactions/*.job``) *before* reading the
    manifest. A job deletes its lease only after its commit, so a job whose
@@ -48,9 +48,10 @@ and the clock skew between machines. Objects the pass did not see in its
 listings are never touched, and a manifest written during the pass is
 re-read before SSTs are deleted.
 
-Seed 002's lifecycle steps come from :mod:`shaledb.admin.destruction`: a pass first
-finishes a soft-destroyed database whose grace period is over and whose
-checkpoints are gone (and then reports ``destroyed``; :meth:`run` stops), and
+The lifecycle steps (docs/design/checkpoints-readers-clones.md) come from
+:mod:`shaledb.admin.destruction`: a pass first finishes a soft-destroyed database
+whose grace period is over and whose checkpoints are gone (and then reports
+``destroyed``; :meth:`run` stops), and
 last detaches a clone that no longer references its ancestors' objects.
 
 ``dry_run`` computes the same plan and deletes nothing (nor removes

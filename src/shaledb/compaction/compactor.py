@@ -7,7 +7,7 @@ manifest CAS *commits* them. :class:`Compactor` does this for one database,
 standalone (``Compactor.open(url).run()`` or ``shaledb run-compactor``) or
 embedded in the writer (:class:`EmbeddedCompactor`, a background thread).
 
-Fencing (SPEC §4.3). Opening a compactor bumps ``compactor_epoch`` by CAS.
+Fencing (see docs/design/manifest-and-fencing.md). Opening a compactor bumps ``compactor_epoch`` by CAS.
 Every commit re-checks the epoch inside its manifest mutator, so an older
 compactor's next commit raises :class:`~shaledb.errors.FencedError` and its
 outputs become orphans for the garbage collector. An embedded compactor that

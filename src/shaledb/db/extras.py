@@ -1,6 +1,6 @@
 """The value-journal side of the read API (mixed into ``Db``, ``Snapshot`` and ``DbReader``).
 
-Leveled's Bookie paths on top of the LSM (docs/journal.md):
+Reads that follow Leveled's design on top of the LSM (docs/journal.md, docs/design/value-journal.md):
 
 * ``head(key)`` -- a :class:`~shaledb.engine.indexes.Head` from the ledger, no journal read;
 * ``index_query(field, start, end, ...)`` -- keys by secondary-index term;

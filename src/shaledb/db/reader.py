@@ -1,4 +1,6 @@
-"""``DbReader``: a read-only client of a database, in any process (seed 002, "Readers").
+"""``DbReader``: a read-only client of a database, in any process.
+
+The protocol: docs/design/checkpoints-readers-clones.md.
 
 A reader never writes data and never fences the writer. It reads one
 *version* of the database: the SSTs of a manifest, plus the WAL objects after
@@ -503,7 +505,8 @@ class DbReader(ReaderReads):
         return out, dropped
 
     def _establish(self, hint: Manifest) -> Manifest:
-        """Seed 002's reader procedure: a new checkpoint on the latest manifest (one CAS)."""
+        """A new checkpoint on the latest manifest, in one CAS (the reader procedure of
+        docs/design/checkpoints-readers-clones.md)."""
         new_id = new_checkpoint_id(self.rng)
         life = self.options.checkpoint_lifetime_s
         made: list[tuple[Checkpoint, set[uuid.UUID]]] = []

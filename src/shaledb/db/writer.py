@@ -169,8 +169,9 @@ class Db(DbExtras):
         ``parent_checkpoint`` (a checkpoint id; None: the parent's current
         version), references the parent's SSTs without copying them (only
         WAL objects are copied) and writes only to its own root. Creation
-        follows seed 002's protocol and is safe to retry after a crash at
-        any step; an initialized clone simply opens. See ``shaledb.admin.clone``.
+        follows the clone protocol (docs/design/checkpoints-readers-clones.md)
+        and is safe to retry after a crash at any step; an initialized clone
+        simply opens. See ``shaledb.admin.clone``.
         """
         return open_clone(
             cls,

@@ -9,7 +9,7 @@ One thread per writer. For the oldest frozen memtable it
 3. writes ``compacted/<ULID>.sst`` (one per non-empty tree: the data tree
    and the index tree) and then a manifest version that adds them to L0 and
    advances ``replay_after_wal_id`` to the memtable's last WAL id, recording
-   the WAL objects closed since the last update (seed 003);
+   the WAL objects closed since the last update (docs/design/wal.md);
 4. swaps the database's read view.
 
 Key/value separation (``value_separation_threshold`` set): values the WAL

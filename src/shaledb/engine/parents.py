@@ -1,4 +1,4 @@
-"""SST path resolution across clone parents (seed 002, "SST Path Resolution").
+"""SST path resolution across clone parents (see docs/design/checkpoints-readers-clones.md).
 
 A clone's manifest references SSTs (and journal files) that live in other
 databases: its parent, its parent's parent, and so on. ``SstInfo.db`` says

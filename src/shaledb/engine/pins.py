@@ -3,9 +3,9 @@
 Reads in the writer never lock: they use a *view* (memtables plus one
 manifest version's SSTs). Compaction replaces SSTs, and a garbage collector in
 any process deletes SSTs that no *active* manifest references: the latest one
-and those named by live checkpoints (seed 002). So the writer keeps a
-checkpoint (``writer_epoch`` set, seed 002's WriterCheckpoint) on the manifest
-its view comes from:
+and those named by live checkpoints (docs/design/gc.md). So the writer keeps a
+checkpoint (``writer_epoch`` set: a writer checkpoint, see
+docs/design/checkpoints-readers-clones.md) on the manifest its view comes from:
 
 * Opening bumps the epoch and, in the same CAS, drops the checkpoints of older
   writers and adds ours, pointing at the version being written.

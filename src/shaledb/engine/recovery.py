@@ -1,13 +1,13 @@
 """Opening a database for writing: claim the epoch, fence, verify, replay.
 
-1. Bump ``writer_epoch`` with a manifest CAS (seed 001's writer protocol).
+1. Bump ``writer_epoch`` with a manifest CAS (docs/design/writer-open-and-recovery.md).
 2. Write a fencing WAL object (an empty WAL SST carrying our epoch) at the
    first free WAL id. If the slot is taken, the object there decides (the
    protocol's four outcomes): an older epoch means an old writer got there
    first, so try the next id; a newer epoch means we were fenced before we
    started; our own epoch cannot happen unless the manifest CAS was broken.
 3. Re-read the manifest: we must still own the epoch.
-4. Verify the WAL (seed 003) and replay every object after
+4. Verify the WAL (docs/design/wal.md) and replay every object after
    ``replay_after_wal_id`` into the memtable.
 
 WAL verification with ``track_and_verify_wals``: every WAL object the manifest

@@ -464,7 +464,7 @@ class WalWriter:
             # An older writer's fence, written after ours: it claimed its epoch
             # before us but listed the WAL after our fence, and its open then
             # failed on our newer epoch. Its slot holds no writes; step over it
-            # (seed 001, outcome 2 seen from the newer writer).
+            # (docs/design/writer-open-and-recovery.md: a newer writer's fence).
             return False
         raise CorruptionError(
             f"WAL slot taken by epoch {other} while this writer holds epoch {self.epoch}", path

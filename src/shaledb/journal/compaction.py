@@ -1,4 +1,4 @@
-"""Journal compaction: Leveled's Inker clerk on an object store.
+"""Journal compaction on an object store (see docs/design/value-journal.md).
 
 The value journal is the list of journal files in the manifest (WAL objects
 kept once their writes reached L0, and objects this module writes). A value

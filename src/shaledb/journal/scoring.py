@@ -1,4 +1,4 @@
-"""Scoring journal objects and choosing runs (Leveled's ``leveled_iclerk`` rules).
+"""Scoring journal objects and choosing runs (docs/design/value-journal.md).
 
 See ``shaledb.journal.compaction`` for the whole procedure. :class:`_Ledger`
 is the keep/drop rule against one manifest's SSTs; :func:`score_file` samples

@@ -81,7 +81,7 @@ class Tree:
 
 @dataclass(frozen=True, slots=True)
 class TrackedWal:
-    """A closed WAL object recorded with its size and CRC32C (seed 003)."""
+    """A closed WAL object recorded with its size and CRC32C (see docs/design/wal.md)."""
 
     id: int
     size: int
@@ -93,7 +93,7 @@ class Checkpoint:
     """A pin on manifest ``manifest_id``: GC keeps everything it references.
 
     ``expire_time_s`` None never expires. ``writer_epoch`` marks the writer's
-    own checkpoint (seed 002's WriterCheckpoint metadata).
+    own checkpoint (a writer checkpoint, see docs/design/checkpoints-readers-clones.md).
     """
 
     id: uuid.UUID
