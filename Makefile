@@ -62,7 +62,7 @@ soak: $(VENV)/.test
 	$(BIN)/pytest -m soak -p no:randomly -s --timeout=0 tests/reliability $(SOAK_ARGS)
 
 demo: $(VENV)/.spark
-	$(BIN)/python -m shaledb.demo $(DEMO_ARGS)
+	$(BIN)/python -m shaledb.spark.demo $(DEMO_ARGS)
 
 bench: $(VENV)/.spark
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

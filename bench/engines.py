@@ -200,7 +200,7 @@ class MotoServer:
 
 
 class ShaleDB(Engine):
-    """shaledb through its public API (SPEC §5) on a local directory, memory:// or s3://."""
+    """shaledb through its public API (README.md) on a local directory, memory:// or s3://."""
 
     module = "shaledb"
 

@@ -4,7 +4,7 @@
     .venv/bin/python bench/ingested_gets.py [--keys 200000] [--gets 50000] [--repeat 3]
 
 The same ``--keys`` rows (16-byte keys, 100-byte values) go into two fresh
-local-directory databases: one bulk-loaded with ``shaledb.ingest.ingest_columns``
+local-directory databases: one bulk-loaded with ``shaledb.bulk.ingest.ingest_columns``
 (one sorted run, a version-2 "wordmix" bloom filter, docs/format/bloom.md) and
 one written with ``Db.write`` in batches of 1,000 and flushed (an L0 SST with a
 version-1 BLAKE2b filter). Then ``--gets`` gets of present keys and as many of
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from shaledb import Db, Settings, WriteBatch, admin
-from shaledb.ingest import ingest_columns
+from shaledb.bulk.ingest import ingest_columns
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 

@@ -32,13 +32,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from engines import MotoServer
-from shaledb import Db, GarbageCollector, GcOptions, Settings, paths
+from shaledb import Db, GarbageCollector, GcOptions, Settings
+from shaledb.admin.verify import verify
 from shaledb.clock import SystemClock
+from shaledb.format import paths
 from shaledb.journal.backup import backup_version
 from shaledb.manifest import ManifestStore
 from shaledb.store import ObjectStore, StoreWrapper, open_store
 from shaledb.store.wrappers import InstrumentedStore, LatencyStore
-from shaledb.verify import verify
 
 
 class OneByOne(StoreWrapper):

@@ -2,7 +2,7 @@
 
 Every figure is the median of the runs of one label (ops/s, p50 and p99 each the median
 of their own values, as in RESULTS.md). Ratios are shaledb (or any engine) over rocksdict
-for the same workload, size and batch, the comparison SPEC §8 sets as the bar. The
+for the same workload, size and batch, the comparison docs/benchmarks.md sets as the bar. The
 "spread" column is max/min ops/s over the runs, and "others" the median number of CPU cores
 other processes kept busy during them (recorded since the CpuMeter was added), so a reader
 can see how noisy a cell was.

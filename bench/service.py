@@ -150,7 +150,7 @@ def fill(url: str, n: int) -> None:
 
 
 def follow(url: str, n: int) -> None:
-    from shaledb.changes import open_changes
+    from shaledb.engine.changes import open_changes
 
     seen = 0
     first = None

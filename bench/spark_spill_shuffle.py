@@ -36,7 +36,7 @@ from typing import Any
 
 from shaledb import admin
 from shaledb import spark as shale_spark
-from shaledb.ingest import IngestPart, PartWriter, begin_ingest, commit_ingest, open_ingest_store
+from shaledb.bulk.ingest import IngestPart, PartWriter, begin_ingest, commit_ingest, open_ingest_store
 from spark_ingest import bench_frame, settled
 
 

@@ -36,9 +36,10 @@ import time
 from collections.abc import Callable
 
 from engines import MotoServer
-from shaledb import Db, DbReader, Settings, WriteBatch, export
+from shaledb import Db, DbReader, Settings, WriteBatch
+from shaledb.bulk import read as export
+from shaledb.bulk.ingest import ingest_columns
 from shaledb.clock import SystemClock
-from shaledb.ingest import ingest_columns
 from shaledb.settings import DbReaderOptions
 from shaledb.store import ObjectStore, open_store
 from shaledb.store.wrappers import LatencyStore

@@ -11,10 +11,13 @@ Only the names in ``__all__`` are the public API.
 import logging as _logging
 
 from . import admin
-from .batch import WriteBatch
+from .admin.gc import GarbageCollector, GcReport
 from .compaction import CompactionReport, Compactor
-from .db import Db, Scan, Snapshot, WriteHandle
-from .db_reader import DbReader, DbReaderOptions, ReaderSnapshot
+from .db.batch import WriteBatch, WriteHandle
+from .db.reader import DbReader, DbReaderOptions, ReaderSnapshot
+from .db.txn import Transaction
+from .db.writer import Db, Scan, Snapshot
+from .engine.indexes import Head
 from .errors import (
     CheckpointNotFound,
     ClosedError,
@@ -31,13 +34,10 @@ from .errors import (
     TransactionConflict,
     Unavailable,
 )
-from .gc import GarbageCollector, GcReport
-from .indexes import Head
 from .journal.backup import BackupReport
 from .journal.compaction import JournalCompactionReport
 from .manifest.model import Checkpoint
 from .settings import CompactorOptions, GcOptions, JournalOptions, RetryOptions, Settings
-from .txn import Transaction
 
 open = Db.open
 

@@ -33,9 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from . import db as _db
-from . import db_reader as _db_reader
-from .batch import WriteBatch
+from .db import reader as _db_reader
+from .db import writer as _db
+from .db.batch import WriteBatch, WriteHandle
 from .errors import ClosedError, InvalidArgument
 
 T = TypeVar("T")
@@ -206,7 +206,7 @@ _END = object()
 
 
 class AsyncChanges:
-    """``async for change in db.changes(since)``: the change feed (``shaledb.changes``),
+    """``async for change in db.changes(since)``: the change feed (``shaledb.engine.changes``),
     read in chunks on the executor; when caught up it sleeps ``poll_interval_s`` on the
     loop (``follow=False``: stops instead). ``cursor`` is where it stands."""
 
@@ -320,12 +320,12 @@ class Db(_Reads):
         d = self.sync
         return bool(d._indexed or d._state or d._unflushed > d.settings.max_unflushed_bytes // 2)
 
-    async def _durable(self, handle: _db.WriteHandle, durable: bool) -> _db.WriteHandle:
+    async def _durable(self, handle: WriteHandle, durable: bool) -> WriteHandle:
         if durable:
             await self._waiter.wait(handle.seq)
         return handle
 
-    async def put(self, key: bytes, value: bytes, *, durable: bool = True, **extras: Any) -> _db.WriteHandle:
+    async def put(self, key: bytes, value: bytes, *, durable: bool = True, **extras: Any) -> WriteHandle:
         """Set ``key`` to ``value``; durable when it returns unless ``durable=False``.
 
         ``extras`` (``ttl``, ``metadata``, ``indexes``) as in :meth:`shaledb.Db.put`.
@@ -336,11 +336,11 @@ class Db(_Reads):
             h = self.sync.put(key, value, durable=False)
         return await self._durable(h, durable)
 
-    async def delete(self, key: bytes, *, durable: bool = True) -> _db.WriteHandle:
+    async def delete(self, key: bytes, *, durable: bool = True) -> WriteHandle:
         """Remove ``key``."""
         return await self.write(WriteBatch().delete(key), durable=durable)
 
-    async def write(self, batch: WriteBatch, *, durable: bool = True) -> _db.WriteHandle:
+    async def write(self, batch: WriteBatch, *, durable: bool = True) -> WriteHandle:
         """Apply ``batch`` atomically under one sequence number."""
         if self._may_block() or (isinstance(batch, WriteBatch) and batch._extras):
             h = await self._executor.run(self.sync.write, batch, durable=False)

@@ -112,7 +112,7 @@ class ShaleDbm(MutableMapping[bytes, bytes]):
         self.close()
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        from .mapping import refuse_pickle
+        from .db.mapping import refuse_pickle
 
         refuse_pickle(self)
 
@@ -134,8 +134,8 @@ def open(
     stores have no file modes). ``settings`` and ``store_options`` are passed
     to :meth:`~shaledb.Db.open`.
     """
-    from .db import Db
-    from .db_reader import DbReader, DbReaderOptions
+    from .db.reader import DbReader, DbReaderOptions
+    from .db.writer import Db
 
     if not isinstance(flag, str) or not flag or flag[0] not in _FLAGS or set(flag[1:]) - {"s", "u"}:
         raise InvalidArgument(
@@ -161,7 +161,7 @@ def open(
 
 def _clear(db: Any) -> None:
     """Delete every key (flag ``"n"``), in batches, durably."""
-    from .batch import WriteBatch
+    from .db.batch import WriteBatch
 
     while True:
         with db.scan(limit=1000) as it:

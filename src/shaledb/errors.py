@@ -70,7 +70,7 @@ class NotFound(ShaleError, LookupError):
 
 
 class CursorExpired(NotFound):
-    """A change-feed cursor needs WAL objects the garbage collector removed (``shaledb.changes``)."""
+    """A change-feed cursor needs WAL objects the garbage collector removed (``shaledb.engine.changes``)."""
 
 
 class ObjectNotFound(NotFound):

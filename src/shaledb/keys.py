@@ -1,7 +1,11 @@
-"""Key-range arithmetic every layer shares (public: the Spark layer and users need it too).
+"""Key checks and key-range arithmetic every layer shares (public: the Spark layer and
+users need it too).
 
-Ranges are half-open ``[start, end)`` over byte strings; these helpers turn an
-inclusive bound or a prefix into the exclusive end such a range needs.
+:func:`check_key`, :func:`check_value` and :func:`check_field` turn what a caller
+passed into what is stored (bytes-like keys and values become ``bytes``) or raise
+``InvalidArgument`` saying what is wrong. Ranges are half-open ``[start, end)``
+over byte strings; the other helpers turn an inclusive bound or a prefix into
+the exclusive end such a range needs.
 """
 
 from __future__ import annotations
@@ -76,4 +80,57 @@ def split_points(ranges: Sequence[tuple[bytes, bytes, float]], n: int) -> list[b
     return points[: n - 1]
 
 
-__all__ = ["key_after", "prefix_end", "scan_bounds", "split_points"]
+MAX_KEY_BYTES = 65535
+MAX_VALUE_BYTES = (1 << 30) - 1
+
+
+def _key_error(key: object) -> InvalidArgument:
+    if isinstance(key, str):
+        return InvalidArgument("keys are bytes: encode text first, e.g. key.encode()")
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        n = len(key)
+        if n == 0:
+            return InvalidArgument("a key must not be empty")
+        return InvalidArgument(f"a key may be at most {MAX_KEY_BYTES} bytes, got {n}")
+    return InvalidArgument(f"keys are bytes, got {type(key).__name__}")
+
+
+def check_key(key: object) -> bytes:
+    """``key`` as bytes, or InvalidArgument saying what is wrong."""
+    if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES:
+        return key
+    if isinstance(key, (bytearray, memoryview)) and 0 < len(key) <= MAX_KEY_BYTES:
+        return bytes(key)
+    raise _key_error(key)
+
+
+def check_field(fld: object) -> str:
+    """An index field name: a non-empty str without NUL (NUL ends it in index keys)."""
+    if not isinstance(fld, str) or not fld or "\x00" in fld:
+        raise InvalidArgument(f"index field names are non-empty str without NUL, got {fld!r}")
+    return fld
+
+
+def check_value(value: object) -> bytes:
+    if type(value) is bytes and len(value) <= MAX_VALUE_BYTES:
+        return value
+    if isinstance(value, (bytearray, memoryview)) and len(value) <= MAX_VALUE_BYTES:
+        return bytes(value)
+    if isinstance(value, str):
+        raise InvalidArgument("values are bytes: encode text first, e.g. value.encode()")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(f"a value may be at most {MAX_VALUE_BYTES} bytes")
+    raise InvalidArgument(f"values are bytes, got {type(value).__name__}")
+
+
+__all__ = [
+    "MAX_KEY_BYTES",
+    "MAX_VALUE_BYTES",
+    "check_field",
+    "check_key",
+    "check_value",
+    "key_after",
+    "prefix_end",
+    "scan_bounds",
+    "split_points",
+]

@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .allocator import MAX_THRESHOLD_BYTES
 from .errors import InvalidArgument
 from .numbers import check_int, check_number
 from .option_names import seconds_fields
+
+MAX_MMAP_THRESHOLD_BYTES = 32 << 20
+"""The largest mmap threshold glibc accepts (HEAP_MAX_SIZE / 2 on 64-bit)."""
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -143,7 +145,7 @@ class GcOptions:
     ``db_delete_grace_s`` is how long a soft-deleted database is kept.
     ``dry_run`` logs what would be deleted and deletes nothing.
     ``wal_retention_s`` keeps WAL objects at least this long (if longer than
-    ``min_age_s``), so change-feed consumers (``shaledb.changes``) that fall
+    ``min_age_s``), so change-feed consumers (``shaledb.engine.changes``) that fall
     behind by up to this long can catch up instead of hitting ``CursorExpired``.
     """
 
@@ -167,7 +169,7 @@ RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
 
 @dataclass(frozen=True, slots=True)
 class JournalOptions:
-    """The value journal's recovery strategy and journal compaction (Leveled's Inker clerk).
+    """The value journal's recovery strategy and journal compaction (docs/design/value-journal.md).
 
     ``recovery_strategy`` -- "retain" (journal compaction keeps the key changes
     of superseded writes: their index entries and tombstones, so
@@ -226,7 +228,7 @@ class DbReaderOptions:
     ``max_memtable_bytes`` -- size of one in-memory table of replayed WAL
     entries (accounted like the writer's memtable).
     ``establish_checkpoint`` -- False: follow the latest manifest without
-    writing a checkpoint (see ``shaledb.db_reader``).
+    writing a checkpoint (see ``shaledb.db.reader``).
     ``background_poll`` -- False: no polling thread; call
     :meth:`DbReader.refresh` to poll (tests, single-threaded tools).
     ``checkpoint_name`` -- name given to the reader's own checkpoints.
@@ -298,7 +300,7 @@ class Settings:
     Memory:
       ``malloc_mmap_threshold_bytes`` -- on glibc, fix malloc's mmap threshold at
       this size when the database opens, so freed SST and WAL buffers go back
-      to the OS instead of fragmenting the heap (``shaledb.allocator``). Off
+      to the OS instead of fragmenting the heap (``shaledb.engine.allocator``). Off
       (None) by default: it changes the allocator of the whole host process,
       which a library must not do unasked. Turn it on (e.g. ``128 * KiB``) in a
       process that mostly runs shaledb and whose resident memory grows tens of
@@ -344,7 +346,8 @@ class Settings:
     compactor: CompactorOptions | None = field(default_factory=CompactorOptions)
     garbage_collector: GcOptions | None = field(default_factory=GcOptions)
     history_retention_s: float = 0.0
-    """Keep old versions this long for ``Db.snapshot(at_seq=/at_time=)`` (0: off; see ``shaledb.history``)."""
+    """Keep old versions this long for ``Db.snapshot(at_seq=/at_time=)`` (0: off; see
+    ``shaledb.engine.history``)."""
 
     def __post_init__(self) -> None:
         seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
@@ -370,9 +373,10 @@ class Settings:
         _integer("sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
         if self.malloc_mmap_threshold_bytes is not None:
             _integer("malloc_mmap_threshold_bytes", self.malloc_mmap_threshold_bytes, minimum=1)
-            if self.malloc_mmap_threshold_bytes > MAX_THRESHOLD_BYTES:
+            if self.malloc_mmap_threshold_bytes > MAX_MMAP_THRESHOLD_BYTES:
                 raise InvalidArgument(
-                    f"malloc_mmap_threshold_bytes must be <= {MAX_THRESHOLD_BYTES} (glibc's limit), or None"
+                    f"malloc_mmap_threshold_bytes must be <= {MAX_MMAP_THRESHOLD_BYTES} (glibc's limit), "
+                    "or None"
                 )
         _positive("manifest_poll_interval_s", self.manifest_poll_interval_s)
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shaledb import Db, DbReader, DbReaderOptions, InvalidArgument, Settings
-from shaledb.indexes import term_range
+from shaledb.engine.indexes import term_range
 from shaledb.settings import CompactorOptions, GcOptions, RetryOptions
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.005)

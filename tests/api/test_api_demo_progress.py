@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shaledb.demo_progress import RowProgress, expected_duration
+from shaledb.spark.demo_progress import RowProgress, expected_duration
 
 
 def test_the_demo_states_its_duration_by_store() -> None:

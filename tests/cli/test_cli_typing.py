@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from shaledb import Db, Settings, __version__
-from shaledb.cli import Output, build_parser, parse_bytes, render_bytes
+from shaledb.cli.app import build_parser
+from shaledb.cli.output import Output, parse_bytes, render_bytes
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
 EXE = Path(sys.executable).with_name("shaledb")

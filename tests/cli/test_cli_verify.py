@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from shaledb import Db, InvalidArgument, Settings
-from shaledb.cli import Output
-from shaledb.verify import verify
+from shaledb.admin.verify import verify
+from shaledb.cli.output import Output
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
 EXE = Path(sys.executable).with_name("shaledb")

@@ -9,14 +9,14 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from shaledb import Settings
-from shaledb.cache import LruCache
-from shaledb.external import ExternalStores, default_factory
+from shaledb.engine.cache import LruCache
+from shaledb.engine.parents import ExternalStores, default_factory
+from shaledb.engine.sstable import TableCache
+from shaledb.format.paths import new_ulid, sst_path
 from shaledb.format.sst import SST_TABLE, SstBuilder
 from shaledb.manifest.model import Manifest, SortedRun, SstInfo, Tree
 from shaledb.manifest.store import ManifestStore
-from shaledb.paths import new_ulid, sst_path
 from shaledb.settings import RetryOptions
-from shaledb.sstable import TableCache
 from shaledb.store import ObjectStore, drop_memory_store, open_store
 from shaledb.testing.clock import ManualClock
 

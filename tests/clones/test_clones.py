@@ -29,8 +29,8 @@ from shaledb import (
     NotFound,
     admin,
 )
-from shaledb.external import ExternalStores, default_factory
-from shaledb.lifecycle import PENDING_RELEASE, gc_detach_clone
+from shaledb.admin.destruction import PENDING_RELEASE, gc_detach_clone
+from shaledb.engine.parents import ExternalStores, default_factory
 from shaledb.manifest.model import Manifest
 from shaledb.settings import RetryOptions
 from shaledb.store import open_store

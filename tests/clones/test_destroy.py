@@ -17,8 +17,8 @@ from shaledb import (
     NotFound,
     admin,
 )
-from shaledb.external import ExternalStores, default_factory
-from shaledb.lifecycle import gc_destroyed_database
+from shaledb.admin.destruction import gc_destroyed_database
+from shaledb.engine.parents import ExternalStores, default_factory
 from shaledb.settings import RetryOptions
 from shaledb.store import ObjectStore, StoreWrapper, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash
@@ -197,7 +197,7 @@ def test_soft_destroy_loses_to_a_writer_opening_meanwhile() -> None:
 
 
 def test_lifecycle_steps_as_the_collector_runs_them() -> None:
-    from shaledb.lifecycle import LifecycleSteps
+    from shaledb.admin.destruction import LifecycleSteps
 
     clock = ManualClock()
     with memory_urls(2) as (parent_url, clone_url):

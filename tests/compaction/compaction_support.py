@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from shaledb import paths
+from shaledb.format import paths
 from shaledb.format.row import KIND_TOMBSTONE, TYPE_MASK, decode_payload
 from shaledb.format.sst import SstBuilder, decode_sst
 from shaledb.manifest.model import SstInfo

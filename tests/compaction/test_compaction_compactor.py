@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from compaction_support import memory_store
 
-from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, Settings, paths
+from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, Settings
 from shaledb.cli import main
 from shaledb.compaction import Compactor, EmbeddedCompactor
+from shaledb.format import paths
 from shaledb.store import ObjectStore, StoreWrapper
 
 NO_BG = Settings(

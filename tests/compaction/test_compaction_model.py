@@ -17,7 +17,7 @@ from compaction_support import FutureClock, memory_store
 
 from shaledb import CompactorOptions, Db, GarbageCollector, GcOptions, Settings, WriteBatch
 from shaledb.compaction import Compactor
-from shaledb.db import Snapshot
+from shaledb.db.writer import Snapshot
 from shaledb.store import ObjectStore, open_store
 from shaledb.testing.clock import ManualClock
 from shaledb.testing.seeds import test_seed

@@ -7,8 +7,8 @@ from compaction_support import FutureClock, memory_store
 
 from shaledb import CompactorOptions, Db, GarbageCollector, Settings
 from shaledb.compaction import Compactor
+from shaledb.engine.pins import referenced_objects
 from shaledb.manifest import Manifest
-from shaledb.pins import referenced_objects
 from shaledb.store import ObjectStore
 from shaledb.store.wrappers import StoreWrapper
 

@@ -12,8 +12,9 @@ import threading
 import time
 from pathlib import Path
 
-from shaledb import Db, GarbageCollector, Settings, paths
+from shaledb import Db, GarbageCollector, Settings
 from shaledb.clock import SYSTEM_CLOCK
+from shaledb.format import paths
 from shaledb.manifest import ManifestStore
 from shaledb.store import open_store
 from shaledb.testing.seeds import test_seed

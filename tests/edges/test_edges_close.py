@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from shaledb import Db, DbReader, NotFound, Settings, admin
+from shaledb.admin.gc import GarbageCollector
 from shaledb.compaction import Compactor
-from shaledb.gc import GarbageCollector
 from shaledb.settings import DbReaderOptions, GcOptions
 from shaledb.store import StoreWrapper, open_store
 

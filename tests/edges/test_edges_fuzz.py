@@ -22,10 +22,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shaledb import Db, DbReader, Settings, errors
-from shaledb.cli import build_parser, main
+from shaledb.admin.gc import GarbageCollector
+from shaledb.cli import main
+from shaledb.cli.app import build_parser
 from shaledb.compaction import Compactor
 from shaledb.errors import InvalidArgument, ShaleError
-from shaledb.gc import GarbageCollector
 from shaledb.settings import CompactorOptions, DbReaderOptions, GcOptions, JournalOptions, RetryOptions
 from shaledb.store import drop_memory_store
 

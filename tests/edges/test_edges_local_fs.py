@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from shaledb import Db, DbReader, InvalidArgument, NotFound, Settings, admin
-from shaledb.cli import EXIT_NOT_FOUND, main
+from shaledb.cli import main
+from shaledb.cli.output import EXIT_NOT_FOUND
 from shaledb.errors import InvalidPathError, ObjectNotFound
 from shaledb.store import open_store
 from shaledb.store.local_fs import make_dirs

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from shaledb import Db, InvalidArgument, Settings
-from shaledb.cli import EXIT_USAGE, main
+from shaledb.cli import main
+from shaledb.cli.output import EXIT_USAGE
 from shaledb.duration import to_seconds
 from shaledb.settings import CompactorOptions, DbReaderOptions, GcOptions, JournalOptions, RetryOptions
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from shaledb import Db, InvalidArgument, Settings
-from shaledb.gc import GarbageCollector
+from shaledb.admin.gc import GarbageCollector
 from shaledb.journal.backup import backup_url
 from shaledb.settings import GcOptions
 from shaledb.store import drop_memory_store

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from shaledb import Db, DbReader, InvalidArgument
-from shaledb.cli import EXIT_USAGE, main
+from shaledb.cli import main
+from shaledb.cli.output import EXIT_USAGE
 from shaledb.store import open_store
 from shaledb.store.scrub import REDACTED, ScrubFilter, register_secret, scrub, scrub_exception
 

@@ -1,4 +1,4 @@
-"""The ordinary behaviours a user relies on (SPEC §5, slatedb acceptance scenarios 2, 5, 7, 8, 10-12).
+"""The ordinary behaviours a user relies on (the public API, slatedb acceptance scenarios 2, 5, 7, 8, 10-12).
 
 Durability (durable=False, WriteHandle, flush() as a barrier, the flush
 interval), group commit, backpressure, close semantics, argument validation,
@@ -20,8 +20,8 @@ from engine_support import GateStore, abandon, dump, wal_paths
 
 from shaledb import ClosedError, Db, InvalidArgument, NotFound, Settings, WriteBatch
 from shaledb.clock import SYSTEM_CLOCK
+from shaledb.format.paths import parse_wal_id
 from shaledb.format.sst import decode_meta
-from shaledb.paths import parse_wal_id
 from shaledb.store import LatencyStore, ObjectStore, open_store
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock

@@ -6,7 +6,7 @@ import random
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from shaledb.cache import LruCache
+from shaledb.engine.cache import LruCache
 from shaledb.testing.seeds import test_seed
 
 

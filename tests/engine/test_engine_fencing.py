@@ -1,7 +1,7 @@
 """Fencing in one process: zombie writers, open/open interleavings, WAL id bookkeeping.
 
-Seed 001's writer protocol: a writer bumps ``writer_epoch`` by manifest CAS,
-then writes a fencing WAL object at the next free WAL id. A zombie (an older
+The writer protocol (docs/design/writer-open-and-recovery.md): a writer bumps
+``writer_epoch`` by manifest CAS, then writes a fencing WAL object at the next free WAL id. A zombie (an older
 writer still running) must fail with ``FencedError`` on its next WAL write or
 manifest update, and the live writer must keep every write the zombie
 acknowledged before the fence. Interleavings are forced with gates on store
@@ -183,7 +183,7 @@ def test_writer_paused_during_replay_is_fenced_by_a_concurrent_open(
 def test_older_writers_fence_landing_after_ours_does_not_stop_us(
     store: ObjectStore, clock: ManualClock
 ) -> None:
-    """Seed 001, outcome (2) seen from the other side.
+    """A newer writer's fence (docs/design/writer-open-and-recovery.md), seen from the other side.
 
     B claims epoch e, A claims e+1 and fences at WAL id n. B, still opening,
     lists the WAL after A's fence and writes its own fence at n+1, then finds

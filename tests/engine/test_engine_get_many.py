@@ -140,7 +140,7 @@ def _busy(t: threading.Thread) -> bool:
     """A pool thread running a lookup right now (idle ones wait on the pool's queue)."""
     frame = sys._current_frames().get(t.ident or -1)
     while frame is not None:
-        if frame.f_code.co_name == "run" and "reader.py" in frame.f_code.co_filename:
+        if frame.f_code.co_name == "run" and "reads.py" in frame.f_code.co_filename:
             return True
         frame = frame.f_back
     return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from shaledb import paths
+from shaledb.format import paths
 from shaledb.manifest import Manifest, ManifestStore
 from shaledb.manifest.store import LIST_FALLBACK_INTERVAL_S
 from shaledb.store import open_store

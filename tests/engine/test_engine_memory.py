@@ -14,8 +14,9 @@ import textwrap
 
 import pytest
 
-from shaledb import InvalidArgument, Settings, allocator
-from shaledb.wal import wal_object_bytes
+from shaledb import InvalidArgument, Settings
+from shaledb.engine import allocator
+from shaledb.engine.wal import wal_object_bytes
 
 MiB = 1 << 20
 
@@ -25,7 +26,7 @@ MiB = 1 << 20
 _PROBE = textwrap.dedent(
     """
     import sys
-    from shaledb.allocator import fix_mmap_threshold
+    from shaledb.engine.allocator import fix_mmap_threshold
 
     def rss():
         with open("/proc/self/statm") as f:

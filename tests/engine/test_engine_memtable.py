@@ -8,7 +8,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shaledb.memtable import Memtable
+from shaledb.engine.memtable import Memtable
 from shaledb.testing.seeds import test_seed
 
 keys = st.binary(min_size=1, max_size=3)

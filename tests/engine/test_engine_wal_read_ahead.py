@@ -20,7 +20,8 @@ import uuid
 import pytest
 from engine_support import abandon
 
-from shaledb import Db, DbReader, InvalidArgument, Settings, export
+from shaledb import Db, DbReader, InvalidArgument, Settings
+from shaledb.bulk import read as export
 from shaledb.settings import WAL_READ_AHEAD, DbReaderOptions, RetryOptions
 from shaledb.store import ObjectStore, StoreWrapper
 from shaledb.testing import FaultInjectingStore

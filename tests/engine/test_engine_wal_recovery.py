@@ -1,4 +1,4 @@
-"""WAL tracking and recovery modes (seed 003, SPEC §4.7), and damage detection.
+"""WAL tracking and recovery modes (docs/design/wal.md), and damage detection.
 
 With ``track_and_verify_wals`` (the default) the manifest records each closed
 WAL object's size and CRC32C; an open must fail with a CorruptionError naming
@@ -25,9 +25,9 @@ import pytest
 from engine_support import GateStore, abandon, dump, flip_byte, wal_paths
 
 from shaledb import CorruptionError, Db
+from shaledb.format.paths import manifest_path, parse_wal_id, wal_path
 from shaledb.format.sst import decode_data_block, decode_meta
 from shaledb.manifest.store import ManifestStore
-from shaledb.paths import manifest_path, parse_wal_id, wal_path
 from shaledb.store import ObjectStore
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock

@@ -30,6 +30,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, seed, settings
 
+from shaledb.engine.wal import encode_wal
 from shaledb.format.block import decode_block, encode_block
 from shaledb.format.bloom import WORDMIX, build_filter, key_hash, key_hash_wordmix
 from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZE, frame_block
@@ -59,7 +60,6 @@ from shaledb.manifest.model import (
     Tree,
     to_body,
 )
-from shaledb.wal import encode_wal
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 DOCS_DIR = Path(__file__).resolve().parents[2] / "docs" / "format"

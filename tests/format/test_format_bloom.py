@@ -51,7 +51,7 @@ def column(keys: list[bytes], skip: int = 0) -> tuple[object, object]:
     (so the offsets do not start at 0, as in a slice of a Spark batch)."""
     pytest.importorskip("numpy")
     pa = pytest.importorskip("pyarrow")
-    from shaledb.ingest.arrow import binary_buffers
+    from shaledb.bulk.ingest.arrow import binary_buffers
 
     return wordmix_column(*binary_buffers(pa.array([b"x" * 3] * skip + keys, pa.binary()).slice(skip)))
 

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from shaledb import paths
+from shaledb.format import paths
 from shaledb.store import ObjectStore, drop_memory_store, open_store
 
 

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from gc_support import FutureClock, listing, manifest_ids, memory_store, sst_ids, wal_ids
 
-from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, GcOptions, Settings, paths
-from shaledb.cache import LruCache
+from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, GcOptions, Settings
+from shaledb.admin.gc import CLASSES
 from shaledb.clock import SYSTEM_CLOCK
 from shaledb.compaction import Compactor
+from shaledb.engine.cache import LruCache
+from shaledb.engine.sstable import TableCache
+from shaledb.format import paths
 from shaledb.format.sst import decode_meta
-from shaledb.gc import CLASSES
 from shaledb.manifest import Checkpoint, ManifestStore
-from shaledb.sstable import TableCache
 from shaledb.store import ObjectStore
 from shaledb.store.twophase import TWO_PHASE_TMP_PREFIX, SqliteCasLog, TwoPhaseStore
 from shaledb.store.wrappers import InstrumentedStore, NoConditionalStore

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from shaledb import CompactorOptions, Db, GarbageCollector, GcOptions, Settings, admin
+from shaledb.admin.verify import verify
 from shaledb.compaction import Compactor
 from shaledb.journal.backup import backup_url
 from shaledb.store.wrappers import InstrumentedStore
-from shaledb.verify import verify
 
 QUIET = Settings(
     compactor=None,

@@ -15,12 +15,13 @@ from pathlib import Path
 
 from gc_support import FutureClock
 
-from shaledb import CompactorOptions, Db, GarbageCollector, GcOptions, Settings, paths
-from shaledb.cache import LruCache
+from shaledb import CompactorOptions, Db, GarbageCollector, GcOptions, Settings
 from shaledb.clock import SYSTEM_CLOCK
 from shaledb.compaction import Compactor
+from shaledb.engine.cache import LruCache
+from shaledb.engine.sstable import TableCache
+from shaledb.format import paths
 from shaledb.manifest import Checkpoint, Manifest, ManifestStore
-from shaledb.sstable import TableCache
 from shaledb.store import ObjectStore, open_store
 from shaledb.testing.seeds import test_seed
 

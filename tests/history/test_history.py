@@ -12,8 +12,8 @@ import pytest
 
 from shaledb import Db, Settings
 from shaledb.compaction import Compactor
+from shaledb.engine.history import OPT_MARKS, OPT_RETENTION, decode_marks, encode_marks, merge_history
 from shaledb.errors import HistoryUnavailable, InvalidArgument
-from shaledb.history import OPT_MARKS, OPT_RETENTION, decode_marks, encode_marks, merge_history
 from shaledb.settings import CompactorOptions
 from shaledb.testing.clock import ManualClock
 

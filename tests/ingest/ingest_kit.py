@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from shaledb import DbReader, DbReaderOptions, Settings, paths
+from shaledb import DbReader, DbReaderOptions, Settings
 from shaledb.clock import SYSTEM_CLOCK
+from shaledb.format import paths
 from shaledb.format.sst import decode_sst
 from shaledb.manifest.model import Manifest, SstInfo
 from shaledb.manifest.store import ManifestStore

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from ingest_kit import sorted_kv
 
+from shaledb.bulk.ingest import IngestPlan, PartWriter
 from shaledb.errors import InvalidArgument
-from shaledb.ingest import IngestPlan, PartWriter
 from shaledb.store import drop_memory_store, open_store
 from shaledb.testing.clock import ManualClock
 from shaledb.testing.seeds import test_seed

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ingest_kit import contents, latest
 
-from shaledb.ingest import IngestFenced, begin_ingest, commit_ingest, write_part
+from shaledb.bulk.ingest import IngestFenced, begin_ingest, commit_ingest, write_part
 from shaledb.store import open_store
 
 WORKER = Path(__file__).with_name("ingest_writer_worker.py")

@@ -6,10 +6,9 @@ import random
 
 import pytest
 
-from shaledb import GarbageCollector, GcOptions, paths
-from shaledb.errors import CorruptionError, InvalidPathError, ObjectNotFound
-from shaledb.ingest import abort_ingest, begin_ingest, open_ingest_store
-from shaledb.ingest.exchange import (
+from shaledb import GarbageCollector, GcOptions
+from shaledb.bulk.ingest import abort_ingest, begin_ingest, open_ingest_store
+from shaledb.bulk.ingest.exchange import (
     assign,
     choose_bounds,
     delete_staged,
@@ -17,6 +16,8 @@ from shaledb.ingest.exchange import (
     new_exchange_id,
     stage_run,
 )
+from shaledb.errors import CorruptionError, InvalidPathError, ObjectNotFound
+from shaledb.format import paths
 from shaledb.testing.clock import ManualClock
 from shaledb.testing.seeds import test_seed
 

@@ -8,9 +8,10 @@ import random
 import pytest
 from ingest_kit import QUIET, sorted_kv
 
-from shaledb import Db, DbReader, admin, export
-from shaledb.errors import CheckpointNotFound
-from shaledb.export import (
+from shaledb import Db, DbReader, admin
+from shaledb.bulk import read as export
+from shaledb.bulk.ingest import ingest_columns
+from shaledb.bulk.read import (
     DEFAULT_INLINE_WAL_BYTES,
     DEFAULT_TARGET_BYTES,
     ensure_checkpoint,
@@ -20,7 +21,7 @@ from shaledb.export import (
     split_range,
     values_and_metadata,
 )
-from shaledb.ingest import ingest_columns
+from shaledb.errors import CheckpointNotFound
 from shaledb.manifest.model import SstInfo
 from shaledb.store import StoreWrapper, open_store
 from shaledb.testing.seeds import test_seed

@@ -8,14 +8,15 @@ import struct
 import pytest
 from ingest_kit import QUIET, sorted_kv
 
-from shaledb import Compactor, Db, Settings, paths
+from shaledb import Compactor, Db, Settings
+from shaledb.bulk.ingest import ingest_columns
+from shaledb.bulk.read import plan_read, read_part, values_and_metadata
+from shaledb.bulk.read_arrow import read_part_arrow
+from shaledb.engine.sstable import read_sst_meta
 from shaledb.errors import CorruptionError
-from shaledb.export import plan_read, read_part, values_and_metadata
-from shaledb.export_arrow import read_part_arrow
+from shaledb.format import paths
 from shaledb.format.coding import crc32c
-from shaledb.ingest import ingest_columns
 from shaledb.settings import CompactorOptions
-from shaledb.sstable import read_sst_meta
 from shaledb.store import open_store
 from shaledb.testing.seeds import test_seed
 
@@ -46,7 +47,7 @@ def fast(url, plan, chunk_bytes=8 << 20):
 
 def forbid_general(mp, why):
     """Make any use of the general path fail the test with ``why``."""
-    import shaledb.export_arrow as ea
+    import shaledb.bulk.read_arrow as ea
 
     def no_general(*a, **k):
         raise AssertionError(why)
@@ -56,7 +57,7 @@ def forbid_general(mp, why):
 
 def spy_general(mp):
     """The ``(lo, hi)`` of every range sent to the general path (which still reads it)."""
-    import shaledb.export_arrow as ea
+    import shaledb.bulk.read_arrow as ea
 
     real, ranges = ea._general, []
 
@@ -431,7 +432,7 @@ def test_merge_keeps_the_first_version_of_a_key_within_a_source():
     no writer makes such a source today, so the rule is checked on the function itself."""
     import pyarrow as pa
 
-    from shaledb.export_arrow import _Entries, _merge
+    from shaledb.bulk.read_arrow import _Entries, _merge
 
     def entries(rows):
         keys, vals, seqs, kinds = zip(*rows)

@@ -13,11 +13,12 @@ import random
 import pytest
 from ingest_kit import QUIET, contents, latest
 
-from shaledb import Compactor, Db, GarbageCollector, GcOptions, Settings, paths
+from shaledb import Compactor, Db, GarbageCollector, GcOptions, Settings
+from shaledb.bulk.ingest import abort_ingest, begin_ingest, commit_ingest, ingest_columns, write_part
+from shaledb.bulk.ingest.outputs import TermsPlanner
+from shaledb.bulk.read import plan_read, read_part, values_and_metadata
 from shaledb.errors import InvalidArgument, ObjectNotFound
-from shaledb.export import plan_read, read_part, values_and_metadata
-from shaledb.ingest import abort_ingest, begin_ingest, commit_ingest, ingest_columns, write_part
-from shaledb.ingest.outputs import TermsPlanner
+from shaledb.format import paths
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
 from shaledb.testing.seeds import test_seed

@@ -10,12 +10,19 @@ import google_crc32c
 import pytest
 from ingest_kit import sorted_kv, sst_rows
 
+from shaledb.bulk.ingest import (
+    IngestPlan,
+    PartWriter,
+    bloom_filter_bytes,
+    crc32c_combine,
+    fingerprint,
+    write_part,
+)
 from shaledb.errors import InvalidArgument
 from shaledb.format.bloom import BLAKE2B, WORDMIX, build_filter, key_hash_wordmix, wordmix_column
 from shaledb.format.coding import CODEC_NONE, frame_block
 from shaledb.format.row import FLAG_META, decode_payload
 from shaledb.format.sst import SstBuilder, decode_sst
-from shaledb.ingest import IngestPlan, PartWriter, bloom_filter_bytes, crc32c_combine, fingerprint, write_part
 from shaledb.store import drop_memory_store, open_store
 from shaledb.testing.seeds import test_seed
 
@@ -39,7 +46,7 @@ def plan(**kw):
 def test_vectorized_filter_is_the_wordmix_filter(n, bits):
     pytest.importorskip("numpy")
     pa = pytest.importorskip("pyarrow")
-    from shaledb.ingest.arrow import binary_buffers
+    from shaledb.bulk.ingest.arrow import binary_buffers
 
     rng = random.Random(n * 31 + bits)
     keys = sorted({rng.randbytes(rng.randint(1, 40)) for _ in range(n)})
@@ -200,7 +207,7 @@ def test_abort_deletes_uploaded_ssts(store):
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise: writes stay cached")
 @pytest.mark.parametrize("keep", [False, True])
 def test_ingest_store_drops_its_ssts_from_the_page_cache_unless_kept(tmp_path, monkeypatch, keep):
-    from shaledb.ingest import open_ingest_store
+    from shaledb.bulk.ingest import open_ingest_store
     from shaledb.store import obstore_store
 
     calls = []

@@ -7,12 +7,8 @@ import random
 import pytest
 from ingest_kit import QUIET, contents, latest, sorted_kv
 
-from shaledb import Compactor, Db, FencedError, GarbageCollector, GcOptions, RetryOptions, Settings, paths
-from shaledb.compaction import schedule
-from shaledb.errors import DatabaseDestroyed, NotFound, Unavailable
-from shaledb.format.bloom import BLAKE2B, WORDMIX
-from shaledb.format.sst import decode_sst
-from shaledb.ingest import (
+from shaledb import Compactor, Db, FencedError, GarbageCollector, GcOptions, RetryOptions, Settings
+from shaledb.bulk.ingest import (
     INGEST_HISTORY,
     IngestConflict,
     IngestFenced,
@@ -22,6 +18,11 @@ from shaledb.ingest import (
     ingest_columns,
     write_part,
 )
+from shaledb.compaction import schedule
+from shaledb.errors import DatabaseDestroyed, NotFound, Unavailable
+from shaledb.format import paths
+from shaledb.format.bloom import BLAKE2B, WORDMIX
+from shaledb.format.sst import decode_sst
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
 from shaledb.testing.faults import FaultInjectingStore

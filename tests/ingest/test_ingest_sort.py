@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shaledb.ingest import sort_indices
+from shaledb.bulk.ingest import sort_indices
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")

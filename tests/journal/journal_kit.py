@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shaledb import Settings
-from shaledb.gc import GarbageCollector
+from shaledb.admin.gc import GarbageCollector
 from shaledb.settings import GcOptions, JournalOptions
 from shaledb.store import ObjectStore
 from shaledb.testing.clock import ManualClock

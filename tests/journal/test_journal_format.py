@@ -34,6 +34,7 @@ from format_testkit import (
 from hypothesis import HealthCheck, seed, settings
 from journal_kit import JOURNAL_SEED
 
+from shaledb.engine.wal import locate_values
 from shaledb.errors import CorruptionError
 from shaledb.format.journal import (
     POINTER_SIZE_JOURNAL,
@@ -56,7 +57,6 @@ from shaledb.format.row import (
 )
 from shaledb.format.sst import SST_JOURNAL, SstBuilder, decode_sst
 from shaledb.journal.compaction import block_head
-from shaledb.wal import locate_values
 
 
 def fuzz(max_examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -285,8 +285,8 @@ def test_block_heads_and_located_values_match_the_blocks(
     rows: list[tuple[bytes, int, bytes]], bs: int
 ) -> None:
     """The scoring's block-head parser and the WAL's value locations agree with full decoding."""
+    from shaledb.engine.wal import encode_wal_layout
     from shaledb.format.sst import decode_data_block
-    from shaledb.wal import encode_wal_layout
 
     keys = [r[0] for r in rows]
     ents = [

@@ -13,8 +13,8 @@ import pytest
 from journal_kit import collect, journal_settings, wall_clock
 
 from shaledb import Compactor, Db, GarbageCollector
+from shaledb.bulk.read import plan_read, read_part, values_and_metadata
 from shaledb.cli import main as cli_main
-from shaledb.export import plan_read, read_part, values_and_metadata
 from shaledb.journal.compaction import StandaloneHost, best_run, compact_journal
 from shaledb.settings import CompactorOptions, GcOptions, JournalOptions
 from shaledb.store import drop_memory_store

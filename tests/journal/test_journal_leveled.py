@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 from journal_kit import collect, journal_settings, wall_clock
 
-from shaledb import Compactor, CorruptionError, Db, DbReader, DbReaderOptions, paths
+from shaledb import Compactor, CorruptionError, Db, DbReader, DbReaderOptions
 from shaledb.errors import ClosedError, InvalidDbState
+from shaledb.format import paths
 from shaledb.format.row import KIND_TOMBSTONE
 from shaledb.format.sst import decode_meta
 from shaledb.journal.folds import journal_blocks

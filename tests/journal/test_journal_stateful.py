@@ -501,7 +501,7 @@ class JournalMachine(RuleBasedStateMachine):
     @invariant()
     @crashable
     def live_reads_match(self) -> None:
-        if self.db is None or self.faults.crashed or self.db.closing_without_wait():
+        if self.db is None or self.faults.crashed or self.db._host.failed():
             return
         now = self.now_ms()
         items = self.model.items(now)

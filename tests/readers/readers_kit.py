@@ -33,12 +33,12 @@ def compact_everything(url: str) -> list[str]:
     import random
     from dataclasses import replace
 
-    from shaledb.cache import LruCache
+    from shaledb.engine.cache import LruCache
+    from shaledb.engine.sstable import TableCache
+    from shaledb.format.paths import new_ulid, sst_path
     from shaledb.format.sst import SST_TABLE, SstBuilder
     from shaledb.manifest.model import Manifest, SortedRun, SstInfo, Tree
     from shaledb.manifest.store import ManifestStore
-    from shaledb.paths import new_ulid, sst_path
-    from shaledb.sstable import TableCache
     from shaledb.store import open_store
     from shaledb.testing.clock import ManualClock
 

@@ -29,11 +29,11 @@ from shaledb import (
     GcOptions,
     JournalOptions,
     Settings,
-    paths,
 )
-from shaledb.checkpoint import make_checkpoint
+from shaledb.admin.checkpoint import make_checkpoint
 from shaledb.clock import SYSTEM_CLOCK
 from shaledb.errors import ShaleError
+from shaledb.format import paths
 from shaledb.manifest.store import ManifestStore
 from shaledb.store import drop_memory_store, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash

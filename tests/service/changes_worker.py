@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from shaledb import Db, FencedError, Settings, WriteBatch
-from shaledb.changes import open_changes
+from shaledb.engine.changes import open_changes
 
 
 def writer(url: str, seed: int, tag: str) -> None:

@@ -101,9 +101,9 @@ def test_no_store_call_or_durability_wait_runs_on_the_loop_thread(
     """Deterministic side of the heartbeat test: every store call and every WAL wait of
     every async operation (open, writes, reads, scans, snapshots, flush, close, a reader)
     runs off the event loop's thread."""
+    from shaledb.engine.wal import WalWriter
     from shaledb.store import open_store
     from shaledb.store.wrappers import StoreWrapper
-    from shaledb.wal import WalWriter
 
     threads: set[int] = set()
 

@@ -23,7 +23,7 @@ from shaledb import (
     Settings,
     WriteBatch,
 )
-from shaledb.changes import Change, Cursor, open_changes
+from shaledb.engine.changes import Change, Cursor, open_changes
 from shaledb.testing.seeds import test_seed
 
 QUIET = Settings(compactor=None, garbage_collector=None)

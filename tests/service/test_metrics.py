@@ -14,8 +14,8 @@ import pytest
 
 from shaledb import Db, FencedError, Settings, WriteBatch
 from shaledb.clock import SYSTEM_CLOCK
-from shaledb.metrics import Histogram, PrometheusCollector
 from shaledb.store import LatencyStore, open_store
+from shaledb.store.metrics import Histogram, PrometheusCollector
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 EXE = Path(sys.executable).with_name("shaledb")

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from spark_kit import contents, kv_frame, latest, referenced, sst_ids
 
-from shaledb import Db, FencedError, GarbageCollector, GcOptions, Settings, paths
+from shaledb import Db, FencedError, GarbageCollector, GcOptions, Settings
 from shaledb import spark as shale_spark
+from shaledb.bulk.ingest import commit_ingest
+from shaledb.bulk.ingest.exchange import assign, choose_bounds
+from shaledb.bulk.read import plan_read
 from shaledb.compaction import schedule
 from shaledb.errors import InvalidArgument
-from shaledb.export import plan_read
-from shaledb.ingest import commit_ingest
-from shaledb.ingest.exchange import assign, choose_bounds
+from shaledb.format import paths
 from shaledb.settings import CompactorOptions
 from shaledb.store import open_store
 from shaledb.testing.seeds import test_seed
@@ -25,7 +26,7 @@ from shaledb.testing.seeds import test_seed
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
 
-from shaledb.export_arrow import read_part_arrow  # noqa: E402
+from shaledb.bulk.read_arrow import read_part_arrow  # noqa: E402
 from shaledb.spark.schema import WriteOptions  # noqa: E402
 from shaledb.spark.source import ShaleWriter, begin_write  # noqa: E402
 

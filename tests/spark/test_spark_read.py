@@ -169,7 +169,7 @@ def test_a_default_read_plans_one_part_per_task_slot(spark, tmp_path):
     One SST of ~10 MB (one ingest part): without the slots the read would be one part
     of at most 128 MiB; with them it is cut in two at the SST's block ends.
     """
-    from shaledb.ingest import ingest_columns
+    from shaledb.bulk.ingest import ingest_columns
 
     assert spark.sparkContext.defaultParallelism == 2
     url = str(tmp_path / "db")

@@ -7,7 +7,7 @@ manifest CAS *commits* them. :class:`Compactor` does this for one database,
 standalone (``Compactor.open(url).run()`` or ``shaledb run-compactor``) or
 embedded in the writer (:class:`EmbeddedCompactor`, a background thread).
 
-Fencing (SPEC §4.3). Opening a compactor bumps ``compactor_epoch`` by CAS.
+Fencing (see docs/design/manifest-and-fencing.md). Opening a compactor bumps ``compactor_epoch`` by CAS.
 Every commit re-checks the epoch inside its manifest mutator, so an older
 compactor's next commit raises :class:`~shaledb.errors.FencedError` and its
 outputs become orphans for the garbage collector. An embedded compactor that
@@ -38,13 +38,15 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from .. import paths
 from ..clock import SYSTEM_CLOCK, Clock
+from ..engine.history import manifest_floor
+from ..engine.host import ManifestHost, WriterHost
+from ..engine.parents import ExternalStores, default_factory
 from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError
+from ..format import paths
 from ..format.coding import CODECS
-from ..history import manifest_floor
 from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore, Mutator
 from ..settings import CompactorOptions, MiB, Settings
@@ -67,17 +69,6 @@ deleted)."""
 
 class CompactionAborted(ConflictError):
     """The manifest changed under a job (its sources are gone); nothing was committed."""
-
-
-class ManifestHost(Protocol):
-    """What an embedded compactor needs from the writer it lives in."""
-
-    @property
-    def manifest(self) -> Manifest: ...
-
-    def update_manifest(self, mutate: Mutator) -> Manifest: ...
-
-    def decorate_manifest(self, m: Manifest) -> Manifest: ...
 
 
 # ----------------------------------------------------------------- commit
@@ -295,18 +286,18 @@ class Compactor:
         settings: Settings,
         clock: Clock,
         rng: random.Random,
-        host: ManifestHost | None = None,
+        host: WriterHost | None = None,
         store_options: dict[str, Any] | None = None,
     ) -> None:
-        from ..external import ExternalStores, default_factory
-
         self.store = store
         self.owned_store: ObjectStore | None = None
         """The store :meth:`open` opened, closed by :meth:`close` (a passed-in store stays theirs)."""
         # A clone's ancestors, opened by URL (the writer's own resolver when embedded).
-        self._own_external = getattr(host, "external", None) is None
-        self.external = getattr(host, "external", None) or ExternalStores(
-            default_factory(settings.retry, clock, random.Random(), store_options)
+        self._own_external = host is None
+        self.external = (
+            host.parents
+            if host is not None
+            else ExternalStores(default_factory(settings.retry, clock, random.Random(), store_options))
         )
         self.options = options
         self.settings = settings
@@ -559,7 +550,7 @@ class EmbeddedCompactor:
     next poll, so a flaky store does not stop compaction for good.
     """
 
-    def __init__(self, host: Any, options: CompactorOptions) -> None:
+    def __init__(self, host: WriterHost, options: CompactorOptions) -> None:
         self.compactor = Compactor(
             host.store,
             options,
@@ -590,9 +581,8 @@ class EmbeddedCompactor:
                 self.totals.merge(report)
                 self.idle = not report.did_work
                 if report.did_work:
-                    state = getattr(c.host, "metrics_state", None)
-                    if state is not None:
-                        state.compaction_s.observe(report.duration_s)
+                    if c.host is not None:
+                        c.host.metrics_state.compaction_s.observe(report.duration_s)
                     continue
             except FencedError as exc:
                 self.fenced = exc

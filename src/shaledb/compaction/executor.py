@@ -58,9 +58,11 @@ from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add, eq
 
-from .. import paths
 from ..clock import Clock
+from ..engine.history import merge_history
+from ..engine.sstable import SstSplitter, put_new_sst, read_sst_meta
 from ..errors import CorruptionError
+from ..format import paths
 from ..format.block import Block
 from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
 from ..format.sst import (
@@ -71,10 +73,8 @@ from ..format.sst import (
     SstProps,
     decode_data_block,
 )
-from ..history import merge_history
 from ..keys import key_after
 from ..manifest.model import SstInfo
-from ..sstable import SstSplitter, put_new_sst, read_sst_meta
 from ..store.base import ObjectStore
 from ..store.parallel import Progress
 from .scheduler import CompactionSpec

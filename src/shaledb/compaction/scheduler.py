@@ -64,7 +64,7 @@ class CompactionSpec:
     bottom: bool
     reason: str = ""
     history_floor: int | None = None
-    """Keep every version newer than this sequence number (``shaledb.history``); None: newest only."""
+    """Keep every version newer than this sequence number (``shaledb.engine.history``); None: newest only."""
 
     @property
     def l0_ids(self) -> tuple[str, ...]:

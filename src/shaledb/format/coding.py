@@ -113,7 +113,7 @@ def framed(payload: bytes, codec: int) -> tuple[bytes, bytes]:
     """:func:`frame_block` in two pieces, the body and its 9-byte trailer, for a caller
     that appends them to a buffer: a WAL block holds a whole write batch, hundreds of
     KiB with large values, and each temporary copy that size is a fresh mapping to
-    fault in (see ``shaledb.allocator``)."""
+    fault in (see ``shaledb.engine.allocator``)."""
     body, codec = _compressed(payload, codec)
     trailer = _TRAILER_HEAD.pack(len(payload), codec)
     return body, trailer + _U32.pack(crc32c_extend(crc32c(body), trailer))

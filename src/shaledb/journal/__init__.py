@@ -1,4 +1,4 @@
-"""The value journal (key/value separation, Leveled's Inker): read values behind
+"""The value journal (key/value separation, docs/design/value-journal.md): read values behind
 pointers, compact the journal, rebuild the ledger from it, back a database up.
 
 See docs/journal.md for the design and docs/format/journal.md for the bytes.

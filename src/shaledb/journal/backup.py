@@ -33,24 +33,31 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-from .. import paths
-from ..checkpoint import delete_checkpoint, read_checkpoint_manifest, without_checkpoints
-from ..clock import Clock
+from ..admin.checkpoint import (
+    create_checkpoint,
+    create_writer_checkpoint,
+    delete_checkpoint,
+    read_checkpoint_manifest,
+    without_checkpoints,
+)
+from ..admin.destruction import PENDING_RELEASE
+from ..admin.handle import AdminHandle
+from ..clock import SYSTEM_CLOCK, Clock
+from ..engine.host import WriterHost
+from ..engine.parents import canonical_url
 from ..errors import InvalidArgument, InvalidDbState, ObjectNotFound, ShaleError
-from ..external import canonical_url
-from ..lifecycle import PENDING_RELEASE
+from ..format import paths
 from ..manifest.model import JournalFile, Manifest, SstInfo, to_body
 from ..manifest.store import ManifestStore
+from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.parallel import DEFAULT_WORKERS, Progress, check_workers, run_bounded
 from ..store.roots import check_disjoint
+from ..store.stack import wrap_store
 from ..store.url import open_store
-
-if TYPE_CHECKING:
-    from ..db import Db
 
 log = logging.getLogger("shaledb.backup")
 
@@ -316,17 +323,13 @@ def check_backup_roots(src: str, dest_url: str, m: Manifest) -> None:
 
 
 def open_dest(dest_url: str, store_options: Mapping[str, Any] | None) -> ObjectStore:
-    from ..clock import SYSTEM_CLOCK
-    from ..settings import Settings
-    from ..store.stack import wrap_store
-
     scheme = urlsplit(dest_url).scheme.lower()
     opts = {} if scheme in ("", "file", "memory") or len(scheme) == 1 else dict(store_options or {})
     return wrap_store(open_store(dest_url, **opts), Settings(), SYSTEM_CLOCK, random.Random())
 
 
 def backup_from_writer(
-    db: Db,
+    db: WriterHost,
     dest_url: str,
     *,
     store_options: Mapping[str, Any] | None = None,
@@ -337,19 +340,19 @@ def backup_from_writer(
 ) -> BackupReport:
     """``Db.backup``: checkpoint every write issued so far, copy, release."""
     check_workers(workers)
-    own = db.external._own
+    own = db.parents.own_url
     if own is not None and canonical_url(dest_url) == own:
         raise InvalidArgument("a database cannot be backed up onto itself")
     check_backup_roots(own or db.store.describe(), dest_url, db.manifest)
     dest = open_dest(dest_url, store_options)
-    cp = db.create_checkpoint(lifetime=lifetime, name="backup")
+    cp = create_writer_checkpoint(db, lifetime=lifetime, name="backup")
     rep = BackupReport(checkpoint_id=str(cp.id))
     try:
         m = read_checkpoint_manifest(db.manifests, cp)
         backup_version(
             m,
             db.store,
-            lambda i: db.store if i == 0 else db.external.store_for(i, m),
+            lambda i: db.store if i == 0 else db.parents.store_for(i, m),
             dest,
             clock=db.clock,
             rng=random.Random(db.rng.getrandbits(64)),
@@ -394,9 +397,6 @@ def backup_url(
     progress: Progress | None = None,
 ) -> BackupReport:
     """A backup without a writer (``shaledb --path URL backup DEST``): every durable write."""
-    from ..admin import AdminHandle
-    from ..checkpoint import create_checkpoint
-
     check_workers(workers)
     if canonical_url(src_url) == canonical_url(dest_url):
         raise InvalidArgument("a database cannot be backed up onto itself")

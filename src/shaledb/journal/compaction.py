@@ -1,4 +1,4 @@
-"""Journal compaction: Leveled's Inker clerk on an object store.
+"""Journal compaction on an object store (see docs/design/value-journal.md).
 
 The value journal is the list of journal files in the manifest (WAL objects
 kept once their writes reached L0, and objects this module writes). A value
@@ -64,10 +64,13 @@ import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import paths
+from ..compaction.compactor import JobLease
+from ..engine.host import WriterHost
+from ..engine.sstable import put_new_journal, put_new_sst
 from ..errors import ClosedError, CorruptionError, InvalidArgument, ShaleError
+from ..format import paths
 from ..format.coding import CODECS
 from ..format.journal import decode_pointer
 from ..format.row import (
@@ -88,13 +91,9 @@ from ..format.sst import (
     decode_sst,
 )
 from ..manifest.model import JournalFile, Manifest, SstInfo
-from ..sstable import put_new_journal, put_new_sst
 from .folds import last_of_batch
-from .hosts import CompactionHost, StandaloneHost, WriterHost
+from .hosts import CompactionHost, EmbeddedHost, StandaloneHost
 from .scoring import DROP, TOMB, FileScore, _Ledger, best_run, block_head, plan_runs, score_file
-
-if TYPE_CHECKING:
-    from ..db import Db
 
 log = logging.getLogger("shaledb.journal")
 
@@ -484,8 +483,6 @@ def compact_journal(
     runs never overlap), rewrites them, repoints the ledger once and commits
     once; passes repeat until one finds nothing (or ``max_runs`` runs are done).
     """
-    from ..compaction.compactor import JobLease
-
     report = JournalCompactionReport()
     if not host.lock.acquire(blocking=False):
         report.busy = True
@@ -668,7 +665,7 @@ class EmbeddedJournalCompactor:
     Failures are logged and retried at the next interval; they never stop the writer.
     """
 
-    def __init__(self, db: Db, interval_s: float) -> None:
+    def __init__(self, db: WriterHost, interval_s: float) -> None:
         self.db = db
         self.interval_s = interval_s
         self.last_report: JournalCompactionReport | None = None
@@ -680,7 +677,7 @@ class EmbeddedJournalCompactor:
     def _run(self) -> None:
         while not self.db.clock.wait(self._stop, self.interval_s):
             try:
-                self.last_report = compact_journal(WriterHost(self.db))
+                self.last_report = compact_journal(EmbeddedHost(self.db))
             except ClosedError:
                 return
             except Exception as exc:  # noqa: BLE001 - logged and retried; the writer keeps going
@@ -699,8 +696,8 @@ __all__ = [
     "EmbeddedJournalCompactor",
     "FileScore",
     "JournalCompactionReport",
+    "EmbeddedHost",
     "StandaloneHost",
-    "WriterHost",
     "best_run",
     "block_head",
     "compact_journal",

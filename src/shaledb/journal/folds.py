@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from .. import paths
+from ..engine.reads import ReadView, Visibility, lookup
+from ..engine.sstable import TableCache
 from ..errors import CorruptionError
+from ..format import paths
 from ..format.block import Block
 from ..format.row import FLAG_INDEX_TREE, KIND_VALUE, TYPE_MASK, decode_payload
 from ..format.sst import decode_data_block, decode_meta
-from ..reader import ReadView, Visibility, lookup
-from ..sstable import TableCache
 from ..store.base import ObjectStore
 
 

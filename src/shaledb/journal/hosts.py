@@ -1,8 +1,9 @@
 """Where journal compaction runs: in the writer, or in another process.
 
-:class:`WriterHost` commits through ``Db.update_manifest`` (serialized with
-the writer's flushes and its compactor's commits, the new view pinned by the
-same CAS); :class:`StandaloneHost` (``shaledb compact-journal``) commits with a
+:class:`EmbeddedHost` commits through the writer's host
+(``shaledb.engine.host.WriterHost``: serialized with the writer's flushes and
+its compactor's commits, the new view pinned by the same CAS);
+:class:`StandaloneHost` (``shaledb compact-journal``) commits with a
 plain manifest CAS, which the running writer adopts at its next poll.
 """
 
@@ -10,21 +11,17 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
-from ..cache import LruCache
 from ..clock import Clock
-from ..errors import ClosedError
+from ..engine.cache import LruCache
+from ..engine.host import WriterHost
+from ..engine.parents import ExternalStores, default_factory
+from ..engine.sstable import TableCache
 from ..manifest.model import Manifest
+from ..manifest.store import ManifestStore, Mutator
 from ..settings import Settings
-from ..sstable import TableCache
 from ..store.base import ObjectStore
-
-if TYPE_CHECKING:
-    from ..db import Db
-
-Mutator = Callable[[Manifest], Manifest | None]
 
 
 class CompactionHost(Protocol):
@@ -46,20 +43,20 @@ class CompactionHost(Protocol):
     def check_open(self) -> None: ...
 
 
-class WriterHost:
-    """Journal compaction inside the writer: commits go through ``Db.update_manifest``."""
+class EmbeddedHost:
+    """Journal compaction inside the writer: commits go through the writer's ``update_manifest``."""
 
-    def __init__(self, db: Db) -> None:
+    def __init__(self, db: WriterHost) -> None:
         self.db = db
         self.store = db.store
         self.clock = db.clock
         self.rng = random.Random(db.rng.getrandbits(64))
         self.settings = db.settings
         self.tables = db.tables
-        self.lock = db._journal_lock
+        self.lock = db.journal_lock
 
     def store_for(self, db: int) -> ObjectStore:
-        return self.db._resolve_store(db)
+        return self.db.store_for(db)
 
     def latest(self) -> Manifest:
         return self.db.refresh_manifest()
@@ -74,11 +71,7 @@ class WriterHost:
         return db.update_manifest(decorated)
 
     def check_open(self) -> None:
-        from ..db import _OPEN
-
-        if self.db._state != _OPEN:
-            raise ClosedError("the database is closing: journal compaction stops")
-        self.db.check_failure()
+        self.db.check_open()
 
 
 class StandaloneHost:
@@ -96,9 +89,6 @@ class StandaloneHost:
         rng: random.Random,
         store_options: dict[str, Any] | None = None,
     ) -> None:
-        from ..external import ExternalStores, default_factory
-        from ..manifest.store import ManifestStore
-
         self.store = store
         self.clock = clock
         self.rng = rng
@@ -129,4 +119,4 @@ class StandaloneHost:
         return None
 
 
-__all__ = ["CompactionHost", "Mutator", "StandaloneHost", "WriterHost"]
+__all__ = ["CompactionHost", "EmbeddedHost", "Mutator", "StandaloneHost"]

@@ -37,11 +37,12 @@ runs are written: a tool for disaster recovery of databases that fit.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import paths
+from ..engine.host import WriterHost
+from ..engine.sstable import put_new_sst
 from ..errors import CorruptionError, InvalidArgument, InvalidDbState
-from ..flush import OPT_COMPLETE
+from ..format import paths
 from ..format.coding import CODECS
 from ..format.journal import Pointer, encode_pointer
 from ..format.row import (
@@ -56,16 +57,13 @@ from ..format.row import (
 )
 from ..format.sst import SST_TABLE, SstBuilder
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
-from ..sstable import put_new_sst
+from ..manifest.options import OPT_COMPLETE
 from .folds import journal_blocks
-
-if TYPE_CHECKING:
-    from ..db import Db
 
 Entry = tuple[int, int, bytes]
 
 
-def replay_journal(db: Db, m: Manifest) -> tuple[dict[bytes, Entry], dict[bytes, Entry], int, int]:
+def replay_journal(db: WriterHost, m: Manifest) -> tuple[dict[bytes, Entry], dict[bytes, Entry], int, int]:
     """Newest entry per key of each tree, from the journal files of ``m``; and
     how many objects and entries were read."""
     thr = db.settings.value_separation_threshold
@@ -74,7 +72,7 @@ def replay_journal(db: Db, m: Manifest) -> tuple[dict[bytes, Entry], dict[bytes,
     entries = 0
     for jf in m.journal:
         path = paths.journal_object_path(jf.id)
-        raw = db._resolve_store(jf.db).get(path)
+        raw = db.store_for(jf.db).get(path)
         for off, length, b in journal_blocks(raw, path):
             for i in range(len(b)):
                 entries += 1
@@ -101,7 +99,7 @@ def replay_journal(db: Db, m: Manifest) -> tuple[dict[bytes, Entry], dict[bytes,
     return data, index, len(m.journal), entries
 
 
-def _write_run(db: Db, entries: dict[bytes, Entry], now_ms: int) -> list[SstInfo]:
+def _write_run(db: WriterHost, entries: dict[bytes, Entry], now_ms: int) -> list[SstInfo]:
     s = db.settings
     max_bytes = s.compactor.max_sst_size_bytes if s.compactor is not None else 64 * 1024 * 1024
     out: list[SstInfo] = []
@@ -139,7 +137,7 @@ def _write_run(db: Db, entries: dict[bytes, Entry], now_ms: int) -> list[SstInfo
     return out
 
 
-def rebuild_ledger(db: Db, *, force: bool = False) -> dict[str, Any]:
+def rebuild_ledger(db: WriterHost, *, force: bool = False) -> dict[str, Any]:
     """Replace the ledger of ``db`` with one rebuilt from its journal (module docstring)."""
     db.check_failure()
     m = db.refresh_manifest()
@@ -171,7 +169,7 @@ class _Moved(Exception):
     pass
 
 
-def _attempt(db: Db, m: Manifest) -> dict[str, Any] | Manifest:
+def _attempt(db: WriterHost, m: Manifest) -> dict[str, Any] | Manifest:
     """One rebuild against ``m``: the report, or the manifest to start over from."""
     now_ms = int(db.clock.now() * 1000)
     data, index, objects, read = replay_journal(db, m)

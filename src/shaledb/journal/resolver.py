@@ -3,7 +3,7 @@
 A pointer (``format/journal.py``) names a journal object by its ref (a WAL id
 or a ULID), the stored block and the entry's index in it. The ref does not
 say which database owns the object: a clone's manifest lists its ancestors'
-journal files with ``JournalFile.db`` (see ``shaledb.external``), so the
+journal files with ``JournalFile.db`` (see ``shaledb.engine.parents``), so the
 resolver keeps a ``ref -> db`` map filled from the manifests it is shown.
 Refs are unique across a clone's lineage (WAL ids grow along it, ULIDs are
 unique) and an entry never changes, so the map only grows; a ref it does not
@@ -19,9 +19,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from .. import paths
-from ..cache import LruCache
+from ..engine.cache import LruCache
 from ..errors import CorruptionError, ObjectNotFound
+from ..format import paths
 from ..format.block import Block
 from ..format.journal import Pointer, decode_pointer
 from ..format.row import decode_payload

@@ -1,4 +1,4 @@
-"""Scoring journal objects and choosing runs (Leveled's ``leveled_iclerk`` rules).
+"""Scoring journal objects and choosing runs (docs/design/value-journal.md).
 
 See ``shaledb.journal.compaction`` for the whole procedure. :class:`_Ledger`
 is the keep/drop rule against one manifest's SSTs; :func:`score_file` samples
@@ -14,16 +14,16 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import paths
+from ..engine.memtable import Memtable
+from ..engine.reads import ReadView, Visibility, lookup
+from ..engine.sstable import read_object_meta
 from ..errors import CorruptionError, ObjectNotFound
+from ..format import paths
 from ..format.coding import CODEC_NONE, TRAILER_SIZE, u32_array, u64_array
 from ..format.row import FLAG_INDEX_TREE, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
 from ..format.sst import SstMeta, decode_data_block
 from ..manifest.model import JournalFile, Manifest
-from ..memtable import Memtable
-from ..reader import ReadView, Visibility, lookup
 from ..settings import JournalOptions
-from ..sstable import read_object_meta
 from ..store.base import ObjectStore
 from .folds import last_of_batch
 from .hosts import CompactionHost

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import CorruptionError
-from ..paths import check_journal_ref, check_ulid
+from ..format.paths import check_journal_ref, check_ulid
 
 TREE_NAMES = ("data", "index")
 
@@ -81,7 +81,7 @@ class Tree:
 
 @dataclass(frozen=True, slots=True)
 class TrackedWal:
-    """A closed WAL object recorded with its size and CRC32C (seed 003)."""
+    """A closed WAL object recorded with its size and CRC32C (see docs/design/wal.md)."""
 
     id: int
     size: int
@@ -93,7 +93,7 @@ class Checkpoint:
     """A pin on manifest ``manifest_id``: GC keeps everything it references.
 
     ``expire_time_s`` None never expires. ``writer_epoch`` marks the writer's
-    own checkpoint (seed 002's WriterCheckpoint metadata).
+    own checkpoint (a writer checkpoint, see docs/design/checkpoints-readers-clones.md).
     """
 
     id: uuid.UUID
@@ -144,9 +144,9 @@ class JournalFile:
 
 @dataclass(frozen=True, slots=True)
 class IngestRecord:
-    """A committed bulk ingest (``shaledb.ingest``): its id makes a re-run a no-op.
+    """A committed bulk ingest (``shaledb.bulk.ingest``): its id makes a re-run a no-op.
 
-    ``fingerprint`` summarises the rows (see ``shaledb.ingest``) so a re-run
+    ``fingerprint`` summarises the rows (see ``shaledb.bulk.ingest``) so a re-run
     under the same id with other data is refused instead of ignored.
     """
 
@@ -184,7 +184,7 @@ class Manifest:
     options: tuple[tuple[str, str], ...] = ()
     """Database-wide persisted options (e.g. the journal recovery strategy)."""
     ingests: tuple[IngestRecord, ...] = ()
-    """The most recent bulk ingests, oldest first (bounded; see ``shaledb.ingest``)."""
+    """The most recent bulk ingests, oldest first (bounded; see ``shaledb.bulk.ingest``)."""
     extra: tuple[tuple[str, Any], ...] = ()
     """Body fields this version does not know, kept so they round-trip."""
 

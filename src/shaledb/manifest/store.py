@@ -1,6 +1,6 @@
 """Reading and writing manifests with create-if-absent as the only CAS.
 
-Update protocol (seed 000/001, SPEC §4.1): read the latest manifest, apply the
+Update protocol (see docs/design/manifest-and-fencing.md): read the latest manifest, apply the
 change, check fencing, check invariants, write ``id + 1`` with
 create-if-absent; on a conflict re-read and re-apply until the timeout. A
 fenced process gets ``FencedError`` (never a silent, logged-and-lost update).
@@ -27,9 +27,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 
-from .. import paths
 from ..clock import Clock
 from ..errors import AlreadyExists, ConflictError, CorruptionError, NotFound, ObjectNotFound, Unavailable
+from ..format import paths
 from ..format.manifest import decode_manifest_body, encode_manifest_body
 from ..numbers import check_seconds
 from ..store.base import ObjectStore

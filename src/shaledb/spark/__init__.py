@@ -10,7 +10,7 @@
     shale_spark.compact(spark, url)                                  # compaction as a Spark job
 
 Everything here reaches the engine through shaledb's public modules
-(``shaledb.ingest``, ``shaledb.export``, ``shaledb.compaction``,
+(``shaledb.bulk.ingest``, ``shaledb.bulk.read``, ``shaledb.compaction``,
 ``shaledb.admin``); importing ``shaledb.spark`` does not import pyspark until
 a function needs it. See docs/spark.md for the design and every option.
 """

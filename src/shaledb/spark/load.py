@@ -5,17 +5,17 @@ Two Spark jobs and a commit, all from the driver:
 1. *stage*: ``mapInArrow`` over the input's own partitions (no shuffle);
    each task encodes its rows as the data source's tasks do, sorts them and
    stages them (:meth:`ShaleWriter.stage`), returning a
-   :class:`~shaledb.ingest.exchange.StagedRun`.
+   :class:`~shaledb.bulk.ingest.exchange.StagedRun`.
 2. *write*: one task per key range (bounds from the runs' samples), each
    gathering its rows from every run and writing SSTs
    (:meth:`ShaleWriter.gather`), returning an ``IngestPart``.
-3. :func:`shaledb.ingest.commit_ingest` of the parts in one CAS, as the data
+3. :func:`shaledb.bulk.ingest.commit_ingest` of the parts in one CAS, as the data
    source's ``commit()`` does. A failed job or commit is aborted: its parts'
    SSTs are deleted unless the manifest shows the CAS landed
-   (:func:`~shaledb.ingest.abort_ingest`). Either way the staged runs are
+   (:func:`~shaledb.bulk.ingest.abort_ingest`). Either way the staged runs are
    deleted (the garbage collector takes them if this process dies first).
 
-Why not Spark's range shuffle: see :mod:`shaledb.ingest.exchange` and
+Why not Spark's range shuffle: see :mod:`shaledb.bulk.ingest.exchange` and
 docs/benchmarks.md. Duplicate keys with ``order_by`` need Spark's sort by
 key then ``order_by`` and take the shuffle path.
 """
@@ -29,8 +29,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..ingest import IngestPart, abort_ingest, commit_ingest, open_ingest_store
-from ..ingest.exchange import GatherTask, StagedRun, assign, choose_bounds, delete_staged, new_exchange_id
+from ..bulk.ingest import IngestPart, abort_ingest, commit_ingest, open_ingest_store
+from ..bulk.ingest.exchange import (
+    GatherTask,
+    StagedRun,
+    assign,
+    choose_bounds,
+    delete_staged,
+    new_exchange_id,
+)
 from .source import ShaleWriter, begin_write, write_options
 
 log = logging.getLogger("shaledb.spark")

@@ -45,9 +45,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..batch import check_field
+from ..bulk.ingest import contiguous
 from ..errors import InvalidArgument
-from ..ingest import contiguous
+from ..keys import check_field
 from ..settings import COMPRESSIONS
 from .options import check_names
 
@@ -200,7 +200,7 @@ class WriteOptions:
     lease_s: float = 3600.0
     keep_page_cache: bool = False
     """Leave the SSTs a task writes to a local directory in the OS page cache
-    (``shaledb.ingest.open_ingest_store``); by default they are dropped as written."""
+    (``shaledb.bulk.ingest.open_ingest_store``); by default they are dropped as written."""
     store: dict[str, str] = field(default_factory=dict)
     fail_partition: int | None = None
     """Testing hook ``testing.fail_partition``: that partition's first attempt fails after writing."""

@@ -10,13 +10,13 @@ in yet another process. Nothing is shared in memory: the reader's checkpoint
 id and the ingest plan travel inside the pickled objects, everything else
 goes through the object store.
 
-Writes: ``writer()`` calls :func:`shaledb.ingest.begin_ingest` (so a claim
+Writes: ``writer()`` calls :func:`shaledb.bulk.ingest.begin_ingest` (so a claim
 fences a live writer at planning time, before any task), each task turns its
-partition into SSTs with a :class:`~shaledb.ingest.PartWriter` (the
+partition into SSTs with a :class:`~shaledb.bulk.ingest.PartWriter` (the
 columnar ``add_arrow`` path for plain keys and values; chunks of rows through
 ``add`` with metadata, index terms from ``index_columns``, or when the plan
 asks for it, e.g. values separated into journal objects), and
-``commit()`` calls :func:`shaledb.ingest.commit_ingest` with one message per
+``commit()`` calls :func:`shaledb.bulk.ingest.commit_ingest` with one message per
 partition (``abort()`` deletes what finished tasks wrote).
 
 Reads: ``schema()`` pins the version for the whole DataFrame -- the
@@ -59,10 +59,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import ArrayType, BinaryType, LongType, StringType, StructField, StructType
 
-from ..errors import CheckpointNotFound, InvalidArgument
-from ..export import DEFAULT_INLINE_WAL_BYTES, ReadPart, ensure_checkpoint, intersect, plan_read
-from ..export_arrow import read_part_arrow
-from ..ingest import (
+from ..bulk.ingest import (
     IngestPart,
     IngestPlan,
     PartWriter,
@@ -73,7 +70,10 @@ from ..ingest import (
     open_ingest_store,
     sort_indices,
 )
-from ..ingest.exchange import GatherTask, StagedRun, gather, stage_run
+from ..bulk.ingest.exchange import GatherTask, StagedRun, gather, stage_run
+from ..bulk.read import DEFAULT_INLINE_WAL_BYTES, ReadPart, ensure_checkpoint, intersect, plan_read
+from ..bulk.read_arrow import read_part_arrow
+from ..errors import CheckpointNotFound, InvalidArgument
 from ..keys import key_after, prefix_end
 from ..settings import Settings
 from ..settings_load import load_settings
@@ -253,7 +253,7 @@ def write_options(schema: StructType, options: Mapping[str, str]) -> WriteOption
 
 
 def begin_write(opts: WriteOptions) -> IngestPlan | None:
-    """The ingest's plan (:func:`shaledb.ingest.begin_ingest` with the options' settings);
+    """The ingest's plan (:func:`shaledb.bulk.ingest.begin_ingest` with the options' settings);
     None when save mode ``ignore`` finds data (then nothing is written)."""
     if opts.save_mode == "ignore" and _holds_data(opts):
         log.info("shaledb write to %s: the database holds data, save mode ignore writes nothing", opts.url)
@@ -278,8 +278,8 @@ def begin_write(opts: WriteOptions) -> IngestPlan | None:
 
 def _holds_data(opts: WriteOptions) -> bool:
     from .. import admin
+    from ..bulk.ingest.model import holds_data
     from ..errors import NotFound
-    from ..ingest.model import holds_data
 
     try:
         return holds_data(admin.read_manifest(opts.url, store_options=opts.store))

@@ -7,7 +7,7 @@
 
 PySpark's Python streaming data source API (``DataSourceStreamReader``) fits
 the feed as it is: an offset is a JSON-able dict, here ``{"cursor": "c1..."}``
-(``shaledb.changes.Cursor``), so Spark's offset log stores the position a
+(``shaledb.engine.changes.Cursor``), so Spark's offset log stores the position a
 restarted query resumes from, and a micro-batch is the changes between two
 cursors, which any task can reread from the WAL objects. ``latestOffset``
 reads forward from the start cursor (at most ``maxChangesPerTrigger``
@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from ..changes import Change, Cursor, latest_cursor, open_changes
+from ..engine.changes import Change, Cursor, latest_cursor, open_changes
 from ..errors import InvalidArgument
 
 CHANGES_SCHEMA = StructType(
@@ -53,7 +53,7 @@ CHANGES_SCHEMA = StructType(
         StructField("cursor", StringType(), False),
     ]
 )
-"""Columns of the change stream: one row per committed write (``shaledb.changes.Change``)."""
+"""Columns of the change stream: one row per committed write (``shaledb.engine.changes.Change``)."""
 
 MAX_CHANGES_PER_TRIGGER = 100_000
 

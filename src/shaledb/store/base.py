@@ -44,7 +44,7 @@ class ObjectMeta:
 class ObjectStore(Protocol):
     """A bucket-like store rooted at one database's prefix.
 
-    Requires: paths are relative (``shaledb.paths.check_relative_path``);
+    Requires: paths are relative (``shaledb.format.paths.check_relative_path``);
     ``list`` returns objects sorted by path; ``delete`` of a missing object is
     not an error.
     """

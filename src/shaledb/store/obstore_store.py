@@ -50,7 +50,7 @@ from ..errors import (
     ShaleError,
     Unavailable,
 )
-from ..paths import check_prefix, check_relative_path
+from ..format.paths import check_prefix, check_relative_path
 from .base import BULK_DELETE_OBJECTS, ObjectMeta
 from .http_errors import CloudService, bucket_missing, classify, http_status, is_bucket_missing
 from .local_fs import check_root, make_dirs, os_error

@@ -46,7 +46,7 @@ from typing import TypeVar
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AlreadyExists, EndpointUnreachable, ObjectNotFound, Unavailable
-from ..paths import check_prefix
+from ..format.paths import check_prefix
 from ..settings import RetryOptions
 from .base import PUT_ID_ATTRIBUTE, ObjectMeta, ObjectStore
 from .wrappers import StoreWrapper

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
 from ..errors import InvalidArgument
-from ..paths import parse_manifest_id
+from ..format.paths import parse_manifest_id
 
 _KINDS = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "azure": "az", "memory": "memory"}
 _MANIFEST_SEGMENT = "/manifest/"

@@ -27,7 +27,7 @@ def wrap_store(store: ObjectStore, settings: Settings, clock: Clock, rng: random
     """``store`` under retries and accounting (a store already wrapped is returned as is)."""
     if isinstance(store, RetryingStore):
         return store
-    from ..metrics import TimedStore
+    from .metrics import TimedStore
 
     timed = TimedStore(store)
     return RetryingStore(InstrumentedStore(timed), settings.retry, clock, random.Random(rng.getrandbits(64)))

@@ -1,6 +1,6 @@
 """Create-if-absent for stores without conditional writes: the two-phase write.
 
-This is the protocol of seed 001 ("Two-Phase CAS Protocol"), with SQLite as
+This is the two-phase CAS protocol (docs/design/manifest-and-fencing.md), with SQLite as
 the transactional store. A conditional put of ``dst``:
 
 1. writes the payload to a temporary object ``tmp/2pc/<uuid>.<crc32c>``;
@@ -50,7 +50,7 @@ import google_crc32c
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import AlreadyExists, CorruptionError, InvalidArgument, ObjectNotFound, Unavailable
-from ..paths import TMP_DIR, check_prefix, check_relative_path
+from ..format.paths import TMP_DIR, check_prefix, check_relative_path
 from .base import ObjectMeta, ObjectStore
 from .wrappers import StoreWrapper
 

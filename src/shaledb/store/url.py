@@ -35,7 +35,7 @@ import obstore
 import obstore.exceptions
 
 from ..errors import InvalidArgument, InvalidPathError
-from ..paths import check_relative_path
+from ..format.paths import check_relative_path
 from .base import ObjectStore
 from .cloud_options import bulk_deletes, cloud_service, with_backend_defaults
 from .obstore_store import LocalObstoreStore, ObstoreStore, shared_memory_store

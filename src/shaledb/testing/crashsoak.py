@@ -13,7 +13,7 @@ and then, in this process:
    every acknowledged write must be there with its value, and the contents
    must equal the acknowledged writes plus a prefix of the unacknowledged
    ones (:meth:`HistoryModel.resolve_crash`);
-2. runs :func:`shaledb.verify.verify` (deep every fourth round): manifest
+2. runs :func:`shaledb.admin.verify.verify` (deep every fourth round): manifest
    invariants, every referenced object present, sizes and checksums;
 3. checks what the role promises: a reader's states were prefixes of the
    write history and never went back (:func:`prefix_positions`); every
@@ -222,7 +222,7 @@ class CrashSoak:
         kept = self.model.resolve_crash(got)  # raises ModelMismatch naming each key
         self.stats.unacknowledged_kept += kept
         self.stats.unacknowledged_lost += pending_before - kept
-        from shaledb.verify import verify
+        from shaledb.admin.verify import verify
 
         report = verify(self.target.url, deep=r % 4 == 0, store_options=self._opts() or None)
         if not report.ok:

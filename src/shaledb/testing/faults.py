@@ -32,7 +32,7 @@ from functools import partial
 from typing import Literal, NoReturn, TypeVar
 
 from ..errors import InvalidArgument, Unavailable
-from ..paths import check_relative_path
+from ..format.paths import check_relative_path
 from ..store.base import ObjectMeta, ObjectStore
 from ..store.wrappers import OP_KINDS, StoreWrapper
 

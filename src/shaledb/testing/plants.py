@@ -24,7 +24,7 @@ Patch = tuple[Any, str, Any]
 
 def _ack_before_wal() -> list[Patch]:
     """A durable write is acknowledged before its WAL object is written."""
-    from ..db import Db
+    from ..db.writer import Db
 
     def durable_off(orig: Callable[..., Any]) -> Callable[..., Any]:
         def f(self: Any, *args: Any, durable: bool = True, **kw: Any) -> Any:
@@ -38,14 +38,14 @@ def _ack_before_wal() -> list[Patch]:
 def _skip_epoch_check() -> list[Patch]:
     """The WAL writer, finding its slot taken by a newer writer's fence, skips the slot
     instead of stopping: the writer's epoch is never checked against the fence."""
-    from ..wal import WalWriter
+    from ..engine.wal import WalWriter
 
     return [(WalWriter, "_collision", lambda self, wal_id, ours: False)]
 
 
 def _gc_ignores_min_age() -> list[Patch]:
     """The garbage collector deletes unreferenced objects whatever their age."""
-    from ..gc import GarbageCollector
+    from ..admin.gc import GarbageCollector
 
     orig = GarbageCollector.run_once
 
@@ -58,7 +58,7 @@ def _gc_ignores_min_age() -> list[Patch]:
 def _reader_skips_wal_gap() -> list[Patch]:
     """A reader finding a WAL object missing skips to the next id without asking the
     manifest whether the object was flushed and collected (its writes then in an SST)."""
-    from ..db_reader import DbReader
+    from ..db.reader import DbReader
 
     def after_missing(self: Any, wid: int) -> bool:
         if self._latest.next_wal_id <= wid + 1:
@@ -103,7 +103,7 @@ def _clone_init_not_idempotent() -> list[Patch]:
 def _manifest_cas_as_overwrite() -> list[Patch]:
     """A manifest version is written with a plain put: two writers of the same id both
     'succeed' and the later one silently replaces the other's change."""
-    from .. import paths
+    from ..format import paths
     from ..manifest.invariants import check_transition
     from ..manifest.store import ManifestStore
 

@@ -246,7 +246,7 @@ def run(role: str, url: str, aux: str, ledger: Ledger, seed: int, version: int, 
                 ledger.log({"op": "compact_journal"})
                 db.compact_journal(max_runs=2)
     elif role == "ingest":
-        from shaledb.ingest import ingest_columns
+        from shaledb.bulk.ingest import ingest_columns
 
         while True:
             keys = sorted(rng.sample(KEYS, rng.randrange(1, 9)))

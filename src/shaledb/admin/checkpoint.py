@@ -1,0 +1,405 @@
+"""Checkpoints: durable, optionally expiring pins on one manifest version.
+
+A checkpoint is an entry in the manifest's ``checkpoints`` list (see
+docs/design/checkpoints-readers-clones.md): ``id`` (UUID v4), ``manifest_id`` (the
+version it pins), create time, optional expiry, optional name (a label, not unique)
+and optional metadata.
+The garbage collector keeps every object a live (unexpired) checkpoint's
+manifest references, so a reader, a Spark job or a clone can read that
+version for as long as the checkpoint lives.
+
+Every change goes through :meth:`ManifestStore.update` (read latest, apply,
+write ``id + 1`` create-if-absent, retry on conflict), following the procedures of
+docs/design/checkpoints-readers-clones.md:
+
+* from the current manifest ``V``: refuse an uninitialized or destroyed
+  database, pin ``V + 1`` -- the very manifest that adds the checkpoint, so
+  the checkpoint can ride along with other changes in the same write;
+* from a source checkpoint: refuse a destroyed database or a missing or
+  expired source, and reuse the source's ``manifest_id`` (never an arbitrary
+  older version: only pinned versions are guaranteed to still exist).
+
+An expired checkpoint is dead even before the garbage collector removes it:
+it cannot be refreshed or used as a source, because the collector may already
+be deleting what it pinned. A process that lost its checkpoint that way
+creates a new one on the latest manifest (the reader does).
+
+Times are wall-clock seconds from the injected clock; lifetimes are a
+``timedelta``, seconds, or a duration string (``"7days 30min"``).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import timedelta
+
+from ..clock import Clock
+from ..duration import to_seconds
+from ..engine.host import WriterHost
+from ..errors import (
+    CheckpointNotFound,
+    ClosedError,
+    DatabaseDestroyed,
+    FencedError,
+    InvalidArgument,
+    InvalidDbState,
+    ObjectNotFound,
+)
+from ..format import paths
+from ..manifest.model import Checkpoint, Manifest
+from ..manifest.store import ManifestStore
+from ..store.base import ObjectStore
+
+Lifetime = timedelta | float | int | str | None
+SCOPES = ("all", "durable")
+MAX_NAME_CHARS = 256
+
+
+def lifetime_seconds(lifetime: Lifetime) -> float | None:
+    """Validate a lifetime: None (never expires) or a positive duration."""
+    secs = to_seconds(lifetime, "checkpoint lifetime")
+    if secs is not None and secs <= 0:
+        raise InvalidArgument("checkpoint lifetime must be positive (or None for no expiry)")
+    return secs
+
+
+def as_checkpoint_id(value: uuid.UUID | str | Checkpoint) -> uuid.UUID:
+    """A checkpoint id from a UUID, its string form or a Checkpoint."""
+    if isinstance(value, Checkpoint):
+        return value.id
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            raise InvalidArgument(
+                f"not a checkpoint id: {value!r} (expected a UUID such as "
+                "01740ee5-6459-44af-9a45-85deb6e468e3)"
+            ) from None
+    raise InvalidArgument(f"a checkpoint id must be a UUID or a string, got {type(value).__name__}")
+
+
+def new_checkpoint_id(rng: random.Random) -> uuid.UUID:
+    """A version-4 UUID drawn from ``rng`` (reproducible under a seeded run)."""
+    return uuid.UUID(int=rng.getrandbits(128), version=4)
+
+
+def _check_name(name: str | None) -> None:
+    if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
+        raise InvalidArgument(f"checkpoint name must be a string of at most {MAX_NAME_CHARS} characters")
+
+
+def _check_metadata(metadata: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    if not metadata:
+        return ()
+    if not isinstance(metadata, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise InvalidArgument("checkpoint metadata must map strings to strings")
+    return tuple(sorted(metadata.items()))
+
+
+def check_usable(m: Manifest, where: str, *, allow_uninitialized: bool = False) -> None:
+    """Refuse a destroyed (or, unless allowed, an uninitialized) database."""
+    if m.destroyed_at_s is not None:
+        raise DatabaseDestroyed(f"database at {where} was destroyed")
+    if not m.initialized and not allow_uninitialized:
+        raise InvalidDbState(
+            f"database at {where} is a clone whose initialization did not finish; "
+            "retry Db.open_from_checkpoint to complete it"
+        )
+
+
+def live_checkpoint(m: Manifest, cp_id: uuid.UUID, now_s: float, where: str) -> Checkpoint:
+    """The unexpired checkpoint ``cp_id`` of ``m``, or CheckpointNotFound."""
+    cp = m.checkpoint(cp_id)
+    if cp is None:
+        raise CheckpointNotFound(f"no checkpoint {cp_id} in the database at {where}")
+    if cp.expired(now_s):
+        raise CheckpointNotFound(f"checkpoint {cp_id} of the database at {where} has expired")
+    return cp
+
+
+def make_checkpoint(
+    cp_id: uuid.UUID,
+    manifest_id: int,
+    now_s: float,
+    lifetime_s: float | None,
+    *,
+    name: str | None = None,
+    metadata: tuple[tuple[str, str], ...] = (),
+    writer_epoch: int | None = None,
+) -> Checkpoint:
+    return Checkpoint(
+        id=cp_id,
+        manifest_id=manifest_id,
+        create_time_s=now_s,
+        expire_time_s=None if lifetime_s is None else now_s + lifetime_s,
+        name=name,
+        writer_epoch=writer_epoch,
+        metadata=metadata,
+    )
+
+
+def with_checkpoint(m: Manifest, cp: Checkpoint) -> Manifest:
+    """``m`` with ``cp`` added, or replacing the checkpoint with the same id."""
+    others = tuple(c for c in m.checkpoints if c.id != cp.id)
+    return replace(m, checkpoints=(*others, cp))
+
+
+def without_checkpoints(m: Manifest, ids: set[uuid.UUID]) -> Manifest:
+    return replace(m, checkpoints=tuple(c for c in m.checkpoints if c.id not in ids))
+
+
+def add_checkpoint_mutator(
+    *,
+    cp_id: uuid.UUID,
+    clock: Clock,
+    where: str,
+    lifetime_s: float | None,
+    source: uuid.UUID | None = None,
+    name: str | None = None,
+    metadata: tuple[tuple[str, str], ...] = (),
+    prepare: Callable[[Manifest], Manifest] | None = None,
+    result: list[Checkpoint] | None = None,
+) -> Callable[[Manifest], Manifest | None]:
+    """The mutation of the two creation procedures (see module docstring and
+    docs/design/checkpoints-readers-clones.md).
+
+    ``prepare`` adjusts the manifest first (e.g. a writer extending the WAL
+    range); the checkpoint is appended to ``result`` on every attempt, so the
+    last element is the one that was written.
+    """
+
+    def mutate(m: Manifest) -> Manifest | None:
+        now = clock.now()
+        mine = m.checkpoint(cp_id)
+        if mine is not None:  # an earlier attempt of ours landed (the id is fresh and random)
+            if result is not None:
+                result.append(mine)
+            return None
+        if source is None:
+            check_usable(m, where)
+            manifest_id = m.id + 1
+        else:
+            check_usable(m, where, allow_uninitialized=True)
+            manifest_id = live_checkpoint(m, source, now, where).manifest_id
+        if prepare is not None:
+            m = prepare(m)
+        cp = make_checkpoint(cp_id, manifest_id, now, lifetime_s, name=name, metadata=metadata)
+        if result is not None:
+            result.append(cp)
+        return with_checkpoint(m, cp)
+
+    return mutate
+
+
+def create_checkpoint(
+    ms: ManifestStore,
+    *,
+    clock: Clock,
+    rng: random.Random,
+    timeout_s: float,
+    lifetime: Lifetime = None,
+    source: uuid.UUID | str | Checkpoint | None = None,
+    name: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    include_durable_wal: bool = True,
+) -> Checkpoint:
+    """Create a checkpoint without a writer (no fencing: any process may do this).
+
+    From the current manifest, ``include_durable_wal`` first extends the
+    pinned manifest's WAL range to every WAL object already written (found
+    with one listing), so a reader opened on the checkpoint sees every write
+    that was durable when it was taken. A source checkpoint's WAL range is
+    the source's.
+    """
+    secs = lifetime_seconds(lifetime)
+    _check_name(name)
+    meta = _check_metadata(metadata)
+    src = None if source is None else as_checkpoint_id(source)
+    where = ms.store.describe()
+    out: list[Checkpoint] = []
+    prepare = None
+    if src is None and include_durable_wal:
+        store = ms.store
+
+        def prepare(m: Manifest) -> Manifest:
+            return extend_wal_range(m, durable_wal_tail(store, m.next_wal_id - 1))
+
+    mutate = add_checkpoint_mutator(
+        cp_id=new_checkpoint_id(rng),
+        clock=clock,
+        where=where,
+        lifetime_s=secs,
+        source=src,
+        name=name,
+        metadata=meta,
+        prepare=prepare,
+        result=out,
+    )
+    ms.update(mutate, timeout_s=timeout_s)
+    return out[-1]
+
+
+def refresh_checkpoint(
+    ms: ManifestStore, cp_id: uuid.UUID | str, *, clock: Clock, timeout_s: float, lifetime: Lifetime = None
+) -> Checkpoint:
+    """Set the expiry of a live checkpoint to now + ``lifetime`` (None: never expires)."""
+    secs = lifetime_seconds(lifetime)
+    cid = as_checkpoint_id(cp_id)
+    where = ms.store.describe()
+    out: list[Checkpoint] = []
+
+    def mutate(m: Manifest) -> Manifest:
+        if m.destroyed_at_s is not None:
+            raise DatabaseDestroyed(f"database at {where} was destroyed")
+        now = clock.now()
+        cp = live_checkpoint(m, cid, now, where)
+        new = replace(cp, expire_time_s=None if secs is None else now + secs)
+        out.append(new)
+        return with_checkpoint(m, new)
+
+    ms.update(mutate, timeout_s=timeout_s)
+    return out[-1]
+
+
+def delete_checkpoint(
+    ms: ManifestStore, cp_id: uuid.UUID | str, *, timeout_s: float, missing_ok: bool = False
+) -> bool:
+    """Remove a checkpoint (expired ones too); False if it was not there and ``missing_ok``."""
+    cid = as_checkpoint_id(cp_id)
+    where = ms.store.describe()
+    found = [False]
+
+    def mutate(m: Manifest) -> Manifest | None:
+        if m.checkpoint(cid) is None:
+            if found[0] or missing_ok:
+                return None  # (gone since an earlier attempt of ours saw it: deleted by us or by GC)
+            raise CheckpointNotFound(f"no checkpoint {cid} in the database at {where}")
+        found[0] = True
+        return without_checkpoints(m, {cid})
+
+    ms.update(mutate, timeout_s=timeout_s)
+    return found[0]
+
+
+def list_checkpoints(m: Manifest, name: str | None = None) -> list[Checkpoint]:
+    """The checkpoints of ``m`` (optionally only those named ``name``), oldest first."""
+    cps = [c for c in m.checkpoints if name is None or c.name == name]
+    return sorted(cps, key=lambda c: (c.create_time_s, str(c.id)))
+
+
+# ------------------------------------------------------------- WAL ranges
+
+
+def durable_wal_tail(store: ObjectStore, after: int) -> int:
+    """The highest id ``t`` such that every WAL object in ``(after, t]`` exists.
+
+    One listing from ``after``; WAL objects are written strictly in id order,
+    so the contiguous run is exactly what is durable (a gap is a slot a
+    crashed writer never filled: nothing after it is in this range).
+    """
+    tail = after
+    for meta in store.list(paths.WAL_DIR, offset=paths.wal_path(after)):
+        wid = paths.parse_wal_id(meta.path)
+        if wid is None:
+            continue
+        if wid != tail + 1:
+            break
+        tail = wid
+    return tail
+
+
+def extend_wal_range(m: Manifest, last_wal_id: int) -> Manifest:
+    """``m`` whose WAL range (``next_wal_id``) covers WAL objects up to ``last_wal_id``."""
+    if last_wal_id + 1 <= m.next_wal_id:
+        return m
+    return replace(m, next_wal_id=last_wal_id + 1)
+
+
+# --------------------------------------------------------------- writers
+
+
+def create_writer_checkpoint(
+    db: WriterHost,
+    *,
+    lifetime: Lifetime = None,
+    source: uuid.UUID | str | Checkpoint | None = None,
+    name: str | None = None,
+    scope: str = "all",
+    metadata: Mapping[str, str] | None = None,
+) -> Checkpoint:
+    """``Db.create_checkpoint``: a checkpoint taken by the open writer.
+
+    ``scope="all"`` first makes every write issued so far durable in the WAL
+    (``db.flush()``); ``"durable"`` takes what is durable already. Either way
+    the pinned manifest's WAL range is extended to the WAL objects the writer
+    has written, so a reader opened on the checkpoint replays them: the
+    checkpoint holds every write acknowledged (``"durable"``) or issued
+    (``"all"``) before the call, without forcing a memtable flush to L0.
+    The manifest write checks the writer's epoch, so a fenced writer cannot
+    create a checkpoint of a database it no longer owns.
+    """
+    if scope not in SCOPES:
+        raise InvalidArgument(f"scope must be one of {SCOPES}, got {scope!r}")
+    secs = lifetime_seconds(lifetime)
+    _check_name(name)
+    meta = _check_metadata(metadata)
+    src = None if source is None else as_checkpoint_id(source)
+    db.check_failure()
+    if db.closed:
+        raise ClosedError("database is closed")
+    if src is None and scope == "all":
+        db.flush()
+    durable_wal = db.wal.durable_wal_id
+    epoch = db.epoch
+
+    def prepare(m: Manifest) -> Manifest:
+        if m.writer_epoch != epoch:
+            raise FencedError(f"writer epoch {m.writer_epoch} took over; this writer (epoch {epoch}) stops")
+        return db.decorate_manifest(extend_wal_range(m, durable_wal) if src is None else m)
+
+    out: list[Checkpoint] = []
+    mutate = add_checkpoint_mutator(
+        cp_id=new_checkpoint_id(db.rng),
+        clock=db.clock,
+        where=db.store.describe(),
+        lifetime_s=secs,
+        source=src,
+        name=name,
+        metadata=meta,
+        prepare=prepare,
+        result=out,
+    )
+    db.update_manifest(mutate)  # serialized with the writer's other manifest writes; adopts the result
+    return out[-1]
+
+
+def read_checkpoint_manifest(ms: ManifestStore, cp: Checkpoint) -> Manifest:
+    """The manifest a live checkpoint pins (its absence means the pin was broken)."""
+    try:
+        return ms.read(cp.manifest_id)
+    except ObjectNotFound:
+        raise CheckpointNotFound(
+            f"checkpoint {cp.id} pins manifest {cp.manifest_id}, which no longer exists"
+        ) from None
+
+
+__all__ = [
+    "SCOPES",
+    "as_checkpoint_id",
+    "check_usable",
+    "create_checkpoint",
+    "create_writer_checkpoint",
+    "delete_checkpoint",
+    "durable_wal_tail",
+    "lifetime_seconds",
+    "list_checkpoints",
+    "live_checkpoint",
+    "refresh_checkpoint",
+]

@@ -1,0 +1,548 @@
+"""The garbage collector: delete only what nothing can read any more.
+
+A pass (see docs/design/gc.md):
+
+0. List the compaction job leases (``compactions/*.job``) *before* reading the
+   manifest. A job deletes its lease only after its commit, so a job whose
+   lease we miss has already committed and the manifest read next names its
+   outputs.
+1. Remove expired checkpoints from the latest manifest (one CAS).
+2. Active manifests: the latest, plus each one a live checkpoint pins.
+3. Delete manifests that are not active, older than ``min_age_s`` and older
+   than the latest (never the latest itself). A stalled writer that later
+   creates a deleted id does not fork the database: ``ManifestStore.write_new``
+   lists newer versions after every create and retries from the latest, where
+   the writer finds it was fenced.
+4. Delete WAL objects at or below the lowest ``replay_after_wal_id`` of the
+   active manifests (their writes are in SSTs every active manifest names),
+   older than ``min_age_s`` (or ``wal_retention_s``, if longer, for change-feed
+   consumers) -- except WAL objects an active manifest lists as
+   value-journal files (key/value separation keeps them), and *fencing objects* (WAL SSTs with no
+   entries), which are kept forever. A writer opening writes its fence at the
+   first free WAL id, which is exactly the next id a zombie (an older writer
+   still running) will try; the zombie's create collides with the fence and
+   fails with ``FencedError``. If GC deleted the fence, the zombie's late
+   write would *succeed* into a slot below the new writer's replay point and
+   its acknowledged write would be silently lost (SlateDB #352/#1622). Fences
+   are a couple of hundred bytes, one per writer open; they are recognized by
+   size and confirmed by reading their properties.
+5. Delete SSTs under ``compacted/`` that no active manifest references, older
+   than ``min_age_s``, and not created after the start of a live job lease of
+   the current compactor epoch (outputs of a running compaction are
+   unreferenced until its commit, which may come long after ``min_age_s``).
+5b. Delete value-journal objects under ``journal/`` that no active manifest
+   lists, with the same age and job-lease rules as SSTs (journal compaction
+   writes its outputs under a job lease and leaves the objects it replaced to
+   this step: a live snapshot, checkpoint or reader pins a manifest that
+   still lists them).
+6. Delete other orphans older than ``min_age_s``: temporary objects under
+   ``tmp/`` (the two-phase store's pending records keep theirs, and without
+   access to the record table ``tmp/2pc/`` is left alone; a bulk load's
+   staged runs under ``tmp/stage/`` follow the SSTs' job-lease rule) and stale job leases
+   (past their lease, or of an older compactor epoch: those jobs can never
+   commit).
+
+``min_age_s`` is measured from an object's creation (the later of its
+store timestamp and, for SSTs, its ULID time) and must exceed how long a
+writer takes from writing an L0 SST to committing its manifest (seconds),
+and the clock skew between machines. Objects the pass did not see in its
+listings are never touched, and a manifest written during the pass is
+re-read before SSTs are deleted.
+
+The lifecycle steps (docs/design/checkpoints-readers-clones.md) come from
+:mod:`shaledb.admin.destruction`: a pass first finishes a soft-destroyed database
+whose grace period is over and whose checkpoints are gone (and then reports
+``destroyed``; :meth:`run` stops), and
+last detaches a clone that no longer references its ancestors' objects.
+
+``dry_run`` computes the same plan and deletes nothing (nor removes
+checkpoints). Every pass logs and returns counts per class.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..compaction.compactor import read_lease
+from ..engine.host import WriterHost
+from ..errors import CorruptionError, InvalidArgument, NotFound, ObjectNotFound, ShaleError
+from ..format import paths
+from ..format.sst import decode_meta
+from ..manifest.model import Manifest
+from ..manifest.store import ManifestStore
+from ..numbers import check_seconds
+from ..settings import GcOptions, Settings
+from ..store.base import ObjectMeta, ObjectStore
+from ..store.roots import foreign_roots
+from ..store.stack import close_quietly, open_stack
+from ..store.twophase import TWO_PHASE_TMP_PREFIX, TwoPhaseStore
+from .destruction import LifecycleSteps
+
+log = logging.getLogger("shaledb.gc")
+
+FENCE_PROBE_BYTES = 1024
+"""WAL objects at most this big are read to see whether they are fences."""
+
+CLASSES = ("manifest", "wal", "sst", "journal", "tmp", "job")
+
+
+@dataclass
+class GcReport:
+    """What one pass deleted (or, in a dry run, would delete)."""
+
+    dry_run: bool = False
+    manifest_id: int = 0
+    active_manifests: list[int] = field(default_factory=list)
+    checkpoints_expired: list[str] = field(default_factory=list)
+    deleted: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in CLASSES})
+    bytes_deleted: int = 0
+    fences_kept: int = 0
+    destroyed: bool = False
+    """The database was soft-destroyed and is now deleted (nothing is left to collect)."""
+    detached: bool = False
+    """This pass detached the clone from its ancestors."""
+    duration_s: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out = {c: len(v) for c, v in self.deleted.items()}
+        out["checkpoints"] = len(self.checkpoints_expired)
+        return out
+
+    @property
+    def total(self) -> int:
+        return sum(len(v) for v in self.deleted.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "manifest_id": self.manifest_id,
+            "active_manifests": list(self.active_manifests),
+            "counts": self.counts(),
+            "checkpoints_expired": list(self.checkpoints_expired),
+            "deleted": {c: list(v) for c, v in self.deleted.items()},
+            "bytes_deleted": self.bytes_deleted,
+            "fences_kept": self.fences_kept,
+            "destroyed": self.destroyed,
+            "detached": self.detached,
+            "duration_s": round(self.duration_s, 3),
+        }
+
+
+def find_two_phase(store: ObjectStore) -> TwoPhaseStore | None:
+    """The two-phase store in a wrapper chain, if any (it knows which tmp objects are pending)."""
+    s: Any = store
+    for _ in range(16):
+        if isinstance(s, TwoPhaseStore):
+            return s
+        s = getattr(s, "inner", None)
+        if s is None:
+            return None
+    return None
+
+
+class GarbageCollector:
+    """Garbage collection for one database (see module docstring)."""
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        options: GcOptions | None = None,
+        *,
+        store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        settings: Settings | None = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> GarbageCollector:
+        """A standalone garbage collector for the database at ``url``.
+
+        Raises:
+            NotFound: no database there.
+            InvalidArgument: neither ``url`` nor ``store`` given.
+        """
+        settings = settings or Settings()
+        options = options or settings.garbage_collector or GcOptions()
+        if not isinstance(options, GcOptions):
+            raise InvalidArgument(f"options must be a GcOptions, got {type(options).__name__}")
+        clock = clock or SYSTEM_CLOCK
+        rng = random.Random(seed)
+        st = open_stack(url, store, store_options, settings, clock, rng)
+        try:
+            gc = cls(
+                st,
+                options,
+                clock=clock,
+                rng=rng,
+                settings=settings,
+                store_options=store_options,
+            )
+            if gc.manifests.read_latest() is None:
+                raise NotFound(f"no database at {st.describe()}")
+        except BaseException:
+            close_quietly(st if store is None else None)
+            raise
+        gc.owned_store = st if store is None else None
+        return gc
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        options: GcOptions,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        settings: Settings | None = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
+        settings = settings or Settings()
+        self.store = store
+        self.options = options
+        self.clock = clock
+        self.timeout_s = settings.manifest_update_timeout_s
+        self.manifests = ManifestStore(store, clock, rng, author="gc")
+        self.lifecycle = LifecycleSteps(
+            self.manifests,
+            clock=clock,
+            grace_s=options.db_delete_grace_s,
+            timeout_s=self.timeout_s,
+            retry=settings.retry,
+            store_options=store_options,
+        )
+        self._fences: set[int] = set()
+        self._stop = threading.Event()
+        self.owned_store: ObjectStore | None = None
+        """The store :meth:`open` opened, closed by :meth:`close` (a passed-in store stays theirs)."""
+
+    # ------------------------------------------------------------------ pass
+
+    def run_once(self, *, dry_run: bool | None = None, min_age_s: float | None = None) -> GcReport:
+        """One pass; ``dry_run`` and ``min_age_s`` override the options for this pass."""
+        dry = self.options.dry_run if dry_run is None else dry_run
+        min_age = (
+            self.options.min_age_s
+            if min_age_s is None
+            else check_seconds("min_age_s", min_age_s, allow_zero=True)
+        )
+        started = self.clock.monotonic()
+        now = self.clock.now()
+        cutoff = now - min_age
+        report = GcReport(dry_run=dry)
+        leases = list(self.store.list(paths.JOB_DIR))  # step 0: before the manifest
+        m = self.manifests.read_latest()
+        if m is None:
+            return report
+        if self.lifecycle.destroy_step(m, dry_run=dry):
+            report.destroyed = True
+            report.duration_s = self.clock.monotonic() - started
+            return report
+        m = self._expire_checkpoints(m, now, dry, report)
+        report.manifest_id = m.id
+        active = self._active(m, now)
+        report.active_manifests = sorted(active)
+        self._manifests(m, active, cutoff, dry, report)
+        self._wals(active, min(cutoff, now - self.options.wal_retention_s), dry, report)
+        live_from = self._leases(leases, m, now, cutoff, dry, report)
+        self._ssts(m, active, cutoff, live_from, dry, report)
+        self._journals(m, active, cutoff, live_from, dry, report)
+        self._tmp(cutoff, live_from, dry, report)
+        report.detached = self.lifecycle.detach_step(dry_run=dry)
+        report.duration_s = self.clock.monotonic() - started
+        c = report.counts()
+        if report.total or c["checkpoints"]:
+            log.info(
+                "gc%s at manifest %d: %s %d manifests, %d WAL objects, %d SSTs, %d journal objects, "
+                "%d temporary objects, %d job leases (%d bytes); %d checkpoints expired; %d fences kept",
+                " (dry run)" if dry else "",
+                m.id,
+                "would delete" if dry else "deleted",
+                c["manifest"],
+                c["wal"],
+                c["sst"],
+                c["journal"],
+                c["tmp"],
+                c["job"],
+                report.bytes_deleted,
+                c["checkpoints"],
+                report.fences_kept,
+            )
+        return report
+
+    def _delete(self, cls: str, doomed: list[ObjectMeta], dry: bool, report: GcReport) -> None:
+        """Delete one class's objects in bulk (one S3 request per thousand)."""
+        if not doomed:
+            return
+        names = [meta.path for meta in doomed]
+        if not dry:
+            self.store.delete_many(names)
+        report.deleted[cls].extend(names)
+        report.bytes_deleted += sum(meta.size for meta in doomed)
+
+    # ----------------------------------------------------------- checkpoints
+
+    def _expire_checkpoints(self, m: Manifest, now: float, dry: bool, report: GcReport) -> Manifest:
+        expired = [c for c in m.checkpoints if c.expired(now)]
+        if not expired:
+            return m
+        if dry:
+            report.checkpoints_expired = [str(c.id) for c in expired]
+            return replace(m, checkpoints=tuple(c for c in m.checkpoints if not c.expired(now)))
+        gone: list[str] = []
+
+        def drop(cur: Manifest) -> Manifest | None:
+            gone.clear()
+            keep = []
+            for c in cur.checkpoints:
+                if c.expired(now):
+                    gone.append(str(c.id))
+                else:
+                    keep.append(c)
+            return replace(cur, checkpoints=tuple(keep)) if gone else None
+
+        m = self.manifests.update(drop, timeout_s=self.timeout_s, current=m)
+        report.checkpoints_expired = list(gone)
+        return m
+
+    def _active(self, m: Manifest, now: float) -> dict[int, Manifest]:
+        active = {m.id: m}
+        for c in m.checkpoints:
+            if c.expired(now) or c.manifest_id in active:
+                continue
+            try:
+                active[c.manifest_id] = self.manifests.read(c.manifest_id)
+            except ObjectNotFound:
+                log.error(
+                    "checkpoint %s pins manifest %d, which is missing: its objects cannot be protected",
+                    c.id,
+                    c.manifest_id,
+                )
+        return active
+
+    # ----------------------------------------------------------- object classes
+
+    def _manifests(
+        self, m: Manifest, active: dict[int, Manifest], cutoff: float, dry: bool, report: GcReport
+    ) -> None:
+        doomed = []
+        for meta in self.store.list(paths.MANIFEST_DIR):
+            mid = paths.parse_manifest_id(meta.path)
+            if mid is None or mid >= m.id or mid in active or meta.last_modified > cutoff:
+                continue
+            doomed.append(meta)
+        self._delete("manifest", doomed, dry, report)
+
+    def _wals(self, active: dict[int, Manifest], cutoff: float, dry: bool, report: GcReport) -> None:
+        upto = min(a.replay_after_wal_id for a in active.values())
+        journal = {paths.journal_object_path(j.id) for a in active.values() for j in a.journal if j.db == 0}
+        doomed = []
+        for meta in list(self.store.list(paths.WAL_DIR)):
+            wid = paths.parse_wal_id(meta.path)
+            if wid is None:
+                continue
+            if wid > upto:
+                break  # listings are sorted and ids are zero-padded: the rest are newer
+            if meta.last_modified > cutoff or meta.path in journal:
+                continue
+            if self._is_fence(wid, meta):
+                report.fences_kept += 1
+                continue
+            doomed.append(meta)
+        self._delete("wal", doomed, dry, report)
+
+    def _is_fence(self, wid: int, meta: ObjectMeta) -> bool:
+        if wid in self._fences or meta.size == 0:
+            return True
+        if meta.size > FENCE_PROBE_BYTES:
+            return False
+        try:
+            data = self.store.get(meta.path)
+            fence = len(data) == 0 or decode_meta(data, len(data)).props.entries == 0
+        except ObjectNotFound:
+            return True  # gone already: nothing to delete
+        except CorruptionError as exc:
+            log.warning("keeping unreadable small WAL object %s: %s", meta.path, exc)
+            return True
+        if fence:
+            self._fences.add(wid)
+        return fence
+
+    def _leases(
+        self, leases: list[ObjectMeta], m: Manifest, now: float, cutoff: float, dry: bool, report: GcReport
+    ) -> float:
+        """Start time of the oldest live job of the current compactor epoch (inf if none);
+        deletes stale leases."""
+        live_from = math.inf
+        doomed = []
+        for meta in leases:
+            job = paths.parse_job_id(meta.path)
+            if job is None:
+                continue
+            try:
+                parsed = read_lease(self.store.get(meta.path))
+            except ObjectNotFound:
+                continue  # the job finished
+            live = (
+                parsed is not None
+                and parsed[0] >= m.compactor_epoch
+                and meta.last_modified + parsed[1] >= now
+            )
+            if live:
+                live_from = min(live_from, paths.ulid_time_s(job))
+            elif meta.last_modified <= cutoff:
+                doomed.append(meta)
+        self._delete("job", doomed, dry, report)
+        return live_from
+
+    def _ssts(
+        self,
+        m: Manifest,
+        active: dict[int, Manifest],
+        cutoff: float,
+        live_from: float,
+        dry: bool,
+        report: GcReport,
+    ) -> None:
+        listed = list(self.store.list(paths.SST_DIR))
+        # A manifest written since we read ``m`` may name SSTs we just listed.
+        latest = self.manifests.refresh(m)
+        referenced = {s.id for a in (*active.values(), latest) for s in a.all_ssts() if s.db == 0}
+        doomed = []
+        for meta in listed:
+            sid = paths.parse_sst_id(meta.path)
+            if sid is None or sid in referenced:
+                continue
+            born = paths.ulid_time_s(sid)
+            if max(meta.last_modified, born) > cutoff or born >= live_from:
+                continue
+            doomed.append(meta)
+        self._delete("sst", doomed, dry, report)
+
+    def _journals(
+        self,
+        m: Manifest,
+        active: dict[int, Manifest],
+        cutoff: float,
+        live_from: float,
+        dry: bool,
+        report: GcReport,
+    ) -> None:
+        listed = list(self.store.list(paths.JOURNAL_DIR))
+        if not listed:
+            return
+        latest = self.manifests.refresh(m)
+        referenced = {j.id for a in (*active.values(), latest) for j in a.journal if j.db == 0}
+        doomed = []
+        for meta in listed:
+            jid = paths.parse_journal_id(meta.path)
+            if jid is None or jid in referenced:
+                continue
+            born = paths.ulid_time_s(jid)
+            if max(meta.last_modified, born) > cutoff or born >= live_from:
+                continue
+            doomed.append(meta)
+        self._delete("journal", doomed, dry, report)
+
+    def _tmp(self, cutoff: float, live_from: float, dry: bool, report: GcReport) -> None:
+        tp = find_two_phase(self.store)
+        pending = {r.source for r in tp.log.pending(tp.namespace)} if tp is not None else set()
+        doomed = []
+        metas = list(self.store.list(paths.TMP_DIR))
+        foreign = foreign_roots(m.path for m in metas)
+        for root in sorted(foreign):
+            log.warning(
+                "gc %s: %s holds another database (a manifest); its objects are not temporaries "
+                "and are left alone -- move that database out of this one's root",
+                self.store.describe(),
+                root,
+            )
+        for meta in metas:
+            if foreign and meta.path.startswith(tuple(foreign)):
+                continue
+            if meta.path.startswith(TWO_PHASE_TMP_PREFIX) and (tp is None or meta.path in pending):
+                continue
+            if meta.last_modified > cutoff:
+                continue
+            run = paths.parse_stage_id(meta.path)
+            if run is not None and paths.ulid_time_s(run) >= live_from:
+                continue  # a bulk load's staged run, the load still under its lease
+            doomed.append(meta)
+        self._delete("tmp", doomed, dry, report)
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> None:
+        """Collect every ``interval_s`` until :meth:`stop`."""
+        while not self._stop.is_set():
+            if self.run_once().destroyed:
+                log.info("database %s was destroyed: the garbage collector stops", self.store.describe())
+                return
+            self.clock.wait(self._stop, self.options.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        self.stop()
+        close_quietly(self.owned_store)
+        self.owned_store = None
+
+    def __enter__(self) -> GarbageCollector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GarbageCollector({self.store.describe()})"
+
+
+class EmbeddedGc:
+    """The garbage collector as a thread of the writer (``Settings.garbage_collector``).
+
+    Failures are logged and retried at the next interval; they never stop the writer.
+    """
+
+    def __init__(self, host: WriterHost, options: GcOptions) -> None:
+        self.gc = GarbageCollector(
+            host.store,
+            options,
+            clock=host.clock,
+            rng=random.Random(host.rng.getrandbits(64)),
+            settings=host.settings,
+        )
+        self.passes = 0
+        self.last_report: GcReport | None = None
+        self.last_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="shaledb-gc", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        gc = self.gc
+        while not gc.clock.wait(gc._stop, gc.options.interval_s):
+            try:
+                self.last_report = gc.run_once()
+                self.passes += 1
+            except ShaleError as exc:
+                self.last_error = exc
+                log.error(
+                    "embedded garbage collection failed (retrying in %.0fs): %s", gc.options.interval_s, exc
+                )
+            except Exception as exc:  # never let GC take the writer down
+                self.last_error = exc
+                log.exception("embedded garbage collection failed")
+
+    def wake(self) -> None:
+        """GC runs on its interval; new L0 SSTs are no reason to run early."""
+
+    def stop(self) -> None:
+        self.gc.stop()
+        self._thread.join()
+
+
+__all__ = ["CLASSES", "EmbeddedGc", "GarbageCollector", "GcReport", "find_two_phase"]

@@ -1,0 +1,507 @@
+"""Beginning, committing and aborting an ingest (the driver's side; see ``shaledb.bulk.ingest``)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+import uuid
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ...admin.checkpoint import delete_checkpoint, without_checkpoints
+from ...clock import SYSTEM_CLOCK, Clock
+from ...db.writer import Db
+from ...errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
+from ...format import paths
+from ...manifest.model import IngestRecord, JournalFile, Manifest, SortedRun, SstInfo, Tree
+from ...manifest.options import OPT_COMPLETE, OPT_INDEXED
+from ...manifest.store import ManifestStore
+from ...numbers import check_seconds
+from ...settings import MiB, Settings
+from ...store.base import ObjectStore
+from ...store.stack import open_stack
+from .dupcheck import check_cross_duplicates
+from .model import (
+    DUPLICATES,
+    INGEST_HISTORY,
+    IngestConflict,
+    IngestFenced,
+    IngestPart,
+    IngestPlan,
+    IngestResult,
+    check_index_fields,
+    check_ingest_id,
+    drop_lease,
+    find_record,
+    fingerprint,
+    holds_data,
+    log,
+    write_lease,
+)
+from .parts import delete_outputs, part_outputs, write_part
+
+
+def begin_ingest(
+    url: str | None = None,
+    *,
+    ingest_id: str | None = None,
+    behind: bool = False,
+    duplicates: str = "error",
+    index_fields: Sequence[str] = (),
+    settings: Settings | None = None,
+    max_sst_size_bytes: int | None = None,
+    lease_s: float = 3600.0,
+    create_if_missing: bool = True,
+    overwrite: bool = False,
+    require_empty: bool = False,
+    store: ObjectStore | None = None,
+    store_options: Mapping[str, Any] | None = None,
+    clock: Clock | None = None,
+    seed: int | None = None,
+) -> IngestPlan:
+    """Start an ingest (see module docstring): claim the database unless ``behind``.
+
+    ``settings`` supply the SST format (block size, compression, bloom bits),
+    ``value_separation_threshold`` (values of at least that size go to
+    value-journal objects) and, for a claim, the settings the short-lived
+    writer opens with; ``max_sst_size_bytes`` (default: the compactor's) cuts
+    output SSTs and journal objects. ``index_fields`` names the secondary-index
+    fields the parts bring terms for (``PartWriter.add(indexes=)``); a claim of
+    a database that already has index terms pins its version in a checkpoint
+    (deleted by commit or abort) so the parts can look up the terms their rows
+    replace. Behind mode cannot take index terms: its rows sit below newer
+    versions whose terms the index already reflects.
+
+    ``overwrite``: the commit replaces the database's whole contents -- data
+    and index trees, value-journal objects -- with the ingest's in the same
+    CAS (readers see the old version or the new; checkpoints taken before
+    keep the old one). ``require_empty``: refuse a database that holds data,
+    here and again in the commit's CAS.
+
+    Raises:
+        FencedError: another writer claimed the database while begin opened it.
+        DatabaseDestroyed, InvalidDbState, NotFound: the database cannot take writes.
+        InvalidArgument: a bad id, duplicates policy or lease.
+    """
+    settings = settings or Settings()
+    if duplicates not in DUPLICATES:
+        raise InvalidArgument(f"duplicates must be one of {DUPLICATES}, got {duplicates!r}")
+    check_seconds("lease_s", lease_s)
+    iid = check_ingest_id(ingest_id) if ingest_id is not None else uuid.uuid4().hex
+    fields = check_index_fields(index_fields)
+    if overwrite and behind:
+        raise InvalidArgument("an overwrite replaces everything: it cannot load behind existing data")
+    if behind and fields:
+        raise InvalidArgument(
+            "an ingest behind existing data cannot write index terms (newer versions of its keys "
+            "would keep stale terms in the index); ingest without ingest_behind"
+        )
+    clock = clock or SYSTEM_CLOCK
+    rng = random.Random(seed)
+    st = open_stack(url, store, store_options, settings, clock, rng)
+    sst_max = max_sst_size_bytes or (
+        settings.compactor.max_sst_size_bytes if settings.compactor else 64 * MiB
+    )
+    base = IngestPlan(
+        ingest_id=iid,
+        behind=behind,
+        seq=0,
+        writer_epoch=None,
+        lease_id=None,
+        lease_s=float(lease_s),
+        began_s=clock.now(),
+        duplicates=duplicates,
+        block_size_bytes=settings.block_size_bytes,
+        compression=settings.compression,
+        bloom_bits_per_key=settings.bloom_bits_per_key,
+        max_sst_size_bytes=sst_max,
+        index_fields=fields,
+        value_separation_threshold=settings.value_separation_threshold,
+        overwrite=overwrite,
+        require_empty=require_empty,
+    )
+    ms = ManifestStore(st, clock, random.Random(rng.getrandbits(64)), author="ingest")
+    m = ms.read_latest()
+    if m is not None:
+        done = find_record(m, iid)
+        if done is not None:
+            log.info("ingest %s was committed at manifest %d: nothing to write", iid, done.manifest_id)
+            return replace(base, seq=done.seq, committed_manifest=done.manifest_id)
+        _check_usable(m, st)
+        if require_empty and holds_data(m):
+            raise InvalidArgument(_not_empty(st))
+    elif not create_if_missing:
+        raise NotFound(f"no database at {st.describe()}")
+    if behind and m is not None:
+        plan = base
+    else:
+        # Claim: fence any live writer, move what its WAL holds into L0, reserve a seq.
+        claim = settings.replace(compactor=None, garbage_collector=None)
+        db = Db.open(store=st, settings=claim, clock=clock, seed=rng.getrandbits(64))
+        terms_cp: str | None = None
+        try:
+            db.flush(memtable=True)
+            seq = int(db.stats()["seq"]) + 1
+            epoch = db.epoch
+            if not behind and not overwrite and dict(db.manifest.options).get(OPT_INDEXED) == "1":
+                cp = db.create_checkpoint(lifetime=lease_s, name=f"ingest {iid}")
+                terms_cp = str(cp.id)
+        finally:
+            db.close()
+        plan = replace(
+            base,
+            seq=0 if behind else seq,
+            writer_epoch=None if behind else epoch,
+            terms_checkpoint=terms_cp,
+        )
+    plan = replace(plan, lease_id=paths.new_ulid(clock.now(), rng))
+    write_lease(st, plan, clock.now())
+    log.info(
+        "ingest %s began (%s, seq %d%s)",
+        iid,
+        "behind" if behind else "claim",
+        plan.seq,
+        "" if plan.writer_epoch is None else f", writer epoch {plan.writer_epoch}",
+    )
+    return plan
+
+
+def _not_empty(store: ObjectStore) -> str:
+    return (
+        f"the database at {store.describe()} already holds data (save mode errorifexists, Spark's "
+        'default): use mode("append") to add to it or mode("overwrite") to replace it'
+    )
+
+
+def _emptied(m: Manifest) -> Manifest:
+    """``m`` without contents: what an overwrite places its SSTs into (checkpoints stay)."""
+    opts = tuple((k, v) for k, v in m.options if k != OPT_INDEXED)
+    return replace(m, data=Tree(), index=Tree(), journal=(), options=opts)
+
+
+def _check_usable(m: Manifest, store: ObjectStore) -> None:
+    if m.destroyed_at_s is not None:
+        raise DatabaseDestroyed(f"database at {store.describe()} was destroyed")
+    if not m.initialized:
+        raise InvalidDbState(
+            f"database at {store.describe()} is a clone whose initialization did not finish: "
+            "open it with Db.open_from_checkpoint first"
+        )
+
+
+def _select_parts(parts: Sequence[IngestPart | None], ingest_id: str) -> list[IngestPart]:
+    """One part per partition number; a missing part means a failed task."""
+    if any(p is None for p in parts):
+        raise InvalidArgument(f"ingest {ingest_id}: a task produced no part (it failed); abort instead")
+    chosen: dict[int, IngestPart] = {}
+    for p in parts:
+        assert p is not None
+        if p.partition in chosen:
+            log.warning(
+                "ingest %s: partition %d came twice (attempts %s and %s); keeping the first, "
+                "the other's SSTs are left to the garbage collector",
+                ingest_id,
+                p.partition,
+                chosen[p.partition].attempt,
+                p.attempt,
+            )
+            continue
+        chosen[p.partition] = p
+    return [chosen[k] for k in sorted(chosen)]
+
+
+def _overlaps_any(l0: Sequence[SstInfo], lasts: list[bytes], ssts: Sequence[SstInfo]) -> bool:
+    """True if an SST of ``l0`` overlaps any of ``ssts`` (sorted by key, ``lasts`` their last keys)."""
+    for s in l0:
+        i = bisect_left(lasts, s.first_key)
+        if i < len(ssts) and ssts[i].first_key <= s.last_key:
+            return True
+    return False
+
+
+def _place(m: Manifest, plan: IngestPlan, parts: list[IngestPart]) -> tuple[Manifest, str, tuple[int, ...]]:
+    """``m`` with the parts' SSTs placed (see module docstring), the placement and new run ids."""
+    live = [p for p in parts if p.ssts]
+    if not live:
+        return m, "empty", ()
+    by_key = sorted(live, key=lambda p: (p.first_key or b"", p.partition))
+    disjoint = all(a.ssts[-1].last_key < b.ssts[0].first_key for a, b in itertools.pairwise(by_key))
+    rid = max(
+        m.next_run_id,
+        max((r.id for t in (m.data, m.index) for r in t.runs), default=0) + 1,
+    )
+    t = m.data
+    newest_first = [p.ssts for p in sorted(live, key=lambda p: -p.partition)]
+    if plan.behind:
+        groups = [tuple(s for p in by_key for s in p.ssts)] if disjoint else newest_first
+        new_runs = tuple(SortedRun(rid + i, g) for i, g in enumerate(groups))
+        tree = Tree(t.l0, (*t.runs, *new_runs))
+        return _with(m, tree, rid + len(groups)), "bottom", tuple(r.id for r in new_runs)
+    ssts = [s for p in by_key for s in p.ssts]
+    if disjoint and not _overlaps_any(t.l0, [s.last_key for s in ssts], ssts):
+        tree = Tree(t.l0, (SortedRun(rid, tuple(ssts)), *t.runs))
+        return _with(m, tree, rid + 1), "run", (rid,)
+    tree = Tree((*(s for g in newest_first for s in g), *t.l0), t.runs)
+    return _with(m, tree, m.next_run_id), "l0", ()
+
+
+def _place_index(m: Manifest, parts: list[IngestPart]) -> Manifest:
+    """``m`` with the parts' index SSTs on top of the index tree (claim mode only).
+
+    Parts' index entries interleave (index keys order by field and term
+    first) but never share a key, so each part becomes a sorted run of its
+    own on top; if an index L0 SST overlaps them (it holds older entries that
+    must not shadow the ingest's), they go into L0 in front of it instead.
+    """
+    groups = [p.index_ssts for p in parts if p.index_ssts]
+    if not groups:
+        return m
+    t = m.index
+    flat = sorted((s for g in groups for s in g), key=lambda s: s.first_key)
+    if _overlaps_any(t.l0, [s.last_key for s in flat], flat):
+        return replace(m, index=Tree((*flat, *t.l0), t.runs))
+    rid = m.next_run_id
+    runs = tuple(SortedRun(rid + i, g) for i, g in enumerate(groups))
+    return replace(m, index=Tree(t.l0, (*runs, *t.runs)), next_run_id=rid + len(runs))
+
+
+def _with_extras(m: Manifest, plan: IngestPlan, parts: list[IngestPart]) -> Manifest:
+    """Index SSTs, journal files and the options an ingest's rows change."""
+    m = _place_index(m, parts)
+    journal = tuple(j for p in parts for j in p.journal)
+    if journal:
+        m = replace(m, journal=(*journal, *m.journal) if plan.behind else (*m.journal, *journal))
+    opts = dict(m.options)
+    if any(p.index_ssts for p in parts):
+        opts[OPT_INDEXED] = "1"
+    if any(p.rows for p in parts) and opts.get(OPT_COMPLETE) == "1":
+        opts[OPT_COMPLETE] = "0"  # ingested rows are not all in the journal: rebuild could not restore them
+    out = tuple(sorted(opts.items()))
+    if plan.terms_checkpoint is not None:
+        m = without_checkpoints(m, {uuid.UUID(plan.terms_checkpoint)})
+    return m if out == m.options else replace(m, options=out)
+
+
+def _with(m: Manifest, tree: Tree, next_run_id: int) -> Manifest:
+    return replace(m, data=tree, next_run_id=max(m.next_run_id, next_run_id))
+
+
+def commit_ingest(
+    plan: IngestPlan,
+    parts: Sequence[IngestPart | None],
+    url: str | None = None,
+    *,
+    store: ObjectStore | None = None,
+    store_options: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
+    clock: Clock | None = None,
+    timeout_s: float = 300.0,
+) -> IngestResult:
+    """Add every part's SSTs to the manifest in one CAS and record the ingest id.
+
+    Raises:
+        IngestFenced: a writer opened since begin (claim mode); nothing committed.
+        IngestConflict: the id was committed before with different rows.
+        NotFound: an SST of a part is missing (the lease lapsed and GC took it).
+        DatabaseDestroyed, InvalidDbState: the database cannot take the ingest.
+    """
+    settings = settings or Settings()
+    clock = clock or SYSTEM_CLOCK
+    rng = random.Random()
+    st = open_stack(url, store, store_options, settings, clock, rng)
+    chosen = _select_parts(parts, plan.ingest_id)
+    fp = fingerprint(chosen)
+    rows = sum(p.rows for p in chosen)
+    nssts = sum(p.objects for p in chosen)
+    nbytes = sum(p.bytes for p in chosen)
+    if plan.committed_manifest is None:
+        check_cross_duplicates(st, chosen, plan.duplicates)
+    if plan.committed_manifest is None and nssts:
+        write_lease(st, plan, clock.now())  # keep the GC off while we check and commit
+        for p in chosen:
+            names = [paths.sst_path(s.id) for s in (*p.ssts, *p.index_ssts)]
+            for name in (*names, *(paths.journal_path(j.id) for j in p.journal)):
+                try:
+                    st.head(name)
+                except ObjectNotFound:
+                    raise NotFound(
+                        f"ingest {plan.ingest_id}: {name} of partition {p.partition} is gone "
+                        "(its lease lapsed and the garbage collector removed it); re-run the job"
+                    ) from None
+    outcome: dict[str, Any] = {}
+
+    def mutate(m: Manifest) -> Manifest | None:
+        outcome.clear()
+        done = find_record(m, plan.ingest_id)
+        if done is not None:
+            if done.fingerprint and fp and done.fingerprint != fp:
+                raise IngestConflict(
+                    f"ingest id {plan.ingest_id!r} was committed at manifest {done.manifest_id} with other "
+                    f"rows (fingerprint {done.fingerprint}, now {fp}); use a new ingest id"
+                )
+            used = {s.id for s in m.all_ssts()} | {j.id for j in m.journal}
+            outcome.update(placement="already committed", manifest_id=done.manifest_id, runs=(), used=used)
+            return None
+        if plan.committed_manifest is not None:
+            raise IngestConflict(
+                f"ingest id {plan.ingest_id!r} was committed when this run began but is no longer "
+                "recorded (more recent ingests pushed it out); use a new ingest id"
+            )
+        _check_usable(m, st)
+        if not plan.behind and m.writer_epoch != plan.writer_epoch:
+            raise IngestFenced(
+                f"ingest {plan.ingest_id}: a writer opened the database (writer epoch {m.writer_epoch}) "
+                f"after this ingest claimed it at epoch {plan.writer_epoch}; nothing was committed. "
+                "Stop the writer and re-run the job, or use ingest_behind"
+            )
+        if plan.require_empty and holds_data(m):
+            raise InvalidArgument(_not_empty(st))
+        nxt, placement, runs = _place(_emptied(m) if plan.overwrite else m, plan, chosen)
+        nxt = _with_extras(nxt, plan, chosen)
+        record = IngestRecord(plan.ingest_id, m.id + 1, clock.now(), rows, plan.seq, fp)
+        nxt = replace(
+            nxt,
+            last_l0_seq=max(m.last_l0_seq, plan.seq),
+            ingests=(*m.ingests, record)[-INGEST_HISTORY:],
+        )
+        outcome.update(placement=placement, manifest_id=m.id + 1, runs=runs)
+        return nxt
+
+    ms = ManifestStore(st, clock, random.Random(rng.getrandbits(64)), author="ingest")
+    ms.update(mutate, timeout_s=timeout_s)
+    # Committed: nothing after this point may raise, or a caller (Spark's abort()) would
+    # take a committed ingest for a failed one.
+    _drop_terms_checkpoint(ms, plan, timeout_s)
+    drop_lease(st, plan)
+    res = IngestResult(
+        ingest_id=plan.ingest_id,
+        manifest_id=int(outcome["manifest_id"]),
+        placement=str(outcome["placement"]),
+        run_ids=tuple(outcome["runs"]),
+        rows=rows,
+        ssts=nssts,
+        bytes=nbytes,
+        seq=plan.seq,
+    )
+    if res.noop:  # a concurrent run of the same id won: this run's copies are not needed
+        used = outcome["used"]
+        ssts, journal = part_outputs(chosen)
+        delete_outputs(st, [s for s in ssts if s.id not in used], [j for j in journal if j.id not in used])
+    line = res.describe()
+    log.info("%s", line)
+    _progress(line)
+    return res
+
+
+def _drop_terms_checkpoint(ms: ManifestStore, plan: IngestPlan, timeout_s: float) -> None:
+    """The commit drops the terms checkpoint in its CAS; a no-op commit or an abort does it
+    here, best effort: the checkpoint expires with the lease's lifetime anyway."""
+    if plan.terms_checkpoint is None:
+        return
+    try:
+        delete_checkpoint(ms, plan.terms_checkpoint, timeout_s=timeout_s, missing_ok=True)
+    except ShaleError as exc:
+        log.warning("ingest %s: could not drop its terms checkpoint: %s", plan.ingest_id, exc)
+
+
+def _progress(line: str) -> None:
+    """One line per commit on the process's real stderr (Spark captures ``sys.stderr``)."""
+    stream = sys.__stderr__
+    if stream is not None:
+        try:
+            stream.write(f"shaledb: {line}\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def abort_ingest(
+    plan: IngestPlan,
+    parts: Sequence[IngestPart | None],
+    url: str | None = None,
+    *,
+    store: ObjectStore | None = None,
+    store_options: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
+) -> int:
+    """Delete the outputs of the parts that did finish, and the lease; returns how many
+    objects were deleted.
+
+    Spark calls this after a failed ``commit()`` too, and a commit can fail
+    after its CAS landed (a lost response, a timeout on the way back). So the
+    outputs are deleted only when the latest manifest shows the ingest was not
+    committed; when it was, or when the manifest cannot be read, nothing is
+    deleted and the garbage collector removes whatever no version references.
+    Attempts that died mid-way leave outputs no part names: the garbage
+    collector removes them once the lease is gone and they are old enough.
+    """
+    st = open_stack(url, store, store_options, settings or Settings(), SYSTEM_CLOCK, random.Random())
+    ms = ManifestStore(st, SYSTEM_CLOCK, random.Random(), author="ingest")
+    ssts, journal = part_outputs(parts)
+    if ssts or journal:
+        kept = _committed(ms, plan, ssts, journal)
+        if kept:
+            log.warning("ingest %s: abort deletes nothing: %s", plan.ingest_id, kept)
+            ssts, journal = [], []
+        else:
+            delete_outputs(st, ssts, journal)
+    _drop_terms_checkpoint(ms, plan, 300.0)
+    drop_lease(st, plan)
+    log.info(
+        "ingest %s aborted: %d SSTs and %d journal objects deleted", plan.ingest_id, len(ssts), len(journal)
+    )
+    return len(ssts) + len(journal)
+
+
+def _committed(
+    ms: ManifestStore, plan: IngestPlan, ssts: Sequence[SstInfo], journal: Sequence[JournalFile]
+) -> str | None:
+    """Why an abort must keep these outputs (None: nothing says the ingest committed)."""
+    try:
+        m = ms.read_latest()
+    except ShaleError as exc:
+        return f"the manifest could not be read to rule out a commit ({exc})"
+    if m is None:
+        return None
+    done = find_record(m, plan.ingest_id)
+    if done is not None:
+        return f"it was committed at manifest {done.manifest_id}"
+    used = {s.id for s in m.all_ssts()} | {j.id for j in m.journal}
+    if any(s.id in used for s in ssts) or any(j.id in used for j in journal):
+        return f"manifest {m.id} references its outputs"
+    return None
+
+
+def ingest_columns(
+    url: str | None,
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    metadata: Sequence[bytes | None] | None = None,
+    *,
+    indexes: Mapping[str, Sequence[Any]] | None = None,
+    store: ObjectStore | None = None,
+    store_options: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
+    **begin: Any,
+) -> IngestResult:
+    """Begin, write one part and commit: bulk-load sorted columns without Spark.
+
+    ``indexes`` maps index fields to term columns (see ``PartWriter.add``);
+    ``begin`` takes :func:`begin_ingest`'s keyword arguments (``ingest_id``,
+    ``behind``, ``duplicates``, ...).
+    """
+    settings = settings or Settings()
+    st = open_stack(url, store, store_options, settings, SYSTEM_CLOCK, random.Random())
+    plan = begin_ingest(store=st, settings=settings, index_fields=tuple(indexes or ()), **begin)
+    try:
+        part = write_part(st, plan, 0, keys, values, metadata, indexes=indexes)
+    except BaseException:
+        abort_ingest(plan, [], store=st)
+        raise
+    return commit_ingest(plan, [part], store=st, settings=settings)
+
+
+__all__ = ["abort_ingest", "begin_ingest", "commit_ingest", "ingest_columns"]

@@ -1,0 +1,284 @@
+"""The values an ingest's steps exchange, its errors, leases and fingerprints.
+
+Everything here is pure data or a single store call, so every process of an
+ingest (driver, tasks, commit) can import it cheaply. See ``shaledb.bulk.ingest``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import FencedError, InvalidArgument, ShaleError
+from ...format import paths
+from ...keys import check_field
+from ...manifest.model import IngestRecord, JournalFile, Manifest, SstInfo
+from ...settings import MiB
+from ...store.base import ObjectStore
+
+log = logging.getLogger("shaledb.ingest")
+
+INGEST_HISTORY = 64
+"""How many committed ingest ids the manifest remembers (oldest dropped first)."""
+
+LEASE_EPOCH = 2**63 - 1
+"""The compactor epoch an ingest lease records: no compactor epoch supersedes it."""
+
+DUPLICATES = ("error", "last")
+
+
+def holds_data(m: Manifest | None) -> bool:
+    """True if the database may hold entries: SSTs, WAL objects not yet flushed, or a parent."""
+    if m is None:
+        return False
+    unflushed = m.next_wal_id - 1 > m.replay_after_wal_id
+    return bool(m.data.l0 or m.data.runs or m.journal or unflushed or m.parent is not None)
+
+
+MAX_INGEST_ID_CHARS = 200
+STREAMS = ("keys", "key_lengths", "values", "value_lengths", "metadata", "metadata_lengths")
+"""The byte streams a fingerprint covers, each CRC32C'd separately so parts combine."""
+
+
+class IngestFenced(FencedError):
+    """A writer opened the database after the ingest claimed it; nothing was committed."""
+
+
+class IngestConflict(ShaleError):
+    """The ingest id was already committed with different rows; nothing was committed."""
+
+
+# ------------------------------------------------------------------ the plan
+
+
+@dataclass(frozen=True, slots=True)
+class IngestPlan:
+    """What every step of one ingest must agree on (picklable, JSON-able).
+
+    ``seq`` is the sequence number every entry carries; ``writer_epoch`` the
+    epoch claimed at begin (None for ``behind``); ``committed_manifest`` is
+    set when the id was already committed at begin (then nothing is written).
+    ``index_fields`` are the secondary-index fields the rows bring terms for;
+    ``terms_checkpoint`` (set when the database already has index terms) pins
+    the version whose terms the rows replace, so each part can look them up;
+    ``value_separation_threshold`` sends values of at least that many bytes
+    to value-journal objects (None: every value inline).
+    """
+
+    ingest_id: str
+    behind: bool
+    seq: int
+    writer_epoch: int | None
+    lease_id: str | None
+    lease_s: float
+    began_s: float
+    committed_manifest: int | None = None
+    duplicates: str = "error"
+    block_size_bytes: int = 4096
+    compression: str = "none"
+    bloom_bits_per_key: int = 10
+    max_sst_size_bytes: int = 64 * MiB
+    index_fields: tuple[str, ...] = ()
+    terms_checkpoint: str | None = None
+    value_separation_threshold: int | None = None
+    overwrite: bool = False
+    """The commit replaces the database's whole contents (data, index, journal) in its CAS."""
+    require_empty: bool = False
+    """The commit refuses a database that holds data (Spark's errorifexists)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f: getattr(self, f) for f in self.__slots__}
+        d["index_fields"] = list(self.index_fields)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> IngestPlan:
+        kw = dict(d)
+        kw["index_fields"] = tuple(kw.get("index_fields", ()))
+        return cls(**kw)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestPart:
+    """One partition's output: its SSTs (in key order) and a fingerprint of its rows.
+
+    ``index_ssts`` hold the part's index-tree entries (in index-key order);
+    ``journal`` the value-journal objects its large values went to.
+    """
+
+    partition: int
+    attempt: str
+    ssts: tuple[SstInfo, ...]
+    rows: int
+    first_key: bytes | None
+    last_key: bytes | None
+    streams: tuple[tuple[int, int], ...]
+    """(crc32c, length) of each fingerprint stream (see :data:`STREAMS`)."""
+    index_ssts: tuple[SstInfo, ...] = ()
+    journal: tuple[JournalFile, ...] = ()
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.size for s in (*self.ssts, *self.index_ssts)) + sum(j.size for j in self.journal)
+
+    @property
+    def objects(self) -> int:
+        return len(self.ssts) + len(self.index_ssts) + len(self.journal)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What :func:`commit_ingest` did."""
+
+    ingest_id: str
+    manifest_id: int
+    placement: str
+    """"run" (top sorted run), "l0", "bottom" (behind), "empty", or "already committed"."""
+    run_ids: tuple[int, ...]
+    rows: int
+    ssts: int
+    bytes: int
+    seq: int
+
+    @property
+    def noop(self) -> bool:
+        return self.placement == "already committed"
+
+    def describe(self) -> str:
+        where = {
+            "run": f"as sorted run {', '.join(map(str, self.run_ids))} on top of the tree",
+            "bottom": f"below everything as sorted run {', '.join(map(str, self.run_ids))}",
+            "l0": "as L0 SSTs (an L0 SST overlapped, or the parts overlapped)",
+            "empty": "(no rows)",
+            "already committed": "(already committed: nothing to do)",
+        }[self.placement]
+        return (
+            f"ingest {self.ingest_id}: {self.rows} rows in {self.ssts} SSTs ({self.bytes} bytes) "
+            f"{where}, manifest {self.manifest_id}, seq {self.seq}"
+        )
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def check_ingest_id(ingest_id: str) -> str:
+    if (
+        not isinstance(ingest_id, str)
+        or not 0 < len(ingest_id) <= MAX_INGEST_ID_CHARS
+        or not ingest_id.isprintable()
+    ):
+        raise InvalidArgument(
+            f"an ingest id is 1..{MAX_INGEST_ID_CHARS} printable characters, got {ingest_id!r}"
+        )
+    return ingest_id
+
+
+def check_index_fields(fields: Sequence[str]) -> tuple[str, ...]:
+    out = tuple(map(check_field, fields))
+    if len(set(out)) != len(out):
+        raise InvalidArgument(f"index fields repeat: {list(out)}")
+    return out
+
+
+def find_record(m: Manifest, ingest_id: str) -> IngestRecord | None:
+    for g in m.ingests:
+        if g.id == ingest_id:
+            return g
+    return None
+
+
+def write_lease(store: ObjectStore, plan: IngestPlan, now_s: float) -> None:
+    if plan.lease_id is None:
+        return
+    body = {
+        "epoch": LEASE_EPOCH,
+        "lease_s": plan.lease_s,
+        "job": f"ingest {plan.ingest_id}",
+        "kind": "ingest",
+        "renewed_s": now_s,
+    }
+    store.put(paths.job_path(plan.lease_id), json.dumps(body).encode())
+
+
+def drop_lease(store: ObjectStore, plan: IngestPlan) -> None:
+    if plan.lease_id is None:
+        return
+    try:
+        store.delete(paths.job_path(plan.lease_id))
+    except ShaleError as exc:
+        log.warning("ingest %s: could not delete its lease: %s", plan.ingest_id, exc)
+
+
+_CRC32C_POLY = 0x82F63B78  # reflected
+
+
+def _gf2_mul(a: int, b: int) -> int:
+    """a * b modulo the CRC-32C polynomial (reflected bit order; zlib's multmodp)."""
+    m = 1 << 31
+    p = 0
+    while True:
+        if a & m:
+            p ^= b
+            if not a & (m - 1):
+                break
+        m >>= 1
+        b = (b >> 1) ^ _CRC32C_POLY if b & 1 else b >> 1
+    return p
+
+
+_X2N = [1 << 30]  # x^(2^k) mod p, starting at x^1
+for _ in range(31):
+    _X2N.append(_gf2_mul(_X2N[-1], _X2N[-1]))
+
+
+def crc32c_combine(crc1: int, crc2: int, len2: int) -> int:
+    """CRC32C of ``a + b`` from ``crc(a)``, ``crc(b)`` and ``len(b)`` (zlib's crc32_combine)."""
+    p = 1 << 31  # x^0
+    n, k = len2, 3  # multiply by x^(8 * len2)
+    while n:
+        if n & 1:
+            p = _gf2_mul(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return _gf2_mul(p, crc1) ^ crc2
+
+
+def fingerprint(parts: Sequence[IngestPart]) -> str:
+    """The ingest's fingerprint: row count and each stream's CRC over the parts in key order.
+
+    Empty (not compared) when the parts overlap, because then their order,
+    and so the streams, depend on how the input happened to be partitioned.
+    """
+    live = sorted((p for p in parts if p.rows), key=lambda p: p.first_key or b"")
+    for a, b in itertools.pairwise(live):
+        assert a.last_key is not None and b.first_key is not None
+        if a.last_key >= b.first_key:
+            return ""
+    crcs = [0] * len(STREAMS)
+    for p in live:
+        for i, (c, ln) in enumerate(p.streams):
+            crcs[i] = crc32c_combine(crcs[i], c, ln)
+    rows = sum(p.rows for p in live)
+    return f"{rows}:" + "".join(f"{c:08x}" for c in crcs)
+
+
+__all__ = [
+    "DUPLICATES",
+    "INGEST_HISTORY",
+    "IngestConflict",
+    "IngestFenced",
+    "IngestPart",
+    "IngestPlan",
+    "IngestResult",
+    "check_index_fields",
+    "check_ingest_id",
+    "crc32c_combine",
+    "drop_lease",
+    "find_record",
+    "fingerprint",
+    "write_lease",
+]

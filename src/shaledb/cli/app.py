@@ -1,0 +1,109 @@
+"""The ``shaledb`` command line: ``shaledb --path URL <command> [options]``.
+
+Global options (``--path``, ``--json``, ``--debug``, ``--no-progress``) go
+before or after the command (``shaledb.cli.options``). Keys and values are
+UTF-8 text, ``0x...`` hex, or ``text:...`` for literal text that would
+otherwise read as hex (``put text:0xford oxford``).
+
+Output is a human table by default and JSON with ``--json``; listings stream
+(``shaledb.cli.stream``: constant memory, and ``| head`` ends them quietly);
+long commands draw a progress line in bytes with a rate and ETA on stderr
+when it is a terminal. Errors print
+one line (``shaledb: error: ...``) unless ``--debug`` asks for the traceback.
+Exit codes: 0 success, 1 a shaledb error (corruption, fenced, unavailable),
+2 bad usage or arguments, 3 not found (missing database, checkpoint or key).
+
+Commands register themselves with ``shaledb.cli.output.command``; each module
+that adds a capability (compaction, checkpoints, the journal) adds its commands
+in ``shaledb/cli/*.py`` and is listed in :data:`GROUPS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from collections.abc import Sequence
+
+from ..errors import InvalidArgument, NotFound, ShaleError
+from ..store.scrub import ScrubFilter, scrub
+from . import admin, compaction, core, journal, more, settings, verify
+from .options import add_global_options, add_version, register_extra_commands
+from .output import COMMANDS, EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Output
+from .stream import silence_stdout
+
+GROUPS = (core, compaction, admin, journal, verify, settings, more)
+"""The command modules, in the order their commands are listed (each registers its own)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    register_extra_commands()
+    parser = argparse.ArgumentParser(
+        prog="shaledb",
+        description="Inspect and operate a shaledb database.",
+        epilog="Global options may also follow the command: shaledb scan --path DB --json.",
+    )
+    add_version(parser)
+    add_global_options(parser, after_command=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    seen = set()
+    order = {g.__name__: i for i, g in enumerate(GROUPS)}
+    for name, help_text, configure, handler in sorted(
+        COMMANDS, key=lambda c: order.get(c[3].__module__, len(GROUPS))
+    ):
+        if name in seen:
+            continue
+        seen.add(name)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        configure(p)
+        add_global_options(p, after_command=True)
+        p.set_defaults(handler=handler)
+    return parser
+
+
+def _scrub_logs() -> None:
+    """Every log line the CLI writes passes through the one scrubbing function."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, ScrubFilter) for f in handler.filters):
+            handler.addFilter(ScrubFilter())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    _scrub_logs()
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if args.path is None and not getattr(args, "no_path", False):
+        parser.error("--path URL is required")
+    out = Output(args.json, show_progress=not args.no_progress)
+    try:
+        rc = args.handler(args, out)
+        return EXIT_OK if rc is None else rc
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader of our output left (`scan | head -1`): not an error
+        silence_stdout()
+        return EXIT_OK
+    except (ShaleError, OSError) as exc:
+        if args.debug:
+            sys.stderr.write(scrub("".join(traceback.format_exception(exc))))
+        code = (
+            EXIT_NOT_FOUND
+            if isinstance(exc, NotFound)
+            else EXIT_USAGE
+            if isinstance(exc, InvalidArgument)
+            else EXIT_ERROR
+        )
+        sys.stderr.write(f"shaledb: error: {type(exc).__name__}: {scrub(str(exc))}\n")
+        return code
+    except Exception as exc:  # noqa: BLE001 - a bug: show where, but never a secret it carried
+        sys.stderr.write(scrub("".join(traceback.format_exception(exc))))
+        return EXIT_ERROR

@@ -1,0 +1,148 @@
+"""CLI commands of the background roles: ``run-compactor`` and ``run-gc``.
+
+Both run until SIGINT or SIGTERM (finishing the current job or pass), or do
+one pass with ``--once`` (for cron and tests). Each pass that did something
+prints one line (or one JSON object per line with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..admin.gc import GarbageCollector, GcReport
+from ..clock import SYSTEM_CLOCK
+from ..compaction import CompactionReport, Compactor
+from ..settings import CompactorOptions, GcOptions
+from .output import Output, command, human_size
+
+
+@contextmanager
+def _stop_on_signals(stop: Callable[[], None]) -> Iterator[None]:
+    """Call ``stop`` on SIGINT/SIGTERM while the block runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, lambda *_: stop())
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _emit_line(out: Output, data: dict[str, Any], text: str) -> None:
+    if out.as_json:
+        out.stream.write(json.dumps(data, sort_keys=True, default=str) + "\n")
+    else:
+        out.stream.write(text + "\n")
+    out.stream.flush()
+
+
+def _compaction_line(r: CompactionReport) -> str:
+    rate = r.input_bytes / 1e6 / r.duration_s if r.duration_s > 0 else 0.0
+    jobs = "; ".join(r.jobs) if r.jobs else "nothing to do"
+    return (
+        f"manifest {r.manifest_id}: {r.committed} committed, {r.aborted} aborted; "
+        f"{human_size(r.input_bytes)} merged into {human_size(r.bytes_written)} "
+        f"in {r.duration_s:.2f}s ({rate:.1f} MB/s): {jobs}"
+    )
+
+
+def _compactor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--once", action="store_true", help="run the jobs due now, then exit")
+    p.add_argument(
+        "--poll-interval", type=float, default=None, metavar="SECONDS", help="manifest poll interval"
+    )
+    p.add_argument(
+        "--max-subcompactions", type=int, default=None, metavar="N", help="parallel key ranges per job"
+    )
+
+
+@command(
+    "run-compactor", "compact L0 SSTs and sorted runs (claims the compactor epoch: fences running ones)"
+)(_compactor_args)
+def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
+    opts = CompactorOptions()
+    changes: dict[str, Any] = {}
+    if args.poll_interval is not None:
+        changes["poll_interval_s"] = args.poll_interval
+    if args.max_subcompactions is not None:
+        changes["max_subcompactions"] = args.max_subcompactions
+    if changes:
+        from dataclasses import replace
+
+        opts = replace(opts, **changes)
+    c = Compactor.open(args.path, opts)
+    if args.once:
+        with out.progress("compaction", unit="bytes") as progress:
+            r = c.run_once(progress=progress)
+        _emit_line(out, r.to_dict(), _compaction_line(r))
+        return None
+    if not out.as_json:
+        out.line(f"compactor running with epoch {c.epoch} (Ctrl-C to stop)")
+    with _stop_on_signals(c.stop):
+        c.run(on_report=lambda r: _emit_line(out, r.to_dict(), _compaction_line(r)))
+    return None
+
+
+def _gc_line(r: GcReport) -> str:
+    c = r.counts()
+    verb = "would delete" if r.dry_run else "deleted"
+    return (
+        f"manifest {r.manifest_id}: {verb} {c['manifest']} manifests, {c['wal']} WAL objects, "
+        f"{c['sst']} SSTs, {c['journal']} journal objects, {c['tmp']} temporary objects, "
+        f"{c['job']} job leases "
+        f"({human_size(r.bytes_deleted)}); {c['checkpoints']} checkpoints expired; "
+        f"{r.fences_kept} fences kept; active manifests {r.active_manifests}"
+        + ("; the destroyed database was deleted" if r.destroyed else "")
+        + ("; the clone was detached from its parents" if r.detached else "")
+    )
+
+
+def _gc_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--once", action="store_true", help="one pass, then exit")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+    p.add_argument(
+        "--min-age", type=float, default=None, metavar="SECONDS", help="minimum object age to delete"
+    )
+    p.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="seconds between passes")
+    p.add_argument(
+        "--list", action="store_true", help="print every path deleted (or, with --dry-run, to delete)"
+    )
+
+
+@command("run-gc", "delete objects no active manifest or live checkpoint references")(_gc_args)
+def run_gc(args: argparse.Namespace, out: Output) -> int | None:
+    changes: dict[str, Any] = {"dry_run": bool(args.dry_run)}
+    if args.min_age is not None:
+        changes["min_age_s"] = args.min_age
+    if args.interval is not None:
+        changes["interval_s"] = args.interval
+    gc = GarbageCollector.open(args.path, GcOptions(**changes))
+
+    def show(r: GcReport) -> None:
+        _emit_line(out, r.to_dict(), _gc_line(r))
+        if args.list and not out.as_json:
+            for cls, items in r.deleted.items():
+                for path in items:
+                    out.stream.write(f"  {cls:8s} {path}\n")
+
+    if args.once or args.dry_run:
+        show(gc.run_once())
+        return None
+    with _stop_on_signals(gc.stop):
+        while not gc._stop.is_set():
+            r = gc.run_once()
+            show(r)
+            if r.destroyed:
+                break
+            SYSTEM_CLOCK.wait(gc._stop, gc.options.interval_s)
+    return None

@@ -1,0 +1,67 @@
+"""CLI commands added for the first hour of a new user: ``delete``."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InvalidArgument
+from .output import Output, command, parse_bytes
+
+
+def _delete_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("key", metavar="KEY", help="key (UTF-8; 0x... for hex; text:... for literal text)")
+
+
+@command("delete", "delete one key durably (opens the writer: fences any running writer)")(_delete_args)
+def delete(args: argparse.Namespace, out: Output) -> int | None:
+    from ..db.writer import Db
+    from ..settings import Settings
+
+    with Db.open(args.path, settings=Settings(compactor=None, garbage_collector=None)) as db:
+        h = db.delete(parse_bytes(args.key))
+    out.emit({"key": args.key, "deleted": True, "seq": h.seq})
+    return None
+
+
+def bench_guard(path: str, scratch_prefix: str | None, force: bool) -> bytes:
+    """The key prefix ``bench`` may write under at ``path``, or InvalidArgument.
+
+    ``bench`` opens the writer, which fences a running one, and writes
+    thousands of keys: on an existing database it needs ``--force`` (no
+    writer runs, or fencing it is fine), and on one holding data also a
+    ``--scratch-prefix`` under which no key exists yet (its keys are deleted
+    afterwards). A new location needs neither.
+    """
+    import random
+
+    from ..clock import SYSTEM_CLOCK
+    from ..db.reader import DbReader, DbReaderOptions
+    from ..manifest.store import ManifestStore
+    from ..store.url import open_store
+
+    prefix = parse_bytes(scratch_prefix) if scratch_prefix is not None else b"bench:"
+    if not prefix:
+        raise InvalidArgument("--scratch-prefix must not be empty")
+    latest = ManifestStore(open_store(path), SYSTEM_CLOCK, random.Random(), author="cli").read_latest()
+    if latest is None:
+        return prefix
+    if not force:
+        raise InvalidArgument(
+            f"{path} is an existing database: bench opens its writer, which fences a running writer. "
+            "Pass --force if none runs (and --scratch-prefix if it holds data), or bench a new location"
+        )
+    opts = DbReaderOptions(establish_checkpoint=False, background_poll=False)
+    with DbReader.open(path, options=opts) as r:
+        with r.scan(limit=1) as it:
+            has_data = next(iter(it), None) is not None
+        if has_data and scratch_prefix is None:
+            raise InvalidArgument(
+                f"{path} holds data and bench writes many keys: give --scratch-prefix PREFIX "
+                "(keys are written under it and deleted afterwards), or bench a new location"
+            )
+        with r.scan(prefix=prefix, limit=1) as it:
+            if next(iter(it), None) is not None:
+                raise InvalidArgument(
+                    f"keys under the scratch prefix {scratch_prefix!r} exist in {path}: choose an unused one"
+                )
+    return prefix

@@ -1,0 +1,88 @@
+"""How the ``shaledb`` command line is typed: global options anywhere, ``--version``,
+checkpoints by name or UUID.
+
+Global options (``--path``, ``--json``, ``--debug``, ``--no-progress``) may
+come before the command or after it (``shaledb list-checkpoints --json``):
+each subcommand repeats them with ``argparse.SUPPRESS`` defaults, so a value
+given after the command wins and one given before is not reset.
+
+Wherever a command takes a checkpoint (``--checkpoint``, ``--id``,
+``--source``), a UUID or a checkpoint name is accepted; a name must match
+exactly one live checkpoint (:func:`resolve_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from typing import Any
+
+from ..errors import CheckpointNotFound, InvalidArgument
+
+
+def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """``--path``, ``--json``, ``--settings``, ``--debug``, ``--no-progress`` on ``p``.
+
+    ``p`` is the main parser, or a command's (then the options may follow the command).
+    """
+    kw: dict[str, Any] = {"default": argparse.SUPPRESS} if after_command else {}
+    g = p.add_argument_group("global options") if after_command else p
+    g.add_argument(
+        "--path", required=False, help="database URL (local path, file://, memory://, s3://, ...)", **kw
+    )
+    g.add_argument("--json", action="store_true", help="machine-readable JSON output", **kw)
+    g.add_argument(
+        "--settings",
+        dest="settings_file",
+        metavar="FILE",
+        help="TOML settings file (else SHALEDB_SETTINGS_FILE)",
+        **kw,
+    )
+    g.add_argument("--debug", action="store_true", help="show tracebacks and debug logs", **kw)
+    g.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress line on stderr (drawn only on a terminal)",
+        **kw,
+    )
+
+
+def add_version(p: argparse.ArgumentParser) -> None:
+    from .. import __version__
+
+    p.add_argument("--version", action="version", version=f"shaledb {__version__}")
+
+
+def register_extra_commands() -> None:
+    """Import the modules whose commands are registered here (``delete``)."""
+    from . import more  # noqa: F401 - registers its commands
+
+
+def checkpoint_ref(text: str) -> str:
+    """argparse type of a checkpoint reference: a UUID or a name (resolved by the command)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a checkpoint is named by its UUID or its name; got an empty string")
+    return text
+
+
+def resolve_checkpoint(url: str, ref: str | None) -> str | None:
+    """The UUID (as text) of the checkpoint ``ref`` names at ``url``: a UUID as is, else a name.
+
+    A name must match exactly one live checkpoint: none raises
+    ``CheckpointNotFound`` (exit 3), several ``InvalidArgument`` listing them.
+    """
+    if ref is None:
+        return None
+    try:
+        return str(uuid.UUID(ref))
+    except ValueError:
+        pass
+    from .. import admin
+
+    found = admin.list_checkpoints(url, name=ref, include_expired=False)
+    if not found:
+        raise CheckpointNotFound(f"no live checkpoint named {ref!r} at {url} (give its name or UUID)")
+    if len(found) > 1:
+        ids = ", ".join(str(c.id) for c in found)
+        raise InvalidArgument(f"{len(found)} live checkpoints are named {ref!r} ({ids}); give one's UUID")
+    return str(found[0].id)

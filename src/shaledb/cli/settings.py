@@ -1,0 +1,88 @@
+"""CLI settings: where commands that open a writer get theirs, and ``shaledb settings``.
+
+Commands read settings as a service does (``shaledb.settings_load``): the
+defaults, then the TOML file named by ``--settings`` or ``SHALEDB_SETTINGS_FILE``,
+then ``SHALEDB_*`` variables, then what the command itself must fix (CLI work
+runs without the embedded compactor and collector).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..settings import Settings
+from .output import Output, command
+
+
+def cli_settings(args: argparse.Namespace, **overrides: Any) -> Settings:
+    """The settings a command opens a writer with."""
+    from ..settings_load import load_settings
+
+    return load_settings(Settings, path=getattr(args, "settings_file", None), **overrides)
+
+
+def _settings_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--defaults", action="store_true", help="print the defaults, not the effective settings")
+    p.set_defaults(no_path=True)
+
+
+@command("settings", "print settings as TOML: the effective ones (file + environment) or --defaults")(
+    _settings_args
+)
+def settings(args: argparse.Namespace, out: Output) -> int | None:
+    s = Settings() if args.defaults else cli_settings(args)
+    if out.as_json:
+        out.emit(s.to_dict())
+    else:
+        out.stream.write(s.to_toml())
+    return None
+
+
+def _stats_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-wal", action="store_true", help="skip listing WAL objects (one LIST per 1,000)")
+
+
+@command(
+    "stats", "database figures: LSM shape and sizes, WAL objects, sequence numbers, store requests made"
+)(_stats_args)
+def stats(args: argparse.Namespace, out: Output) -> int | None:
+    """Figures a dashboard wants, read through a reader (never fences the writer).
+
+    A running writer's own counters and histograms are ``Db.metrics()`` in its
+    process (exported with ``shaledb.store.metrics.PrometheusCollector``); this reads
+    what the store shows.
+    """
+    from ..db.reader import DbReader, DbReaderOptions
+    from ..format import paths
+    from ..store.metrics import find_wrapper
+    from ..store.wrappers import InstrumentedStore
+
+    opts = DbReaderOptions(establish_checkpoint=False, background_poll=False, checkpoint_lifetime_s=None)
+    with DbReader.open(args.path, options=opts) as r:
+        m = r.manifest
+        ssts = list(m.data.ssts())
+        data: dict[str, Any] = {
+            "manifest_id": m.id,
+            "writer_epoch": m.writer_epoch,
+            "seq": r.seq,
+            "last_l0_seq": m.last_l0_seq,
+            "l0_ssts": len(m.data.l0),
+            "sorted_runs": len(m.data.runs),
+            "ssts": len(ssts),
+            "sst_bytes": sum(s.size for s in ssts),
+            "entries": sum(s.entries for s in ssts),
+            "next_wal_id": m.next_wal_id,
+            "replay_after_wal_id": m.replay_after_wal_id,
+            "checkpoints": len(m.checkpoints),
+            "journal_files": len(m.journal),
+        }
+        if not args.no_wal:
+            wal = [meta for meta in r.store.list(paths.WAL_DIR) if paths.parse_wal_id(meta.path) is not None]
+            data["wal_objects"] = len(wal)
+            data["wal_bytes"] = sum(meta.size for meta in wal)
+        inst = find_wrapper(r.store, InstrumentedStore)
+        if inst is not None:
+            data["store_requests"] = inst.snapshot().total_requests
+    out.emit(data, title=None if out.as_json else f"database {args.path}")
+    return None

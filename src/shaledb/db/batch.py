@@ -1,0 +1,145 @@
+"""WriteBatch: an atomic group of puts and deletes, validated as it is built.
+
+A batch is applied under one sequence number and lands in one WAL object, so
+it is all-or-nothing across crashes. Columns are kept as parallel lists so
+applying a batch is a couple of C-level list and dict operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from ..engine.wal import WalWriter
+from ..errors import InvalidArgument
+from ..format.row import KIND_TOMBSTONE, KIND_VALUE, encode_payload
+from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, check_field, check_key, check_value
+from ..numbers import check_seconds
+
+
+def ttl_ms(ttl: timedelta | float | int | str | None) -> int | None:
+    """A TTL as milliseconds (None: no expiry)."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, str):  # "1h", "250ms", "7days" (shaledb.duration)
+        from ..duration import parse_duration
+
+        try:
+            ttl = parse_duration(ttl)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"ttl: {exc}") from None
+    secs = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+    ms = int(check_seconds("ttl", secs) * 1000)
+    if ms <= 0:
+        raise InvalidArgument(f"ttl must be at least 1 ms (0.001 seconds), got {ttl!r}")
+    return ms
+
+
+IndexTerms = Mapping[str, Iterable[bytes]]
+
+
+class WriteBatch:
+    """Puts and deletes applied atomically by ``Db.write`` (chainable)."""
+
+    __slots__ = ("_extras", "_keys", "_kinds", "_payloads")
+
+    def __init__(self) -> None:
+        self._keys: list[bytes] = []
+        self._kinds: list[int] = []
+        self._payloads: list[bytes] = []
+        self._extras: list[tuple[int, dict[str, Any]]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes,
+        *,
+        ttl: timedelta | float | str | None = None,
+        metadata: bytes | None = None,
+        indexes: IndexTerms | None = None,
+    ) -> WriteBatch:
+        k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
+        v = value if type(value) is bytes and len(value) <= MAX_VALUE_BYTES else check_value(value)
+        if ttl is None and metadata is None and indexes is None:
+            self._keys.append(k)
+            self._kinds.append(KIND_VALUE)
+            self._payloads.append(v)
+            return self
+        self._put_rich(k, v, ttl, metadata, indexes)
+        return self
+
+    def _put_rich(
+        self,
+        k: bytes,
+        v: bytes,
+        ttl: timedelta | float | str | None,
+        metadata: bytes | None,
+        indexes: IndexTerms | None,
+    ) -> None:
+        extra: dict[str, Any] = {"value": v}
+        if metadata is not None:
+            extra["metadata"] = check_value(metadata)
+        if ttl is not None:
+            extra["ttl_ms"] = ttl_ms(ttl)
+        if indexes is not None:
+            if not isinstance(indexes, Mapping):
+                raise InvalidArgument("indexes must map field names to lists of byte terms")
+            terms: dict[str, list[bytes]] = {}
+            for fld, ts in indexes.items():
+                check_field(fld)
+                if isinstance(ts, (bytes, str)):
+                    raise InvalidArgument(f"index terms for {fld!r} must be a list of bytes")
+                terms[fld] = sorted({check_key(t) for t in ts})
+            extra["indexes"] = terms
+        # The payload is finalised at apply time (expiry needs the clock).
+        _, payload = encode_payload(v, extra.get("metadata"), None)
+        self._keys.append(k)
+        self._kinds.append(KIND_VALUE)
+        self._payloads.append(payload)
+        if self._extras is None:
+            self._extras = []
+        self._extras.append((len(self._keys) - 1, extra))
+
+    def delete(self, key: bytes) -> WriteBatch:
+        k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
+        self._keys.append(k)
+        self._kinds.append(KIND_TOMBSTONE)
+        self._payloads.append(b"")
+        return self
+
+    def clear(self) -> None:
+        self._keys.clear()
+        self._kinds.clear()
+        self._payloads.clear()
+        self._extras = None
+
+    def __repr__(self) -> str:
+        return f"WriteBatch({len(self._keys)} ops)"
+
+
+class WriteHandle:
+    """The result of a write: its sequence number and a way to wait for durability."""
+
+    __slots__ = ("_wal", "seq")
+
+    def __init__(self, wal: WalWriter, seq: int) -> None:
+        self._wal = wal
+        self.seq = seq
+
+    def wait_durable(self, timeout: float | None = None) -> bool:
+        """Block until the write is durable in a WAL object; False on timeout."""
+        return self._wal.wait_durable(self.seq, timeout)
+
+    @property
+    def durable(self) -> bool:
+        return self._wal.durable_seq >= self.seq
+
+    def __repr__(self) -> str:
+        return f"WriteHandle(seq={self.seq}, durable={self.durable})"

@@ -1,0 +1,850 @@
+"""``DbReader``: a read-only client of a database, in any process.
+
+The protocol: docs/design/checkpoints-readers-clones.md.
+
+A reader never writes data and never fences the writer. It reads one
+*version* of the database: the SSTs of a manifest, plus the WAL objects after
+that manifest's ``replay_after_wal_id``, which it replays into in-memory
+tables (each bounded by ``max_memtable_bytes``; the writer's backpressure
+bounds how many there are).
+
+Three ways to open one:
+
+* ``DbReader.open(url, checkpoint=<id>)`` reads exactly the version that
+  checkpoint pins: its manifest's SSTs and the WAL objects in the manifest's
+  range ``(replay_after_wal_id, next_wal_id)``. It never refreshes and never
+  writes to the store. The checkpoint's owner keeps it alive.
+* ``DbReader.open(url)`` (the default, a *managed* checkpoint) creates its own
+  checkpoint on the latest manifest with ``checkpoint_lifetime``, and then,
+  every ``manifest_poll_interval``:
+
+  1. probes for a newer manifest (one GET of ``manifest/<id + 1>``, no LIST);
+  2. re-establishes its checkpoint when the set of SSTs (or the replayed WAL
+     range) changed -- one CAS adds the new checkpoint and removes old ones --
+     and purges in-memory tables the new manifest's SSTs now contain;
+  3. otherwise extends the checkpoint's expiry once half its lifetime has
+     passed (not on every poll: slatedb#1750);
+  4. probes for the next WAL object (one GET of ``wal/<next id>``) and
+     replays each one found. One that went missing after the writer flushed
+     it to L0 moves the view to the manifest holding that L0 SST; only a
+     slot no manifest covers (a crashed writer's) is skipped.
+
+  If its checkpoint expired (a store outage longer than the lifetime) or
+  vanished, it re-establishes from the latest manifest by itself instead of
+  failing for good (slatedb#1888). Close deletes its checkpoints.
+* ``DbReaderOptions(establish_checkpoint=False)`` follows the latest manifest
+  like a managed reader but writes nothing; only the garbage collector's
+  minimum age protects what it reads. Meant for one-shot tools.
+
+Snapshots and scans of a managed reader keep the checkpoint their view came
+from: a re-established checkpoint retires the old one, which is deleted only
+once no snapshot or scan uses it (until then its expiry keeps being extended).
+
+Values in the value journal (key/value separation) are read through the
+same pointer resolver as the writer's; ``head``, ``index_query`` and
+``scan_heads`` answer from the ledger (and the replayed WAL), as the writer's do.
+
+Reads are monotonic: a newer view always holds everything an older one did
+(new SSTs contain the WAL objects they replace, and tables are only purged
+once the manifest's SSTs cover them).
+
+For parallel readers of one checkpoint (the Spark data source),
+:meth:`DbReader.key_ranges` lists the key ranges of the version's SSTs and
+:meth:`DbReader.split_points` cuts the key space into ranges of similar size.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import uuid
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..admin.checkpoint import (
+    as_checkpoint_id,
+    check_usable,
+    live_checkpoint,
+    make_checkpoint,
+    new_checkpoint_id,
+    read_checkpoint_manifest,
+)
+from ..clock import SYSTEM_CLOCK, Clock
+from ..duration import to_seconds
+from ..engine.cache import LruCache
+from ..engine.history import HISTORY_PIN, OPT_RETENTION, manifest_seq, to_millis
+from ..engine.indexes import Head
+from ..engine.memtable import ENTRY_OVERHEAD, Memtable, new_memtable
+from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
+from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
+from ..engine.sstable import TableCache
+from ..engine.wal import decode_wal_object, fetch_wal_objects
+from ..errors import ClosedError, DatabaseDestroyed, InvalidArgument, ObjectNotFound, ShaleError
+from ..format import paths
+from ..format.row import FLAG_INDEX_TREE
+from ..journal.resolver import JournalResolver
+from ..keys import check_key, scan_bounds, split_points
+from ..manifest.model import Checkpoint, Manifest, SstInfo
+from ..manifest.store import ManifestStore
+from ..option_names import renamed
+from ..settings import DbReaderOptions, Settings
+from ..store.base import ObjectStore
+from ..store.parallel import DEFAULT_WORKERS
+from ..store.stack import close_quietly, open_stack
+from .extras import ReaderReads, checked_keys
+from .mapping import MappingReads, as_url
+
+log = logging.getLogger("shaledb.reader")
+
+_UNSET: Any = object()
+
+
+class _Table:
+    """An in-memory table of replayed WAL entries and the WAL ids it holds."""
+
+    __slots__ = ("first_wal", "last_wal", "mem")
+
+    def __init__(self, first_wal: int) -> None:
+        self.mem = new_memtable()
+        self.first_wal = first_wal
+        self.last_wal = first_wal - 1
+
+
+def _sst_key(m: Manifest) -> tuple[Any, ...]:
+    """What makes a reader re-establish: the SST set and the replayed WAL range."""
+    return (
+        tuple((s.id, s.db) for s in m.data.l0),
+        tuple((r.id, tuple(s.id for s in r.ssts)) for r in m.data.runs),
+        tuple((s.id, s.db) for s in m.index.ssts()),
+        m.replay_after_wal_id,
+    )
+
+
+class ReaderSnapshot(MappingReads):
+    """A consistent view of a reader at one sequence number; close it when done."""
+
+    def __init__(self, reader: DbReader, view: ReadView, seq: int, cp: uuid.UUID | None) -> None:
+        self._reader = reader
+        self._view = view
+        self.seq = seq
+        self._finalizer = weakref.finalize(self, reader._unpin, view.mem, seq, cp)
+
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key`` at the snapshot, or ``default``."""
+        k = key if type(key) is bytes else check_key(key)
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        r = self._reader
+        e = lookup(self._view, r._tables, k, self.seq)
+        return default if e is None else r._vis.value(k, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        s, e = scan_bounds(start, end, prefix)
+        r = self._reader
+        return scan_items(self._view, r._tables, r._vis, s, e, self.seq, bool(reverse), limit)
+
+    def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
+        """As ``DbReader.get_many``, at the snapshot."""
+        ks = checked_keys(keys, workers)
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        return self._reader._get_many_at(self._view, self.seq, ks, workers)
+
+    def head(self, key: bytes) -> Head | None:
+        """The key's :class:`~shaledb.engine.indexes.Head` at the snapshot (no journal read)."""
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        return self._reader._head_at(self._view, self.seq, key)
+
+    def index_query(
+        self, field: str, start: bytes | None = None, end: bytes | None = None, **kw: Any
+    ) -> list[Any]:
+        """As ``Db.index_query``, at the snapshot."""
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+        return self._reader._index_query_at(self._view, self.seq, field, start, end, **kw)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> ReaderSnapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DbReader(MappingReads, ReaderReads):
+    """A read-only client of one database (see module docstring). Thread-safe.
+
+    Heads, index queries and head scans: :class:`~shaledb.db.extras.ReaderReads`.
+    """
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(
+        cls,
+        url: str | os.PathLike[str] | None = None,
+        checkpoint: uuid.UUID | str | Checkpoint | None = None,
+        *,
+        options: DbReaderOptions | None = None,
+        manifest_poll_interval_s: timedelta | float | str | None = None,
+        checkpoint_lifetime_s: timedelta | float | str | None = _UNSET,
+        manifest_poll_interval: timedelta | float | str | None = None,
+        checkpoint_lifetime: timedelta | float | str | None = _UNSET,
+        max_memtable_bytes: int | None = None,
+        store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        store_options: Mapping[str, Any] | None = None,
+        store_factory: StoreFactory | None = None,
+    ) -> DbReader:
+        """Open a reader of the database at ``url`` (or ``store``).
+
+        ``checkpoint`` (a UUID, its string, or a Checkpoint) fixes the version
+        read; without it the reader maintains its own checkpoint. The keyword
+        options override fields of ``options`` and have their names:
+        ``manifest_poll_interval_s`` and ``checkpoint_lifetime_s`` take seconds,
+        a timedelta or a duration string such as ``"500ms"`` (lifetime None: no
+        expiry); ``manifest_poll_interval`` and ``checkpoint_lifetime`` are
+        their old, deprecated spellings. ``store_options`` configure cloud stores (also used for the
+        parents of a clone); ``store_factory`` opens parents by URL instead.
+
+        Raises NotFound (no database), CheckpointNotFound (missing or expired
+        checkpoint), DatabaseDestroyed, InvalidDbState (unfinished clone).
+        """
+        opts = options if options is not None else DbReaderOptions()
+        if not isinstance(opts, DbReaderOptions):
+            raise InvalidArgument(f"options must be a DbReaderOptions, got {type(opts).__name__}")
+        changes: dict[str, Any] = {}
+        given = {"manifest_poll_interval_s": manifest_poll_interval_s}
+        if checkpoint_lifetime_s is not _UNSET:
+            given["checkpoint_lifetime_s"] = checkpoint_lifetime_s
+        if manifest_poll_interval is not None:
+            given["manifest_poll_interval"] = manifest_poll_interval
+        if checkpoint_lifetime is not _UNSET:
+            given["checkpoint_lifetime"] = checkpoint_lifetime
+        if given["manifest_poll_interval_s"] is None:
+            del given["manifest_poll_interval_s"]
+        for old in ("manifest_poll_interval", "checkpoint_lifetime"):
+            renamed(given, old, old + "_s", "DbReader.open")
+        if "manifest_poll_interval_s" in given:
+            changes["manifest_poll_interval_s"] = to_seconds(
+                given["manifest_poll_interval_s"], "manifest_poll_interval_s"
+            )
+        if "checkpoint_lifetime_s" in given:
+            changes["checkpoint_lifetime_s"] = to_seconds(
+                given["checkpoint_lifetime_s"], "checkpoint_lifetime_s"
+            )
+        if max_memtable_bytes is not None:
+            changes["max_memtable_bytes"] = max_memtable_bytes
+        if changes:
+            opts = replace(opts, **changes)
+        url = as_url(url)
+        clock = clock or SYSTEM_CLOCK
+        rng = random.Random(seed)
+        settings = Settings(retry=opts.retry, compactor=None, garbage_collector=None)
+        cp_id = None if checkpoint is None else as_checkpoint_id(checkpoint)
+        wrapped = open_stack(url, store, store_options, settings, clock, rng)
+        factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options)
+        external = ExternalStores(
+            factory, own_url=canonical_url(url) if url else None, owns_opened=store_factory is None
+        )
+        try:
+            reader = cls(wrapped, opts, clock, rng, external, cp_id)
+        except BaseException:
+            close_quietly(external, wrapped if store is None else None)
+            raise
+        reader.owns_store = store is None
+        return reader
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        options: DbReaderOptions,
+        clock: Clock,
+        rng: random.Random,
+        external: ExternalStores,
+        checkpoint_id: uuid.UUID | None,
+    ) -> None:
+        self.options = options
+        self.store = store
+        self.owns_store = False
+        """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
+        self.clock = clock
+        self.rng = rng
+        self._where = store.describe()
+        self._ms = ManifestStore(store, clock, rng, author="reader")
+        self._external = external
+        self._cache = LruCache(options.block_cache_bytes)
+        self._tables = TableCache(self._resolve_store, self._cache, options.sst_read_ahead_bytes)
+        self._journal = JournalResolver(self._resolve_store, self._cache, lambda: self._view.manifest)
+        self._vis = Visibility(lambda: int(self.clock.now() * 1000), self._journal.resolve)
+        self._lock = threading.Lock()  # state; never held across store calls
+        self._maint = threading.RLock()  # serializes polls (held across store calls)
+        self._closed = False
+        self._mode = (
+            "pinned"
+            if checkpoint_id is not None
+            else ("managed" if options.establish_checkpoint else "latest")
+        )
+        self._own: dict[uuid.UUID, Checkpoint] = {}
+        self._refs: dict[uuid.UUID, int] = {}
+        self._current: uuid.UUID | None = None
+        self._wal_tables: list[_Table] = []
+        self._seq = 0
+        self._next_wal = 1
+        self._gap_checked: tuple[int, int] | None = None
+        self.last_error: BaseException | None = None
+        """The last failure of a background poll (polling carries on regardless)."""
+        self.counters = {"polls": 0, "reestablished": 0, "refreshed": 0, "wal_objects": 0}
+        if checkpoint_id is not None:
+            self._open_pinned(checkpoint_id)
+        else:
+            latest = self._ms.require_latest()
+            check_usable(latest, self._where)
+            self._latest = latest
+            m = self._establish(latest) if self._mode == "managed" else latest
+            self._install_manifest(m)
+            self._poll_wal()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self._mode != "pinned" and options.background_poll:
+            self._thread = threading.Thread(target=self._run, name="shaledb-reader", daemon=True)
+            self._thread.start()
+
+    def _open_pinned(self, cp_id: uuid.UUID) -> None:
+        latest = self._ms.require_latest()
+        if not latest.initialized:
+            check_usable(latest, self._where)  # an unfinished clone (a destroyed database may still be read)
+        cp = live_checkpoint(latest, cp_id, self.clock.now(), self._where)
+        m = read_checkpoint_manifest(self._ms, cp)
+        self._latest = latest
+        self._current = cp.id
+        self._install_manifest(m)
+        wids = range(m.replay_after_wal_id + 1, m.next_wal_id)
+        with fetch_wal_objects(self.store, wids, self.options.wal_read_ahead) as fetched:
+            for wid, (_, data) in zip(wids, fetched):
+                if data is not None:  # None: a slot a crashed writer never filled
+                    self._apply_wal(wid, data)
+
+    def _resolve_store(self, index: int) -> ObjectStore:
+        if index == 0:
+            return self.store
+        return self._external.store_for(index, self._view.manifest)
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key`` in the reader's current view, or ``default`` (None)."""
+        if type(key) is not bytes:
+            key = check_key(key)
+        self._check_open()
+        try:
+            e = lookup(self._view, self._tables, key, None)
+        except ObjectNotFound:
+            if self._mode == "pinned":
+                raise
+            # The view's SSTs were collected (e.g. our checkpoint expired): move to the latest version.
+            log.warning("reader %s: an SST of its view is gone; re-establishing", self._where)
+            self._poll(force=True)
+            e = lookup(self._view, self._tables, key, None)
+        return default if e is None else self._vis.value(key, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``start <= key < end`` in key order, from one consistent view."""
+        s, e = scan_bounds(start, end, prefix)
+        check_limit(limit)
+        view, seq, cp = self._pin()
+        it = scan_items(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
+        return Scan(it, lambda: self._unpin(view.mem, seq, cp))
+
+    def snapshot(self, *, at_seq: int | None = None, at_time: datetime | None = None) -> ReaderSnapshot:
+        """A consistent view that keeps its version pinned until closed.
+
+        ``at_seq`` / ``at_time`` read as of then, within the writer's history
+        window (``shaledb.engine.history``; times map through the manifest's marks).
+        """
+        if at_seq is None and at_time is None:
+            view, seq, cp = self._pin()
+        else:
+            view, seq, cp = self._pin(at_seq, None if at_time is None else to_millis(at_time), True)
+        return ReaderSnapshot(self, view, seq, cp)
+
+    def _pin(
+        self, at_seq: int | None = None, at_ms: int | None = None, past: bool = False
+    ) -> tuple[ReadView, int, uuid.UUID | None]:
+        with self._lock:
+            self._check_open()
+            view = self._view
+            seq = self._seq
+            if past:
+                seq = manifest_seq(view.manifest, seq, at_seq, at_ms, int(self.clock.now() * 1000))
+            cp = self._current if self._mode == "managed" else None
+            view.mem.pin(seq)
+            if cp is not None:
+                self._refs[cp] = self._refs.get(cp, 0) + 1
+        return view, seq, cp
+
+    def _unpin(self, mem: Memtable, seq: int, cp: uuid.UUID | None) -> None:
+        with self._lock:
+            mem.unpin(seq)
+            if cp is not None:
+                n = self._refs.get(cp, 0) - 1
+                if n > 0:
+                    self._refs[cp] = n
+                else:
+                    self._refs.pop(cp, None)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("reader is closed")
+
+    # ------------------------------------------------------ version details
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest whose SSTs the current view reads."""
+        return self._view.manifest
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint the current view is pinned by (None when following the latest)."""
+        with self._lock:
+            if self._current is None:
+                return None
+            return self._own.get(self._current) or self._latest.checkpoint(self._current)
+
+    @property
+    def seq(self) -> int:
+        """The highest sequence number the reader has seen."""
+        return self._seq
+
+    def key_ranges(self) -> list[tuple[bytes, bytes, int]]:
+        """``(first_key, last_key, size_bytes)`` of every SST of the view's data tree, by key.
+
+        L0 SSTs may overlap each other and the sorted runs; entries still only
+        in the WAL (replayed into memory) are not listed. For planning, not
+        for correctness: any key may also live in memory.
+        """
+        ssts: list[SstInfo] = list(self._view.manifest.data.ssts())
+        ssts.sort(key=lambda s: (s.first_key, s.last_key))
+        return [(s.first_key, s.last_key, s.size) for s in ssts]
+
+    def split_points(self, n: int) -> list[bytes]:
+        """At most ``n - 1`` ascending keys cutting the key space into ``n`` ranges of similar size.
+
+        The ranges ``[None, p0), [p0, p1), ..., [pk, None)`` cover every key, so
+        scanning each with its own reader (same checkpoint) and concatenating
+        gives the full scan. Sizes are estimated from SST sizes, assuming
+        each SST's bytes are spread evenly over its key range at SST
+        boundaries; fewer points come back when there are too few SSTs.
+        """
+        return split_points(self.key_ranges(), n)
+
+    # ------------------------------------------------------------- polling
+
+    def refresh(self) -> None:
+        """Poll once now: new manifest, checkpoint maintenance, new WAL objects.
+
+        A reader on a fixed checkpoint has nothing to refresh. Raises what
+        the poll met (a background poll logs it and carries on instead).
+        """
+        if self._mode == "pinned":
+            return
+        self._poll(force=False)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.clock.wait(self._stop, self.options.manifest_poll_interval_s)
+            if self._stop.is_set():
+                return
+            try:
+                self._poll(force=False)
+                self.last_error = None
+            except ClosedError:
+                return
+            except Exception as exc:  # noqa: BLE001 - polling must survive outages (slatedb#1888)
+                self.last_error = exc
+                log.warning("reader %s: poll failed (will retry): %s", self._where, exc)
+
+    def _poll(self, *, force: bool) -> None:
+        with self._maint:
+            self._check_open()
+            self.counters["polls"] += 1
+            latest = self._ms.refresh(self._latest)
+            self._latest = latest
+            if latest.destroyed_at_s is not None:
+                # Keep serving the current view, but do not keep a destroyed database alive:
+                # the checkpoint is left to expire so the garbage collector can finish.
+                raise DatabaseDestroyed(f"database at {self._where} was destroyed")
+            view_m = self._view.manifest
+            if self._mode == "latest":
+                if force or _sst_key(latest) != _sst_key(view_m):
+                    self._follow(latest)
+            else:
+                now = self.clock.now()
+                cur = self._own.get(self._current) if self._current is not None else None
+                lost = cur is None or cur.expired(now) or latest.checkpoint(cur.id) is None
+                if force or lost or _sst_key(latest) != _sst_key(view_m):
+                    if lost and not force:
+                        log.warning(
+                            "reader %s: its checkpoint expired or vanished; re-establishing", self._where
+                        )
+                    self._follow(latest)
+                elif self._refresh_due(now):
+                    self._refresh_expiry(latest)
+            self._poll_wal()
+
+    def _refresh_due(self, now: float) -> bool:
+        life = self.options.checkpoint_lifetime_s
+        with self._lock:
+            cur = self._own.get(self._current) if self._current is not None else None
+            idle_retired = any(c != self._current and not self._refs.get(c) for c in self._own)
+        if life is None:
+            return idle_retired  # nothing expires: delete unused retired checkpoints now
+        return cur is not None and cur.expire_time_s is not None and now >= cur.expire_time_s - life / 2
+
+    def _checkpoint_changes(self, m: Manifest, now: float) -> tuple[list[Checkpoint], set[uuid.UUID]]:
+        """Our checkpoints in ``m`` after maintenance: held ones extended, idle retired ones dropped.
+
+        An expired checkpoint is dropped, never extended: the garbage collector
+        may already be deleting what it pinned, so it must not come back.
+        """
+        life = self.options.checkpoint_lifetime_s
+        with self._lock:
+            held = {c for c in self._own if c == self._current or self._refs.get(c)}
+        dropped = set(self._own) - held
+        out = []
+        for c in m.checkpoints:
+            if c.id in self._own and c.expired(now):
+                dropped.add(c.id)
+            if c.id in dropped:
+                continue
+            if c.id in held and life is not None:
+                c = replace(c, expire_time_s=now + life)
+            out.append(c)
+        return out, dropped
+
+    def _establish(self, hint: Manifest) -> Manifest:
+        """A new checkpoint on the latest manifest, in one CAS (the reader procedure of
+        docs/design/checkpoints-readers-clones.md)."""
+        new_id = new_checkpoint_id(self.rng)
+        life = self.options.checkpoint_lifetime_s
+        made: list[tuple[Checkpoint, set[uuid.UUID]]] = []
+
+        def mutate(m: Manifest) -> Manifest | None:
+            if m.checkpoint(new_id) is not None:
+                return None  # an earlier attempt of ours landed
+            check_usable(m, self._where)
+            now = self.clock.now()
+            keep, dropped = self._checkpoint_changes(m, now)
+            cp = make_checkpoint(
+                new_id, m.id + 1, now, life, name=self.options.checkpoint_name, metadata=(("role", "reader"),)
+            )
+            made.append((cp, dropped))
+            return replace(m, checkpoints=(*keep, cp))
+
+        latest = self._ms.update(mutate, timeout_s=self.options.manifest_update_timeout_s, current=hint)
+        cp, dropped = made[-1]
+        m = latest if latest.id == cp.manifest_id else self._ms.read(cp.manifest_id)
+        with self._lock:
+            for c in dropped:
+                self._own.pop(c, None)
+            for c in list(self._own):
+                now_cp = latest.checkpoint(c)
+                if now_cp is None:
+                    self._own.pop(c)
+                else:
+                    self._own[c] = now_cp
+            self._own[cp.id] = latest.checkpoint(cp.id) or cp
+            self._current = cp.id
+        self._latest = latest
+        self.counters["reestablished"] += 1
+        return m
+
+    def _refresh_expiry(self, hint: Manifest) -> None:
+        dropped_box: list[set[uuid.UUID]] = []
+
+        def mutate(m: Manifest) -> Manifest | None:
+            now = self.clock.now()
+            keep, dropped = self._checkpoint_changes(m, now)
+            dropped_box.append(dropped)
+            return replace(m, checkpoints=tuple(keep))
+
+        m = self._ms.update(mutate, timeout_s=self.options.manifest_update_timeout_s, current=hint)
+        with self._lock:
+            for c in list(self._own):
+                now_cp = m.checkpoint(c)
+                if now_cp is None or c in dropped_box[-1]:
+                    self._own.pop(c)
+                else:
+                    self._own[c] = now_cp
+        self._latest = m
+        self.counters["refreshed"] += 1
+
+    def _follow(self, latest: Manifest) -> None:
+        """Move the view to ``latest`` (a managed reader first checkpoints it)."""
+        if self._mode == "latest":
+            check_usable(latest, self._where)
+            self._install_manifest(latest)
+        else:
+            self._install_manifest(self._establish(latest))
+
+    def _install_manifest(self, m: Manifest) -> None:
+        """Read ``m``'s SSTs from now on; drop tables its SSTs cover."""
+        floor = m.replay_after_wal_id
+        with self._lock:
+            tables = [t for t in self._wal_tables if t.last_wal > floor]
+            if self._next_wal <= floor:
+                self._next_wal = floor + 1
+                tables = []
+            self._wal_tables = tables or [_Table(self._next_wal)]
+            self._seq = max(self._seq, m.last_l0_seq)
+            self._view = self._make_view(m)
+        self._journal.note(m)
+
+    def _make_view(self, m: Manifest) -> ReadView:
+        tables = self._wal_tables
+        if not tables:
+            tables = self._wal_tables = [_Table(self._next_wal)]
+        mems = [t.mem for t in tables]
+        old = getattr(self, "_view", None)
+        runs = old.runs if old is not None and old.manifest.data.runs == m.data.runs else None
+        return ReadView(mems[-1], tuple(reversed(mems[:-1])), m, runs=runs)
+
+    # ------------------------------------------------------------------ WAL
+
+    def _poll_wal(self) -> None:
+        """Replay every WAL object present from the next id on (GET probes, no LIST).
+
+        Each run of objects found doubles the GETs sent at once, up to
+        ``wal_read_ahead``, so a reader far behind pays about one round trip
+        per batch while an idle poll still sends one GET.
+
+        A reader far behind a busy writer can stay in this loop for seconds
+        (objects keep arriving about as fast as it replays them), longer than
+        its checkpoint's lifetime, so a managed reader maintains its
+        checkpoint here too, not only at the start of a poll: an expired
+        checkpoint lets the garbage collector delete the view's SSTs and the
+        WAL objects not yet replayed (see :meth:`_after_missing`).
+        """
+        ahead = 1
+        while True:
+            first = self._next_wal
+            wids = range(first, first + ahead)
+            whole = True
+            with fetch_wal_objects(self.store, wids, ahead) as fetched:
+                for wid, (_, data) in zip(wids, fetched):
+                    if wid != self._next_wal:  # the view moved past (or back to) other objects
+                        whole = False
+                        break
+                    if data is None:
+                        # Only the first GET of a batch came after the manifest _after_missing
+                        # reasons from; a later one that missed is probed again.
+                        if wid == first and not self._after_missing(wid):
+                            return
+                        whole = False
+                        break
+                    self._apply_wal(wid, data)
+                    if self._mode == "managed":
+                        self._maintain_during_replay()
+            ahead = min(2 * ahead, self.options.wal_read_ahead) if whole else 1
+
+    def _maintain_during_replay(self) -> None:
+        """The checkpoint maintenance of a poll, between two replayed WAL objects.
+
+        Extends the checkpoint once due; one that expired anyway (a replay
+        step or manifest write slower than half the lifetime) is replaced by a checkpoint on
+        the latest manifest, which also becomes the view.
+        """
+        now = self.clock.now()
+        with self._lock:
+            cur = self._own.get(self._current) if self._current is not None else None
+        if cur is None or cur.expired(now):
+            self._follow(self._ms.refresh(self._latest))
+        elif self._refresh_due(now):
+            self._refresh_expiry(self._latest)
+
+    def _after_missing(self, wid: int) -> bool:
+        """WAL object ``wid`` is missing: True to go on probing (from ``self._next_wal``),
+        False to wait for it.
+
+        Within one writer WAL objects appear strictly in id order, so when the
+        manifest read before the GET (``self._latest``) already counts ids
+        beyond ``wid``, the object was written and deleted since, or its slot
+        was left empty by a crashed writer. The latest manifest, read now,
+        tells the two apart:
+
+        * Deleted: the writer flushed ``wid``'s memtable to an L0 SST and the
+          garbage collector deleted the object -- which it does only once
+          some manifest's ``replay_after_wal_id`` reached ``wid`` (our
+          checkpoint expired during a long replay, or a follow-latest reader
+          has none). ``wid``'s writes are then only in that manifest's SSTs,
+          so the view moves to it (dropping the tables it covers) and replay
+          goes on after its replay point. Skipping ``wid`` instead lost those
+          writes, and for good: the table that holds the objects before and
+          after ``wid`` still held older values of its keys, which shadow the
+          L0 SST after that manifest is installed, because the table also
+          holds objects past its replay point and so is kept (the reader
+          process tests' flake, seed 2159074111).
+        * Never written: the latest manifest does not cover ``wid``, and as
+          ``replay_after_wal_id`` never decreases no manifest covered it at
+          the GET either, so no collector deleted it: it is a slot a crashed
+          writer left empty, and the next object present (one listing, once
+          per (id, manifest)) follows it.
+        """
+        hint = self._latest
+        if hint.next_wal_id <= wid + 1 or self._gap_checked == (wid, hint.id):
+            return False
+        latest = self._ms.refresh(hint)
+        self._latest = latest
+        if latest.replay_after_wal_id >= wid:
+            log.info(
+                "reader %s: WAL %d was flushed and collected; moving to manifest %d",
+                self._where,
+                wid,
+                latest.id,
+            )
+            self._follow(latest)
+            return True
+        self._gap_checked = (wid, latest.id)
+        for meta in self.store.list(paths.WAL_DIR, offset=paths.wal_path(wid)):
+            nxt = paths.parse_wal_id(meta.path)
+            if nxt is not None and nxt > wid:
+                log.warning(
+                    "reader %s: WAL %s is missing; continuing at %s", self._where, paths.wal_path(wid), nxt
+                )
+                with self._lock:
+                    self._next_wal = nxt
+                return True
+        return False
+
+    def _apply_wal(self, wid: int, data: bytes) -> None:
+        keys, ents = decode_wal_object(data, paths.wal_path(wid))
+        with self._lock:
+            floor = self._view.manifest.last_l0_seq
+            if ents and ents[0][0] <= floor:
+                pairs = [(k, e) for k, e in zip(keys, ents) if e[0] > floor]
+                keys = [p[0] for p in pairs]
+                ents = [p[1] for p in pairs]
+            t = self._wal_tables[-1]
+            mem = t.mem
+            if any(e[1] & FLAG_INDEX_TREE for e in ents):
+                sub = mem.sub
+                assert sub is not None
+                for k, e in zip(keys, ents):
+                    if e[1] & FLAG_INDEX_TREE:
+                        sub.put(k, (e[0], e[1] & ~FLAG_INDEX_TREE, e[2]))
+                pairs = [(k, e) for k, e in zip(keys, ents) if not e[1] & FLAG_INDEX_TREE]
+                keys = [p[0] for p in pairs]
+                ents = [p[1] for p in pairs]
+            if keys:
+                if HISTORY_PIN not in mem.pins and self._view.manifest.option(OPT_RETENTION) is not None:
+                    mem.pin(HISTORY_PIN)  # the writer keeps history: so do the replayed tables
+                mem.put_many(keys, ents)
+                mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
+                self._seq = max(self._seq, *(e[0] for e in ents))
+            t.last_wal = wid
+            self._next_wal = wid + 1
+            if mem.nbytes >= self.options.max_memtable_bytes:
+                self._wal_tables.append(_Table(wid + 1))
+                self._view = self._make_view(self._view.manifest)
+        self.counters["wal_objects"] += 1
+
+    # ---------------------------------------------------------------- close
+
+    def close(self) -> None:
+        """Stop polling and delete the reader's own checkpoints (errors are logged)."""
+        with self._lock:
+            if self._closed:
+                return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._maint:
+            with self._lock:
+                self._closed = True
+                own = set(self._own) if self._mode == "managed" else set()
+            if own:
+                try:
+                    self._ms.update(
+                        lambda m: (
+                            replace(m, checkpoints=tuple(c for c in m.checkpoints if c.id not in own))
+                            if any(c.id in own for c in m.checkpoints)
+                            else None
+                        ),
+                        timeout_s=self.options.manifest_update_timeout_s,
+                    )
+                except ShaleError as exc:
+                    log.warning(
+                        "reader %s: could not delete its checkpoints (they expire): %s", self._where, exc
+                    )
+        self._cache.clear()
+        close_quietly(self._external, self.store if self.owns_store else None)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> DbReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for monitoring and tests."""
+        with self._lock:
+            tables = list(self._wal_tables)
+            own = len(self._own)
+        m = self._view.manifest
+        return {
+            "mode": self._mode,
+            "manifest_id": m.id,
+            "seq": self._seq,
+            "next_wal_id": self._next_wal,
+            "memtables": len(tables),
+            "memtable_bytes": sum(t.mem.nbytes for t in tables),
+            "own_checkpoints": own,
+            "l0_ssts": len(m.data.l0),
+            "sorted_runs": len(m.data.runs),
+            **self.counters,
+        }
+
+    def changes(self, since: Any = None, **options: Any) -> Any:
+        """A :class:`~shaledb.engine.changes.ChangeFeed` of committed writes after ``since``
+        (a cursor or its string; None: from the start; "latest": only new writes)."""
+        from ..engine.changes import open_feed
+
+        return open_feed(self.store, since, self.clock, **options)
+
+    def __repr__(self) -> str:
+        return f"DbReader({self._where}, mode={self._mode})"
+
+
+__all__ = ["DbReader", "DbReaderOptions", "ReaderSnapshot"]

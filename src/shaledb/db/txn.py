@@ -1,0 +1,336 @@
+"""Optimistic transactions: ``with db.transaction(isolation=...) as txn:``.
+
+A transaction reads one snapshot (the sequence number current when it began)
+and buffers its writes; ``commit`` applies them as one write batch (one
+sequence number, one WAL object, durable by the rules of ``Db.write``).
+Nothing is locked while the transaction runs: conflicts are found at commit,
+under the writer's lock, in the same critical section that assigns the
+commit's sequence number, so validation and apply are atomic.
+
+* ``"snapshot"`` (snapshot isolation): the commit fails if any key it writes
+  was written -- by another transaction or by a plain ``put``/``write`` --
+  after its snapshot (first committer wins). Write skew is possible.
+* ``"serializable"``: also fails if any key it read, or any key inside a
+  range it scanned (so phantoms count), was written after its snapshot. A
+  committed serializable transaction is therefore equivalent to running it
+  alone at its commit point. A transaction that wrote nothing commits without
+  validation: it read one consistent snapshot.
+
+The writer keeps a :class:`ConflictLog` only while a transaction is open: the
+keys of every write applied since the oldest open transaction's snapshot.
+When the oldest transaction ends, entries no open transaction can conflict
+with are dropped; when none is open the log is dropped and plain writes pay
+nothing.
+
+A transaction object is for one thread; run transactions from many threads
+by giving each its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from bisect import bisect_left
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import TYPE_CHECKING, Literal
+
+from ..engine.reads import check_limit
+from ..errors import ClosedError, InvalidArgument, TransactionConflict
+from ..keys import check_key, check_value, scan_bounds
+from .batch import WriteBatch
+
+if TYPE_CHECKING:
+    from .writer import Db, Snapshot, WriteHandle
+
+Isolation = Literal["snapshot", "serializable"]
+ISOLATIONS: tuple[str, ...] = ("snapshot", "serializable")
+
+_Range = tuple[bytes | None, bytes | None]
+
+
+class ConflictLog:
+    """Keys written since the oldest open transaction began, guarded by the writer's lock.
+
+    ``last`` maps a key to the newest sequence number that wrote it (point
+    checks in O(1)); ``entries`` keeps each write's sorted keys in sequence
+    order for range checks and for pruning.
+    """
+
+    def __init__(self) -> None:
+        self.open: Counter[int] = Counter()
+        self.last: dict[bytes, int] = {}
+        self.entries: deque[tuple[int, tuple[bytes, ...]]] = deque()
+        self.local = threading.local()
+
+    # called by the writer, under its lock ---------------------------------
+
+    def admit(self, seq: int, keys: Iterable[bytes]) -> None:
+        """A write is about to take ``seq``: validate this thread's committing
+        transaction (raises :class:`TransactionConflict`, nothing applied), then record it."""
+        txn: Transaction | None = getattr(self.local, "txn", None)
+        if txn is not None:
+            self.validate(txn)
+        ks = tuple(sorted(set(keys)))
+        last = self.last
+        for k in ks:
+            last[k] = seq
+        self.entries.append((seq, ks))
+
+    def validate(self, txn: Transaction) -> None:
+        snap = txn.snapshot_seq
+        last = self.last
+        for k in txn._writes:
+            if last.get(k, 0) > snap:
+                raise TransactionConflict(
+                    k, f"key {k!r} was written by another commit after this transaction began"
+                )
+        if txn.isolation != "serializable":
+            return
+        for k in txn._reads:
+            if last.get(k, 0) > snap:
+                raise TransactionConflict(k, f"key {k!r} read by this transaction was written since it began")
+        if not txn._ranges:
+            return
+        for seq, ks in reversed(self.entries):
+            if seq <= snap:
+                break
+            for s, e in txn._ranges:
+                i = 0 if s is None else bisect_left(ks, s)
+                if i < len(ks) and (e is None or ks[i] < e):
+                    raise TransactionConflict(
+                        ks[i],
+                        f"key {ks[i]!r} in a range scanned by this transaction was written since it began",
+                    )
+
+    def register(self, seq: int) -> None:
+        self.open[seq] += 1
+
+    def unregister(self, seq: int) -> bool:
+        """One transaction that registered at ``seq`` ended; True if none is open now."""
+        self.open[seq] -= 1
+        if self.open[seq] <= 0:
+            del self.open[seq]
+        if not self.open:
+            self.last.clear()
+            self.entries.clear()
+            return True
+        oldest = min(self.open)
+        entries, last = self.entries, self.last
+        while entries and entries[0][0] <= oldest:
+            seq0, ks = entries.popleft()
+            for k in ks:
+                if last.get(k) == seq0:
+                    del last[k]
+        return False
+
+    def size(self) -> int:
+        """Recorded write entries (for tests of the memory bound)."""
+        return len(self.entries)
+
+
+def begin(db: Db, isolation: str, durable: bool) -> Transaction:
+    """Start a transaction on ``db`` (see :meth:`shaledb.Db.transaction`)."""
+    if isolation not in ISOLATIONS:
+        raise InvalidArgument(f"isolation must be one of {ISOLATIONS}, got {isolation!r}")
+    with db._lock:
+        db._check_failure()
+        log = db._txn_log
+        if log is None:
+            log = db._txn_log = ConflictLog()
+        floor = db._seq
+        log.register(floor)
+    try:
+        snap = db.snapshot()
+    except BaseException:
+        _unregister(db, floor)
+        raise
+    return Transaction(db, snap, floor, isolation, durable)  # type: ignore[arg-type]
+
+
+def _unregister(db: Db, floor: int) -> None:
+    with db._lock:
+        log = db._txn_log
+        if log is not None and log.unregister(floor):
+            db._txn_log = None
+
+
+class Transaction:
+    """Reads at a snapshot, buffered writes, validated and applied at commit.
+
+    Use as a context manager (commit on clean exit, rollback on an exception)
+    or call :meth:`commit` / :meth:`rollback`. After either, the transaction
+    is finished and its methods raise ``ClosedError``.
+    """
+
+    def __init__(self, db: Db, snap: Snapshot, floor: int, isolation: Isolation, durable: bool) -> None:
+        self._db = db
+        self._snap: Snapshot | None = snap
+        self._floor = floor
+        self.isolation: Isolation = isolation
+        self.durable = durable
+        self.snapshot_seq = snap.seq
+        """The sequence number this transaction reads at."""
+        self.commit_seq: int | None = None
+        """The commit's sequence number (None until committed; the snapshot's for a read-only one)."""
+        self._writes: dict[bytes, bytes | None] = {}
+        self._reads: set[bytes] = set()
+        self._ranges: list[_Range] = []
+        # A transaction dropped unfinished still leaves the conflict log (like a snapshot's pin).
+        self._unregister = weakref.finalize(self, _unregister, db, floor)
+
+    # ------------------------------------------------------------------ reads
+
+    def _live(self) -> Snapshot:
+        snap = self._snap
+        if snap is None:
+            raise ClosedError("the transaction has finished (committed or rolled back)")
+        return snap
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key``: this transaction's own write, else the snapshot's."""
+        k = check_key(key)
+        snap = self._live()
+        if k in self._writes:
+            return self._writes[k]
+        if self.isolation == "serializable":
+            self._reads.add(k)
+        value: bytes | None = snap.get(k)
+        return value
+
+    def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]:
+        """The values of ``keys`` in order (None where absent), as :meth:`get` would give."""
+        ks = [check_key(k) for k in keys]
+        snap = self._live()
+        missing = [k for k in ks if k not in self._writes]
+        if self.isolation == "serializable":
+            self._reads.update(missing)
+        found = dict(zip(missing, snap.get_many(missing))) if missing else {}
+        return [self._writes[k] if k in self._writes else found[k] for k in ks]
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``start <= key < end``: the snapshot with this
+        transaction's writes laid over it. Under serializable isolation the
+        whole requested range counts as read (a later insert into it conflicts)."""
+        s, e = scan_bounds(start, end, prefix)
+        check_limit(limit)
+        snap = self._live()
+        if self.isolation == "serializable":
+            self._ranges.append((s, e))
+        mine = sorted(
+            (k, v) for k, v in self._writes.items() if (s is None or k >= s) and (e is None or k < e)
+        )
+        if reverse:
+            mine.reverse()
+        base = snap.scan(s, e, reverse=bool(reverse))
+        rows = _overlay(base, mine, bool(reverse))
+        return rows if limit is None else islice(rows, limit)
+
+    # ----------------------------------------------------------------- writes
+
+    def put(self, key: bytes, value: bytes) -> None:
+        """Set ``key`` to ``value`` when the transaction commits."""
+        k, v = check_key(key), check_value(value)
+        self._live()
+        self._writes[k] = v
+
+    def delete(self, key: bytes) -> None:
+        """Remove ``key`` when the transaction commits."""
+        k = check_key(key)
+        self._live()
+        self._writes[k] = None
+
+    # ------------------------------------------------------------ completion
+
+    def commit(self) -> WriteHandle:
+        """Validate and apply the writes as one batch; ``TransactionConflict`` (a
+        ``ConflictError``) if another commit got there first -- then nothing is written."""
+        self._live()
+        db = self._db
+        batch = WriteBatch()
+        for k, v in sorted(self._writes.items()):
+            if v is None:
+                batch.delete(k)
+            else:
+                batch.put(k, v)
+        log = db._txn_log
+        assert log is not None  # registered while this transaction is open
+        try:
+            log.local.txn = self
+            try:
+                handle = db.write(batch, durable=self.durable)
+            finally:
+                log.local.txn = None
+            self.commit_seq = handle.seq
+            return handle
+        finally:
+            self._finish()
+
+    def rollback(self) -> None:
+        """Discard the writes (a finished transaction is left as it is)."""
+        if self._snap is not None:
+            self._finish()
+
+    def _finish(self) -> None:
+        snap, self._snap = self._snap, None
+        if snap is None:
+            return
+        snap.close()
+        self._writes.clear()
+        self._reads.clear()
+        self._ranges.clear()
+        self._unregister()
+
+    @property
+    def finished(self) -> bool:
+        return self._snap is None
+
+    def __enter__(self) -> Transaction:
+        self._live()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None and self._snap is not None:
+            self.commit()
+        else:
+            self.rollback()
+
+    def __repr__(self) -> str:
+        state = "finished" if self._snap is None else "open"
+        return f"Transaction({self.isolation}, seq={self.snapshot_seq}, {state})"
+
+
+def _overlay(
+    base: Iterable[tuple[bytes, bytes]], mine: list[tuple[bytes, bytes | None]], reverse: bool
+) -> Iterator[tuple[bytes, bytes]]:
+    """Merge two key-ordered streams; ``mine`` wins on equal keys, None drops the key."""
+    it = iter(base)
+    i, n = 0, len(mine)
+    for k, v in it:
+        while i < n and (mine[i][0] > k if reverse else mine[i][0] < k):
+            mk, mv = mine[i]
+            i += 1
+            if mv is not None:
+                yield mk, mv
+        if i < n and mine[i][0] == k:
+            mk, mv = mine[i]
+            i += 1
+            if mv is not None:
+                yield mk, mv
+            continue
+        yield k, v
+    for mk, mv in mine[i:]:
+        if mv is not None:
+            yield mk, mv
+
+
+__all__ = ["ConflictLog", "Isolation", "Transaction", "begin"]

@@ -1,0 +1,1082 @@
+"""``Db``: the writer and its public API.
+
+This module orchestrates; the parts live in their own modules: ``wal`` (the
+WAL buffer and flusher), ``flush`` (memtables to L0), ``recovery`` (epoch,
+fence, replay), ``reader`` (lookups and scans), ``memtable``, ``sstable``.
+
+Concurrency: one write lock orders sequence numbers, memtable inserts and the
+WAL buffer, so WAL order is sequence order. Reads never lock: they take the
+current :class:`~shaledb.engine.reads.ReadView`, which writers replace wholesale.
+Background threads (WAL flusher, memtable flusher, and the embedded compactor
+and garbage collector when enabled) report failures through ``_fail``; after
+one, writes raise (``FencedError`` if another writer took over, else
+``ClosedError`` with the cause) and reads keep working from memory and SSTs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..admin.checkpoint import create_writer_checkpoint
+from ..admin.clone import open_clone
+from ..admin.gc import EmbeddedGc
+from ..clock import SYSTEM_CLOCK, Clock
+from ..compaction import EmbeddedCompactor
+from ..engine.allocator import fix_mmap_threshold
+from ..engine.cache import LruCache
+from ..engine.flush import MemtableFlusher
+from ..engine.history import HISTORY_PIN, History, to_millis
+from ..engine.indexes import current_terms, plan_index_changes
+from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
+from ..engine.parents import ExternalStores, canonical_url, default_factory
+from ..engine.pins import ViewPins
+from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
+from ..engine.recovery import claim_writer_epoch, replay_wal, write_fence
+from ..engine.sstable import TableCache
+from ..engine.wal import WalWriter, wal_object_bytes
+from ..errors import ClosedError, FencedError, InvalidArgument, ShaleError
+from ..format.coding import CODECS
+from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
+from ..journal.backup import BackupReport, backup_from_writer
+from ..journal.compaction import (
+    EmbeddedHost,
+    EmbeddedJournalCompactor,
+    JournalCompactionReport,
+    compact_journal,
+)
+from ..journal.rebuild import rebuild_ledger
+from ..journal.resolver import JournalResolver
+from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, check_key, check_value, scan_bounds
+from ..manifest.model import Manifest
+from ..manifest.options import OPT_INDEXED
+from ..manifest.store import ManifestStore
+from ..settings import Settings
+from ..store.base import ObjectStore
+from ..store.metrics import WriterMetrics
+from ..store.stack import close_quietly, open_stack
+from . import writers
+from .batch import IndexTerms, WriteBatch, WriteHandle
+from .extras import DbExtras, SnapshotExtras
+from .mapping import MappingReads, MappingWrites, as_url
+
+if TYPE_CHECKING:
+    from .txn import ConflictLog, Transaction
+
+log = logging.getLogger("shaledb.db")
+
+_OPEN, _CLOSING, _CLOSED = 0, 1, 2
+
+
+class Snapshot(MappingReads, SnapshotExtras):
+    """A consistent, read-only view of the database at one sequence number.
+
+    Besides ``get`` and ``scan``: ``head``, ``index_query``, ``scan_heads``,
+    ``fold_keys`` and ``fold_objects`` (see :class:`~shaledb.db.extras.SnapshotExtras`).
+    """
+
+    def __init__(self, db: Db, view: ReadView, seq: int, cp: uuid.UUID | None = None) -> None:
+        self._db = db
+        self._reads = db._host
+        self._view = view
+        self.seq = seq
+        self._finalizer = weakref.finalize(self, db._unpin, view.mem, seq, cp)
+
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key`` at the snapshot, or ``default``."""
+        k = key if type(key) is bytes else check_key(key)
+        self._check()
+        e = lookup(self._view, self._db.tables, k, self.seq)
+        return default if e is None else self._db.vis.value(k, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        self._check()
+        s, e = scan_bounds(start, end, prefix)
+        return scan_items(self._view, self._db.tables, self._db.vis, s, e, self.seq, reverse, limit)
+
+    def _check(self) -> None:
+        if not self._finalizer.alive:
+            raise ClosedError("snapshot is closed")
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Db(MappingWrites, DbExtras):
+    """A database opened for writing (the single writer). Thread-safe.
+
+    Key/value separation, heads, secondary indexes, folds, journal compaction,
+    ledger rebuild and backups are in :class:`~shaledb.db.extras.DbExtras`;
+    ``db[k]``, ``k in db``, ``del db[k]`` and ordered iteration in
+    :class:`~shaledb.db.mapping.MappingWrites`.
+    """
+
+    _txn_log: ConflictLog | None = None
+    """Keys written while a transaction is open (``shaledb.db.txn``); None when none is."""
+    _history: History | None = None
+    """Marks and window of time-travel reads (``shaledb.engine.history``); None: retention 0."""
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(
+        cls,
+        url: str | os.PathLike[str] | None = None,
+        *,
+        settings: Settings | None = None,
+        store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        create_if_missing: bool = True,
+        store_options: dict[str, Any] | None = None,
+    ) -> Db:
+        """Open (or create) the database at ``url`` and fence any older writer."""
+        if settings is None:
+            settings = Settings()
+        elif not isinstance(settings, Settings):
+            raise InvalidArgument(f"settings must be a shaledb.Settings, got {type(settings).__name__}")
+        url = as_url(url)
+        clock = clock or SYSTEM_CLOCK
+        rng = random.Random(seed)
+        claim = writers.claim(canonical_url(url) if store is None and url else None)
+        try:
+            wrapped = open_stack(url, store, store_options, settings, clock, rng)
+            external = ExternalStores(
+                default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
+            )
+            try:
+                db = cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+            except BaseException:
+                close_quietly(external, wrapped if store is None else None)
+                raise
+            db.owns_store = store is None
+        except BaseException:
+            writers.release(claim)
+            raise
+        writers.attach(claim, db)
+        return db
+
+    @classmethod
+    def open_from_checkpoint(
+        cls,
+        url: str | os.PathLike[str] | None,
+        parent_url: str | os.PathLike[str],
+        parent_checkpoint: Any = None,
+        *,
+        settings: Settings | None = None,
+        store: ObjectStore | None = None,
+        parent_store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> Db:
+        """Open the clone at ``url`` of the database at ``parent_url``, creating it if needed.
+
+        A new clone starts as the parent's version pinned by
+        ``parent_checkpoint`` (a checkpoint id; None: the parent's current
+        version), references the parent's SSTs without copying them (only
+        WAL objects are copied) and writes only to its own root. Creation
+        follows the clone protocol (docs/design/checkpoints-readers-clones.md)
+        and is safe to retry after a crash at any step; an initialized clone
+        simply opens. See ``shaledb.admin.clone``.
+        """
+        url = as_url(url)
+        claim = writers.claim(canonical_url(url) if store is None and url else None)
+        try:
+            db = open_clone(
+                cls,
+                url,
+                as_url(parent_url),
+                parent_checkpoint,
+                settings=settings,
+                store=store,
+                parent_store=parent_store,
+                clock=clock,
+                seed=seed,
+                store_options=store_options,
+            )
+        except BaseException:
+            writers.release(claim)
+            raise
+        writers.attach(claim, db)
+        return db
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        settings: Settings,
+        clock: Clock,
+        rng: random.Random,
+        create_if_missing: bool,
+        *,
+        external: ExternalStores | None = None,
+    ) -> None:
+        if settings.malloc_mmap_threshold_bytes is not None:
+            fix_mmap_threshold(settings.malloc_mmap_threshold_bytes)
+        self.settings = settings
+        self.owns_store = False
+        """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
+        self.external = external or ExternalStores(
+            default_factory(settings.retry, clock, random.Random(), None)
+        )
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.codec = CODECS[settings.compression]
+        self.metrics_state = WriterMetrics()
+        self._m_puts = self._m_put_bytes = self._m_gets = self._m_scans = 0  # shaledb.store.metrics
+        self._lock = threading.Lock()
+        self._state = _OPEN
+        self.closing = False
+        """Set when close() starts: the final flush must not wait for a compactor."""
+        self._failure: BaseException | None = None
+        self.cache = LruCache(settings.block_cache_bytes)
+        self.tables = TableCache(self._resolve_store, self.cache, settings.sst_read_ahead_bytes)
+        self.journal = JournalResolver(self._resolve_store, self.cache, lambda: self.manifest)
+        self.vis = Visibility(lambda: int(self.clock.now() * 1000), self.journal.resolve)
+        self._index_lock = threading.Lock()
+        self._journal_lock = threading.Lock()
+        self.manifests = ManifestStore(store, clock, rng, author="writer")
+        self._space = threading.Condition(self._lock)
+        self._background: list[Any] = []
+        # Serializes this process's manifest writes with adopting their result as the view.
+        self._mlock = threading.RLock()
+        self.pins = ViewPins(clock, rng, grace_s=max(60.0, settings.retry.timeout_s))
+
+        m = claim_writer_epoch(
+            self.manifests,
+            timeout_s=settings.manifest_update_timeout_s,
+            create_if_missing=create_if_missing,
+            extra=self.pins.on_claim,
+        )
+        self.pins.confirm(m)
+        self.epoch = m.writer_epoch
+        fence_id, fence_rec = write_fence(
+            store,
+            m,
+            self.epoch,
+            nonce=rng.getrandbits(128).to_bytes(16, "little"),
+            now_ms=int(clock.now() * 1000),
+            codec=self.codec,
+        )
+        m = self.manifests.require_latest()
+        if m.writer_epoch != self.epoch:
+            raise FencedError(
+                f"writer epoch {m.writer_epoch} took over while this writer (epoch {self.epoch}) opened"
+            )
+        threshold = settings.value_separation_threshold
+        replay = replay_wal(
+            store,
+            m,
+            fence_id,
+            verify=settings.track_and_verify_wals,
+            mode=settings.wal_recovery_mode,
+            threshold=threshold,
+            read_ahead=settings.wal_read_ahead,
+        )
+        for note in replay.skipped:
+            log.warning("recovery: %s", note)
+        log.info(
+            "opened %s as writer epoch %d at manifest %d%s: replayed %d WAL objects, %d entries",
+            store.describe(),
+            self.epoch,
+            m.id,
+            f" (fenced writer epoch {self.epoch - 1})" if self.epoch > 1 else "",
+            len(replay.objects),
+            len(replay.keys),
+        )
+        self.manifest = m
+        self._seq = max(m.last_l0_seq, replay.max_seq)
+        mem = new_memtable()
+        if settings.history_retention_s:  # keep every version (shaledb.engine.history)
+            mem.pin(HISTORY_PIN)
+        self._indexed = m.option(OPT_INDEXED) == "1"
+        if replay.keys:
+            keep = [i for i, e in enumerate(replay.ents) if e[0] > m.last_l0_seq]
+            keys = [replay.keys[i] for i in keep]
+            ents = [replay.ents[i] for i in keep]
+            sub = mem.sub
+            assert sub is not None
+            for k, e in zip(keys, ents):
+                if e[1] & FLAG_INDEX_TREE:
+                    sub.put(k, (e[0], e[1] & ~FLAG_INDEX_TREE, e[2]))
+                    self._indexed = True
+                else:
+                    mem.put(k, e)
+                    if e[1] & FLAG_TERMS:
+                        self._indexed = True
+                mem.nbytes += len(k) + len(e[2]) + ENTRY_OVERHEAD
+            mem.locs.update(replay.locs)
+        self._mem = mem
+        if settings.history_retention_s:
+            self._history = History(settings.history_retention_s, m, self._seq, int(clock.now() * 1000))
+        self._imms: tuple[Memtable, ...] = ()
+        self._unflushed = mem.nbytes
+        self._view = ReadView(self._mem, self._imms, m)
+        self.wal = WalWriter(
+            store=store,
+            clock=clock,
+            rng=rng,
+            lock=self._lock,
+            epoch=self.epoch,
+            next_id=fence_id + 1,
+            durable_seq=self._seq,
+            flush_interval_s=settings.flush_interval_s,
+            max_buffer_bytes=wal_object_bytes(settings),
+            codec=self.codec,
+            block_size=settings.block_size_bytes,
+            on_failure=self._fail,
+            threshold=threshold,
+        )
+        self.wal.sink = mem.locs
+        self.wal.note_written([*replay.objects, fence_rec])
+        if threshold is not None:
+            self.wal.note_journal(replay.journal)
+        self._host: _WriterHost = _WriterHost(self)
+        self.flusher = MemtableFlusher(self._host, self._fail)
+        if replay.skipped:
+            # Salvaged: persist what was recovered and move replay_after_wal_id
+            # past the damage, so later opens start there. Also when nothing was
+            # recovered (damage in the first object): otherwise the next open
+            # stops at the same damage and drops everything written after it.
+            with self._lock:
+                self._freeze_locked(even_if_empty=True)
+            self.flush(memtable=True)
+        self._start_background()
+
+    def _start_background(self) -> None:
+        """Pin the opened view, then start the embedded compactor and garbage collector."""
+        try:
+            self._ensure_view_pinned()
+            s = self.settings
+            if s.compactor is not None:
+                self._background.append(EmbeddedCompactor(self._host, s.compactor))
+            if s.garbage_collector is not None:
+                self._background.append(EmbeddedGc(self._host, s.garbage_collector))
+            if s.journal.compaction_interval_s is not None:
+                self._background.append(EmbeddedJournalCompactor(self._host, s.journal.compaction_interval_s))
+        except BaseException:
+            for svc in reversed(self._background):
+                svc.stop()
+            self.flusher.stop()
+            self.wal.stop()
+            raise
+
+    def _ensure_view_pinned(self) -> None:
+        """The manifest read after fencing may have SSTs our opening checkpoint does not pin."""
+        with self._mlock:
+            if not self.pins.covers(self.manifest):
+                self._update_manifest(lambda m: None)
+
+    def _resolve_store(self, db_index: int) -> ObjectStore:
+        """The store holding objects of ``db == db_index`` (a clone's parents: ``shaledb.engine.parents``)."""
+        if db_index == 0:
+            return self.store
+        return self.external.store_for(db_index, self.manifest)
+
+    def create_checkpoint(
+        self,
+        lifetime: timedelta | float | None = None,
+        source: Any = None,
+        name: str | None = None,
+        scope: str = "all",
+        *,
+        metadata: dict[str, str] | None = None,
+    ) -> Any:
+        """Pin the current version: a :class:`~shaledb.manifest.model.Checkpoint`.
+
+        ``scope="all"`` includes every write issued before the call (the WAL is
+        flushed first); ``"durable"`` only writes already durable. ``lifetime``
+        (timedelta or seconds; None: never expires), ``source`` (an existing
+        checkpoint id: reuse its version), ``name`` (a label) and ``metadata``
+        are stored with it. See ``shaledb.admin.checkpoint``.
+        """
+        return create_writer_checkpoint(
+            self._host, lifetime=lifetime, source=source, name=name, scope=scope, metadata=metadata
+        )
+
+    # ---------------------------------------------------------------- writes
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes,
+        *,
+        durable: bool = True,
+        ttl: timedelta | float | str | None = None,
+        metadata: bytes | None = None,
+        indexes: IndexTerms | None = None,
+    ) -> WriteHandle:
+        """Set ``key`` to ``value``; durable when it returns unless ``durable=False``."""
+        if ttl is not None or metadata is not None or indexes is not None:
+            return self.write(
+                WriteBatch().put(key, value, ttl=ttl, metadata=metadata, indexes=indexes), durable=durable
+            )
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
+            key = check_key(key)
+        if type(value) is not bytes or len(value) > MAX_VALUE_BYTES:
+            value = check_value(value)
+        n = len(key) + len(value) + ENTRY_OVERHEAD
+        with self._lock:
+            if (
+                self._state
+                or self._failure is not None
+                or self._unflushed > self.settings.max_unflushed_bytes
+            ) and not self._indexed:
+                self._admit_locked()
+            if not self._indexed:
+                seq = self._seq = self._seq + 1
+                self._m_puts += 1
+                self._m_put_bytes += n - ENTRY_OVERHEAD
+                if self._txn_log is not None:  # open transactions see this write (shaledb.db.txn)
+                    self._txn_log.admit(seq, (key,))
+                if self._history is not None:
+                    self._history.note(seq, int(self.clock.now() * 1000))
+                e = (seq, 0, value)
+                mem = self._mem
+                mem.put(key, e)
+                wal = self.wal
+                wal.keys.append(key)
+                wal.ents.append(e)
+                mem.nbytes += n
+                wal.nbytes += n
+                self._unflushed += n
+                latch = wal.pending
+                if wal.nbytes >= wal.max_buffer_bytes:
+                    wal.request_flush()
+                if mem.nbytes >= self.settings.l0_sst_size_bytes:
+                    self._freeze_locked()
+            else:
+                seq = -1
+        if seq < 0:  # a database with index terms: every write looks up the key's terms
+            return self._write_indexed(WriteBatch().put(key, value), durable)
+        if durable:
+            self.wal.wait_durable(seq, latch=latch)
+        return WriteHandle(self.wal, seq)
+
+    def delete(self, key: bytes, *, durable: bool = True) -> WriteHandle:
+        """Remove ``key`` (a tombstone; absent keys are fine)."""
+        return self.write(WriteBatch().delete(key), durable=durable)
+
+    def write(self, batch: WriteBatch, *, durable: bool = True) -> WriteHandle:
+        """Apply ``batch`` atomically under one sequence number."""
+        if not isinstance(batch, WriteBatch):
+            raise InvalidArgument(f"write() takes a WriteBatch, got {type(batch).__name__}")
+        keys = batch._keys
+        if not keys:
+            with self._lock:
+                self._admit_locked(check_space=False)
+                return WriteHandle(self.wal, self._seq)
+        if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
+            return self._write_indexed(batch, durable)
+        kinds = list(batch._kinds)
+        payloads = list(batch._payloads)
+        if batch._extras:
+            self._finish_extras(batch, kinds, payloads)
+        n = sum(map(len, keys)) + sum(map(len, payloads)) + ENTRY_OVERHEAD * len(keys)
+        with self._lock:
+            indexed = self._indexed
+            if not indexed:
+                if (
+                    self._state
+                    or self._failure is not None
+                    or self._unflushed > self.settings.max_unflushed_bytes
+                ):
+                    self._admit_locked()
+                latch = self.wal.pending  # before _apply_locked, which may seal the buffer
+                seq = self._apply_locked(keys, kinds, payloads, n)
+        if indexed:  # the first indexed write raced with this one: take the indexed path
+            return self._write_indexed(batch, durable)
+        if durable:
+            self.wal.wait_durable(seq, latch=latch)
+        return WriteHandle(self.wal, seq)
+
+    def _apply_locked(
+        self,
+        keys: list[bytes],
+        kinds: list[int],
+        payloads: list[bytes],
+        n: int,
+        index: tuple[list[bytes], list[int], list[bytes]] | None = None,
+    ) -> int:
+        """Apply one batch under the write lock (admission already checked); its seq."""
+        if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
+            self._txn_log.admit(self._seq + 1, keys)
+        if self._history is not None:
+            self._history.note(self._seq + 1, int(self.clock.now() * 1000))
+        seq = self._seq = self._seq + 1
+        self._m_puts += len(keys)
+        self._m_put_bytes += n - ENTRY_OVERHEAD * len(keys)
+        ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
+        mem = self._mem
+        mem.put_many(keys, ents)
+        wal = self.wal
+        wal.keys.extend(keys)
+        wal.ents.extend(ents)
+        if index is not None and index[0]:
+            ikeys, ikinds, ipays = index
+            sub = mem.sub
+            assert sub is not None
+            sub.put_many(ikeys, [(seq, k, p) for k, p in zip(ikinds, ipays)])
+            wal.keys.extend(ikeys)
+            wal.ents.extend((seq, k | FLAG_INDEX_TREE, p) for k, p in zip(ikinds, ipays))
+        mem.nbytes += n
+        wal.nbytes += n
+        self._unflushed += n
+        if wal.nbytes >= wal.max_buffer_bytes:
+            wal.request_flush()
+        if mem.nbytes >= self.settings.l0_sst_size_bytes:
+            self._freeze_locked()
+        return seq
+
+    def _finish_extras(self, batch: WriteBatch, kinds: list[int], payloads: list[bytes]) -> None:
+        """Encode metadata and expiry (computed now) into rich entries' payloads."""
+        now_ms = int(self.clock.now() * 1000)
+        for i, extra in batch._extras or ():
+            expires = now_ms + extra["ttl_ms"] if "ttl_ms" in extra else None
+            flags, payload = encode_payload(extra["value"], extra.get("metadata"), expires)
+            kinds[i] = (kinds[i] & 0x03) | flags
+            payloads[i] = payload
+
+    @contextmanager
+    def batch(self, *, durable: bool = True) -> Iterator[WriteBatch]:
+        """``with db.batch() as b: b.put(...)`` -- committed atomically on clean exit."""
+        b = WriteBatch()
+        yield b
+        self.write(b, durable=durable)
+
+    def _admit_locked(self, check_space: bool = True) -> None:
+        """Raise if writes are not allowed; wait while unflushed bytes are over budget."""
+        stalled = None
+        while True:
+            if self._failure is not None:
+                raise self._failure_error()
+            if self._state != _OPEN:
+                raise ClosedError("database is closed")
+            if not check_space or self._unflushed <= self.settings.max_unflushed_bytes:
+                if stalled is not None:
+                    self.metrics_state.write_stall_s.observe(self.clock.monotonic() - stalled)
+                return
+            if stalled is None:
+                stalled = self.clock.monotonic()
+                self.metrics_state.write_stalls += 1
+            self.flusher.notify()
+            self._space.wait(0.1)
+
+    def _freeze_locked(self, *, even_if_empty: bool = False) -> None:
+        mem = self._mem
+        if not mem.d and not even_if_empty:
+            return
+        mem.wal_id = self.wal.seal_locked()
+        mem.last_seq = self._seq
+        self._imms = (mem, *self._imms)
+        self._mem = new_memtable()
+        if self._history is not None:
+            self._mem.pin(HISTORY_PIN)
+        self.wal.sink = self._mem.locs
+        self._view = ReadView(self._mem, self._imms, self.manifest, runs=self._view.runs)
+        self.flusher.notify()
+
+    # ------------------------------------- hooks for the roles (see _WriterHost)
+
+    def _oldest_imm(self) -> Memtable | None:
+        imms = self._imms
+        return imms[-1] if imms else None
+
+    def _is_pending(self, mem: Memtable) -> bool:
+        return any(x is mem for x in self._imms)
+
+    def _install_flushed(self, imm: Memtable, m: Manifest) -> None:
+        """A frozen memtable reached L0 in manifest ``m``: drop it from the view."""
+        with self._lock:
+            self._imms = tuple(x for x in self._imms if x is not imm)
+            self._unflushed -= imm.nbytes
+            self._set_manifest_locked(m)
+            self._space.notify_all()
+        for svc in self._background:
+            wake = getattr(svc, "wake", None)
+            if wake is not None:
+                wake()  # a new L0: the embedded compactor may have work
+
+    def _set_manifest_locked(self, m: Manifest) -> None:
+        self.pins.confirm(m)
+        if m.id < self.manifest.id:
+            return
+        runs = self._view.runs if m.data.runs == self.manifest.data.runs else None
+        self.journal.note(m)
+        self.manifest = m
+        self._view = ReadView(self._mem, self._imms, m, runs=runs)
+
+    def refresh_manifest(self) -> Manifest:
+        """Pick up manifest changes by other processes; fail if fenced."""
+        m = self.manifests.refresh(self.manifest)
+        if m.writer_epoch != self.epoch:
+            raise FencedError(
+                f"writer epoch {m.writer_epoch} took over; this writer (epoch {self.epoch}) stops"
+            )
+        if m.id > self.manifest.id:
+            with self._mlock:
+                if self.pins.covers(m):
+                    with self._lock:
+                        self._set_manifest_locked(m)
+                else:  # new SSTs (a standalone compactor): pin them before reading them
+                    m = self._update_manifest(lambda cur: None, current=m)
+        return m
+
+    def _decorate_manifest(self, m: Manifest) -> Manifest:
+        """Adjust a manifest the writer is about to write: its view checkpoints (``shaledb.engine.pins``).
+
+        ``m`` must keep the id of the manifest it was derived from.
+        """
+        return self.pins.decorate(m)
+
+    def _update_manifest(
+        self, mutate: Callable[[Manifest], Manifest | None], *, current: Manifest | None = None
+    ) -> Manifest:
+        """Write a manifest version from this process and make it the read view.
+
+        Serialized with the writer's other manifest writes. ``mutate`` should
+        pass its result through :meth:`_decorate_manifest` (the L0 flush and
+        the embedded compactor do) so the new view is pinned by the same CAS;
+        if the result is not pinned (``mutate`` changed nothing while another
+        process changed the SSTs), one more write pins it.
+        """
+        timeout = self.settings.manifest_update_timeout_s
+        with self._mlock:
+            m = self.manifests.update(mutate, timeout_s=timeout, current=current or self.manifest)
+            with self._lock:
+                self.pins.confirm(m)
+                if self.pins.epoch is None or self.pins.covers(m):
+                    self._set_manifest_locked(m)
+                    return m
+            m = self.manifests.update(self._repin, timeout_s=timeout, current=m)
+            with self._lock:
+                self._set_manifest_locked(m)
+            return m
+
+    def _repin(self, m: Manifest) -> Manifest | None:
+        nxt = self.pins.decorate(m)
+        return None if nxt is m else nxt
+
+    def _failed(self) -> bool:
+        return self._failure is not None
+
+    def _check_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure_error()
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            first = self._failure is None
+            if first:
+                self._failure = exc
+                if isinstance(exc, FencedError):
+                    self.metrics_state.fenced += 1
+            self._space.notify_all()
+        # Logged after the failure is recorded: a write racing this call must already see it.
+        if first and isinstance(exc, FencedError):
+            log.warning("writer epoch %d of %s was fenced: %s", self.epoch, self.store.describe(), exc)
+        elif first:
+            log.error("writer of %s stops after a background failure: %r", self.store.describe(), exc)
+
+    def _failure_error(self) -> BaseException:
+        f = self._failure
+        if isinstance(f, FencedError):
+            return FencedError(str(f))
+        err = ClosedError(f"database stopped after a background failure: {type(f).__name__}: {f}")
+        err.__cause__ = f
+        return err
+
+    # ----------------------------------------------------------------- reads
+
+    def get(self, key: bytes, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` (None) when it is absent."""
+        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
+            key = check_key(key)
+        if self._state == _CLOSED:
+            raise ClosedError("database is closed")
+        self._m_gets += 1
+        e = lookup(self._view, self.tables, key, None)
+        if e is None:
+            return default
+        if e[1] == 0:
+            return e[2]
+        return self.vis.value(key, e[1], e[2])
+
+    def scan(
+        self,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        prefix: bytes | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Scan[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``start <= key < end`` in key order.
+
+        The scan reads one consistent snapshot taken when it is called.
+        """
+        s, e = scan_bounds(start, end, prefix)
+        check_limit(limit)
+        self._m_scans += 1
+        view, seq, cp = self._pin()
+        it = scan_items(view, self.tables, self.vis, s, e, seq, bool(reverse), limit)
+        return Scan(it, lambda: self._unpin(view.mem, seq, cp))
+
+    def snapshot(self, *, at_seq: int | None = None, at_time: datetime | None = None) -> Snapshot:
+        """A consistent read-only view; close it (or use ``with``) when done.
+
+        ``at_seq`` / ``at_time`` (a timezone-aware datetime) read the database
+        as it was then, within ``Settings.history_retention_s``; earlier
+        raises :class:`~shaledb.errors.HistoryUnavailable` naming the oldest
+        readable point. See ``shaledb.engine.history``.
+        """
+        if at_seq is None and at_time is None:
+            view, seq, cp = self._pin()
+            return Snapshot(self, view, seq, cp)
+        return self._snapshot_at(at_seq, at_time)
+
+    def _snapshot_at(self, at_seq: int | None, at_time: datetime | None) -> Snapshot:
+        if at_seq is not None and at_time is not None:
+            raise InvalidArgument("give at_seq or at_time, not both")
+        h = self._history
+        if h is None:
+            raise InvalidArgument("time-travel reads need Settings.history_retention_s > 0")
+        at_ms = None if at_time is None else to_millis(at_time)
+        if at_seq is not None and (isinstance(at_seq, bool) or not isinstance(at_seq, int) or at_seq < 0):
+            raise InvalidArgument(f"at_seq must be a sequence number (int >= 0), got {at_seq!r}")
+        with self._lock:
+            if self._state == _CLOSED:
+                raise ClosedError("database is closed")
+            now_ms = int(self.clock.now() * 1000)
+            with h.lock:  # (the flush thread prunes the marks)
+                seq = h.resolve(at_ms, now_ms) if at_ms is not None else at_seq
+                assert seq is not None
+                if seq > self._seq:
+                    raise InvalidArgument(f"at_seq {seq} is newer than the newest write (seq {self._seq})")
+                h.check_seq(seq, now_ms)
+            view = self._view
+            view.mem.pin(seq)
+            cp = self.pins.acquire()
+        return Snapshot(self, view, seq, cp)
+
+    def transaction(self, isolation: str = "snapshot", *, durable: bool = True) -> Transaction:
+        """An optimistic transaction: ``with db.transaction("serializable") as txn: ...``.
+
+        Reads see the snapshot taken now plus the transaction's own writes;
+        the writes are applied as one batch at commit (``durable`` as in
+        :meth:`write`). A commit that conflicts with a write committed since
+        the snapshot raises :class:`~shaledb.errors.TransactionConflict` and
+        writes nothing. See ``shaledb.db.txn`` for the isolation levels.
+        """
+        from .txn import begin
+
+        return begin(self, isolation, durable)
+
+    def _pin(self) -> tuple[ReadView, int, uuid.UUID | None]:
+        """Pin the current view: its memtable versions at ``seq`` and its SSTs' checkpoint."""
+        with self._lock:
+            if self._state == _CLOSED:
+                raise ClosedError("database is closed")
+            view = self._view
+            seq = self._seq
+            view.mem.pin(seq)
+            cp = self.pins.acquire()
+        return view, seq, cp
+
+    def _unpin(self, mem: Memtable, seq: int, cp: uuid.UUID | None = None) -> None:
+        with self._lock:
+            mem.unpin(seq)
+        self.pins.release(cp)
+
+    # ---------------------------------------------------------------- writes
+
+    def _write_indexed(self, batch: WriteBatch, durable: bool) -> WriteHandle:
+        """A write to a database with index terms: old terms are read, changes planned
+        and applied while holding the index lock (see ``shaledb.engine.indexes``)."""
+        db = self
+        with db._index_lock:
+            with db._lock:
+                db._admit_locked(check_space=False)
+                db._indexed = True
+            tables, vis = db.tables, db.vis
+            plan = plan_index_changes(  # reads the batch's lists, keeps none of them
+                batch._keys,
+                batch._kinds,
+                batch._payloads,
+                dict(batch._extras or ()),
+                lambda k: current_terms(db._view, tables, vis, k),
+                int(db.clock.now() * 1000),
+            )
+            n = sum(map(len, plan.keys)) + sum(map(len, plan.index_keys))
+            n += sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))
+            n += ENTRY_OVERHEAD * (len(plan.keys) + len(plan.index_keys))
+            with db._lock:
+                if db._state or db._failure is not None or db._unflushed > db.settings.max_unflushed_bytes:
+                    db._admit_locked()
+                latch = db.wal.pending  # before _apply_locked, which may seal the buffer
+                seq = db._apply_locked(
+                    plan.keys,
+                    plan.kinds,
+                    plan.payloads,
+                    n,
+                    (plan.index_keys, plan.index_kinds, plan.index_payloads),
+                )
+        if durable:
+            db.wal.wait_durable(seq, latch=latch)
+        return WriteHandle(db.wal, seq)
+
+    # ---------------------------------------------------------- maintenance
+
+    def compact_journal(
+        self, *, max_runs: int | None = None, objects: Sequence[str] | None = None
+    ) -> JournalCompactionReport:
+        """Score the journal and rewrite the most rewarding runs of objects (see
+        ``shaledb.journal.compaction``). Repeats until no run beats its
+        target (or ``max_runs``). ``objects`` forces one run: these consecutive
+        journal objects, whatever their scores. Returns scores, runs, bytes
+        rewritten and bytes reclaimed; ``busy`` if another call is running.
+        """
+        if self.closed:
+            raise ClosedError("database is closed")
+        return compact_journal(EmbeddedHost(self._host), max_runs=max_runs, objects=objects)
+
+    def rebuild_ledger(self, *, force: bool = False) -> dict[str, Any]:
+        """Rebuild the ledger (data and index trees) from the value journal (see
+        ``shaledb.journal.rebuild``); exact when the journal is complete and
+        compacted under the ``retain`` strategy."""
+        return rebuild_ledger(self._host, force=force)
+
+    def backup(
+        self,
+        dest_url: str,
+        *,
+        store_options: dict[str, Any] | None = None,
+        prune: bool = True,
+        lifetime: timedelta | float = 3600.0,
+        workers: int = 8,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> BackupReport:
+        """Incremental, consistent backup to ``dest_url`` (``shaledb.journal.backup``).
+
+        Pins a checkpoint of everything written so far, copies every object
+        its version references that the destination lacks (server-side when
+        both live in one store; ``workers`` copies at once), then writes the
+        destination's manifest; the destination opens as a database. A second
+        backup without changes copies nothing. ``progress(done, total)`` is
+        called after each object copied, in bytes (of the bytes to copy).
+        """
+        return backup_from_writer(
+            self._host,
+            dest_url,
+            store_options=store_options,
+            prune=prune,
+            lifetime=lifetime,
+            workers=workers,
+            progress=progress,
+        )
+
+    # ------------------------------------------------------ flush and close
+
+    def flush(self, *, memtable: bool = False) -> None:
+        """Make every write so far durable; with ``memtable=True`` also write it to L0."""
+        with self._lock:
+            self._admit_locked(check_space=False)
+            seq = self._seq
+            target = None
+            if memtable:
+                self._freeze_locked()
+                target = self._imms[0] if self._imms else None
+        self.wal.wait_durable(seq)
+        if target is not None:
+            self.flusher.wait_flushed(target)
+
+    def close(self) -> None:
+        """Flush the WAL and memtable to the store and stop background work."""
+        with self._lock:
+            if self._state != _OPEN:
+                return
+            failed = self._failure is not None
+            self.closing = True
+        error: BaseException | None = None
+        if not failed:
+            try:
+                self.flush(memtable=True)
+            except ShaleError as exc:
+                error = exc
+        with self._lock:
+            self._state = _CLOSING
+            self._space.notify_all()
+        for svc in reversed(self._background):
+            svc.stop()
+        with self._journal_lock:
+            pass  # a running journal compaction sees the state and stops before committing
+        self.flusher.stop()
+        self.wal.stop()
+        if not failed and self._failure is None:
+            self._release_pins()
+        with self._lock:
+            self._state = _CLOSED
+        writers.release(getattr(self, "_writer_claim", None), self)
+        self.cache.clear()
+        close_quietly(self.external, self.store if self.owns_store else None)
+        if error is not None:
+            # A handle whose failure was already raised closes quietly (``failed``); a fence
+            # found only by this last flush has just lost buffered writes: say so.
+            raise error
+
+    def _release_pins(self) -> None:
+        """Drop this writer's unreferenced view checkpoints (one manifest write at close)."""
+        try:
+            self.manifests.update(
+                self.pins.strip, timeout_s=self.settings.manifest_update_timeout_s, current=self.manifest
+            )
+        except ShaleError as exc:
+            log.warning("could not remove this writer's checkpoints at close: %s", exc)
+
+    def __enter__(self) -> Db:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- misc
+
+    @property
+    def closed(self) -> bool:
+        return self._state == _CLOSED
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for monitoring and tests."""
+        m = self.manifest
+        return {
+            "seq": self._seq,
+            "durable_seq": self.wal.durable_seq,
+            "writer_epoch": self.epoch,
+            "manifest_id": m.id,
+            "l0_ssts": len(m.data.l0),
+            "sorted_runs": len(m.data.runs),
+            "memtable_bytes": self._mem.nbytes,
+            "immutable_memtables": len(self._imms),
+            "unflushed_bytes": self._unflushed,
+            "cache_bytes": self.cache.size_bytes,
+            "cache_hits": self.cache.hits,
+            "cache_misses": self.cache.misses,
+            "next_wal_id": self.wal.next_id,
+            "index_ssts": sum(1 for _ in m.index.ssts()),
+            "journal_files": len(m.journal),
+            "journal_bytes": sum(j.size for j in m.journal),
+            "journal_block_reads": self.journal.reads,
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters, gauges and histograms for monitoring (``shaledb.store.metrics``; exporters there)."""
+        from ..store.metrics import collect
+
+        return collect(self)
+
+    def changes(self, since: Any = None, **options: Any) -> Any:
+        """A :class:`~shaledb.engine.changes.ChangeFeed` of committed writes after ``since``
+        (a cursor or its string; None: from the start; "latest": only new writes)."""
+        from ..engine.changes import open_feed
+
+        return open_feed(self.store, since, self.clock, **options)
+
+    def __repr__(self) -> str:
+        return f"Db({self.store.describe()}, epoch={self.epoch})"
+
+
+__all__ = ["Db", "Scan", "Snapshot", "WriteHandle"]
+
+
+class _WriterHost:
+    """What ``Db`` lets its roles use (``shaledb.engine.host.FlushHost`` and the
+    queries' ``WriterReads``): the roles hold this, never the ``Db``, so the writer's
+    hooks stay off its public surface."""
+
+    def __init__(self, db: Db) -> None:
+        self._db = db
+        self.store = db.store
+        self.settings = db.settings
+        self.clock = db.clock
+        self.rng = db.rng
+        self.tables = db.tables
+        self.manifests = db.manifests
+        self.parents = db.external
+        self.wal = db.wal
+        self.epoch = db.epoch
+        self.codec = db.codec
+        self.journal_lock = db._journal_lock
+        self.metrics_state = db.metrics_state
+        self.vis = db.vis
+        self.journal = db.journal
+        self.store_for = db._resolve_store
+        self.refresh_manifest = db.refresh_manifest
+        self.update_manifest = db._update_manifest
+        self.decorate_manifest = db._decorate_manifest
+        self.check_failure = db._check_failure
+        self.flush = db.flush
+        self.failed = db._failed
+        self.oldest_imm = db._oldest_imm
+        self.is_pending = db._is_pending
+        self.install_flushed = db._install_flushed
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._db.manifest
+
+    @property
+    def view(self) -> ReadView:
+        return self._db._view
+
+    @property
+    def closed(self) -> bool:
+        return self._db.closed
+
+    @property
+    def closing(self) -> bool:
+        return self._db.closing
+
+    @property
+    def indexed(self) -> bool:
+        return self._db._indexed
+
+    @property
+    def history(self) -> History | None:
+        return self._db._history
+
+    @property
+    def seq(self) -> int:
+        return self._db._seq
+
+    def check_open(self) -> None:
+        if self._db._state != _OPEN:
+            raise ClosedError("the database is closing: journal compaction stops")
+        self._db._check_failure()
+
+    def pin(self) -> tuple[ReadView, int, Callable[[], None]]:
+        db = self._db
+        view, seq, cp = db._pin()
+        return view, seq, lambda: db._unpin(view.mem, seq, cp)

@@ -1,0 +1,95 @@
+"""One writer per database per process.
+
+Opening a database's writer fences the previous one (seed 001), which is
+what a new process taking over wants -- but inside one process a second
+``Db.open`` of the same database is almost always a mistake (two handles in
+one program, a forgotten ``close``), and its only visible effect was that the
+first handle's next write raised ``FencedError``. plyvel and lmdb users expect
+an error at the second open, so that is what this registry gives:
+
+* ``Db.open(url)`` and ``Db.open_from_checkpoint(url, ...)`` claim the
+  database's canonical URL (``shaledb.engine.parents.canonical_url``: relative and
+  absolute paths of one directory are the same database) before opening;
+* a second claim while the first handle is open raises ``InvalidArgument``
+  naming that handle and where it was opened;
+* ``close()`` releases the claim (also after a background failure or when
+  fenced by another process); a handle garbage-collected unclosed releases it
+  too.
+
+Across processes nothing changes: a writer in another process is fenced as
+before. A handle opened on an explicit ``store=`` object is not registered
+(the caller decides what the store is; tests use this to fence in process).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+import weakref
+from typing import Any
+
+from ..errors import InvalidArgument
+
+_lock = threading.Lock()
+_claims: dict[str, tuple[weakref.ref[Any] | None, str]] = {}
+"""canonical URL -> (the open handle, or None while it opens; where it was opened)."""
+
+
+def _caller() -> str:
+    """The first stack frame outside shaledb: where the user opened the handle."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if "/shaledb/" not in frame.filename.replace("\\", "/"):
+            return f"{frame.filename}:{frame.lineno}"
+    return "unknown"
+
+
+def claim(key: str | None) -> str | None:
+    """Reserve ``key`` for a writer about to open; InvalidArgument if one is open. Returns the key."""
+    if key is None:
+        return None
+    where = _caller()
+    with _lock:
+        held = _claims.get(key)
+        if held is not None:
+            ref, opened_at = held
+            handle = None if ref is None else ref()
+            if ref is None or (handle is not None and not getattr(handle, "closed", False)):
+                what = "another Db.open of it is in progress" if ref is None else f"{handle!r} is open"
+                raise InvalidArgument(
+                    f"database {key} already has a writer in this process: {what} "
+                    f"(opened at {opened_at}). Use that handle, or close() it before opening "
+                    f"another; a second writer would fence the first"
+                )
+        _claims[key] = (None, where)
+    return key
+
+
+def attach(key: str | None, handle: Any) -> None:
+    """The writer claimed as ``key`` opened: hold it (weakly) until :func:`release`."""
+    if key is None:
+        return
+    with _lock:
+        held = _claims.get(key)
+        where = held[1] if held is not None else "unknown"
+        _claims[key] = (weakref.ref(handle, lambda _r: _drop(key, _r)), where)
+    handle._writer_claim = key
+
+
+def release(key: str | None, handle: Any = None) -> None:
+    """Give up ``key`` (the writer closed, or its open failed)."""
+    if key is None:
+        return
+    with _lock:
+        held = _claims.get(key)
+        if held is None:
+            return
+        ref = held[0]
+        if handle is None or ref is None or ref() is handle or ref() is None:
+            del _claims[key]
+
+
+def _drop(key: str, ref: weakref.ref[Any]) -> None:
+    with _lock:
+        held = _claims.get(key)
+        if held is not None and held[0] is ref:
+            del _claims[key]

@@ -1,0 +1,318 @@
+"""The change feed: every committed write, in sequence order, read from WAL objects.
+
+    feed = db.changes(since=stored_cursor)       # or DbReader.changes, or open_changes(url)
+    for change in feed:                          # follows new writes until closed
+        apply(change)                            # change.kind, .key, .value, .seq, .batch_index
+        save(change.cursor)                      # with the consumer's own output
+
+Why WAL objects: a write is committed exactly when its WAL object exists (a
+writer acknowledges after the create; a writer that opens after a crash
+replays every object present; a fenced writer can create no more). So the
+objects ``wal/1.sst, 2, ...`` in id order *are* the committed history, in
+sequence order, readable by any process with the store alone -- across writer
+restarts and fencing takeovers, whose fences are empty objects in the same
+sequence.
+
+A :class:`Cursor` is a position in that history: the WAL object to read next
+and how much of the sequence is consumed (every write below ``seq`` and the
+first ``taken`` writes of batch ``seq``). A batch never spans two WAL objects,
+and a cursor can stop inside a batch, so a consumer that stores
+``change.cursor`` together with its output resumes exactly once: nothing seen
+twice, nothing missed. ``str(cursor)`` is its storable form.
+
+WAL objects are deleted by the garbage collector once their writes are in L0
+SSTs and they are older than ``GcOptions.min_age_s``, or
+``GcOptions.wal_retention_s`` if that is longer (a consumer that can fall
+behind by an hour wants an hour). A cursor whose next object is gone raises
+:class:`CursorExpired`: it never skips what it missed. Bulk ingests (the Spark
+data source) add SSTs without WAL entries and are not in the feed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import CursorExpired, InvalidArgument, NotFound
+from ..format import paths
+from ..format.row import FLAG_INDEX_TREE, KIND_TOMBSTONE, TYPE_MASK, decode_payload
+from ..manifest.model import Manifest
+from ..manifest.store import ManifestStore
+from ..store.base import ObjectStore
+from .wal import decode_wal_object, fetch_wal_objects
+
+_CURSOR = re.compile(r"^c1\.(\d+)\.(\d+)\.(\d+)$")
+
+READ_AHEAD = 8
+"""WAL objects fetched at once while the feed is behind."""
+
+
+class Cursor(NamedTuple):
+    """A position in the change history (see the module docstring); ``str()`` stores it.
+
+    A named tuple: one is made per change, and a tuple is the cheapest immutable object.
+    """
+
+    wal_id: int = 1
+    """The WAL object to read next (it may hold changes already consumed)."""
+    seq: int = 0
+    """Every change with a lower sequence number is consumed..."""
+    taken: int = 0
+    """...and the first ``taken`` changes of batch ``seq``."""
+
+    def __str__(self) -> str:
+        return f"c1.{self.wal_id}.{self.seq}.{self.taken}"
+
+    @classmethod
+    def parse(cls, text: str | Cursor | None) -> Cursor:
+        """A cursor from its string (None: the start of the history)."""
+        if text is None:
+            return cls()
+        if isinstance(text, Cursor):
+            return cls(*text)
+        m = _CURSOR.match(text) if isinstance(text, str) else None
+        if m is None:
+            raise InvalidArgument(f"not a change-feed cursor: {text!r} (expected c1.<wal>.<seq>.<taken>)")
+        wal_id, seq, count = (int(g) for g in m.groups())
+        if wal_id < 1:
+            raise InvalidArgument(f"cursor {text!r}: WAL ids start at 1")
+        return cls(wal_id, seq, count)
+
+
+class Change(NamedTuple):
+    """One committed write: ``kind`` "put" (``value`` set) or "delete" (``value`` None).
+
+    ``seq`` is its batch's sequence number (every write of a batch shares it);
+    ``batch_index`` its place in the batch and ``batch_size`` the batch's
+    writes; ``metadata`` and ``expires_at_ms`` as the write set them;
+    ``cursor`` the position just after it.
+    """
+
+    seq: int
+    kind: str
+    key: bytes
+    value: bytes | None
+    batch_index: int
+    batch_size: int
+    cursor: Cursor
+    wal_id: int
+    metadata: bytes | None = None
+    expires_at_ms: int | None = None
+
+
+class ChangeFeed:
+    """An iterator of :class:`Change` from a cursor; ``cursor`` is where it stands.
+
+    Iterating follows the database: when it has caught up it polls every
+    ``poll_interval_s`` (one GET of the next WAL object) until :meth:`close`
+    (from any thread) or, with ``follow=False``, stops at the end.
+    :meth:`read` returns the changes available now, up to ``limit``.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        since: Cursor | str | None = None,
+        *,
+        follow: bool = True,
+        poll_interval_s: float = 0.5,
+        clock: Clock | None = None,
+        read_ahead: int = READ_AHEAD,
+        owns_store: bool = False,
+    ) -> None:
+        if (
+            isinstance(poll_interval_s, bool)
+            or not isinstance(poll_interval_s, (int, float))
+            or poll_interval_s <= 0
+        ):
+            raise InvalidArgument(f"poll_interval_s must be > 0, got {poll_interval_s!r}")
+        self.store = store
+        self.cursor = Cursor.parse(since)
+        self.follow = follow
+        self.poll_interval_s = float(poll_interval_s)
+        self.clock = clock or SYSTEM_CLOCK
+        self.read_ahead = max(1, read_ahead)
+        self._owns_store = owns_store
+        self._manifests = ManifestStore(store, self.clock, random.Random(), author="changes")
+        self._latest: Manifest | None = None
+        self._closed = threading.Event()
+        self.objects_read = 0
+
+    # ------------------------------------------------------------- reading
+
+    def read(self, limit: int | None = None) -> list[Change]:
+        """The changes committed after the cursor and present now (at most ``limit``);
+        advances the cursor past them."""
+        out: list[Change] = []
+        for change in self._available():
+            out.append(change)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    def __iter__(self) -> Iterator[Change]:
+        while not self._closed.is_set():
+            got = False
+            for change in self._available():
+                got = True
+                yield change
+                if self._closed.is_set():
+                    return
+            if not got:
+                if not self.follow:
+                    return
+                self._closed.wait(self.poll_interval_s)
+
+    def _available(self) -> Iterator[Change]:
+        """Changes from the cursor on, object by object, until the next object is absent."""
+        while True:
+            start = self.cursor.wal_id
+            wids = range(start, start + self.read_ahead)
+            moved = False
+            with fetch_wal_objects(self.store, wids, self.read_ahead) as fetched:
+                for wid, (path, data) in zip(wids, fetched):
+                    if wid != self.cursor.wal_id:
+                        break
+                    if data is None:
+                        if wid == start and self._after_missing(wid):
+                            moved = True  # a slot a crashed writer left empty: go on from the next
+                        break
+                    yield from self._object(wid, path, data)
+                    c = self.cursor
+                    self.cursor = Cursor(wid + 1, c.seq, c.taken)
+                    self.objects_read += 1
+                    moved = True
+            if not moved:
+                return
+
+    def _object(self, wid: int, path: str, data: bytes) -> Iterator[Change]:
+        keys, ents = decode_wal_object(data, path)
+        rows = [(k, e) for k, e in zip(keys, ents) if not e[1] & FLAG_INDEX_TREE]
+        i = 0
+        n = len(rows)
+        while i < n:
+            seq = rows[i][1][0]
+            j = i
+            while j < n and rows[j][1][0] == seq:
+                j += 1
+            size = j - i
+            c = self.cursor
+            if seq > c.seq or (seq == c.seq and c.taken < size):
+                skip = c.taken if seq == c.seq else 0
+                for idx in range(skip, size):
+                    key, (_, kind, payload) = rows[i + idx]
+                    after = Cursor(wid, seq, idx + 1)
+                    self.cursor = after
+                    yield _change(seq, kind, key, payload, idx, size, after, wid)
+            i = j
+
+    def _after_missing(self, wid: int) -> bool:
+        """WAL object ``wid`` is absent: True if it was never written (go on at the next one
+        present), False if it is not written yet; raises CursorExpired if it was collected.
+
+        The latest manifest decides: objects at or below its ``replay_after_wal_id``
+        have their writes in SSTs and may have been deleted by the collector (then
+        the history the cursor needs is gone); an id below ``next_wal_id`` that is
+        not covered was a slot a crashed writer left empty (as the reader reasons,
+        ``DbReader._after_missing``).
+        """
+        m = self._refresh_manifest()
+        if m is None:
+            raise NotFound(f"no database at {self.store.describe()}")
+        if m.replay_after_wal_id >= wid:
+            raise CursorExpired(
+                f"change-feed cursor {self.cursor} needs {paths.wal_path(wid)}, which the garbage collector "
+                f"removed (its writes are in SSTs); start again from a snapshot, and keep WAL objects "
+                f"longer with GcOptions.wal_retention_s"
+            )
+        if m.next_wal_id <= wid + 1:
+            return False
+        for meta in self.store.list(paths.WAL_DIR, offset=paths.wal_path(wid)):
+            nxt = paths.parse_wal_id(meta.path)
+            if nxt is not None and nxt > wid:
+                c = self.cursor
+                self.cursor = Cursor(nxt, c.seq, c.taken)
+                return True
+        return False
+
+    def _refresh_manifest(self) -> Manifest | None:
+        if self._latest is None:
+            self._latest = self._manifests.read_latest()
+        else:
+            self._latest = self._manifests.refresh(self._latest)
+        return self._latest
+
+    def close(self) -> None:
+        """Stop iterating (a following iterator returns at its next poll)."""
+        self._closed.set()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> ChangeFeed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _change(
+    seq: int, kind: int, key: bytes, payload: bytes, idx: int, size: int, cursor: Cursor, wid: int
+) -> Change:
+    if kind & TYPE_MASK == KIND_TOMBSTONE:
+        return Change(seq, "delete", key, None, idx, size, cursor, wid)
+    body, meta, expires = decode_payload(kind, payload)
+    return Change(seq, "put", key, body, idx, size, cursor, wid, meta, expires)
+
+
+def latest_cursor(store: ObjectStore, clock: Clock | None = None) -> Cursor:
+    """A cursor at the end of the history as the store shows it now (to follow only new writes).
+
+    It points at the first WAL object not yet present; its sequence numbers are
+    those of the last change found there, so nothing before it is yielded.
+    """
+    feed = ChangeFeed(store, _start_near_end(store, clock), follow=False, clock=clock)
+    for _ in feed._available():
+        pass
+    return feed.cursor
+
+
+def _start_near_end(store: ObjectStore, clock: Clock | None) -> Cursor:
+    """The cursor just before the last WAL object listed (the feed then reads only it)."""
+    last = None
+    for meta in store.list(paths.WAL_DIR):
+        wid = paths.parse_wal_id(meta.path)
+        if wid is not None:
+            last = wid
+    return Cursor(last if last is not None else 1, 0, 0)
+
+
+def open_feed(store: ObjectStore, since: Cursor | str | None, clock: Clock, **options: Any) -> ChangeFeed:
+    """``Db.changes`` and ``DbReader.changes``: a feed over the handle's store ("latest": from now)."""
+    if since == "latest":
+        since = latest_cursor(store, clock)
+    return ChangeFeed(store, since, clock=clock, **options)
+
+
+def open_changes(
+    url: str,
+    since: Cursor | str | None = None,
+    *,
+    store_options: dict[str, Any] | None = None,
+    follow: bool = True,
+    poll_interval_s: float = 0.5,
+) -> ChangeFeed:
+    """A change feed of the database at ``url`` that needs no writer or reader: only the store."""
+    from ..settings import Settings
+    from ..store.stack import open_stack
+
+    store = open_stack(url, None, store_options, Settings(), SYSTEM_CLOCK, random.Random())
+    if since == "latest":
+        since = latest_cursor(store)
+    return ChangeFeed(store, since, follow=follow, poll_interval_s=poll_interval_s, owns_store=True)
+
+
+__all__ = ["Change", "ChangeFeed", "Cursor", "CursorExpired", "latest_cursor", "open_changes", "open_feed"]

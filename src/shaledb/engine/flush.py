@@ -1,0 +1,288 @@
+"""Memtable flushing: frozen memtables become L0 SSTs, then the manifest says so.
+
+One thread per writer. For the oldest frozen memtable it
+1. waits until every WAL object holding its writes is durable (an L0 row must
+   never exist without its WAL copy, or a crash could resurrect it without a
+   record of what preceded it);
+2. stalls while the tree already has ``l0_max_ssts`` L0 SSTs (compaction must
+   catch up; writers feel it through ``max_unflushed_bytes``);
+3. writes ``compacted/<ULID>.sst`` (one per non-empty tree: the data tree
+   and the index tree) and then a manifest version that adds them to L0 and
+   advances ``replay_after_wal_id`` to the memtable's last WAL id, recording
+   the WAL objects closed since the last update (docs/design/wal.md);
+4. swaps the database's read view.
+
+Key/value separation (``value_separation_threshold`` set): values the WAL
+writer located (``Memtable.locs``) become POINTER entries in the L0 SST, and
+the same manifest version lists the memtable's WAL objects as value-journal
+files, so they are kept instead of becoming garbage below
+``replay_after_wal_id``. Database options ride along in that version:
+``journal_recovery`` (the recovery strategy), ``journal.complete`` (whether
+the journal holds every write since the database was created, which
+``rebuild-ledger`` needs) and ``index.enabled``.
+
+While idle it polls the manifest to pick up other processes' changes (a
+standalone compactor) and to notice a newer writer epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..errors import ClosedError, FencedError
+from ..format import paths
+from ..format.row import KIND_POINTER, KIND_VALUE, TYPE_MASK
+from ..format.sst import SST_TABLE, SstBuilder, SstProps
+from ..manifest.model import JournalFile, Manifest, SstInfo, TrackedWal, Tree
+from ..manifest.options import OPT_COMPLETE, OPT_INDEXED, OPT_RECOVERY
+from .history import flush_history_options, memtable_versions
+from .host import FlushHost, WriterHost
+from .memtable import Memtable
+from .sstable import put_new_sst
+
+log = logging.getLogger("shaledb.flush")
+
+
+def build_l0(db: WriterHost, mem: Memtable) -> tuple[bytearray, SstProps] | None:
+    """Encode a memtable as a table SST (None if it is empty)."""
+    if not mem.d:
+        return None
+    history = db.history is not None and mem.hist
+    keys, seqs, kinds, payloads = memtable_versions(mem) if history else mem.sorted_items()
+    if mem.locs:
+        to_pointers(keys, seqs, kinds, payloads, mem.locs)
+    s = db.settings
+    b = SstBuilder(
+        kind=SST_TABLE,
+        block_size=s.block_size_bytes,
+        codec=db.codec,
+        bloom_bits_per_key=s.bloom_bits_per_key,
+        created_at_ms=int(db.clock.now() * 1000),
+        nonce=db.rng.getrandbits(128).to_bytes(16, "little"),
+    )
+    b.add_many(keys, seqs, kinds, payloads)
+    return b.finish_buffer()
+
+
+def write_l0(db: WriterHost, mem: Memtable) -> SstInfo | None:
+    """Build and write ``mem``'s L0 SST (None if it is empty)."""
+    built = build_l0(db, mem)
+    if built is None:
+        return None
+    return put_new_sst(db.store, *built, lambda: paths.new_ulid(db.clock.now(), db.rng))
+
+
+def to_pointers(
+    keys: list[bytes],
+    seqs: list[int],
+    kinds: list[int],
+    payloads: list[bytes],
+    locs: dict[bytes, tuple[int, bytes, int]],
+) -> None:
+    """Turn located values into POINTER entries in place (extras stay in the entry)."""
+    n = len(keys)
+    for k, (seq, ptr, vlen) in locs.items():
+        i = bisect_left(keys, k)
+        if i < n and keys[i] == k and seqs[i] == seq and kinds[i] & TYPE_MASK == KIND_VALUE:
+            p = payloads[i]
+            kinds[i] = (kinds[i] & ~TYPE_MASK) | KIND_POINTER
+            payloads[i] = p[: len(p) - vlen] + ptr
+
+
+def merge_tracked(
+    current: tuple[TrackedWal, ...], new: list[TrackedWal], replay_after: int, next_wal_id: int
+) -> tuple[TrackedWal, ...]:
+    """Tracked WALs after adding ``new`` and dropping obsolete ones."""
+    by_id = {w.id: w for w in current}
+    for w in new:
+        by_id[w.id] = w
+    return tuple(by_id[i] for i in sorted(by_id) if replay_after < i < next_wal_id)
+
+
+class MemtableFlusher:
+    """The flush thread of one writer (see module docstring)."""
+
+    def __init__(self, db: FlushHost, on_failure: Callable[[BaseException], None]) -> None:
+        self.db = db
+        self.on_failure = on_failure
+        self._cv = threading.Condition(threading.Lock())
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="shaledb-flush", daemon=True)
+        self._thread.start()
+
+    def notify(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        self._thread.join()
+
+    def wait_flushed(self, mem: Memtable) -> None:
+        """Block until frozen memtable ``mem`` (and every older one) is in L0."""
+        db = self.db
+        with self._cv:
+            while db.is_pending(mem):
+                db.check_failure()
+                if not self._thread.is_alive():
+                    db.check_failure()
+                    raise ClosedError("the memtable flusher stopped")
+                self._cv.notify_all()
+                self._cv.wait(0.2)
+
+    # ------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        db = self.db
+        poll = db.settings.manifest_poll_interval_s
+        last_poll = db.clock.monotonic()
+        while True:
+            with self._cv:
+                if not db.oldest_imm() and not self._stopping:
+                    self._cv.wait(min(poll, 0.25))
+                stopping = self._stopping
+            try:
+                imm = db.oldest_imm()
+                if imm is not None:
+                    self.flush_one(imm)
+                    continue
+                if stopping:
+                    return
+                now = db.clock.monotonic()
+                if now - last_poll >= poll:
+                    last_poll = now
+                    db.refresh_manifest()
+            except BaseException as exc:  # noqa: BLE001 - a failed flush stops the writer
+                log.error("memtable flush failed: %s", exc)
+                self.on_failure(exc)
+                with self._cv:
+                    self._cv.notify_all()
+                return
+
+    def flush_one(self, imm: Memtable) -> None:
+        db = self.db
+        db.wal.wait_wal_id(imm.wal_id)
+        self._stall_for_l0(db)
+        started = db.clock.monotonic()
+        info = write_l0(db, imm)
+        iinfo = write_l0(db, imm.sub) if imm.sub is not None else None
+        written = db.wal.drain_written()
+        journal = db.wal.drain_journal(imm.wal_id)
+        try:
+            m = db.update_manifest(
+                lambda m: self._add_l0(m, imm, info, written, iinfo, journal), current=db.manifest
+            )
+        except BaseException:
+            db.wal.note_written(written)
+            db.wal.note_journal(journal)
+            raise
+        db.install_flushed(imm, m)
+        db.metrics_state.flush_s.observe(db.clock.monotonic() - started)
+        log.info(
+            "flushed a memtable to L0 %s: %d entries, %d bytes (manifest %d, %d L0 SSTs)",
+            info.id if info is not None else "(empty)",
+            info.entries if info is not None else 0,
+            info.size if info is not None else 0,
+            m.id,
+            len(m.data.l0),
+        )
+        with self._cv:
+            self._cv.notify_all()
+
+    def _add_l0(
+        self,
+        m: Manifest,
+        imm: Memtable,
+        info: SstInfo | None,
+        written: list[TrackedWal],
+        iinfo: SstInfo | None,
+        journal: list[JournalFile],
+    ) -> Manifest | None:
+        db = self.db
+        if m.writer_epoch != db.epoch:
+            raise FencedError(
+                f"writer epoch {m.writer_epoch} took over; this writer (epoch {db.epoch}) stops"
+            )
+        if (
+            (info is not None or iinfo is not None)
+            and m.last_l0_seq >= imm.last_seq
+            and m.replay_after_wal_id >= imm.wal_id
+        ):
+            # Already applied: a retried CAS whose first attempt landed and was built on.
+            # Adding the SST again would put old data above newer L0s.
+            return None
+        l0 = m.data.l0 if info is None else (info, *m.data.l0)
+        replay_after = max(m.replay_after_wal_id, imm.wal_id)
+        # WAL ids written so far, not ids handed out: a segment still in flight
+        # may never land (crash), and the next writer fences at next_wal_id,
+        # so counting it would leave a hole in the WAL that later opens
+        # report as a missing object.
+        next_wal = max(m.next_wal_id, db.wal.durable_wal_id + 1, replay_after + 1)
+        tracked = (
+            merge_tracked(m.tracked_wals, written, replay_after, next_wal)
+            if db.settings.track_and_verify_wals
+            else ()
+        )
+        index = m.index if iinfo is None else Tree((iinfo, *m.index.l0), m.index.runs)
+        have = {j.id for j in m.journal}
+        files = m.journal + tuple(j for j in journal if j.id not in have)
+        nxt = replace(
+            m,
+            data=Tree(l0, m.data.runs),
+            index=index,
+            replay_after_wal_id=replay_after,
+            last_l0_seq=max(m.last_l0_seq, imm.last_seq),
+            next_wal_id=next_wal,
+            tracked_wals=tracked,
+            journal=files,
+            options=flush_options(m, db, info is not None, imm.last_seq),
+        )
+        return db.decorate_manifest(nxt)
+
+    def _stall_for_l0(self, db: FlushHost) -> None:
+        limit = db.settings.l0_max_ssts
+        warned = False
+        while len(db.manifest.data.l0) >= limit:
+            if db.closing or (self._stopping and db.failed()):
+                return  # closing: one more L0 beats hanging; the next compaction absorbs it
+            if not warned:
+                log.warning(
+                    "L0 has %d SSTs (limit %d): flushes wait for compaction%s",
+                    len(db.manifest.data.l0),
+                    limit,
+                    "" if db.settings.compactor else " (no embedded compactor: run `shaledb run-compactor`)",
+                )
+                warned = True
+                db.metrics_state.l0_stalls += 1
+            db.refresh_manifest()
+            db.clock.sleep(0.05)
+
+
+def flush_options(
+    m: Manifest, db: FlushHost, wrote_data: bool, flushed_seq: int = 0
+) -> tuple[tuple[str, str], ...]:
+    """The database options after an L0 flush (see module docstring)."""
+    opts = dict(m.options)
+    now_ms = int(db.clock.now() * 1000)
+    flush_history_options(opts, db.history, flushed_seq, now_ms, db.seq)
+    journaled = db.settings.value_separation_threshold is not None
+    want = db.settings.journal.recovery_strategy
+    if want is not None and opts.get(OPT_RECOVERY) != want:
+        opts[OPT_RECOVERY] = want
+    elif journaled and OPT_RECOVERY not in opts:
+        opts[OPT_RECOVERY] = "retain"
+    if journaled and OPT_COMPLETE not in opts:
+        fresh = m.last_l0_seq == 0 and not m.data.l0 and not m.data.runs
+        opts[OPT_COMPLETE] = "1" if fresh else "0"
+    elif not journaled and wrote_data and opts.get(OPT_COMPLETE) == "1":
+        opts[OPT_COMPLETE] = "0"
+    if db.indexed:
+        opts[OPT_INDEXED] = "1"
+    out = tuple(sorted(opts.items()))
+    return m.options if out == m.options else out

@@ -1,0 +1,444 @@
+"""The read path: point lookups and merged scans over one consistent view.
+
+A :class:`ReadView` is an immutable picture of what a reader may see: the
+mutable memtable, the frozen memtables (newest first) and one manifest
+version's L0 SSTs and sorted runs. Writers swap in a new view; a read takes
+the current one once and never locks.
+
+Sources are searched newest first: memtables, L0 (newest first), sorted runs
+(newest first). A lookup stops at the first version it finds; a scan merges
+the sources with ``heapq.merge`` (stable, so on equal keys the newer source
+wins) and keeps the first version of each key. ``seq`` caps visibility for
+snapshots. A lookup hashes the key once per filter version it meets (flushed
+and compacted SSTs: BLAKE2b; bulk-loaded ones: wordmix) and reuses the hash and
+probe mask for every SST's bloom filter.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import threading
+import weakref
+from bisect import bisect_left
+from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from itertools import islice
+from operator import itemgetter
+from typing import Any, Generic, TypeVar
+
+from ..errors import CorruptionError
+from ..format.row import EXTRA_FLAGS, FLAG_EXPIRY, KIND_POINTER, KIND_TOMBSTONE, TYPE_MASK, decode_extras
+from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
+from ..numbers import check_int
+from .history import has_versions
+from .memtable import Memtable
+from .sstable import Row, TableCache
+
+PointerResolver = Callable[[bytes, bytes], bytes]
+"""Resolves a value-journal pointer payload (key, pointer) to the value."""
+
+
+T = TypeVar("T")
+
+
+class Scan(Generic[T]):
+    """An iterator (of ``(key, value)`` for scans; heads, keys or objects for folds)
+    that pins its snapshot until exhausted or closed.
+
+    ``iter(scan)`` hands out the underlying generator itself, so a ``for``
+    loop pays no wrapper call per row; the pin is released when the rows run
+    out, on ``close()`` / ``with``, or when the generator is garbage collected
+    (even if it never started).
+    """
+
+    __slots__ = ("_finalizer", "_gen")
+
+    def __init__(self, it: Iterator[T], release: Callable[[], None]) -> None:
+        holder: list[weakref.finalize[Any, Any]] = []
+        gen = _released_after(it, holder)
+        self._finalizer = weakref.finalize(gen, release)
+        holder.append(self._finalizer)
+        self._gen = gen
+
+    def __iter__(self) -> Iterator[T]:
+        return self._gen
+
+    def __next__(self) -> T:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
+        self._finalizer()
+
+    def __enter__(self) -> Scan[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _released_after(it: Iterator[T], holder: list[weakref.finalize[Any, Any]]) -> Generator[T, None, None]:
+    try:
+        yield from it
+    finally:
+        if holder:
+            holder[0]()
+
+
+class RunIndex:
+    """A sorted run with its SSTs' last keys ready for bisection."""
+
+    __slots__ = ("last_keys", "run", "ssts")
+
+    def __init__(self, run: SortedRun) -> None:
+        self.run = run
+        self.ssts = run.ssts
+        self.last_keys = [s.last_key for s in run.ssts]
+
+    def find(self, key: bytes) -> SstInfo | None:
+        i = bisect_left(self.last_keys, key)
+        if i < len(self.ssts) and self.ssts[i].first_key <= key:
+            return self.ssts[i]
+        return None
+
+    def covering(self, start: bytes | None, end: bytes | None) -> list[SstInfo]:
+        lo = 0 if start is None else bisect_left(self.last_keys, start)
+        out = []
+        for s in self.ssts[lo:]:
+            if end is not None and s.first_key >= end:
+                break
+            out.append(s)
+        return out
+
+
+class ReadView:
+    """Memtables plus one manifest version (see module docstring)."""
+
+    __slots__ = ("imms", "l0", "manifest", "mem", "runs", "tree_name")
+
+    def __init__(
+        self,
+        mem: Memtable,
+        imms: tuple[Memtable, ...],
+        manifest: Manifest,
+        tree: str = "data",
+        runs: tuple[RunIndex, ...] | None = None,
+    ) -> None:
+        self.mem = mem
+        self.imms = imms
+        self.manifest = manifest
+        self.tree_name = tree
+        t: Tree = manifest.tree(tree)
+        self.l0 = t.l0
+        self.runs = runs if runs is not None else tuple(RunIndex(r) for r in t.runs)
+
+    def memtables(self) -> tuple[Memtable, ...]:
+        return (self.mem, *self.imms)
+
+
+def check_limit(limit: object) -> None:
+    """A scan or query limit is None or a non-negative int (bool is not a count)."""
+    if limit is not None:
+        check_int("limit", limit, minimum=0)
+
+
+class Visibility:
+    """Turns stored entries into user values: tombstones, expiry, pointers."""
+
+    __slots__ = ("now_ms", "resolve")
+
+    def __init__(self, now_ms: Callable[[], int], resolve: PointerResolver | None) -> None:
+        self.now_ms = now_ms
+        self.resolve = resolve
+
+    def value(self, key: bytes, kind: int, payload: bytes) -> bytes | None:
+        """The value, or None when the entry hides the key (tombstone, expired)."""
+        if kind == 0:
+            return payload
+        t = kind & TYPE_MASK
+        if t == KIND_TOMBSTONE:
+            return None
+        if kind & EXTRA_FLAGS:
+            body, _meta, expires, _terms = decode_extras(kind, payload)
+            if expires is not None and expires <= self.now_ms():
+                return None
+        else:
+            body = payload
+        if t == KIND_POINTER:
+            if self.resolve is None:
+                raise CorruptionError("entry points into a value journal but none is configured")
+            return self.resolve(key, body)
+        return body
+
+    def alive(self, kind: int, payload: bytes) -> bool:
+        """False for tombstones and expired entries (no journal read)."""
+        if kind & TYPE_MASK == KIND_TOMBSTONE:
+            return False
+        if kind & FLAG_EXPIRY:
+            expires = decode_extras(kind, payload)[2]
+            return expires is None or expires > self.now_ms()
+        return True
+
+
+def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> tuple[int, int, bytes] | None:
+    """The newest stored entry ``(seq, kind, payload)`` for ``key``, or None."""
+    e = view.mem.get(key, seq)
+    if e is not None:
+        return e
+    for imm in view.imms:
+        e = imm.get(key, seq)
+        if e is not None:
+            return e
+    queries: dict[int, tuple[int, int]] = {}  # the key's (hash, probe mask) per kind of filter
+    for info in view.l0:
+        if key < info.first_key or key > info.last_key:
+            continue
+        found = _probe(tables, info, key, seq, queries)
+        if found is not None:
+            return found
+    for run in view.runs:
+        found_info = run.find(key)
+        if found_info is None:
+            continue
+        found = _probe(tables, found_info, key, seq, queries)
+        if found is not None:
+            return found
+    return None
+
+
+GET_MANY_THREADS = 16
+"""Threads of the process-wide pool behind ``get_many`` (shared by every database)."""
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(GET_MANY_THREADS, thread_name_prefix="shaledb-get")
+        return _pool
+
+
+def _forget_pool_in_child() -> None:
+    # A forked child (multiprocessing, Spark's Python workers) has the pool object but
+    # none of its threads: work submitted there would wait forever.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
+def get_many(
+    view: ReadView, tables: TableCache, vis: Visibility, keys: list[bytes], seq: int | None, workers: int
+) -> list[bytes | None]:
+    """The values of ``keys`` (checked) in ``view`` at ``seq``, in order.
+
+    On an object store a lookup that misses the block cache waits a round trip
+    for each block it reads, so the keys are split into up to ``workers``
+    contiguous slices looked up in parallel (obstore releases the GIL while it
+    waits). Contiguous, so that neighbouring keys of a sorted batch share one
+    thread and its cached blocks. In memory the threads only take turns.
+    """
+
+    def run(chunk: list[bytes]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for k in chunk:
+            e = lookup(view, tables, k, seq)
+            out.append(None if e is None else e[2] if e[1] == 0 else vis.value(k, e[1], e[2]))
+        return out
+
+    n = min(workers, len(keys))
+    if n <= 1:
+        return run(keys)
+    step = -(-len(keys) // n)
+    pool = _get_pool()
+    futures = [pool.submit(run, keys[i : i + step]) for i in range(0, len(keys), step)]
+    wait(futures)  # all of them, even after a failure: none may outlive the caller's pin
+    return [v for f in futures for v in f.result()]
+
+
+def _probe(
+    tables: TableCache, info: SstInfo, key: bytes, seq: int | None, queries: dict[int, tuple[int, int]]
+) -> tuple[int, int, bytes] | None:
+    """``key``'s newest entry in one SST, unless its filter rules the key out.
+
+    ``queries`` caches the key's hash and probe mask per kind of filter
+    (``BloomFilter.mask_key``) across the SSTs of one lookup.
+    """
+    r = tables.reader(info)
+    bloom = r.bloom
+    if bloom is not None:
+        q = queries.get(bloom.mask_key)
+        if q is None:
+            q = queries[bloom.mask_key] = bloom.query(key)
+        if not bloom.may_contain(*q):
+            return None
+    return r.find(key, seq)
+
+
+def _lazy_rows(
+    tables: TableCache, info: SstInfo, start: bytes | None, end: bytes | None, reverse: bool
+) -> Iterator[Row]:
+    r = tables.reader(info)
+    if reverse:
+        yield from r.rows_reversed(start, end)
+    else:
+        yield from r.rows(start, end)
+
+
+def _run_rows(
+    tables: TableCache, run: RunIndex, start: bytes | None, end: bytes | None, reverse: bool
+) -> Iterator[Row]:
+    ssts = run.covering(start, end)
+    if reverse:
+        ssts.reverse()
+    for info in ssts:
+        yield from _lazy_rows(tables, info, start, end, reverse)
+
+
+def sources(
+    view: ReadView, tables: TableCache, start: bytes | None, end: bytes | None, seq: int | None, reverse: bool
+) -> list[Iterator[Row]]:
+    """One row iterator per source overlapping ``[start, end)``, newest first."""
+    out: list[Iterator[Row]] = [m.items_in(start, end, seq, reverse) for m in (view.mem, *view.imms) if m.d]
+    for info in view.l0:
+        if (end is not None and info.first_key >= end) or (start is not None and info.last_key < start):
+            continue
+        out.append(_lazy_rows(tables, info, start, end, reverse))
+    for run in view.runs:
+        if run.covering(start, end):
+            out.append(_run_rows(tables, run, start, end, reverse))
+    return out
+
+
+def merge_rows(srcs: list[Iterator[Row]], reverse: bool) -> Iterable[Row]:
+    if len(srcs) == 1:
+        return srcs[0]
+    return heapq.merge(*srcs, key=itemgetter(0), reverse=reverse)
+
+
+def newest_rows(rows: Iterable[Row], seq: int | None) -> Iterator[Row]:
+    """The first (newest) version of each key visible at ``seq``, tombstones included."""
+    prev = None
+    if seq is None:
+        for row in rows:
+            k = row[0]
+            if k != prev:
+                prev = k
+                yield row
+        return
+    for row in rows:
+        k = row[0]
+        if k == prev or row[1] > seq:
+            continue
+        prev = k
+        yield row
+
+
+def scan_items(
+    view: ReadView,
+    tables: TableCache,
+    vis: Visibility,
+    start: bytes | None,
+    end: bytes | None,
+    seq: int | None,
+    reverse: bool,
+    limit: int | None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` pairs in ``[start, end)`` visible at ``seq``."""
+    if limit is not None and limit <= 0:
+        return iter(())
+    only = _only_ssts(view, start, end)
+    if only is not None:
+        return _scan_ssts(tables, vis, only, start, end, seq, reverse, limit)
+    return _scan_merged(view, tables, vis, start, end, seq, reverse, limit)
+
+
+def _scan_merged(
+    view: ReadView,
+    tables: TableCache,
+    vis: Visibility,
+    start: bytes | None,
+    end: bytes | None,
+    seq: int | None,
+    reverse: bool,
+    limit: int | None,
+) -> Iterator[tuple[bytes, bytes]]:
+    rows = newest_rows(merge_rows(sources(view, tables, start, end, seq, reverse), reverse), seq)
+    n = 0
+    value = vis.value
+    for k, _s, kind, payload in rows:
+        if kind == 0:
+            yield k, payload
+        else:
+            v = value(k, kind, payload)
+            if v is None:
+                continue
+            yield k, v
+        n += 1
+        if limit is not None and n >= limit:
+            return
+
+
+def _only_ssts(view: ReadView, start: bytes | None, end: bytes | None) -> list[SstInfo] | None:
+    """The SSTs of the one source that holds the range, when the memtables are empty.
+
+    One L0 SST or one sorted run never repeats a key (a memtable flush keeps
+    the newest entry per key; compaction and ingest write one version), so
+    such a scan needs no merge and no de-duplication: the common case after
+    a reopen, a compaction or a bulk load.
+    """
+    if view.mem.d or any(m.d for m in view.imms) or has_versions(view.manifest):
+        return None  # (a history window: SSTs may hold several versions of a key)
+    l0 = [
+        s
+        for s in view.l0
+        if not ((end is not None and s.first_key >= end) or (start is not None and s.last_key < start))
+    ]
+    runs = [r for r in view.runs if r.covering(start, end)]
+    if len(l0) + len(runs) != 1:
+        return None
+    return l0 if l0 else runs[0].covering(start, end)
+
+
+def _scan_ssts(
+    tables: TableCache,
+    vis: Visibility,
+    infos: list[SstInfo],
+    start: bytes | None,
+    end: bytes | None,
+    seq: int | None,
+    reverse: bool,
+    limit: int | None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """Pairs from SSTs of one source, a block at a time (see ``_only_ssts``)."""
+    left = limit
+    value = vis.value
+    for info in reversed(infos) if reverse else infos:
+        r = tables.reader(info)
+        capped = seq is not None and info.max_seq > seq
+        for keys, seqs, kinds, payloads in r.chunks_reversed(start, end) if reverse else r.chunks(start, end):
+            if reverse:
+                keys, seqs, kinds, payloads = keys[::-1], seqs[::-1], kinds[::-1], payloads[::-1]
+            if not capped and kinds.count(0) == len(kinds):
+                pairs: list[tuple[bytes, bytes]] | zip[tuple[bytes, bytes]] = zip(keys, payloads)
+                n = len(keys)
+            else:
+                pairs = []
+                for k, s, kind, p in zip(keys, seqs, kinds, payloads):
+                    if capped and s > seq:  # type: ignore[operator]
+                        continue
+                    v = p if kind == 0 else value(k, kind, p)
+                    if v is not None:
+                        pairs.append((k, v))
+                n = len(pairs)
+            if left is not None:
+                if n >= left:
+                    yield from islice(pairs, left)
+                    return
+                left -= n
+            yield from pairs

@@ -1,0 +1,285 @@
+"""Opening a database for writing: claim the epoch, fence, verify, replay.
+
+1. Bump ``writer_epoch`` with a manifest CAS (docs/design/writer-open-and-recovery.md).
+2. Write a fencing WAL object (an empty WAL SST carrying our epoch) at the
+   first free WAL id. If the slot is taken, the object there decides (the
+   protocol's four outcomes): an older epoch means an old writer got there
+   first, so try the next id; a newer epoch means we were fenced before we
+   started; our own epoch cannot happen unless the manifest CAS was broken.
+3. Re-read the manifest: we must still own the epoch.
+4. Verify the WAL (docs/design/wal.md) and replay every object after
+   ``replay_after_wal_id`` into the memtable.
+
+WAL verification with ``track_and_verify_wals``: every WAL object the manifest
+tracks must exist with its recorded size and CRC32C, and the ids present must
+be contiguous (a gap with later objects present means a lost object). An
+object store never leaves a torn object, so damage is corruption, not an
+interrupted write: ``absolute_consistency`` (the default) refuses to open.
+The salvage modes (RocksDB's names) choose what to give up, and log it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from ..errors import (
+    AlreadyExists,
+    ConflictError,
+    CorruptionError,
+    DatabaseDestroyed,
+    FencedError,
+    InvalidArgument,
+    NotFound,
+    ObjectNotFound,
+)
+from ..format import paths
+from ..format.coding import crc32c
+from ..format.journal import wal_ref
+from ..format.sst import decode_data_block, decode_meta
+from ..manifest.model import JournalFile, Manifest, TrackedWal
+from ..manifest.store import ManifestStore
+from ..settings import WAL_READ_AHEAD
+from ..store.base import ObjectStore
+from .wal import Locations, encode_wal, fetch_wal_objects, locate_values, wal_object_epoch
+
+log = logging.getLogger("shaledb.recovery")
+
+
+def claim_writer_epoch(
+    ms: ManifestStore,
+    *,
+    timeout_s: float,
+    create_if_missing: bool,
+    extra: Callable[[Manifest, int], Manifest] | None = None,
+) -> Manifest:
+    """Bump ``writer_epoch`` by CAS; create the database if allowed."""
+    if ms.read_latest() is None:
+        if not create_if_missing:
+            raise NotFound(f"no database at {ms.store.describe()}")
+        try:
+            ms.create_initial(Manifest(id=1))
+        except Exception as exc:
+            if not isinstance(exc, ConflictError):
+                raise
+
+    def bump(m: Manifest) -> Manifest:
+        if not m.initialized:
+            raise InvalidArgument(
+                f"database at {ms.store.describe()} is a clone whose initialization did not finish: "
+                "open it with Db.open_from_checkpoint to complete it"
+            )
+        if m.destroyed_at_s is not None:
+            raise DatabaseDestroyed(f"database at {ms.store.describe()} was destroyed")
+        nxt = replace(m, writer_epoch=m.writer_epoch + 1)
+        return extra(nxt, nxt.writer_epoch) if extra is not None else nxt
+
+    return ms.update(bump, timeout_s=timeout_s)
+
+
+def last_wal_id(store: ObjectStore, after: int) -> int:
+    """The highest WAL id present above ``after`` (``after`` if none)."""
+    best = after
+    for meta in store.list(paths.WAL_DIR, offset=paths.wal_path(after)):
+        wid = paths.parse_wal_id(meta.path)
+        if wid is not None and wid > best:
+            best = wid
+    return best
+
+
+def write_fence(
+    store: ObjectStore, m: Manifest, epoch: int, *, nonce: bytes, now_ms: int, codec: int
+) -> tuple[int, TrackedWal]:
+    """Fence older writers: the WAL id of our fencing object and its tracking record."""
+    data = encode_wal([], [], epoch=epoch, nonce=nonce, created_at_ms=now_ms, codec=codec, block_size=4096)
+    wal_id = max(m.next_wal_id, last_wal_id(store, m.replay_after_wal_id) + 1)
+    for _ in range(100_000):
+        path = paths.wal_path(wal_id)
+        try:
+            store.put(path, data, create=True)
+            return wal_id, TrackedWal(wal_id, len(data), crc32c(data))
+        except AlreadyExists:
+            theirs = store.get(path)
+            if theirs == data:
+                return wal_id, TrackedWal(wal_id, len(data), crc32c(data))
+            try:
+                other = wal_object_epoch(theirs)
+            except CorruptionError as exc:
+                raise exc.with_path(path) from exc
+            if other is not None and other > epoch:
+                raise FencedError(
+                    f"writer epoch {other} fenced this writer (epoch {epoch}) at {path}"
+                ) from None
+            if other == epoch:
+                raise CorruptionError(f"another writer holds this writer's epoch {epoch}", path) from None
+            wal_id += 1  # an older writer took the slot first: try the next one
+    raise CorruptionError("could not find a free WAL slot")
+
+
+@dataclass
+class ReplayResult:
+    """WAL contents to load into the memtable, and what was given up."""
+
+    keys: list[bytes] = field(default_factory=list)
+    ents: list[tuple[int, int, bytes]] = field(default_factory=list)
+    max_seq: int = 0
+    objects: list[TrackedWal] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    locs: Locations = field(default_factory=dict)
+    """Pointers to replayed values at or above the separation threshold."""
+    journal: list[JournalFile] = field(default_factory=list)
+    """Replayed objects with entries and no damage (journal files once in L0)."""
+
+
+def replay_wal(
+    store: ObjectStore,
+    m: Manifest,
+    fence_id: int,
+    *,
+    verify: bool,
+    mode: str,
+    threshold: int | None = None,
+    read_ahead: int = WAL_READ_AHEAD,
+) -> ReplayResult:
+    """Read WAL objects in ``(replay_after_wal_id, fence_id)`` (see module docstring),
+    ``read_ahead`` GETs at a time (``store.parallel.get_in_order``)."""
+    lo = m.replay_after_wal_id
+    present: dict[int, int] = {}
+    for meta in store.list(paths.WAL_DIR, offset=paths.wal_path(lo)):
+        wid = paths.parse_wal_id(meta.path)
+        if wid is not None and lo < wid < fence_id:
+            present[wid] = meta.size
+    tracked = {w.id: w for w in m.tracked_wals if w.id > lo} if verify else {}
+    res = ReplayResult()
+    if verify:
+        for wid, w in sorted(tracked.items()):
+            if wid not in present:
+                raise CorruptionError(
+                    f"tracked WAL object is missing (recorded {w.size} bytes)", paths.wal_path(wid)
+                )
+            if present[wid] < w.size:
+                raise CorruptionError(
+                    f"tracked WAL object is {present[wid]} bytes, manifest recorded {w.size}",
+                    paths.wal_path(wid),
+                )
+        if present:
+            top = max(present)
+            gaps = [i for i in range(lo + 1, top) if i not in present]
+            if gaps:
+                raise CorruptionError(
+                    f"WAL ids are not contiguous: {len(gaps)} missing below {top} "
+                    f"(first missing {paths.wal_path(gaps[0])})",
+                    paths.wal_path(gaps[0]),
+                )
+    ids = sorted(present)
+    gap = next((p for p in range(1, len(ids)) if ids[p - 1] != ids[p] - 1), None) if not verify else None
+    replayed = ids if gap is None else ids[:gap]
+    with fetch_wal_objects(store, replayed, read_ahead) as fetched:
+        for pos, (wid, (path, data)) in enumerate(zip(replayed, fetched)):
+            if data is None:
+                raise CorruptionError("WAL object vanished during recovery", path)
+            crc = crc32c(data)
+            res.objects.append(TrackedWal(wid, len(data), crc))
+            tw = tracked.get(wid)
+            if tw is not None and (tw.size != len(data) or tw.crc32c != crc):
+                damaged = f"checksum or size differs from the manifest's record ({tw.size} bytes)"
+            else:
+                damaged = None
+            is_tail = functools.partial(_only_fences, store, ids[pos + 1 :])
+            stop = _replay_object(res, path, data, damaged, mode, is_tail, wid, threshold)
+            if stop:
+                rest = [paths.wal_path(i) for i in ids[pos + 1 :]]
+                if rest:
+                    res.skipped.append(f"not replayed after the damage: {', '.join(rest)}")
+                break
+        else:
+            if gap is not None:
+                stop_at, resume = ids[gap - 1], ids[gap]
+                res.skipped.append(f"WAL ids stop at {stop_at}; objects from {resume} on are not replayed")
+                log.warning("WAL gap before %s; not replaying later objects (verification is off)", resume)
+    return res
+
+
+def _replay_object(
+    res: ReplayResult,
+    path: str,
+    data: bytes,
+    damaged: str | None,
+    mode: str,
+    is_last: Callable[[], bool],
+    wal_id: int,
+    threshold: int | None,
+) -> bool:
+    """Replay one object; True to stop replaying further objects."""
+    if not data:
+        return False  # a zero-length fencing object
+    try:
+        meta = decode_meta(data, len(data))
+    except CorruptionError as exc:
+        return _damage(res, path, f"metadata: {exc}", mode, is_last, whole=True)
+    offs = meta.index.offsets
+    intact = damaged is None
+    for i in range(len(meta.index)):
+        try:
+            block = decode_data_block(data[offs[i] : offs[i + 1]])
+        except CorruptionError as exc:
+            intact = False
+            if _damage(res, path, f"block {i}: {exc}", mode, is_last, whole=False):
+                return True
+            continue
+        n = len(block)
+        seqs = block.seqs
+        kinds = block.kinds
+        ents = list(zip(seqs, kinds, block.payloads(0, n)))
+        if threshold is not None and n:
+            locate_values(wal_id, block.keys, ents, [offs[i], offs[i + 1]], [n], threshold, res.locs)
+        res.keys.extend(block.keys)
+        res.ents.extend(ents)
+        if n:
+            res.max_seq = max(res.max_seq, *seqs)
+    if damaged is not None and mode == "absolute_consistency":
+        raise CorruptionError(damaged, path)
+    p = meta.props
+    if intact and p.entries:
+        res.journal.append(JournalFile(wal_ref(wal_id), len(data), p.entries, p.min_seq, p.max_seq))
+    return False
+
+
+def _only_fences(store: ObjectStore, wal_ids: list[int]) -> bool:
+    """True if every object in ``wal_ids`` is an empty fencing object.
+
+    A damaged object is still the tail of the log when only fences follow it:
+    an open that refused the damage has already written its fence.
+    """
+    for wid in wal_ids:
+        try:
+            data = store.get(paths.wal_path(wid))
+            if data and decode_meta(data, len(data)).props.entries:
+                return False
+        except (ObjectNotFound, CorruptionError):
+            return False
+    return True
+
+
+def _damage(
+    res: ReplayResult, path: str, what: str, mode: str, is_last: Callable[[], bool], *, whole: bool
+) -> bool:
+    if mode == "absolute_consistency":
+        raise CorruptionError(
+            f"damaged WAL object ({what}); use a salvage wal_recovery_mode to open anyway", path
+        )
+    if mode == "tolerate_corrupted_tail":
+        if not is_last():
+            raise CorruptionError(f"damaged WAL object before the tail ({what})", path)
+        res.skipped.append(f"{path}: dropped the damaged tail ({what})")
+        log.warning("WAL recovery dropped the damaged tail of %s: %s", path, what)
+        return True
+    if mode == "point_in_time":
+        res.skipped.append(f"{path}: stopped at damage ({what})")
+        log.warning("WAL recovery stopped at %s: %s", path, what)
+        return True
+    res.skipped.append(f"{path}: skipped {'object' if whole else 'block'} ({what})")
+    log.warning("WAL recovery skipped %s in %s: %s", "the object" if whole else "a block", path, what)
+    return False

@@ -1,0 +1,347 @@
+"""SST objects in the store: metadata, cached blocks and read-ahead; new objects.
+
+An :class:`SstReader` is opened from one ranged read of the object's tail
+(footer, properties, index, filter). Data blocks come through the shared
+:class:`~shaledb.engine.cache.LruCache`; a miss fetches a whole read-ahead chunk
+(``Settings.sst_read_ahead_bytes``), caches it raw and decodes only the block
+asked for, so a cold SST costs a few large GETs instead of one per block.
+A block that fails its checksum is re-read from the store once (the cached
+copy may be the damaged one) before ``CorruptionError`` names the object.
+
+:func:`read_object_meta` is the one tail read every role uses (readers,
+compaction, export, journal scoring); :func:`put_new_sst` the one way a new
+table SST gets its id (flush, compaction, ingest, journal compaction);
+:class:`SstSplitter` the one rule for where a run's SSTs end (compaction
+outputs, bulk ingest).
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator, Sequence
+
+from ..errors import AlreadyExists, CorruptionError
+from ..format import paths
+from ..format.block import Block
+from ..format.journal import pointers_into
+from ..format.sst import SstBuilder, SstMeta, SstProps, decode_data_block, decode_meta, parse_footer
+from ..manifest.model import JournalFile, SstInfo
+from ..store.base import ObjectStore
+from .cache import LruCache
+
+TAIL_READ_BYTES = 64 * 1024
+
+Row = tuple[bytes, int, int, bytes]
+Chunk = tuple[list[bytes], "array[int]", bytes, list[bytes]]
+"""Columns of consecutive rows of one block: keys, seqs, kinds, payloads."""
+StoreResolver = Callable[[int], ObjectStore]
+"""Maps ``SstInfo.db`` (0 = this database, i > 0 = an external database) to its store."""
+
+
+def read_object_meta(store: ObjectStore, path: str, size: int) -> SstMeta:
+    """Footer, properties, index and filter of the SST-format object at ``path``
+    (one ranged GET of its tail; a second when the metadata is larger)."""
+    try:
+        tail = store.get_range(path, max(0, size - TAIL_READ_BYTES), size)
+        if len(tail) != min(size, TAIL_READ_BYTES):
+            raise CorruptionError(f"object is shorter than the {size} bytes the manifest records")
+        footer = parse_footer(tail, size)
+        if footer.meta_start < size - len(tail):
+            tail = store.get_range(path, footer.meta_start, size)
+        return decode_meta(tail, size)
+    except CorruptionError as exc:
+        raise exc.with_path(path) from exc
+
+
+def read_sst_meta(store: ObjectStore, info: SstInfo) -> SstMeta:
+    """:func:`read_object_meta` of a table SST."""
+    return read_object_meta(store, paths.sst_path(info.id), info.size)
+
+
+def _put_new(
+    store: ObjectStore, data: bytes | bytearray, path_of: Callable[[str], str], new_id: Callable[[], str]
+) -> str:
+    """Write ``data`` under a fresh id from ``new_id``; the id.
+
+    Ids are ULIDs with 80 random bits, so the create-if-absent write fails only
+    on a collision (or a bad RNG): another id is drawn, a few times at most.
+    """
+    path = ""
+    for _ in range(8):
+        oid = new_id()
+        path = path_of(oid)
+        try:
+            store.put(path, data, create=True)
+        except AlreadyExists:
+            continue
+        return oid
+    raise AlreadyExists(path)
+
+
+def put_new_sst(
+    store: ObjectStore, data: bytes | bytearray, props: SstProps, new_id: Callable[[], str]
+) -> SstInfo:
+    """Write ``data`` as a new table SST under an id from ``new_id`` and describe it."""
+    return SstInfo(
+        id=_put_new(store, data, paths.sst_path, new_id),
+        size=len(data),
+        first_key=props.first_key,
+        last_key=props.last_key,
+        entries=props.entries,
+        min_seq=props.min_seq,
+        max_seq=props.max_seq,
+    )
+
+
+def put_new_journal(
+    store: ObjectStore, builder: SstBuilder, new_id: Callable[[], str], values: list[tuple[int, int]]
+) -> tuple[JournalFile, list[bytes]]:
+    """Finish ``builder`` as a new journal object under an id from ``new_id``: its
+    record, and pointers to the values at ``(entry number, value length)`` in ``values``."""
+    offsets, ends = builder.block_layout()
+    data, props = builder.finish_buffer()
+    ref = _put_new(store, data, paths.journal_path, new_id)
+    record = JournalFile(ref, len(data), props.entries, props.min_seq, props.max_seq)
+    return record, pointers_into(ref, offsets, ends, values)
+
+
+class SstSplitter:
+    """Cuts sorted rows into table SSTs of at most ``limit`` estimated bytes.
+
+    An SST takes rows while its estimated size stays within the limit; a row
+    larger than the limit gets an SST of its own; with ``keys`` given, one
+    key's versions never straddle two SSTs (a reader of a run then finds a key
+    in one SST). ``new_builder`` opens an SST, ``emit`` takes a full one.
+    """
+
+    def __init__(
+        self, limit: int, new_builder: Callable[[], SstBuilder], emit: Callable[[SstBuilder], None]
+    ) -> None:
+        self.limit = limit
+        self.new_builder = new_builder
+        self.emit = emit
+        self.builder: SstBuilder | None = None
+
+    def place(
+        self,
+        cum: Sequence[int],
+        n: int,
+        fill: Callable[[SstBuilder, int, int], None],
+        keys: Sequence[bytes] | None = None,
+    ) -> None:
+        """Place rows ``0..n`` whose running entry sizes are ``cum`` (a list or a
+        numpy array; it is only indexed and bisected): ``fill(builder, lo, hi)``
+        adds rows ``[lo, hi)`` to the SST being built (one call per SST)."""
+        limit = self.limit
+        pos = 0
+        while pos < n:
+            if self.builder is None:
+                self.builder = self.new_builder()
+            b = self.builder
+            base = cum[pos - 1] if pos else 0
+            j = bisect_right(cum, base + limit - b.estimated_size, pos)
+            if j == pos:
+                if b.entries:
+                    self.finish()
+                    continue
+                j = pos + 1  # one row larger than the limit gets an SST of its own
+            if keys is not None:
+                while j < n and keys[j] == keys[j - 1]:
+                    j += 1  # never split one key's versions
+            fill(b, pos, j)
+            pos = j
+            if pos < n or b.estimated_size >= limit:
+                self.finish()
+
+    def finish(self) -> None:
+        """Emit the SST being built, if it has rows."""
+        b = self.builder
+        self.builder = None
+        if b is not None and b.entries:
+            self.emit(b)
+
+
+class SstReader:
+    __slots__ = ("bloom", "cache", "data_end", "id", "index", "info", "path", "props", "read_ahead", "store")
+
+    def __init__(
+        self, info: SstInfo, store: ObjectStore, meta: SstMeta, cache: LruCache, read_ahead: int
+    ) -> None:
+        self.info = info
+        self.id = info.id
+        self.store = store
+        self.path = paths.sst_path(info.id)
+        self.props = meta.props
+        self.index = meta.index
+        self.bloom = meta.bloom
+        self.data_end = meta.footer.meta_start
+        self.cache = cache
+        self.read_ahead = read_ahead
+
+    @property
+    def nbytes(self) -> int:
+        return self.index.nbytes + (self.bloom.nbytes if self.bloom else 0) + 512
+
+    # ----------------------------------------------------------------- blocks
+
+    def block(self, i: int, *, read_ahead: bool = False) -> Block:
+        """Data block ``i``, through the cache.
+
+        A miss reads just the block for point lookups (random reads of a store
+        larger than the cache must not drag in megabytes each), and a whole
+        read-ahead chunk for scans, which will want the next blocks too.
+        """
+        key = (self.id, i)
+        b: Block | None = self.cache.get(key)
+        if b is not None:
+            return b
+        start, end = self.index.block_span(i)
+        try:
+            b = decode_data_block(self._fetch(start, end, read_ahead))
+        except CorruptionError:
+            # The cached chunk may be the damaged copy: read the block itself once more.
+            self.cache.discard((self.id, "chunk", start // self.read_ahead if self.read_ahead else -1))
+            try:
+                b = decode_data_block(self.store.get_range(self.path, start, end))
+            except CorruptionError as exc:
+                raise exc.with_path(self.path) from exc
+        self.cache.put(key, b, b.nbytes)
+        return b
+
+    def _fetch(self, start: int, end: int, read_ahead: bool) -> bytes:
+        ra = self.read_ahead
+        if ra <= end - start:
+            return self.store.get_range(self.path, start, end)
+        ci = start // ra
+        cs = ci * ra
+        ce = min(self.data_end, cs + ra)
+        if end > ce:
+            return self.store.get_range(self.path, start, end)
+        ckey = (self.id, "chunk", ci)
+        chunk: bytes | None = self.cache.get(ckey)
+        if chunk is None:
+            if not read_ahead:
+                return self.store.get_range(self.path, start, end)
+            chunk = self.store.get_range(self.path, cs, ce)
+            if len(chunk) != ce - cs:
+                raise CorruptionError(f"read {len(chunk)} bytes at {cs}, expected {ce - cs}", self.path)
+            self.cache.put(ckey, chunk, len(chunk))
+        return chunk[start - cs : end - cs]
+
+    # ------------------------------------------------------------------ reads
+
+    def find(self, key: bytes, seq: int | None = None) -> tuple[int, int, bytes] | None:
+        """``(seq, kind, payload)`` of the newest version of ``key`` visible at ``seq``."""
+        idx = self.index
+        i = bisect_left(idx.keys, key)
+        n = len(idx.keys)
+        while i < n:
+            b = self.block(i)
+            keys = b.keys
+            j = bisect_left(keys, key)
+            if j == len(keys):
+                i += 1  # only when a key's versions straddle blocks
+                continue
+            if keys[j] != key:
+                return None
+            if seq is None:
+                return b.seqs[j], b.kinds[j], b.payload(j)
+            seqs = b.seqs
+            m = len(keys)
+            while j < m and keys[j] == key:
+                if seqs[j] <= seq:
+                    return seqs[j], b.kinds[j], b.payload(j)
+                j += 1
+            if j < m:
+                return None
+            i += 1
+        return None
+
+    def chunks(self, start: bytes | None, end: bytes | None) -> Iterator[Chunk]:
+        """Per block, the columns of the rows with ``start <= key < end``, in key order.
+
+        Scans consume whole blocks at a time, so the per-row work stays in C
+        (slicing, ``zip``); blocks are fetched with read-ahead.
+        """
+        idx = self.index
+        n = len(idx.keys)
+        i = 0 if start is None else bisect_left(idx.keys, start)
+        while i < n:
+            b = self.block(i, read_ahead=True)
+            keys = b.keys
+            lo = 0 if start is None else bisect_left(keys, start)
+            hi = len(keys) if end is None else bisect_left(keys, end)
+            if lo < hi:
+                yield keys[lo:hi], b.seqs[lo:hi], b.kinds[lo:hi], b.payloads(lo, hi)
+            if hi < len(keys):
+                return
+            i += 1
+
+    def chunks_reversed(self, start: bytes | None, end: bytes | None) -> Iterator[Chunk]:
+        """Like :meth:`chunks`, blocks last to first, each chunk still in key order."""
+        idx = self.index
+        n = len(idx.keys)
+        i = n - 1 if end is None else min(n - 1, bisect_left(idx.keys, end))
+        while i >= 0:
+            b = self.block(i, read_ahead=True)
+            keys = b.keys
+            lo = 0 if start is None else bisect_left(keys, start)
+            hi = len(keys) if end is None else bisect_left(keys, end)
+            if lo < hi:
+                yield keys[lo:hi], b.seqs[lo:hi], b.kinds[lo:hi], b.payloads(lo, hi)
+            if lo > 0:
+                return
+            i -= 1
+
+    def rows(self, start: bytes | None, end: bytes | None) -> Iterator[Row]:
+        """Rows with ``start <= key < end`` in key order (newest version first)."""
+        for keys, seqs, kinds, payloads in self.chunks(start, end):
+            yield from zip(keys, seqs, kinds, payloads)
+
+    def rows_reversed(self, start: bytes | None, end: bytes | None) -> Iterator[Row]:
+        """Rows with ``start <= key < end`` in descending key order.
+
+        Versions of one key come newest first here too (callers merge on key
+        and take the first version), so runs of equal keys are kept in order.
+        """
+        for keys, seqs, kinds, payloads in self.chunks_reversed(start, end):
+            yield from _reverse_keys_keep_versions(list(zip(keys, seqs, kinds, payloads)))
+
+    def all_rows(self) -> Iterator[Row]:
+        return self.rows(None, None)
+
+
+def _reverse_keys_keep_versions(rows: list[Row]) -> Iterator[Row]:
+    """Reverse key order while keeping each key's versions newest first."""
+    i = len(rows) - 1
+    while i >= 0:
+        j = i
+        k = rows[i][0]
+        while j > 0 and rows[j - 1][0] == k:
+            j -= 1
+        yield from rows[j : i + 1]
+        i = j - 1
+
+
+class TableCache:
+    """Opens SST readers on demand and keeps them in the shared LRU cache."""
+
+    def __init__(self, resolve: StoreResolver, cache: LruCache, read_ahead: int) -> None:
+        self.resolve = resolve
+        self.cache = cache
+        self.read_ahead = read_ahead
+
+    def reader(self, info: SstInfo) -> SstReader:
+        key = (info.id, "meta")
+        r: SstReader | None = self.cache.get(key)
+        if r is not None:
+            return r
+        store = self.resolve(info.db)
+        meta = read_sst_meta(store, info)
+        r = SstReader(info, store, meta, self.cache, self.read_ahead)
+        self.cache.put(key, r, r.nbytes)
+        return r
+
+    def evict(self, sst_id: str) -> None:
+        self.cache.discard_where(lambda k: isinstance(k, tuple) and k and k[0] == sst_id)

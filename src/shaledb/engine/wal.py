@@ -1,0 +1,525 @@
+"""The write-ahead log: buffered writes become immutable WAL SST objects.
+
+Writers append to an in-memory buffer under the database's write lock (so WAL
+order is sequence order). One flusher thread cuts the buffer into *segments*
+and writes each as ``wal/<id>.sst`` with create-if-absent, strictly in id
+order. A write is durable once the segment holding it is written.
+
+When a segment is flushed:
+* on ``flush_interval_s`` for non-durable writes;
+* at once when a durable write, ``flush()`` or a full buffer asks (group
+  commit: everything buffered while a flush is in flight goes into the next
+  one, so concurrent durable writers share round trips);
+* when the memtable freezes (the buffer is *sealed* so a WAL object never
+  mixes two memtables' writes, which is what lets an L0 flush say "every WAL
+  id <= N is in SSTs").
+
+Value journal: with ``value_separation_threshold`` set, every WAL object that
+holds entries is also a value-journal file (recorded in the manifest by the
+L0 flush that covers it, see ``flush.py``). When a segment is encoded the
+writer records, for each value at or above the threshold, a pointer to its
+stored block and index in the segment's memtable (``Memtable.locs``, the
+segment's *sink*), before the segment counts as durable.
+
+Fencing: if a create finds an object already at our id, the object's
+``writer_epoch`` says who took the slot. A newer epoch means a newer writer
+fenced us: every later write fails with :class:`FencedError`. Any failure
+stops the flusher and is reported to every waiter and to the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
+
+from ..clock import Clock
+from ..errors import AlreadyExists, ClosedError, CorruptionError, FencedError, ShaleError
+from ..format import paths
+from ..format.coding import crc32c_of
+from ..format.journal import wal_pointer, wal_ref
+from ..format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, TYPE_MASK, decode_payload
+from ..format.sst import SST_WAL, SstBuilder, decode_data_block, decode_meta
+from ..manifest.model import JournalFile, TrackedWal
+from ..settings import Settings
+from ..store.base import ObjectStore
+from ..store.parallel import get_in_order
+from .memtable import Entry
+
+log = logging.getLogger("shaledb.wal")
+
+
+Locations = dict[bytes, tuple[int, bytes, int]]
+"""key -> (seq, pointer, value length): ``Memtable.locs``."""
+
+
+class WalSegment:
+    __slots__ = ("done", "ents", "id", "keys", "sink")
+
+    def __init__(
+        self,
+        wal_id: int,
+        keys: list[bytes],
+        ents: list[Entry],
+        sink: Locations | None,
+        done: threading.Event,
+    ) -> None:
+        self.id = wal_id
+        self.keys = keys
+        self.ents = ents
+        self.sink = sink
+        self.done = done
+        """Set once the object is written (or the WAL failed): wakes only this segment's waiters."""
+
+
+def wal_object_bytes(settings: Settings) -> int:
+    """Where the writer cuts a WAL object: ``wal_max_bytes``, or a sixteenth of
+    ``max_unflushed_bytes`` (at least 256 KiB) if that is smaller. The object is
+    built in memory beside the memtables, so a small write budget shrinks it too;
+    the defaults (4 MiB of 256 MiB) are unchanged."""
+    return min(settings.wal_max_bytes, max(256 * 1024, settings.max_unflushed_bytes // 16))
+
+
+def encode_wal_layout(
+    keys: list[bytes],
+    ents: list[Entry],
+    *,
+    epoch: int,
+    nonce: bytes,
+    created_at_ms: int,
+    codec: int,
+    block_size: int,
+) -> tuple[bytearray, list[int], list[int]]:
+    """:func:`encode_wal` plus the block layout (``SstBuilder.block_layout``), as the
+    builder's own buffer: the object only goes to the store, so no copy into bytes."""
+    b = SstBuilder(
+        kind=SST_WAL,
+        block_size=block_size,
+        codec=codec,
+        writer_epoch=epoch,
+        created_at_ms=created_at_ms,
+        nonce=nonce,
+    )
+    if keys:
+        seqs, kinds, payloads = zip(*ents)
+        b.add_many(keys, seqs, kinds, payloads)
+    offsets, ends = b.block_layout()
+    return b.finish_buffer()[0], offsets, ends
+
+
+def locate_values(
+    wal_id: int,
+    keys: list[bytes],
+    ents: list[Entry],
+    offsets: list[int],
+    ends: list[int],
+    threshold: int,
+    sink: Locations,
+) -> None:
+    """Record a pointer for every data-tree value of at least ``threshold`` bytes.
+
+    Only a key's newest entry in the object is its value (a batch may write a
+    key twice, and a later batch may overwrite or delete it), so entries are
+    visited last to first and every earlier entry of a key already seen is
+    skipped: a value a later tombstone deleted gets no location.
+    """
+    b = len(ends) - 1
+    seen: set[bytes] = set()
+    for j in range(len(ents) - 1, -1, -1):
+        e = ents[j]
+        k = keys[j]
+        if k in seen:
+            continue
+        seen.add(k)
+        p = e[2]
+        if len(p) < threshold:
+            continue
+        kind = e[1]
+        if kind & (TYPE_MASK | FLAG_INDEX_TREE):
+            continue  # tombstones, pointers and index entries stay where they are
+        vlen = len(decode_payload(kind, p)[0]) if kind & EXTRA_FLAGS else len(p)
+        if vlen < threshold:
+            continue
+        while b > 0 and ends[b - 1] > j:
+            b -= 1
+        first = ends[b - 1] if b else 0
+        if sink.get(k, (-1,))[0] > e[0]:
+            continue  # a newer write of the key was located already (replay of several objects)
+        sink[k] = (e[0], wal_pointer(wal_id, offsets[b], offsets[b + 1] - offsets[b], j - first, vlen), vlen)
+
+
+def encode_wal(
+    keys: list[bytes],
+    ents: list[Entry],
+    *,
+    epoch: int,
+    nonce: bytes,
+    created_at_ms: int,
+    codec: int,
+    block_size: int,
+) -> bytes:
+    """A WAL SST for entries in sequence order (empty: a fencing object)."""
+    return bytes(
+        encode_wal_layout(
+            keys,
+            ents,
+            epoch=epoch,
+            nonce=nonce,
+            created_at_ms=created_at_ms,
+            codec=codec,
+            block_size=block_size,
+        )[0]
+    )
+
+
+def wal_object_epoch(data: bytes) -> int | None:
+    """The writer epoch recorded in a WAL object (None for a zero-length fence)."""
+    if not data:
+        return None
+    return decode_meta(data, len(data)).props.writer_epoch
+
+
+def fetch_wal_objects(
+    store: ObjectStore, wal_ids: Sequence[int], read_ahead: int
+) -> contextlib.closing[Generator[tuple[str, bytes | None], None, None]]:
+    """``(path, data)`` of each WAL object in ``wal_ids``, in order (None: absent), fetched
+    ``read_ahead`` at a time; use it in a ``with`` so stopping early cancels the GETs ahead."""
+    return contextlib.closing(
+        get_in_order(store, [paths.wal_path(w) for w in wal_ids], read_ahead=read_ahead)
+    )
+
+
+def decode_wal_object(data: bytes, path: str) -> tuple[list[bytes], list[Entry]]:
+    """Keys and ``(seq, kind, payload)`` entries of a WAL object, in sequence order."""
+    keys: list[bytes] = []
+    ents: list[Entry] = []
+    if not data:
+        return keys, ents  # a zero-length fencing object
+    try:
+        meta = decode_meta(data, len(data))
+        offs = meta.index.offsets
+        for i in range(len(meta.index)):
+            block = decode_data_block(data[offs[i] : offs[i + 1]])
+            keys.extend(block.keys)
+            ents.extend(zip(block.seqs, block.kinds, block.payloads(0, len(block))))
+    except CorruptionError as exc:
+        raise exc.with_path(path) from exc
+    return keys, ents
+
+
+class WalWriter:
+    """Buffer, segment queue and flusher thread of one writer epoch."""
+
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        clock: Clock,
+        rng: random.Random,
+        lock: threading.Lock,
+        epoch: int,
+        next_id: int,
+        durable_seq: int,
+        flush_interval_s: float,
+        max_buffer_bytes: int,
+        codec: int,
+        block_size: int,
+        on_failure: Callable[[BaseException], None],
+        threshold: int | None = None,
+    ) -> None:
+        self.store = store
+        self.threshold = threshold
+        """Value-separation threshold (None: WAL objects are not journal files)."""
+        self.sink: Locations | None = None
+        """Where the current buffer's value locations go (the memtable's ``locs``)."""
+        self.clock = clock
+        self.rng = rng
+        self.lock = lock
+        self.epoch = epoch
+        self.flush_interval_s = flush_interval_s
+        self.max_buffer_bytes = max_buffer_bytes
+        self.codec = codec
+        self.block_size = max(block_size, 16 * 1024)
+        self.on_failure = on_failure
+        # Buffer (guarded by ``lock``).
+        self.keys: list[bytes] = []
+        self.ents: list[Entry] = []
+        self.nbytes = 0
+        self.pending = threading.Event()
+        """The buffer's latch (becomes its segment's ``done``): a durable write waits on it."""
+        self._sealed: deque[WalSegment] = deque()
+        self._writing: WalSegment | None = None
+        self._next_id = next_id
+        # Durability (guarded by ``_cv``).
+        self._cv = threading.Condition(threading.Lock())
+        self.durable_seq = durable_seq
+        self.durable_wal_id = next_id - 1
+        self.objects_written = 0
+        self.bytes_written = 0
+        self.failure: BaseException | None = None
+        self._written: list[TrackedWal] = []
+        self._journal: list[JournalFile] = []
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="shaledb-wal", daemon=True)
+        self._thread.start()
+
+    # ----------------------------------------------------- under the db lock
+
+    def cut_locked(self) -> WalSegment | None:
+        """Turn the buffer into a segment with the next WAL id."""
+        if not self.keys:
+            return None
+        seg = WalSegment(self._next_id, self.keys, self.ents, self.sink, self.pending)
+        self.pending = threading.Event()
+        self._next_id += 1
+        self.keys = []
+        self.ents = []
+        self.nbytes = 0
+        return seg
+
+    def seal_locked(self) -> int:
+        """Seal the buffer (a memtable is freezing); the last WAL id in use."""
+        seg = self.cut_locked()
+        if seg is not None:
+            self._sealed.append(seg)
+            self._wake.set()
+        return self._next_id - 1
+
+    @property
+    def next_id(self) -> int:
+        return self._next_id
+
+    # ------------------------------------------------------------- any thread
+
+    def request_flush(self) -> None:
+        self._wake.set()
+
+    def wait_durable(
+        self, seq: int, timeout: float | None = None, latch: threading.Event | None = None
+    ) -> bool:
+        """Block until ``seq`` is durable; False on timeout. Raises the failure.
+
+        ``latch`` is the ``pending`` event read under the write lock when ``seq``
+        was buffered: waiting on it wakes this thread only when its own segment
+        is written, where the condition would wake every waiter on every write
+        (with many writer threads, those wake-ups cost more than the writes).
+        """
+        if latch is not None:
+            return self._wait_latch(seq, timeout, latch)
+        with self._cv:
+            if self.durable_seq >= seq:
+                return True
+            self._wake.set()
+            deadline = None if timeout is None else self.clock.monotonic() + timeout
+            while self.durable_seq < seq:
+                if self.failure is not None:
+                    raise _surface(self.failure)
+                if self._stopping and not self._thread.is_alive():
+                    raise ClosedError("database closed before the write became durable")
+                remaining = None if deadline is None else deadline - self.clock.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cv.wait(0.5 if remaining is None else min(remaining, 0.5))
+            return True
+
+    def _wait_latch(self, seq: int, timeout: float | None, latch: threading.Event) -> bool:
+        if self.durable_seq >= seq:
+            return True
+        self._wake.set()
+        deadline = None if timeout is None else self.clock.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - self.clock.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            latch.wait(0.5 if remaining is None else min(remaining, 0.5))
+            if self.durable_seq >= seq:
+                return True
+            if self.failure is not None:
+                raise _surface(self.failure)
+            if self._stopping and not self._thread.is_alive():
+                raise ClosedError("database closed before the write became durable")
+
+    def wait_wal_id(self, wal_id: int) -> None:
+        """Block until every WAL object up to ``wal_id`` is written."""
+        with self._cv:
+            while self.durable_wal_id < wal_id:
+                if self.failure is not None:
+                    raise _surface(self.failure)
+                self._wake.set()
+                self._cv.wait(0.5)
+
+    def drain_written(self) -> list[TrackedWal]:
+        """WAL objects written since the last call (for the manifest's tracking)."""
+        with self._cv:
+            out = self._written
+            self._written = []
+            return out
+
+    def note_written(self, wals: list[TrackedWal]) -> None:
+        """Give back objects the manifest did not take (or replayed at open)."""
+        with self._cv:
+            self._written = sorted(wals + self._written, key=lambda w: w.id)
+
+    def drain_journal(self, upto: int) -> list[JournalFile]:
+        """Journal files (WAL objects with entries) with ids up to ``upto``, in id order."""
+        with self._cv:
+            out = [j for j in self._journal if int(j.id) <= upto]
+            self._journal = [j for j in self._journal if int(j.id) > upto]
+            return out
+
+    def note_journal(self, files: list[JournalFile]) -> None:
+        """Give back journal files the manifest did not take (or replayed at open)."""
+        with self._cv:
+            merged = {j.id: j for j in files + self._journal}
+            self._journal = [merged[k] for k in sorted(merged)]
+
+    def stop(self) -> None:
+        """Flush what is buffered and stop the thread."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+
+    # ----------------------------------------------------------- the thread
+
+    def _run(self) -> None:
+        wait = self.clock.wait
+        while True:
+            stopping = self._stopping
+            if not stopping:
+                wait(self._wake, self.flush_interval_s)
+            self._wake.clear()
+            try:
+                self._flush_all()
+            except BaseException as exc:  # noqa: BLE001 - every failure stops the WAL
+                self._fail(exc)
+                return
+            if stopping:
+                return
+
+    def _flush_all(self) -> None:
+        while True:
+            with self.lock:
+                seg = self._sealed.popleft() if self._sealed else self.cut_locked()
+            if seg is None:
+                return
+            self._writing = seg
+            self._write(seg)
+            self._writing = None
+            seg.done.set()
+
+    def _write(self, seg: WalSegment) -> None:
+        data, offsets, ends = encode_wal_layout(
+            seg.keys,
+            seg.ents,
+            epoch=self.epoch,
+            nonce=self.rng.getrandbits(128).to_bytes(16, "little"),
+            created_at_ms=int(self.clock.now() * 1000),
+            codec=self.codec,
+            block_size=self.block_size,
+        )
+        while True:
+            try:
+                self.store.put(paths.wal_path(seg.id), data, create=True)
+                break
+            except AlreadyExists:
+                if self._collision(seg.id, data):
+                    break
+                self._skip_slot(seg)
+        log.debug("wrote WAL object %d: %d entries, %d bytes", seg.id, len(seg.keys), len(data))
+        tracked = TrackedWal(seg.id, len(data), crc32c_of(data))
+        thr = self.threshold
+        if thr is not None and seg.ents and seg.sink is not None:
+            locate_values(seg.id, seg.keys, seg.ents, offsets, ends, thr, seg.sink)
+        with self._cv:
+            self.durable_wal_id = seg.id
+            self.objects_written += 1
+            self.bytes_written += len(data)
+            if seg.ents:
+                self.durable_seq = max(self.durable_seq, seg.ents[-1][0])
+                if thr is not None:
+                    self._journal.append(
+                        JournalFile(
+                            wal_ref(seg.id), len(data), len(seg.ents), seg.ents[0][0], seg.ents[-1][0]
+                        )
+                    )
+            self._written.append(tracked)
+            self._cv.notify_all()
+
+    def _collision(self, wal_id: int, ours: bytes | bytearray) -> bool:
+        """Someone's object is at our slot: True if it is ours, False to skip the slot; else raise."""
+        path = paths.wal_path(wal_id)
+        theirs = self.store.get(path)
+        if theirs == ours:
+            return True  # our own earlier attempt landed
+        try:
+            other = wal_object_epoch(theirs)
+        except CorruptionError as exc:
+            raise exc.with_path(path) from exc
+        if other is not None and other > self.epoch:
+            raise FencedError(
+                f"writer epoch {other} took over (found {path}); this writer (epoch {self.epoch}) stops"
+            )
+        if other is None:
+            raise FencedError(f"a fencing object occupies {path}; another writer took over")
+        if other < self.epoch and _is_empty_wal(theirs):
+            # An older writer's fence, written after ours: it claimed its epoch
+            # before us but listed the WAL after our fence, and its open then
+            # failed on our newer epoch. Its slot holds no writes; step over it
+            # (docs/design/writer-open-and-recovery.md: a newer writer's fence).
+            return False
+        raise CorruptionError(
+            f"WAL slot taken by epoch {other} while this writer holds epoch {self.epoch}", path
+        )
+
+    def _skip_slot(self, seg: WalSegment) -> None:
+        """Move ``seg`` and every queued segment one WAL id up (ids stay contiguous).
+
+        A memtable frozen before the move keeps its recorded last WAL id, now
+        one lower than its last object: its L0 flush may then start before
+        that object is written (the write is still acknowledged only once it
+        is) and the next open replays one more object, whose entries are
+        already in L0 and skipped by sequence number. Both are harmless, and
+        skips happen only after a race of opening writers.
+        """
+        log.warning("WAL slot %d holds an older writer's fence; writing at %d", seg.id, seg.id + 1)
+        with self.lock:
+            seg.id += 1
+            for s in self._sealed:
+                s.id += 1
+            self._next_id += 1
+
+    def _fail(self, exc: BaseException) -> None:
+        log.error("WAL flusher stopped: %s", exc)
+        with self._cv:
+            self.failure = exc
+            self._cv.notify_all()
+        # The database records the failure before any waiter wakes: a writer woken with the
+        # error and writing again at once must find the handle failed, not still open.
+        try:
+            self.on_failure(exc)
+        except Exception:
+            log.exception("failure callback raised")
+        with self.lock:
+            latches = [s.done for s in self._sealed] + [self.pending]
+        if self._writing is not None:
+            latches.append(self._writing.done)
+        for latch in latches:
+            latch.set()
+
+
+def _is_empty_wal(data: bytes) -> bool:
+    """True for a fencing object: a WAL SST without entries."""
+    return decode_meta(data, len(data)).props.entries == 0
+
+
+def _surface(exc: BaseException) -> BaseException:
+    """The error a waiter sees for a WAL failure."""
+    if isinstance(exc, ShaleError):
+        return exc
+    err = ClosedError(f"the WAL writer stopped: {type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err

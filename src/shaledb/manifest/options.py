@@ -1,0 +1,19 @@
+"""Keys of the database options a manifest carries (``Manifest.options``).
+
+The writer's L0 flush records them (``shaledb.engine.flush.flush_options``);
+bulk ingest and the ledger rebuild read and update them.
+"""
+
+from __future__ import annotations
+
+OPT_RECOVERY = "journal_recovery"
+"""The value journal's recovery strategy (``JournalOptions.recovery_strategy``)."""
+
+OPT_COMPLETE = "journal.complete"
+"""``"1"`` while the value journal holds every write since the database was created
+(what ``rebuild-ledger`` needs), else ``"0"``."""
+
+OPT_INDEXED = "index.enabled"
+"""``"1"`` once secondary-index entries were written."""
+
+__all__ = ["OPT_COMPLETE", "OPT_INDEXED", "OPT_RECOVERY"]

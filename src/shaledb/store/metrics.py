@@ -1,0 +1,278 @@
+"""Metrics of a writer: counters and histograms as ``Db.metrics()``, and exporters.
+
+Counting costs the hot path almost nothing: puts and their bytes are counted
+under the write lock the put already holds, gets and scans with one unlocked
+integer increment (exact with one thread; concurrent threads may lose a few
+counts, which monitoring tolerates and a lock per get would not be worth),
+WAL objects under the WAL's own condition lock, store requests and errors by
+the accounting wrapper every store already has
+(:class:`~shaledb.store.InstrumentedStore`). Durations (store requests by
+kind, memtable flushes, compactions, write stalls) go into fixed-bucket
+:class:`Histogram` objects, which take a lock per observation: they are
+observed once per store request or background job, never per key.
+
+Exporters turn ``metrics()`` into another library's objects on each scrape,
+never a hand-written exposition format: :class:`PrometheusCollector`
+(``prometheus_client``, the ``metrics`` extra).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from .base import ObjectMeta, ObjectStore
+from .wrappers import OP_KINDS, StoreWrapper
+
+BUCKETS_S: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+"""Upper bounds (seconds) of the duration histograms: a local read to a slow compaction."""
+
+
+class Histogram:
+    """Counts of observations per bucket (upper bounds ``buckets``), their sum and count."""
+
+    __slots__ = ("_counts", "_lock", "_sum", "buckets")
+
+    def __init__(self, buckets: Sequence[float] = BUCKETS_S) -> None:
+        self.buckets = tuple(buckets)
+        self._counts = [0] * (len(self.buckets) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        i = bisect.bisect_left(self.buckets, value)
+        with self._lock:
+            self._counts[i] += 1
+            self._sum += value
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{"buckets": [[le, cumulative count], ...], "sum": s, "count": n}`` (le ``inf`` last)."""
+        with self._lock:
+            counts = list(self._counts)
+            total = self._sum
+        cum = 0
+        out = []
+        for le, c in zip((*self.buckets, float("inf")), counts):
+            cum += c
+            out.append([le, cum])
+        return {"buckets": out, "sum": total, "count": cum}
+
+
+class StoreTimer:
+    """A latency histogram per store operation kind (:data:`~shaledb.store.wrappers.OP_KINDS`)."""
+
+    def __init__(self) -> None:
+        self.latency = {k: Histogram() for k in OP_KINDS}
+
+
+class TimedStore(StoreWrapper):
+    """Records each call's latency by kind into ``timer`` (failed calls too).
+
+    Sits under the retrying wrapper beside the accounting one, so each attempt
+    is one observation, as each attempt is one request.
+    """
+
+    def __init__(self, inner: ObjectStore, timer: StoreTimer | None = None) -> None:
+        super().__init__(inner)
+        self.timer = timer or StoreTimer()
+
+    def _timed(self, kind: str, fn: Callable[[], Any]) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.timer.latency[kind].observe(time.perf_counter() - t)
+
+    def get(self, path: str) -> bytes:
+        data: bytes = self._timed("get", lambda: self.inner.get(path))
+        return data
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        data: bytes = self._timed("get_range", lambda: self.inner.get_range(path, start, end))
+        return data
+
+    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        data: list[bytes] = self._timed("get_ranges", lambda: self.inner.get_ranges(path, ranges))
+        return data
+
+    def head(self, path: str) -> ObjectMeta:
+        meta: ObjectMeta = self._timed("head", lambda: self.inner.head(path))
+        return meta
+
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        kind = "put_create" if create else "put"
+        self._timed(kind, lambda: self.inner.put(path, data, create=create, attributes=attributes))
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        t = time.perf_counter()
+        try:
+            yield from self.inner.list(prefix, offset=offset)
+        finally:
+            self.timer.latency["list"].observe(time.perf_counter() - t)
+
+    def attributes(self, path: str) -> dict[str, str]:
+        attrs: dict[str, str] = self._timed("attributes", lambda: self.inner.attributes(path))
+        return attrs
+
+    def delete(self, path: str) -> None:
+        self._timed("delete", lambda: self.inner.delete(path))
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        self._timed("delete_many", lambda: self.inner.delete_many(paths))
+
+    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
+        self._timed("copy_create" if create else "copy", lambda: self.inner.copy(src, dst, create=create))
+
+
+def find_wrapper(store: Any, cls: type[Any]) -> Any:
+    """The first wrapper of type ``cls`` in ``store``'s chain of ``inner`` stores, or None."""
+    seen = 0
+    while store is not None and seen < 32:
+        if isinstance(store, cls):
+            return store
+        store = getattr(store, "inner", None)
+        seen += 1
+    return None
+
+
+class WriterMetrics:
+    """The histograms and event counts a writer keeps (the counters live where they are counted)."""
+
+    def __init__(self) -> None:
+        self.flush_s = Histogram()
+        self.compaction_s = Histogram()
+        self.write_stall_s = Histogram()
+        self.write_stalls = 0
+        self.l0_stalls = 0
+        self.fenced = 0
+
+
+def collect(db: Any) -> dict[str, Any]:
+    """``Db.metrics()``: every counter, gauge and histogram of the writer ``db``, as plain data.
+
+    Names end in ``_total`` for counters, ``_seconds`` for histograms; the rest
+    are gauges. Store figures cover every request of this handle's store stack.
+    """
+    from .wrappers import InstrumentedStore
+
+    m = db.manifest
+    wm: WriterMetrics = db.metrics_state
+    out: dict[str, Any] = {
+        "puts_total": db._m_puts,
+        "put_bytes_total": db._m_put_bytes,
+        "gets_total": db._m_gets,
+        "scans_total": db._m_scans,
+        "wal_objects_total": db.wal.objects_written,
+        "wal_bytes_total": db.wal.bytes_written,
+        "cache_hits_total": db.cache.hits,
+        "cache_misses_total": db.cache.misses,
+        "write_stalls_total": wm.write_stalls,
+        "l0_stalls_total": wm.l0_stalls,
+        "fenced_total": wm.fenced,
+        "l0_ssts": len(m.data.l0),
+        "sorted_runs": len(m.data.runs),
+        "memtable_bytes": db._mem.nbytes,
+        "unflushed_bytes": db._unflushed,
+        "seq": db._seq,
+        "durable_seq": db.wal.durable_seq,
+        "flush_seconds": wm.flush_s.snapshot(),
+        "compaction_seconds": wm.compaction_s.snapshot(),
+        "write_stall_seconds": wm.write_stall_s.snapshot(),
+    }
+    inst = find_wrapper(db.store, InstrumentedStore)
+    if inst is not None:
+        s = inst.snapshot()
+        out["store_requests_total"] = dict(s.requests)
+        out["store_errors_total"] = dict(s.errors)
+        out["store_bytes_read_total"] = s.bytes_read
+        out["store_bytes_written_total"] = s.bytes_written
+    timed = find_wrapper(db.store, TimedStore)
+    if timed is not None:
+        out["store_request_seconds"] = {
+            k: h.snapshot() for k, h in timed.timer.latency.items() if h.snapshot()["count"]
+        }
+    return out
+
+
+class PrometheusCollector:
+    """A ``prometheus_client`` collector of one ``Db``: register it, and every scrape reads
+    ``db.metrics()`` (``prometheus_client`` is the optional ``metrics`` extra).
+
+        from prometheus_client import REGISTRY, start_http_server
+        REGISTRY.register(PrometheusCollector(db))
+        start_http_server(9100)
+    """
+
+    def __init__(self, db: Any, prefix: str = "shaledb", labels: Mapping[str, str] | None = None) -> None:
+        self.db = db
+        self.prefix = prefix
+        self.labels = dict(labels or {})
+
+    def describe(self) -> list[Any]:
+        return []  # collected on demand: no fixed descriptions (avoids a scrape at register time)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        names = list(self.labels)
+        values = [self.labels[n] for n in names]
+        p = self.prefix
+        for name, v in collect(self.db).items():
+            full = f"{p}_{name}"
+            if name.endswith("_seconds") and isinstance(v, dict) and "buckets" in v:
+                fam_h = HistogramMetricFamily(full, f"shaledb {name}", labels=names)
+                fam_h.add_metric(values, _buckets(v), v["sum"])
+                yield fam_h
+            elif name == "store_request_seconds":
+                fam = HistogramMetricFamily(full, "store request latency by kind", labels=[*names, "kind"])
+                for kind, h in sorted(v.items()):
+                    fam.add_metric([*values, kind], _buckets(h), h["sum"])
+                yield fam
+            elif isinstance(v, dict):
+                base = full.removesuffix("_total")
+                fam_c = CounterMetricFamily(base, f"shaledb {base} by kind", labels=[*names, "kind"])
+                for kind, n in sorted(v.items()):
+                    fam_c.add_metric([*values, kind], n)
+                yield fam_c
+            elif name.endswith("_total"):
+                fam_n = CounterMetricFamily(full.removesuffix("_total"), f"shaledb {name}", labels=names)
+                fam_n.add_metric(values, v)
+                yield fam_n
+            else:
+                fam_g = GaugeMetricFamily(full, f"shaledb {name}", labels=names)
+                fam_g.add_metric(values, v)
+                yield fam_g
+
+
+def _buckets(h: Mapping[str, Any]) -> list[tuple[str, int]]:
+    return [("+Inf" if le == float("inf") else repr(float(le)), n) for le, n in h["buckets"]]
+
+
+__all__ = ["Histogram", "PrometheusCollector", "StoreTimer", "TimedStore", "WriterMetrics", "collect"]
