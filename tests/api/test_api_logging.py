@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import shaledb.db
+import shaledb.db.writer
 from shaledb import Compactor, CompactorOptions, Db, GarbageCollector, GcOptions, Settings
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.005)
@@ -44,7 +44,7 @@ def test_a_writer_leaves_the_process_allocator_alone_unless_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(shaledb.db, "fix_mmap_threshold", calls.append)
+    monkeypatch.setattr(shaledb.db.writer, "fix_mmap_threshold", calls.append)
     assert Settings().malloc_mmap_threshold_bytes is None
     with Db.open(tmp_path / "a", settings=QUIET):
         pass
