@@ -85,7 +85,7 @@ def check_a_fenced_writer_cannot_write(url: str) -> None:
     c = t()
     a.put(x, b"1")
     h.append(Op("a", c, t(), writes=((x, b"1"),)))
-    b = Db.open(url, settings=QUIET)
+    b = Db.open(store=open_store(url), settings=QUIET)  # as another process would: one writer per URL here
     c = t()
     b.put(x, b"3")
     h.append(Op("b", c, t(), writes=((x, b"3"),)))
