@@ -88,7 +88,7 @@ def _clone_init_not_idempotent() -> list[Patch]:
     checkpoint in the parent, which then keeps the parent's objects forever."""
     import uuid
 
-    from .. import clone
+    from ..admin import clone
 
     orig = clone._pin_in_parent
 
@@ -136,7 +136,7 @@ def _journal_drops_live_value() -> list[Patch]:
 def _wal_replay_drops_last_object() -> list[Patch]:
     """Recovery replays the WAL objects before the newest one only (an off-by-one in
     the replay range): the last group commit before a crash is lost."""
-    from .. import db
+    from ..db import writer as db
 
     orig = getattr(db, "replay_wal")  # noqa: B009 - imported there, not exported
 
