@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shaledb import Db, Settings, __version__
-from shaledb.cli.app import build_parser
+from shaledb.cli.app import build_parser, main
 from shaledb.cli.output import Output, parse_bytes, render_bytes
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
@@ -141,3 +141,11 @@ def test_bench_refuses_a_database_with_data_and_never_fences_without_force(db: P
     ok("bench", "--keys", "300", "--path", str(db), "--force", "--scratch-prefix", "tmp-bench/")
     with Db.open(db, settings=QUIET) as d:
         assert sorted(d) == [b"k0", b"k1", b"k2", b"k3", b"k4", b"still"]  # scratch keys deleted
+
+
+def test_a_double_dash_option_value_is_a_usage_error(tmp_path: Path) -> None:
+    """argparse turns ``--checkpoint=--`` into an empty list (found by the CLI fuzz test)."""
+    url = (tmp_path / "db").as_uri()
+    with pytest.raises(SystemExit) as exc:
+        main(["--path", url, "clone", "--parent", url + "-parent", "--checkpoint=--"])
+    assert exc.value.code == 2

@@ -69,9 +69,18 @@ def _scrub_logs() -> None:
             handler.addFilter(ScrubFilter())
 
 
+def _refuse_emptied_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """argparse strips a ``--`` given as an option's value (``--checkpoint=--``) and stores an
+    empty list where one string was promised; refuse it as the usage error it is."""
+    for name, value in vars(args).items():
+        if isinstance(value, list) and not value:
+            parser.error(f"--{name.replace('_', '-')} needs a value ('--' is not one)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _refuse_emptied_values(parser, args)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
