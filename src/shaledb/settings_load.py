@@ -296,6 +296,8 @@ def from_toml(cls: type[T], text: str, source: str = "<toml>") -> T:
 def from_file(cls: type[T], path: str | os.PathLike[str]) -> T:
     """``cls`` from a TOML file."""
     p = Path(path)
+    if "\x00" in str(p):
+        raise InvalidArgument("settings file path contains a NUL character")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -127,3 +127,36 @@ def test_gc_leaves_a_database_inside_its_tmp_alone(tmp_path: Path, caplog: pytes
     assert "holds another database" in caplog.text
     with Db.open(str(inner), settings=QUIET, create_if_missing=False) as db:
         assert db.get(b"k") == b"v"
+
+
+def test_a_nul_in_any_url_or_path_is_a_typed_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A NUL reached ``os.path.realpath`` through a clone's parent URL and a settings file path
+    and surfaced as a bare ValueError (found by the CLI fuzz test); every entry refuses it."""
+    from shaledb.cli.app import main
+
+    name = f"nul-{uuid.uuid4().hex}"
+    try:
+        with Db.open(f"memory://{name}", settings=QUIET) as db:
+            db.put(b"k", b"v", durable=True)
+            cp = db.create_checkpoint()
+        for parent in ("\x00", "/tmp/a\x00b", "file:///a\x00"):
+            with pytest.raises(InvalidArgument):
+                Db.open_from_checkpoint(str(tmp_path / "clone"), parent, cp.id, settings=QUIET)
+        with pytest.raises(InvalidArgument):
+            Db.open(str(tmp_path / "d\x00b"), settings=QUIET)
+        with pytest.raises(InvalidArgument):
+            Settings.from_file(str(tmp_path / "s\x00.toml"))
+        for argv in (
+            ["--path", f"memory://{name}", "clone", "--parent=\x00"],
+            ["--path", "a\x00", "get", "k"],
+        ):
+            with pytest.raises(SystemExit) as exc:
+                main(argv)
+            assert exc.value.code == 2
+            err = capsys.readouterr().err
+            assert "NUL" in err and "Traceback" not in err
+        assert not (tmp_path / "clone").exists()
+    finally:
+        drop_memory_store(name)

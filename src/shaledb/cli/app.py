@@ -77,8 +77,17 @@ def _refuse_emptied_values(parser: argparse.ArgumentParser, args: argparse.Names
             parser.error(f"--{name.replace('_', '-')} needs a value ('--' is not one)")
 
 
+def _refuse_nul(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A shell cannot pass a NUL inside an argument (argv is C strings), so one can only come from
+    a caller of ``main``; refuse it as a usage error before a path call fails on it deep inside."""
+    for arg in argv:
+        if "\x00" in arg:
+            parser.error(f"argument {arg.replace(chr(0), '<NUL>')!r} contains a NUL character")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    _refuse_nul(parser, sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     _refuse_emptied_values(parser, args)
     logging.basicConfig(

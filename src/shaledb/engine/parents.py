@@ -36,7 +36,7 @@ from ..settings import RetryOptions
 from ..store.base import ObjectStore
 from ..store.retrying import RetryingStore
 from ..store.roots import check_disjoint
-from ..store.url import open_store
+from ..store.url import check_url_text, open_store
 from ..store.wrappers import InstrumentedStore
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ def canonical_url(url: str) -> str:
         url = os.fspath(url)
     if not isinstance(url, str) or not url:
         raise InvalidArgument("a database URL must be a non-empty string or os.PathLike")
+    check_url_text(url)
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "" or len(scheme) == 1:

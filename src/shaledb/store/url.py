@@ -79,7 +79,13 @@ def _truthy(value: Any) -> bool:
     raise InvalidArgument(f"expected a boolean (true/false), got {value!r}")
 
 
-def _check_text(url: str) -> None:
+def check_url_text(url: str) -> None:
+    """Refuse an empty URL or one with a NUL or control character.
+
+    Such a character can never name an object or a file, and the OS would
+    reject it deep inside a path call with a bare ``ValueError``; refusing it
+    here gives every entry point (open, clone parents, CLI) one typed error.
+    """
     if not isinstance(url, str) or not url:
         raise InvalidArgument("database URL must be a non-empty string, e.g. 's3://bucket/db' or './db'")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
@@ -154,7 +160,7 @@ def open_store(url: str | os.PathLike[str], *, cas: str | None = None, **options
         InvalidPathError: the URL's path escapes or is malformed.
     """
     url = os.fspath(url) if isinstance(url, os.PathLike) else url  # pathlib.Path works as a URL
-    _check_text(url)
+    check_url_text(url)
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     _refuse_userinfo(scheme, parts.netloc)
