@@ -22,10 +22,16 @@
    them).
 
 It prints a report with timings, and progress (rows done, rate, time left)
-every 10 s in the live-updates step. A local run takes about a minute on an
-idle 2-core machine (57-97 s measured with the machine loaded by other
-work); a run on a local S3 server (moto) about seven minutes idle and 950 s
-loaded, most of it moto serving the live phase's ranged reads one at a time.
+every 10 s in the live-updates step. Measured on 2026-11-28 on a 2-core
+machine shared with other work (load average 20-26 throughout, so every step
+ran several times slower than on an idle machine, where a local run took 37 s
+on 2026-11-23): 712 s on a local directory and 1,086 s against a local S3
+server (moto), 1.5x. The live-updates step took 38 s and 262 s of those. It
+used to look up each of its 20,000 random rows on its own: one ranged GET of
+a 4 KiB block per row (about 13,500 GETs; moto reads the whole 40 MB SST to
+serve each), 25 updates/s on a lightly loaded machine and 5/s on this one.
+It now reads each sorted chunk of 500 rows with one read-ahead scan (about 200
+GETs; :func:`read_rows`) and ran at 130 updates/s on this loaded machine.
 """
 
 from __future__ import annotations
