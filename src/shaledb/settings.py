@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from .errors import InvalidArgument
 from .numbers import check_int, check_number
-from .option_names import seconds_fields
+from .option_names import Seconds
 
 MAX_MMAP_THRESHOLD_BYTES = 32 << 20
 """The largest mmap threshold glibc accepts (HEAP_MAX_SIZE / 2 on 64-bit)."""
@@ -57,7 +57,7 @@ def _boolean(name: str, value: bool) -> None:
         raise InvalidArgument(f"{name} must be True or False, got {value!r}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RetryOptions:
     """How the store wrapper retries transient failures.
 
@@ -67,19 +67,18 @@ class RetryOptions:
     """
 
     max_attempts: int = 10
-    initial_backoff_s: float = 0.05
-    max_backoff_s: float = 2.0
-    timeout_s: float = 60.0
+    initial_backoff_s: Seconds[float] = Seconds(0.05)
+    max_backoff_s: Seconds[float] = Seconds(2.0)
+    timeout_s: Seconds[float] = Seconds(60.0)
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _integer("RetryOptions.max_attempts", self.max_attempts, minimum=1)
         _positive("RetryOptions.initial_backoff_s", self.initial_backoff_s, allow_zero=True)
         _positive("RetryOptions.max_backoff_s", self.max_backoff_s, allow_zero=True)
         _positive("RetryOptions.timeout_s", self.timeout_s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CompactorOptions:
     """The size-tiered compactor (embedded in the writer or standalone).
 
@@ -106,7 +105,7 @@ class CompactorOptions:
     fresh, so a job may run longer than the GC's ``min_age_s``.
     """
 
-    poll_interval_s: float = 1.0
+    poll_interval_s: Seconds[float] = Seconds(1.0)
     min_l0_ssts: int = 4
     max_sources: int = 8
     min_merge_runs: int = 4
@@ -114,11 +113,10 @@ class CompactorOptions:
     max_space_amplification: float | None = 0.25
     max_sst_size_bytes: int = 64 * MiB
     max_subcompactions: int = 1
-    manifest_update_timeout_s: float = 300.0
-    job_lease_s: float = 600.0
+    manifest_update_timeout_s: Seconds[float] = Seconds(300.0)
+    job_lease_s: Seconds[float] = Seconds(600.0)
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("CompactorOptions.poll_interval_s", self.poll_interval_s)
         _integer("CompactorOptions.min_l0_ssts", self.min_l0_ssts, minimum=1)
         _integer("CompactorOptions.max_sources", self.max_sources, minimum=2)
@@ -136,7 +134,7 @@ class CompactorOptions:
         _positive("CompactorOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class GcOptions:
     """The garbage collector (embedded in the writer or standalone).
 
@@ -149,14 +147,13 @@ class GcOptions:
     behind by up to this long can catch up instead of hitting ``CursorExpired``.
     """
 
-    interval_s: float = 60.0
-    min_age_s: float = 300.0
-    db_delete_grace_s: float = 86400.0
+    interval_s: Seconds[float] = Seconds(60.0)
+    min_age_s: Seconds[float] = Seconds(300.0)
+    db_delete_grace_s: Seconds[float] = Seconds(86400.0)
     dry_run: bool = False
-    wal_retention_s: float = 0.0
+    wal_retention_s: Seconds[float] = Seconds(0.0)
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("GcOptions.interval_s", self.interval_s)
         _positive("GcOptions.min_age_s", self.min_age_s, allow_zero=True)
         _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
@@ -167,7 +164,7 @@ class GcOptions:
 RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class JournalOptions:
     """The value journal's recovery strategy and journal compaction (docs/design/value-journal.md).
 
@@ -193,10 +190,9 @@ class JournalOptions:
     single_file_target_pct: float = 30.0
     max_run_target_pct: float = 70.0
     sample_entries: int = 192
-    compaction_interval_s: float | None = None
+    compaction_interval_s: Seconds[float | None] = Seconds(None)
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         if self.recovery_strategy is not None and self.recovery_strategy not in RECOVERY_STRATEGIES:
             raise InvalidArgument(
                 f"JournalOptions.recovery_strategy must be one of {RECOVERY_STRATEGIES} or None, "
@@ -214,7 +210,7 @@ class JournalOptions:
             _positive("JournalOptions.compaction_interval_s", self.compaction_interval_s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DbReaderOptions:
     """Options of a :class:`DbReader` (units in the names; validated on construction).
 
@@ -242,20 +238,19 @@ class DbReaderOptions:
     ``retry`` -- how the reader's store calls retry transient failures.
     """
 
-    manifest_poll_interval_s: float = 1.0
-    checkpoint_lifetime_s: float | None = 600.0
+    manifest_poll_interval_s: Seconds[float] = Seconds(1.0)
+    checkpoint_lifetime_s: Seconds[float | None] = Seconds(600.0)
     max_memtable_bytes: int = 64 * MiB
     establish_checkpoint: bool = True
     background_poll: bool = True
     checkpoint_name: str | None = "reader"
     block_cache_bytes: int = 64 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
-    manifest_update_timeout_s: float = 60.0
+    manifest_update_timeout_s: Seconds[float] = Seconds(60.0)
     wal_read_ahead: int = WAL_READ_AHEAD
     retry: RetryOptions = field(default_factory=RetryOptions)
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("DbReaderOptions.manifest_poll_interval_s", self.manifest_poll_interval_s)
         if self.checkpoint_lifetime_s is not None:
             _positive("DbReaderOptions.checkpoint_lifetime_s", self.checkpoint_lifetime_s)
@@ -279,7 +274,7 @@ class DbReaderOptions:
             raise InvalidArgument("DbReaderOptions.retry must be a RetryOptions")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Settings:
     """Settings of a writer (``Db``).
 
@@ -323,7 +318,7 @@ class Settings:
       ``journal`` -- recovery strategy and journal compaction (:class:`JournalOptions`).
     """
 
-    flush_interval_s: float = 0.1
+    flush_interval_s: Seconds[float] = Seconds(0.1)
     wal_max_bytes: int = 4 * MiB
     l0_sst_size_bytes: int = 64 * MiB
     max_unflushed_bytes: int = 256 * MiB
@@ -334,8 +329,8 @@ class Settings:
     block_cache_bytes: int = 128 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
     malloc_mmap_threshold_bytes: int | None = None
-    manifest_poll_interval_s: float = 1.0
-    manifest_update_timeout_s: float = 300.0
+    manifest_poll_interval_s: Seconds[float] = Seconds(1.0)
+    manifest_update_timeout_s: Seconds[float] = Seconds(300.0)
     track_and_verify_wals: bool = True
     wal_recovery_mode: WalRecoveryMode = "absolute_consistency"
     wal_read_ahead: int = WAL_READ_AHEAD
@@ -345,12 +340,11 @@ class Settings:
     retry: RetryOptions = field(default_factory=RetryOptions)
     compactor: CompactorOptions | None = field(default_factory=CompactorOptions)
     garbage_collector: GcOptions | None = field(default_factory=GcOptions)
-    history_retention_s: float = 0.0
+    history_retention_s: Seconds[float] = Seconds(0.0)
     """Keep old versions this long for ``Db.snapshot(at_seq=/at_time=)`` (0: off; see
     ``shaledb.engine.history``)."""
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("flush_interval_s", self.flush_interval_s)
         _positive("history_retention_s", self.history_retention_s, allow_zero=True)
         _integer("wal_max_bytes", self.wal_max_bytes, minimum=1)

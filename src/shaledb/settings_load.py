@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import InvalidArgument
+from .option_names import Seconds
 
 T = TypeVar("T")
 
@@ -67,7 +68,9 @@ def _did_you_mean(name: str, known: list[str], render: typing.Callable[[str], st
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """Field types, a duration field (``Seconds[float]``) as the type it reads back as."""
+    hints = typing.get_type_hints(cls)
+    return {k: typing.get_args(v)[0] if typing.get_origin(v) is Seconds else v for k, v in hints.items()}
 
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from spark_kit import contents, kv_frame, latest
@@ -149,6 +150,33 @@ def test_a_sql_table_is_created_inserted_into_queried_and_described(spark, tmp_p
     finally:
         spark.sql("DROP TABLE IF EXISTS kv")
     assert contents(url) == {b"y": b"25", b"z": b"26"}  # dropping the table leaves the database
+
+
+def test_save_as_table_of_a_new_table_needs_the_table_created_first(spark, tmp_path):
+    """saveAsTable of a table the catalog does not know: Spark hands the writer the user's
+    options only. Without a path nothing is written anywhere and no catalog entry is made;
+    with one the rows go to that database only, but Spark's new entry keeps no path. Both
+    errors say to CREATE TABLE ... OPTIONS (path ...) first."""
+    advice = "CREATE TABLE name USING shaledb OPTIONS (path 'URL')"
+    warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+    before = sorted(warehouse.rglob("*"))
+    df = spark.createDataFrame([("a", "1")], "key string, value string")
+    for mode in ("append", "overwrite"):
+        with pytest.raises(Exception) as err:
+            df.write.format("shaledb").mode(mode).saveAsTable("brand_new")
+        assert advice in first_line(err.value)
+        assert not spark.catalog.tableExists("brand_new")
+    assert sorted(warehouse.rglob("*")) == before  # no data landed in the warehouse either
+    url = str(tmp_path / "db")
+    try:
+        df.write.format("shaledb").mode("append").option("path", url).saveAsTable("pathless")
+        assert contents(url) == {b"a": b"1"}
+        with pytest.raises(Exception) as err:
+            spark.sql("SELECT * FROM pathless").collect()
+        assert advice in first_line(err.value)
+    finally:
+        spark.sql("DROP TABLE IF EXISTS pathless")
+    assert contents(url) == {b"a": b"1"}  # dropping the entry leaves the database
 
 
 # ------------------------------------------------------------------ strict options

@@ -118,10 +118,25 @@ def _names(raw: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (raw or "").split(",") if n.strip())
 
 
+NO_URL = (
+    'give the database URL: .save(url) / .load(url) (or option "path"). For a SQL table, create it '
+    "first with CREATE TABLE name USING shaledb OPTIONS (path 'URL'), then saveAsTable or insertInto "
+    "it: saveAsTable cannot create a shaledb table (Spark keeps no path in the new catalog entry)"
+)
+
+
 def _url(options: Mapping[str, str]) -> str:
+    """The database URL; none given is refused before anything is written.
+
+    A write through ``saveAsTable`` of a table the catalog does not know yet
+    gets the user's options only (PySpark 4.3 adds no location), so without
+    ``path`` it lands here and nothing is written anywhere; with ``path`` the
+    rows go to that database but the catalog entry Spark creates keeps no
+    path, and every later query of the table lands here too.
+    """
     url = options.get("path")
     if not url:
-        raise InvalidArgument('give the database URL: .save(url) / .load(url) (or option "path")')
+        raise InvalidArgument(NO_URL)
     return str(url)
 
 
