@@ -156,9 +156,7 @@ def wal_range_rows() -> list[Row]:
 
 
 def build_table_with_range_dels(rows: list[Row]) -> bytes:
-    b = SstBuilder(
-        kind=SST_TABLE, writer_epoch=WRITER_EPOCH, created_at_ms=CREATED_AT_MS, nonce=NONCE
-    )
+    b = SstBuilder(kind=SST_TABLE, writer_epoch=WRITER_EPOCH, created_at_ms=CREATED_AT_MS, nonce=NONCE)
     b.add_many([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])
     frags = Fragments.build(range_del_list())
     b.set_range_dels(frags, frags.starts[0], frags.ends[-1])
@@ -282,7 +280,9 @@ GOLDENS: dict[str, Golden] = {
             lambda: build_table_with_range_dels(small_rows()),
             "version-2 table SST: 5 entries and a range-del block of 3 fragments",
         ),
-        Golden("wal_range_del.sst", lambda: build_wal(wal_range_rows()), "version-2 WAL SST with a range delete"),
+        Golden(
+            "wal_range_del.sst", lambda: build_wal(wal_range_rows()), "version-2 WAL SST with a range delete"
+        ),
         Golden("manifest_small.manifest", lambda: manifest_bytes(small_manifest()), "Manifest(id=1)"),
         Golden("manifest_full.manifest", lambda: manifest_bytes(full_manifest()), "every field set"),
     )

@@ -148,7 +148,8 @@ def intersect(
 
 
 def _overlaps(s: SstInfo, lo: bytes | None, hi: bytes | None) -> bool:
-    return (hi is None or s.first_key < hi) and (lo is None or s.last_key >= lo) and s.entries > 0
+    has_data = s.entries > 0 or s.range_dels > 0  # (an SST of range tombstones only counts)
+    return (hi is None or s.first_key < hi) and (lo is None or s.last_key >= lo) and has_data
 
 
 def split_range(
