@@ -439,3 +439,24 @@ def test_value_journal_compaction_and_ledger_rebuild_keep_range_deletes(tmp_path
         db.rebuild_ledger(force=True)
         assert [k for k, _ in db.scan()] == want
         assert db.index_query("f", b"t", b"t\x00") == want
+
+
+def test_one_source_scan_path_honours_memtable_range_deletes(mem_url: str) -> None:
+    """One sorted run and a memtable holding only range tombstones: the block-at-a-time
+    scan path drops the covered rows fragment by fragment."""
+    with Db.open(mem_url, settings=QUIET) as db:
+        fill(db)
+        db.flush(memtable=True)
+        compact_all(mem_url)
+        db.refresh_manifest()
+        snap = db.snapshot()
+        for i in range(5, 95, 10):
+            db.delete_range(KEYS[i], KEYS[i + 3])
+        gone = {j for i in range(5, 95, 10) for j in range(i, i + 3)}
+        want = [k for i, k in enumerate(KEYS) if i not in gone]
+        assert not db._mem.d and db._mem.rdels
+        assert [k for k, _ in db.scan()] == want
+        assert [k for k, _ in db.scan(reverse=True)] == want[::-1]
+        assert [k for k, _ in db.scan(KEYS[6], KEYS[40], limit=5)] == [k for k in want if KEYS[6] <= k][:5]
+        assert len(list(snap.scan())) == 100  # the snapshot predates them
+        snap.close()

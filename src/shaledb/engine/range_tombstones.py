@@ -23,6 +23,8 @@ attribute test.
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -197,3 +199,32 @@ def batch_ranges(
         else:
             points.append(k)
     return points, ranges
+
+
+def drop_covered_chunk(
+    keys: list[bytes], seqs: Any, kinds: bytes, payloads: list[bytes], frags: Fragments
+) -> tuple[list[bytes], Any, bytes, list[bytes]]:
+    """One block's rows (key order, one version per key) without those ``frags`` (one seq
+    per fragment) hides: two bisects per fragment over the block, a row test only inside
+    a fragment, so rows between tombstones keep the block-at-a-time path."""
+    if not keys:
+        return keys, seqs, kinds, payloads
+    starts, ends, tops = frags.starts, frags.ends, frags.tops
+    i = max(0, bisect_right(starts, keys[0]) - 1)
+    last = keys[-1]
+    hidden: list[int] = []
+    while i < len(starts) and starts[i] <= last:
+        lo, hi = bisect_left(keys, starts[i]), bisect_left(keys, ends[i])
+        t = tops[i]
+        hidden.extend(j for j in range(lo, hi) if seqs[j] < t)
+        i += 1
+    if not hidden:
+        return keys, seqs, kinds, payloads
+    gone = set(hidden)
+    keep = [j for j in range(len(keys)) if j not in gone]
+    return (
+        [keys[j] for j in keep],
+        array("Q", [seqs[j] for j in keep]),
+        bytes(kinds[j] for j in keep),
+        [payloads[j] for j in keep],
+    )

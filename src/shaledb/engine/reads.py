@@ -28,12 +28,13 @@ from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 from ..errors import CorruptionError
+from ..format.range_dels import Fragments
 from ..format.row import EXTRA_FLAGS, FLAG_EXPIRY, KIND_POINTER, KIND_TOMBSTONE, TYPE_MASK, decode_extras
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
 from ..numbers import check_int
 from .history import has_versions
 from .memtable import Memtable
-from .range_tombstones import drop_covered, has_range_dels, ranged_lookup, scan_fragments
+from .range_tombstones import drop_covered, drop_covered_chunk, has_range_dels, ranged_lookup, scan_fragments
 from .sstable import Row, TableCache
 
 PointerResolver = Callable[[bytes, bytes], bytes]
@@ -371,11 +372,12 @@ def scan_items(
     """``(key, value)`` pairs in ``[start, end)`` visible at ``seq``."""
     if limit is not None and limit <= 0:
         return iter(())
-    if has_range_dels(view):
-        return _scan_merged(view, tables, vis, start, end, seq, reverse, limit)
+    frags = scan_fragments(view, tables, start, end, seq) if has_range_dels(view) else None
     only = _only_ssts(view, start, end)
     if only is not None:
-        return _scan_ssts(tables, vis, only, start, end, seq, reverse, limit)
+        return _scan_ssts(tables, vis, only, start, end, seq, reverse, limit, frags or None)
+    if frags:
+        return _scan_merged(view, tables, vis, start, end, seq, reverse, limit)
     return _scan_merged(view, tables, vis, start, end, seq, reverse, limit)
 
 
@@ -435,14 +437,20 @@ def _scan_ssts(
     seq: int | None,
     reverse: bool,
     limit: int | None,
+    frags: Fragments | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
-    """Pairs from SSTs of one source, a block at a time (see ``_only_ssts``)."""
+    """Pairs from SSTs of one source, a block at a time (see ``_only_ssts``); ``frags``:
+    range tombstones to honour (``scan_fragments``), applied a fragment at a time."""
     left = limit
     value = vis.value
     for info in reversed(infos) if reverse else infos:
         r = tables.reader(info)
         capped = seq is not None and info.max_seq > seq
         for keys, seqs, kinds, payloads in r.chunks_reversed(start, end) if reverse else r.chunks(start, end):
+            if frags is not None:
+                keys, seqs, kinds, payloads = drop_covered_chunk(keys, seqs, kinds, payloads, frags)
+                if not keys:
+                    continue
             if reverse:
                 keys, seqs, kinds, payloads = keys[::-1], seqs[::-1], kinds[::-1], payloads[::-1]
             if not capped and kinds.count(0) == len(kinds):
