@@ -464,3 +464,20 @@ def test_one_source_scan_path_honours_memtable_range_deletes(mem_url: str) -> No
         assert [k for k, _ in db.scan(KEYS[6], KEYS[40], limit=5)] == [k for k in want if KEYS[6] <= k][:5]
         assert len(list(snap.scan())) == 100  # the snapshot predates them
         snap.close()
+
+
+def test_cli_delete_range(tmp_path: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    url = str(tmp_path) + "/db"
+    with Db.open(url, settings=QUIET) as db:
+        fill(db)
+    cli = [sys.executable, "-m", "shaledb", "--path", url, "--json"]
+    out = subprocess.run([*cli, "delete-range", "k010", "k090"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["deleted_range"] is True
+    bad = subprocess.run([*cli, "delete-range", "k090", "k010"], check=False, capture_output=True, text=True)
+    assert bad.returncode != 0 and "after its end" in bad.stderr
+    with Db.open(url, settings=QUIET) as db:
+        assert [k for k, _ in db.scan()] == live(0, 100, range(10, 90))
