@@ -391,9 +391,13 @@ def ensure_checkpoint(
 # ------------------------------------------------------------------ reading
 
 
-def _wal_columns(store: ObjectStore, part: ReadPart) -> tuple[Columns, list[RangeDel]]:
-    """The checkpoint's WAL entries in the part's range: newest version per key, in key
-    order, and the range deletes that overlap the range."""
+def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
+    """The checkpoint's WAL entries in the part's range: newest version per key, in key order."""
+    return _wal_part(store, part)[0]
+
+
+def _wal_part(store: ObjectStore, part: ReadPart) -> tuple[Columns, list[RangeDel]]:
+    """:func:`_wal_columns` and the WAL's range deletes that overlap the part's range."""
     if part.wal is not None:
         return part.wal, []
     return _wal_scan(store, part.wal_ids, part.last_l0_seq, part.lo, part.hi)
@@ -478,7 +482,7 @@ def read_part(
             SourceCursor(ssts, part.lo, part.hi, meta=meta, store_for=store_for, read_ahead=read_ahead_bytes)
             for ssts in part.sources
         ]
-        wal, wal_rdels = _wal_columns(st, part) if part.wal_ids else (None, [])
+        wal, wal_rdels = _wal_part(st, part) if part.wal_ids else (None, [])
         # Range tombstones of the checkpoint (SSTs' range-del blocks, WAL range deletes).
         frags = merge_fragments(
             [

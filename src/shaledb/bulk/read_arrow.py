@@ -54,7 +54,7 @@ from .read import (
     _overlaps,
     _slice_columns,
     _stack,
-    _wal_columns,
+    _wal_part,
     read_part,
     sst_meta_cache,
     values_and_metadata,
@@ -475,7 +475,7 @@ def read_part_arrow(
             yield from _general(part, url, st, store_options, clock)
             return
         # The WAL range usually holds only writers' empty fencing objects; anything in it is newer data.
-        wal, wal_rdels = _wal_columns(st, part) if part.wal_ids else (None, [])
+        wal, wal_rdels = _wal_part(st, part) if part.wal_ids else (None, [])
         if wal_rdels:
             yield from _general(part, url, st, store_options, clock)
             return
