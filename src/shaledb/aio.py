@@ -340,6 +340,10 @@ class Db(_Reads):
         """Remove ``key``."""
         return await self.write(WriteBatch().delete(key), durable=durable)
 
+    async def delete_range(self, start: bytes, end: bytes, *, durable: bool = True) -> WriteHandle:
+        """Remove every key in ``[start, end)`` (one range tombstone, as ``Db.delete_range``)."""
+        return await self.write(WriteBatch().delete_range(start, end), durable=durable)
+
     async def write(self, batch: WriteBatch, *, durable: bool = True) -> WriteHandle:
         """Apply ``batch`` atomically under one sequence number."""
         if self._may_block() or (isinstance(batch, WriteBatch) and batch._extras):

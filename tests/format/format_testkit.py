@@ -35,6 +35,7 @@ from shaledb.format.block import decode_block, encode_block
 from shaledb.format.bloom import WORDMIX, build_filter, key_hash, key_hash_wordmix
 from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZE, frame_block
 from shaledb.format.manifest import encode_manifest_body
+from shaledb.format.range_dels import KIND_RANGE_DEL, Fragments
 from shaledb.format.row import (
     FLAG_EXPIRY,
     FLAG_INDEX_TREE,
@@ -138,6 +139,28 @@ def wal_rows() -> list[Row]:
         (b"k1", 11, KIND_TOMBSTONE, b""),
         (b"k3", 12, KIND_VALUE | FLAG_EXPIRY, k3),
     ]
+
+
+def range_del_list() -> list[tuple[bytes, bytes, int]]:
+    """Two overlapping range tombstones ``(start, end, seq)``: three fragments."""
+    return [(b"b", b"d", 8), (b"c", b"f", 6)]
+
+
+def wal_range_rows() -> list[Row]:
+    """A put, then a batch of a range delete of ``[a, m)`` and a put inside it."""
+    return [
+        (b"k1", 20, KIND_VALUE, b"v1"),
+        (b"a", 21, KIND_RANGE_DEL, b"m"),
+        (b"c", 21, KIND_VALUE, b"v2"),
+    ]
+
+
+def build_table_with_range_dels(rows: list[Row]) -> bytes:
+    b = SstBuilder(kind=SST_TABLE, writer_epoch=WRITER_EPOCH, created_at_ms=CREATED_AT_MS, nonce=NONCE)
+    b.add_many([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])
+    frags = Fragments.build(range_del_list())
+    b.set_range_dels(frags, frags.starts[0], frags.ends[-1])
+    return b.finish()[0]
 
 
 def build_table(rows: list[Row], *, codec: int = CODEC_NONE, block_size: int = 4096) -> bytes:
@@ -252,6 +275,14 @@ GOLDENS: dict[str, Golden] = {
         Golden("table_zstd.sst", lambda: build_table(many_rows(), codec=CODEC_ZSTD, block_size=512), "zstd"),
         Golden("wal.sst", lambda: build_wal(wal_rows()), "WAL SST, 3 batches, one a block"),
         Golden("fence.sst", lambda: build_wal([]), "fencing object: an empty WAL SST"),
+        Golden(
+            "table_range_dels.sst",
+            lambda: build_table_with_range_dels(small_rows()),
+            "version-2 table SST: 5 entries and a range-del block of 3 fragments",
+        ),
+        Golden(
+            "wal_range_del.sst", lambda: build_wal(wal_range_rows()), "version-2 WAL SST with a range delete"
+        ),
         Golden("manifest_small.manifest", lambda: manifest_bytes(small_manifest()), "Manifest(id=1)"),
         Golden("manifest_full.manifest", lambda: manifest_bytes(full_manifest()), "every field set"),
     )
@@ -298,6 +329,8 @@ _FLAG_NAMES = (
 
 
 def _kind_name(k: int) -> str:
+    if k == KIND_RANGE_DEL:
+        return "RANGE_DEL"
     parts = [_KIND_NAMES.get(k & TYPE_MASK, "?")] + [name for bit, name in _FLAG_NAMES if k & bit]
     return "|".join(parts)
 
@@ -419,6 +452,17 @@ def fields_props(buf: bytes, base: int = 0) -> list[Field]:
     return c.done()
 
 
+def fields_range_dels(buf: bytes, base: int = 0) -> list[Field]:
+    c = _Cursor(buf, base)
+    n = c.u("<I", "n (fragments)")
+    koff = _u32s(c.take(4 * (2 * n + 1), lambda b: f"key_off[0..{2 * n}] = {' '.join(map(str, _u32s(b)))}"))
+    soff = _u32s(c.take(4 * (n + 1), lambda b: f"seq_off[0..{n}] = {' '.join(map(str, _u32s(b)))}"))
+    c.take(8 * soff[-1], lambda b: f"seq[0..{soff[-1] - 1}] = {' '.join(map(str, _u64s(b)))}")
+    for i in range(2 * n):
+        c.take(koff[i + 1] - koff[i], _shown(f"{'end' if i % 2 else 'start'}[{i // 2}]"))
+    return c.done()
+
+
 def fields_footer(buf: bytes, base: int = 0) -> list[Field]:
     c = _Cursor(buf, base)
     for name, fmt in FOOTER_FIELDS:
@@ -444,6 +488,9 @@ def fields_sst(data: bytes, *, data_blocks: bool = True) -> list[Field]:
     if f.filter_len:
         out += fields_stored(data[f.filter_off : f.filter_off + f.filter_len], f.filter_off, fields_bloom)
     out += fields_stored(idx_stored, f.index_off, fields_index)
+    rd_off = f.index_off + f.index_len
+    if rd_off < f.props_off:  # version 2: the range-del block
+        out += fields_stored(data[rd_off : f.props_off], rd_off, fields_range_dels)
     out += fields_stored(data[f.props_off : f.props_off + f.props_len], f.props_off, fields_props)
     out += fields_footer(data[-FOOTER_SIZE:], len(data) - FOOTER_SIZE)
     return out
@@ -535,6 +582,14 @@ def _dump_wal() -> str:
     return render(fields_sst(golden_bytes("wal.sst")))
 
 
+def _dump_table_range_dels() -> str:
+    return render(fields_sst(golden_bytes("table_range_dels.sst")))
+
+
+def _dump_wal_range_del() -> str:
+    return render(fields_sst(golden_bytes("wal_range_del.sst")))
+
+
 def _dump_fence() -> str:
     return render(fields_sst(golden_bytes("fence.sst")))
 
@@ -567,6 +622,8 @@ DOC_DUMPS: dict[str, Callable[[], str]] = {
     "table_small": _dump_table_small,
     "wal": _dump_wal,
     "fence": _dump_fence,
+    "table_range_dels": _dump_table_range_dels,
+    "wal_range_del": _dump_wal_range_del,
     "manifest_small": _dump_manifest,
     "manifest_small_body": _dump_manifest_body,
     "manifest_full_json": _dump_manifest_json,

@@ -54,7 +54,7 @@ from .read import (
     _overlaps,
     _slice_columns,
     _stack,
-    _wal_columns,
+    _wal_part,
     read_part,
     sst_meta_cache,
     values_and_metadata,
@@ -470,11 +470,15 @@ def read_part_arrow(
     """Live entries of ``part`` as Arrow arrays, in key order (see module docstring)."""
     clock = clock or SYSTEM_CLOCK
     with _stack(url, store, store_options, clock) as st:
-        if any(s.db for src in part.sources for s in src):  # a clone's parent's SSTs: other stores
+        # A clone's parent's SSTs (other stores), or range tombstones: the general path.
+        if any(s.db or s.range_dels for src in part.sources for s in src):
             yield from _general(part, url, st, store_options, clock)
             return
         # The WAL range usually holds only writers' empty fencing objects; anything in it is newer data.
-        wal = _wal_columns(st, part) if part.wal_ids else None
+        wal, wal_rdels = _wal_part(st, part) if part.wal_ids else (None, [])
+        if wal_rdels:
+            yield from _general(part, url, st, store_options, clock)
+            return
         if (wal is not None and wal[0]) or len(part.sources) != 1 or part.l0_count or part.versions:
             yield from _merged(part, url, st, store_options, clock, chunk_bytes, wal)
             return

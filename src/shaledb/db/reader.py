@@ -81,6 +81,7 @@ from ..engine.history import HISTORY_PIN, OPT_RETENTION, manifest_seq, to_millis
 from ..engine.indexes import Head
 from ..engine.memtable import ENTRY_OVERHEAD, Memtable, new_memtable
 from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
+from ..engine.range_tombstones import apply_to_memtable
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from ..engine.sstable import TableCache
 from ..engine.wal import decode_wal_object, fetch_wal_objects
@@ -766,7 +767,7 @@ class DbReader(MappingReads, ReaderReads):
             if keys:
                 if HISTORY_PIN not in mem.pins and self._view.manifest.option(OPT_RETENTION) is not None:
                     mem.pin(HISTORY_PIN)  # the writer keeps history: so do the replayed tables
-                mem.put_many(keys, ents)
+                apply_to_memtable(mem, keys, ents)  # (range deletes go to its range tombstones)
                 mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
                 self._seq = max(self._seq, *(e[0] for e in ents))
             t.last_wal = wid

@@ -22,6 +22,13 @@ When the oldest transaction ends, entries no open transaction can conflict
 with are dropped; when none is open the log is dropped and plain writes pay
 nothing.
 
+Range deletes (``txn.delete_range``) follow the same rules with the range in
+place of a key: under both isolations a transaction's range delete conflicts
+with any key inside the range written after its snapshot, and another commit's
+range delete conflicts with a transaction that writes (or, serializable, read
+or scanned) a key inside that range. Inside the transaction a range delete
+drops its own earlier writes in the range; later writes stand.
+
 A transaction object is for one thread; run transactions from many threads
 by giving each its own.
 """
@@ -39,7 +46,7 @@ from typing import TYPE_CHECKING, Literal
 from ..engine.reads import check_limit
 from ..errors import ClosedError, InvalidArgument, TransactionConflict
 from ..keys import check_key, check_value, scan_bounds
-from .batch import WriteBatch
+from .batch import WriteBatch, check_range
 
 if TYPE_CHECKING:
     from .writer import Db, Snapshot, WriteHandle
@@ -62,11 +69,13 @@ class ConflictLog:
         self.open: Counter[int] = Counter()
         self.last: dict[bytes, int] = {}
         self.entries: deque[tuple[int, tuple[bytes, ...]]] = deque()
+        self.ranged: deque[tuple[int, tuple[tuple[bytes, bytes], ...]]] = deque()
+        """Range deletes ``(seq, ((start, end), ...))`` since the oldest open transaction."""
         self.local = threading.local()
 
     # called by the writer, under its lock ---------------------------------
 
-    def admit(self, seq: int, keys: Iterable[bytes]) -> None:
+    def admit(self, seq: int, keys: Iterable[bytes], ranges: Iterable[tuple[bytes, bytes]] = ()) -> None:
         """A write is about to take ``seq``: validate this thread's committing
         transaction (raises :class:`TransactionConflict`, nothing applied), then record it."""
         txn: Transaction | None = getattr(self.local, "txn", None)
@@ -77,9 +86,61 @@ class ConflictLog:
         for k in ks:
             last[k] = seq
         self.entries.append((seq, ks))
+        rs = tuple(ranges)
+        if rs:
+            self.ranged.append((seq, rs))
+
+    def _range_deleted(self, key: bytes, snap: int) -> bool:
+        for seq, rs in reversed(self.ranged):
+            if seq <= snap:
+                return False
+            if any(s <= key < e for s, e in rs):
+                return True
+        return False
+
+    def _validate_ranges(self, txn: Transaction, snap: int) -> None:
+        """Conflicts that involve range deletes (this transaction's or other commits')."""
+        ranged = self.ranged
+        if ranged and ranged[-1][0] > snap:
+            keys = [*txn._writes, *txn._reads] if txn.isolation == "serializable" else list(txn._writes)
+            for k in keys:
+                if self._range_deleted(k, snap):
+                    raise TransactionConflict(k, f"key {k!r} was deleted by another commit's range delete")
+            if txn.isolation == "serializable":
+                for seq, rs in reversed(ranged):
+                    if seq <= snap:
+                        break
+                    for s, e in txn._ranges:
+                        for a, b in rs:
+                            if (s is None or s < b) and (e is None or a < e):
+                                raise TransactionConflict(
+                                    a, "a range scanned by this transaction was range-deleted"
+                                )
+        if not txn._rdels:
+            return
+        for seq, ks in reversed(self.entries):
+            if seq <= snap:
+                break
+            for s, e in txn._rdels:
+                i = bisect_left(ks, s)
+                if i < len(ks) and ks[i] < e:
+                    raise TransactionConflict(
+                        ks[i], f"key {ks[i]!r} in a range this transaction deletes was written since it began"
+                    )
+        for seq, rs in reversed(ranged):
+            if seq <= snap:
+                break
+            for s, e in txn._rdels:
+                for a, b in rs:
+                    if s < b and a < e:
+                        raise TransactionConflict(
+                            s, "a range this transaction deletes was range-deleted since it began"
+                        )
 
     def validate(self, txn: Transaction) -> None:
         snap = txn.snapshot_seq
+        if self.ranged or txn._rdels:
+            self._validate_ranges(txn, snap)
         last = self.last
         for k in txn._writes:
             if last.get(k, 0) > snap:
@@ -115,8 +176,11 @@ class ConflictLog:
         if not self.open:
             self.last.clear()
             self.entries.clear()
+            self.ranged.clear()
             return True
         oldest = min(self.open)
+        while self.ranged and self.ranged[0][0] <= oldest:
+            self.ranged.popleft()
         entries, last = self.entries, self.last
         while entries and entries[0][0] <= oldest:
             seq0, ks = entries.popleft()
@@ -177,6 +241,8 @@ class Transaction:
         self._writes: dict[bytes, bytes | None] = {}
         self._reads: set[bytes] = set()
         self._ranges: list[_Range] = []
+        self._rdels: list[tuple[bytes, bytes]] = []
+        """This transaction's range deletes, in order (applied before its writes at commit)."""
         # A transaction dropped unfinished still leaves the conflict log (like a snapshot's pin).
         self._unregister = weakref.finalize(self, _unregister, db, floor)
 
@@ -196,8 +262,13 @@ class Transaction:
             return self._writes[k]
         if self.isolation == "serializable":
             self._reads.add(k)
+        if self._rdels and self._in_rdels(k):
+            return None
         value: bytes | None = snap.get(k)
         return value
+
+    def _in_rdels(self, k: bytes) -> bool:
+        return any(s <= k < e for s, e in self._rdels)
 
     def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]:
         """The values of ``keys`` in order (None where absent), as :meth:`get` would give."""
@@ -207,6 +278,8 @@ class Transaction:
         if self.isolation == "serializable":
             self._reads.update(missing)
         found = dict(zip(missing, snap.get_many(missing))) if missing else {}
+        if self._rdels:
+            found = {k: None if self._in_rdels(k) else v for k, v in found.items()}
         return [self._writes[k] if k in self._writes else found[k] for k in ks]
 
     def scan(
@@ -231,7 +304,9 @@ class Transaction:
         )
         if reverse:
             mine.reverse()
-        base = snap.scan(s, e, reverse=bool(reverse))
+        base: Iterable[tuple[bytes, bytes]] = snap.scan(s, e, reverse=bool(reverse))
+        if self._rdels:
+            base = (kv for kv in base if not self._in_rdels(kv[0]))
         rows = _overlay(base, mine, bool(reverse))
         return rows if limit is None else islice(rows, limit)
 
@@ -249,6 +324,17 @@ class Transaction:
         self._live()
         self._writes[k] = None
 
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """Remove every key in ``[start, end)`` when the transaction commits (one range
+        tombstone); this transaction's earlier writes in the range are dropped."""
+        s, e = check_range(start, end)
+        self._live()
+        if s == e:
+            return
+        for k in [k for k in self._writes if s <= k < e]:
+            del self._writes[k]
+        self._rdels.append((s, e))
+
     # ------------------------------------------------------------ completion
 
     def commit(self) -> WriteHandle:
@@ -257,6 +343,8 @@ class Transaction:
         self._live()
         db = self._db
         batch = WriteBatch()
+        for s, e in self._rdels:
+            batch.delete_range(s, e)
         for k, v in sorted(self._writes.items()):
             if v is None:
                 batch.delete(k)
@@ -288,6 +376,7 @@ class Transaction:
         self._writes.clear()
         self._reads.clear()
         self._ranges.clear()
+        self._rdels.clear()
         self._unregister()
 
     @property

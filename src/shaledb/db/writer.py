@@ -39,12 +39,14 @@ from ..engine.indexes import current_terms, plan_index_changes
 from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from ..engine.parents import ExternalStores, canonical_url, default_factory
 from ..engine.pins import ViewPins
+from ..engine.range_tombstones import apply_to_memtable, batch_ranges
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from ..engine.recovery import claim_writer_epoch, replay_wal, write_fence
 from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
 from ..errors import ClosedError, FencedError, InvalidArgument, ShaleError
 from ..format.coding import CODECS
+from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
 from ..journal.backup import BackupReport, backup_from_writer
 from ..journal.compaction import (
@@ -323,6 +325,8 @@ class Db(MappingWrites, DbExtras):
                 if e[1] & FLAG_INDEX_TREE:
                     sub.put(k, (e[0], e[1] & ~FLAG_INDEX_TREE, e[2]))
                     self._indexed = True
+                elif e[1] == KIND_RANGE_DEL:
+                    mem.add_range_del(k, e[2], e[0])
                 else:
                     mem.put(k, e)
                     if e[1] & FLAG_TERMS:
@@ -480,6 +484,11 @@ class Db(MappingWrites, DbExtras):
         """Remove ``key`` (a tombstone; absent keys are fine)."""
         return self.write(WriteBatch().delete(key), durable=durable)
 
+    def delete_range(self, start: bytes, end: bytes, *, durable: bool = True) -> WriteHandle:
+        """Remove every key in ``[start, end)``: one range tombstone, however many keys
+        it covers (see ``docs/format/range-dels.md``)."""
+        return self.write(WriteBatch().delete_range(start, end), durable=durable)
+
     def write(self, batch: WriteBatch, *, durable: bool = True) -> WriteHandle:
         """Apply ``batch`` atomically under one sequence number."""
         if not isinstance(batch, WriteBatch):
@@ -506,7 +515,7 @@ class Db(MappingWrites, DbExtras):
                 ):
                     self._admit_locked()
                 latch = self.wal.pending  # before _apply_locked, which may seal the buffer
-                seq = self._apply_locked(keys, kinds, payloads, n)
+                seq = self._apply_locked(keys, kinds, payloads, n, ranged=batch._ranged)
         if indexed:  # the first indexed write raced with this one: take the indexed path
             return self._write_indexed(batch, durable)
         if durable:
@@ -520,10 +529,16 @@ class Db(MappingWrites, DbExtras):
         payloads: list[bytes],
         n: int,
         index: tuple[list[bytes], list[int], list[bytes]] | None = None,
+        *,
+        ranged: bool = False,
     ) -> int:
-        """Apply one batch under the write lock (admission already checked); its seq."""
+        """Apply one batch under the write lock (admission already checked); its seq.
+        ``ranged``: the batch holds range tombstones (``engine/range_tombstones.py``)."""
         if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
-            self._txn_log.admit(self._seq + 1, keys)
+            if ranged:
+                self._txn_log.admit(self._seq + 1, *batch_ranges(keys, kinds, payloads))
+            else:
+                self._txn_log.admit(self._seq + 1, keys)
         if self._history is not None:
             self._history.note(self._seq + 1, int(self.clock.now() * 1000))
         seq = self._seq = self._seq + 1
@@ -531,7 +546,10 @@ class Db(MappingWrites, DbExtras):
         self._m_put_bytes += n - ENTRY_OVERHEAD * len(keys)
         ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
         mem = self._mem
-        mem.put_many(keys, ents)
+        if ranged:
+            apply_to_memtable(mem, keys, ents)
+        else:
+            mem.put_many(keys, ents)
         wal = self.wal
         wal.keys.extend(keys)
         wal.ents.extend(ents)
@@ -587,7 +605,7 @@ class Db(MappingWrites, DbExtras):
 
     def _freeze_locked(self, *, even_if_empty: bool = False) -> None:
         mem = self._mem
-        if not mem.d and not even_if_empty:
+        if not mem.d and not mem.rdels and not even_if_empty:
             return
         mem.wal_id = self.wal.seal_locked()
         mem.last_seq = self._seq
@@ -843,6 +861,7 @@ class Db(MappingWrites, DbExtras):
                     plan.payloads,
                     n,
                     (plan.index_keys, plan.index_kinds, plan.index_payloads),
+                    ranged=batch._ranged,
                 )
         if durable:
             db.wal.wait_durable(seq, latch=latch)

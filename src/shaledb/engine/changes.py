@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CursorExpired, InvalidArgument, NotFound
 from ..format import paths
+from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import FLAG_INDEX_TREE, KIND_TOMBSTONE, TYPE_MASK, decode_payload
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
@@ -84,7 +85,8 @@ class Cursor(NamedTuple):
 
 
 class Change(NamedTuple):
-    """One committed write: ``kind`` "put" (``value`` set) or "delete" (``value`` None).
+    """One committed write: ``kind`` "put" (``value`` set), "delete" (``value`` None) or
+    "delete_range" (every key in ``[key, end)`` removed; ``value`` None).
 
     ``seq`` is its batch's sequence number (every write of a batch shares it);
     ``batch_index`` its place in the batch and ``batch_size`` the batch's
@@ -102,6 +104,8 @@ class Change(NamedTuple):
     wal_id: int
     metadata: bytes | None = None
     expires_at_ms: int | None = None
+    end: bytes | None = None
+    """A range delete's end key (exclusive); None for other changes."""
 
 
 class ChangeFeed:
@@ -263,6 +267,8 @@ def _change(
     seq: int, kind: int, key: bytes, payload: bytes, idx: int, size: int, cursor: Cursor, wid: int
 ) -> Change:
     if kind & TYPE_MASK == KIND_TOMBSTONE:
+        if kind == KIND_RANGE_DEL:
+            return Change(seq, "delete_range", key, None, idx, size, cursor, wid, end=payload)
         return Change(seq, "delete", key, None, idx, size, cursor, wid)
     body, meta, expires = decode_payload(kind, payload)
     return Change(seq, "put", key, body, idx, size, cursor, wid, meta, expires)

@@ -49,7 +49,7 @@ log = logging.getLogger("shaledb.flush")
 
 def build_l0(db: WriterHost, mem: Memtable) -> tuple[bytearray, SstProps] | None:
     """Encode a memtable as a table SST (None if it is empty)."""
-    if not mem.d:
+    if not mem.d and not mem.rdels:
         return None
     history = db.history is not None and mem.hist
     keys, seqs, kinds, payloads = memtable_versions(mem) if history else mem.sorted_items()
@@ -65,6 +65,9 @@ def build_l0(db: WriterHost, mem: Memtable) -> tuple[bytearray, SstProps] | None
         nonce=db.rng.getrandbits(128).to_bytes(16, "little"),
     )
     b.add_many(keys, seqs, kinds, payloads)
+    if mem.rdels:  # the range-del block; the SST's key range covers the tombstones
+        frags = mem.range_frags()
+        b.set_range_dels(frags, frags.starts[0], frags.ends[-1])
     return b.finish_buffer()
 
 

@@ -91,6 +91,7 @@ def put_new_sst(
         entries=props.entries,
         min_seq=props.min_seq,
         max_seq=props.max_seq,
+        range_dels=props.range_dels,
     )
 
 
@@ -163,7 +164,19 @@ class SstSplitter:
 
 
 class SstReader:
-    __slots__ = ("bloom", "cache", "data_end", "id", "index", "info", "path", "props", "read_ahead", "store")
+    __slots__ = (
+        "bloom",
+        "cache",
+        "data_end",
+        "id",
+        "index",
+        "info",
+        "path",
+        "props",
+        "range_dels",
+        "read_ahead",
+        "store",
+    )
 
     def __init__(
         self, info: SstInfo, store: ObjectStore, meta: SstMeta, cache: LruCache, read_ahead: int
@@ -175,6 +188,7 @@ class SstReader:
         self.props = meta.props
         self.index = meta.index
         self.bloom = meta.bloom
+        self.range_dels = meta.range_dels
         self.data_end = meta.footer.meta_start
         self.cache = cache
         self.read_ahead = read_ahead
