@@ -60,6 +60,7 @@ from operator import add, eq
 
 from ..clock import Clock
 from ..engine.history import merge_history
+from ..engine.merging import Folder, complete_columns, fold_columns, has_merges, plain_base_value
 from ..engine.sstable import SstSplitter, put_new_sst, read_sst_meta
 from ..errors import CorruptionError
 from ..format import paths
@@ -304,6 +305,11 @@ def merge_columns(cols: list[Columns]) -> Columns:
     )
 
 
+def fold_merges(folder: Folder | None, cols: Columns, bottom: bool, now_ms: int) -> Columns:
+    """Merge entries of ``cols`` (made self-contained) folded into values where safe."""
+    return fold_columns(cols, bottom=bottom, folder=folder, base_value=plain_base_value(now_ms))
+
+
 def drop_dead(cols: Columns, *, bottom: bool, now_ms: int) -> Columns:
     """Drop tombstones (bottom only) and expired entries (tombstones elsewhere)."""
     keys, seqs, kinds, pays = cols
@@ -409,6 +415,8 @@ class Executor:
         self.read_ahead_bytes = read_ahead_bytes
         self._metas: dict[str, SstMeta] = {}
         self._meta_lock = threading.Lock()
+        self.folder_for: Callable[[], Folder | None] = lambda: None
+        """The merge operator to fold merge entries with (``shaledb.engine.merging``)."""
 
     # --------------------------------------------------------------- helpers
 
@@ -507,6 +515,10 @@ class Executor:
             cuts = chunk_cuts(self._blocks(cursors), self.chunk_bytes, lo, hi)
             for upto in [*cuts, None]:
                 cols = [c.take(upto) for c in cursors]
+                if has_merges(cols):  # every merge version self-contained, then folded where safe
+                    cols = [complete_columns(cols)]
+                    folded = fold_merges(self.folder_for(), cols[0], spec.bottom, now_ms)
+                    cols = [folded]
                 if spec.history_floor is not None:
                     out.add(merge_history(cols, spec.history_floor, bottom=spec.bottom, now_ms=now_ms))
                 else:

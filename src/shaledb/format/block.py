@@ -30,7 +30,8 @@ from .row import KNOWN_BITS, TYPE_MASK
 _U32 = struct.Struct("<I")
 MAX_ENTRIES = 1 << 24
 # 1 for every byte that is not a valid entry kind: one C-level translate checks a block.
-_BAD_KIND = bytes(int(bool(k & ~KNOWN_BITS) or (k & TYPE_MASK) == 3) for k in range(256))
+# A merge entry (type 3) carries no flag bits (``format/merge.py``).
+_BAD_KIND = bytes(int(bool(k & ~KNOWN_BITS) or ((k & TYPE_MASK) == 3 and k != 3)) for k in range(256))
 
 
 class Block:

@@ -46,11 +46,14 @@ from .coding import (
     u64_array,
     unframe_block,
 )
-from .row import KIND_TOMBSTONE, TYPE_MASK
+from .row import KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK
 
 MAGIC = b"SHALESST"
 FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+MERGE_FORMAT_VERSION = 2
+"""Written by an SST that holds a merge entry (kind 3, ``format/merge.py``); every other
+SST is still written as version 1, so readers from before merges read them."""
+SUPPORTED_VERSIONS = (1, 2)
 SST_TABLE = 0
 SST_WAL = 1
 SST_JOURNAL = 2
@@ -284,6 +287,7 @@ class SstBuilder:
         self._digests = bytearray()
         self._entries = 0
         self._tombstones = 0
+        self._merges = 0
         self._raw_k = 0
         self._raw_v = 0
         self._min_seq: int | None = None
@@ -376,6 +380,7 @@ class SstBuilder:
             sum(map(len, payloads)),
         )
         self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
+        self._merges += kinds_b.count(KIND_MERGE)
 
     def append_blocks(
         self,
@@ -500,7 +505,15 @@ class SstBuilder:
         props_off = pos
         data += pstored
         data += encode_footer(
-            Footer(index_off, len(index), filter_off, filter_len, props_off, len(pstored), FORMAT_VERSION)
+            Footer(
+                index_off,
+                len(index),
+                filter_off,
+                filter_len,
+                props_off,
+                len(pstored),
+                MERGE_FORMAT_VERSION if self._merges else FORMAT_VERSION,
+            )
         )
         return data, props
 
@@ -560,4 +573,6 @@ def decode_sst(data: bytes) -> tuple[SstMeta, list[Block]]:
     total = sum(len(b) for b in blocks)
     if total != meta.props.entries:
         raise CorruptionError(f"SST blocks hold {total} entries, properties say {meta.props.entries}")
+    if meta.footer.version < MERGE_FORMAT_VERSION and any(KIND_MERGE in b.kinds for b in blocks):
+        raise CorruptionError(f"SST format version {meta.footer.version} holds a merge entry")
     return meta, blocks
