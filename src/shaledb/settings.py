@@ -254,9 +254,13 @@ class DbReaderOptions:
     manifest_update_timeout_s: float = 60.0
     wal_read_ahead: int = WAL_READ_AHEAD
     retry: RetryOptions = field(default_factory=RetryOptions)
+    merge_operator: MergeOperator | MergeFunction | str | None = None
+    """As ``Settings.merge_operator``; None folds the ready operator the database records
+    (``shaledb.merge``), and a key needing any other refuses to be read."""
 
     def __post_init__(self) -> None:
         seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
+        object.__setattr__(self, "merge_operator", as_operator(self.merge_operator))
         _positive("DbReaderOptions.manifest_poll_interval_s", self.manifest_poll_interval_s)
         if self.checkpoint_lifetime_s is not None:
             _positive("DbReaderOptions.checkpoint_lifetime_s", self.checkpoint_lifetime_s)

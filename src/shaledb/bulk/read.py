@@ -49,17 +49,36 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..compaction.executor import SourceCursor, chunk_cuts, drop_dead, merge_columns
 from ..engine.cache import LruCache
 from ..engine.history import has_versions
+from ..engine.merging import (
+    OPT_MERGE_OPERATOR,
+    Folder,
+    complete_columns,
+    fold_columns,
+    has_merges,
+    plain_base_value,
+    stack,
+)
 from ..engine.parents import default_factory
 from ..engine.sstable import read_sst_meta
 from ..engine.wal import decode_wal_object, fetch_wal_objects
-from ..errors import CorruptionError, InvalidArgument, NotSupported
+from ..errors import CorruptionError, InvalidArgument, MergeOperatorMissing, NotSupported
 from ..format import paths
-from ..format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
+from ..format.merge import decode_merge
+from ..format.row import (
+    EXTRA_FLAGS,
+    FLAG_INDEX_TREE,
+    KIND_MERGE,
+    KIND_POINTER,
+    KIND_VALUE,
+    TYPE_MASK,
+    decode_payload,
+)
 from ..format.sst import SstMeta
 from ..journal.resolver import JournalResolver
 from ..keys import key_after
 from ..manifest.model import Manifest, SstInfo
 from ..manifest.store import ManifestStore
+from ..merge import BUILTIN
 from ..settings import WAL_READ_AHEAD, MiB, Settings
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
@@ -103,6 +122,8 @@ class ReadPart:
     the WAL for every part (``inline_wal_bytes``); None: the task reads ``wal_ids`` itself."""
     versions: bool = False
     """An SST may hold several versions of a key (a history window, ``shaledb.engine.history``)."""
+    merge_operator: str | None = None
+    """The merge operator the database records (``shaledb.merge``): merges fold with it."""
 
     @property
     def bytes(self) -> int:
@@ -327,6 +348,7 @@ def plan_read(
                 journal,
                 None if wal is None else _slice_columns(wal, lo, hi),
                 has_versions(m),
+                m.option(OPT_MERGE_OPERATOR),
             )
             for i, (lo, hi) in enumerate(ranges)
         )
@@ -406,7 +428,8 @@ def _wal_newest(
                 if e[1] & FLAG_INDEX_TREE:
                     continue  # a secondary-index entry (the index tree)
                 if e[0] > last_l0_seq and (lo is None or k >= lo) and (hi is None or k < hi):
-                    newest[k] = e  # WAL order is sequence order: later entries win
+                    # WAL order is sequence order: later entries win, merges stack
+                    newest[k] = e if e[1] != KIND_MERGE else stack(newest.get(k), e[0], decode_merge(e[2])[1])
     ks = sorted(newest)
     ents = [newest[k] for k in ks]
     return ks, [e[0] for e in ents], bytes(e[1] for e in ents), [e[2] for e in ents]
@@ -477,6 +500,8 @@ def read_part(
                 wend = len(wal_keys) if upto is None else bisect_left(wal_keys, upto, wpos)
                 cols.append((wal[0][wpos:wend], wal[1][wpos:wend], wal[2][wpos:wend], wal[3][wpos:wend]))
                 wpos = wend
+            if has_merges(cols):
+                cols = [_folded(complete_columns(cols), part, now)]
             merged = drop_dead(merge_columns(cols), bottom=True, now_ms=now)
             if merged[0]:
                 if _POINTER_BYTE in merged[2].translate(_IS_POINTER):
@@ -485,6 +510,23 @@ def read_part(
                         journal.note_files(part.journal)
                     merged = resolve_pointers(merged, journal)
                 yield merged
+
+
+def _folded(cols: Columns, part: ReadPart, now_ms: int) -> Columns:
+    """Every merge entry of ``cols`` (all of a version's sources) folded into a value with
+    the ready operator the database records; other operators are refused, not guessed."""
+    out = fold_columns(
+        cols, bottom=True, folder=Folder(None, part.merge_operator), base_value=plain_base_value(now_ms)
+    )
+    if KIND_MERGE in out[2]:
+        if part.merge_operator is None or part.merge_operator in BUILTIN:
+            raise NotSupported("a bulk read of a merge over a value in the value journal")
+        raise MergeOperatorMissing(
+            f"the database's merges need merge operator {part.merge_operator!r}, which a bulk read "
+            "cannot fold (only the ready ones of shaledb.merge): compact the database first, or read "
+            "it with DbReader(options=DbReaderOptions(merge_operator=...))"
+        )
+    return out
 
 
 _IS_POINTER = bytes(int(k & TYPE_MASK == KIND_POINTER) for k in range(256))

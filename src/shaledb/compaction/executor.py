@@ -60,12 +60,12 @@ from operator import add, eq
 
 from ..clock import Clock
 from ..engine.history import merge_history
-from ..engine.merging import Folder, complete_columns, fold_columns, has_merges, plain_base_value
+from ..engine.merging import Folder, complete_columns, fold_columns, has_merges, plain_base_value, uncumulate
 from ..engine.sstable import SstSplitter, put_new_sst, read_sst_meta
 from ..errors import CorruptionError
 from ..format import paths
 from ..format.block import Block
-from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
+from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
 from ..format.sst import (
     ENTRY_OVERHEAD,
     SST_TABLE,
@@ -305,6 +305,15 @@ def merge_columns(cols: list[Columns]) -> Columns:
     )
 
 
+def own_operands(cols: Columns) -> Columns:
+    """Versions kept by a history window: a merge without a base holds only the operands
+    its next older kept version does not (``complete_columns`` made them cumulative)."""
+    keys, seqs, kinds, pays = cols
+    kl, pl = list(kinds), list(pays)
+    uncumulate(keys, kl, pl)
+    return keys, seqs, bytes(kl), pl
+
+
 def fold_merges(folder: Folder | None, cols: Columns, bottom: bool, now_ms: int) -> Columns:
     """Merge entries of ``cols`` (made self-contained) folded into values where safe."""
     return fold_columns(cols, bottom=bottom, folder=folder, base_value=plain_base_value(now_ms))
@@ -520,7 +529,8 @@ class Executor:
                     folded = fold_merges(self.folder_for(), cols[0], spec.bottom, now_ms)
                     cols = [folded]
                 if spec.history_floor is not None:
-                    out.add(merge_history(cols, spec.history_floor, bottom=spec.bottom, now_ms=now_ms))
+                    kept = merge_history(cols, spec.history_floor, bottom=spec.bottom, now_ms=now_ms)
+                    out.add(own_operands(kept) if KIND_MERGE in kept[2] else kept)
                 else:
                     out.add(drop_dead(merge_columns(cols), bottom=spec.bottom, now_ms=now_ms))
                 if heartbeat is not None:

@@ -80,17 +80,19 @@ from ..engine.cache import LruCache
 from ..engine.history import HISTORY_PIN, OPT_RETENTION, manifest_seq, to_millis
 from ..engine.indexes import Head
 from ..engine.memtable import ENTRY_OVERHEAD, Memtable, new_memtable
+from ..engine.merging import OPT_MERGE_OPERATOR, Folder, put_entries
 from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from ..engine.sstable import TableCache
 from ..engine.wal import decode_wal_object, fetch_wal_objects
 from ..errors import ClosedError, DatabaseDestroyed, InvalidArgument, ObjectNotFound, ShaleError
 from ..format import paths
-from ..format.row import FLAG_INDEX_TREE
+from ..format.row import FLAG_INDEX_TREE, KIND_MERGE
 from ..journal.resolver import JournalResolver
 from ..keys import check_key, scan_bounds, split_points
 from ..manifest.model import Checkpoint, Manifest, SstInfo
 from ..manifest.store import ManifestStore
+from ..merge import as_operator
 from ..option_names import renamed
 from ..settings import DbReaderOptions, Settings
 from ..store.base import ObjectStore
@@ -626,6 +628,8 @@ class DbReader(MappingReads, ReaderReads):
             self._wal_tables = tables or [_Table(self._next_wal)]
             self._seq = max(self._seq, m.last_l0_seq)
             self._view = self._make_view(m)
+            op = as_operator(self.options.merge_operator)
+            self._vis.folder = Folder(op, m.option(OPT_MERGE_OPERATOR))  # checks the name
         self._journal.note(m)
 
     def _make_view(self, m: Manifest) -> ReadView:
@@ -766,7 +770,10 @@ class DbReader(MappingReads, ReaderReads):
             if keys:
                 if HISTORY_PIN not in mem.pins and self._view.manifest.option(OPT_RETENTION) is not None:
                     mem.pin(HISTORY_PIN)  # the writer keeps history: so do the replayed tables
-                mem.put_many(keys, ents)
+                if any(e[1] == KIND_MERGE for e in ents):
+                    put_entries(mem, keys, ents)  # merges stack (shaledb.engine.merging)
+                else:
+                    mem.put_many(keys, ents)
                 mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
                 self._seq = max(self._seq, *(e[0] for e in ents))
             t.last_wal = wid

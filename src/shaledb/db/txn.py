@@ -24,6 +24,14 @@ nothing.
 
 A transaction object is for one thread; run transactions from many threads
 by giving each its own.
+
+``txn.merge(key, operand)`` counts as a write of ``key`` for conflicts (like a
+put: first committer wins), not as a read, even though the operand is folded
+onto whatever value the key has at commit: merges of two transactions to one
+key therefore conflict, which keeps the rule simple and the same for every
+operator (one that is not commutative would otherwise depend on commit
+order). Reads inside the transaction see its own merges folded onto the
+snapshot's value (with the database's merge operator).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Literal
 
 from ..engine.reads import check_limit
-from ..errors import ClosedError, InvalidArgument, TransactionConflict
+from ..errors import ClosedError, InvalidArgument, MergeOperatorMissing, TransactionConflict
 from ..keys import check_key, check_value, scan_bounds
 from .batch import WriteBatch
 
@@ -175,6 +183,8 @@ class Transaction:
         self.commit_seq: int | None = None
         """The commit's sequence number (None until committed; the snapshot's for a read-only one)."""
         self._writes: dict[bytes, bytes | None] = {}
+        self._merges: dict[bytes, list[bytes]] = {}
+        """Operands merged into a key after its entry in ``_writes`` (or the snapshot's value)."""
         self._reads: set[bytes] = set()
         self._ranges: list[_Range] = []
         # A transaction dropped unfinished still leaves the conflict log (like a snapshot's pin).
@@ -192,6 +202,8 @@ class Transaction:
         """The value of ``key``: this transaction's own write, else the snapshot's."""
         k = check_key(key)
         snap = self._live()
+        if k in self._merges:
+            return self._merged(k)
         if k in self._writes:
             return self._writes[k]
         if self.isolation == "serializable":
@@ -203,6 +215,8 @@ class Transaction:
         """The values of ``keys`` in order (None where absent), as :meth:`get` would give."""
         ks = [check_key(k) for k in keys]
         snap = self._live()
+        if self._merges and any(k in self._merges for k in ks):
+            return [self.get(k) for k in ks]
         missing = [k for k in ks if k not in self._writes]
         if self.isolation == "serializable":
             self._reads.update(missing)
@@ -227,7 +241,9 @@ class Transaction:
         if self.isolation == "serializable":
             self._ranges.append((s, e))
         mine = sorted(
-            (k, v) for k, v in self._writes.items() if (s is None or k >= s) and (e is None or k < e)
+            (k, self._merged(k) if k in self._merges else v)
+            for k, v in self._own().items()
+            if (s is None or k >= s) and (e is None or k < e)
         )
         if reverse:
             mine.reverse()
@@ -242,12 +258,40 @@ class Transaction:
         k, v = check_key(key), check_value(value)
         self._live()
         self._writes[k] = v
+        self._merges.pop(k, None)
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` when the transaction commits."""
         k = check_key(key)
         self._live()
         self._writes[k] = None
+        self._merges.pop(k, None)
+
+    def merge(self, key: bytes, operand: bytes) -> None:
+        """Merge ``operand`` into ``key`` when the transaction commits (``Db.merge``; a
+        write for conflicts, see the module docstring)."""
+        k, v = check_key(key), check_value(operand)
+        self._live()
+        if self._db.merge_operator is None:
+            raise MergeOperatorMissing("merge needs Settings(merge_operator=...) (see shaledb.merge)")
+        self._merges.setdefault(k, []).append(v)
+
+    def _own(self) -> dict[bytes, bytes | None]:
+        """Every key this transaction wrote (merged-only keys map to None here)."""
+        if not self._merges:
+            return self._writes
+        return {**dict.fromkeys(self._merges), **self._writes}
+
+    def _merged(self, k: bytes) -> bytes:
+        """``k``'s value with this transaction's operands folded on (reads its snapshot)."""
+        snap = self._live()
+        if k in self._writes:
+            existing = self._writes[k]
+        else:
+            if self.isolation == "serializable":
+                self._reads.add(k)
+            existing = snap.get(k)
+        return self._db.vis.folder.fold(k, existing, list(self._merges[k]))
 
     # ------------------------------------------------------------ completion
 
@@ -257,11 +301,15 @@ class Transaction:
         self._live()
         db = self._db
         batch = WriteBatch()
-        for k, v in sorted(self._writes.items()):
-            if v is None:
-                batch.delete(k)
-            else:
-                batch.put(k, v)
+        for k in sorted(self._own()):
+            if k in self._writes:
+                v = self._writes[k]
+                if v is None:
+                    batch.delete(k)
+                else:
+                    batch.put(k, v)
+            for op in self._merges.get(k, ()):
+                batch.merge(k, op)
         log = db._txn_log
         assert log is not None  # registered while this transaction is open
         try:
@@ -286,6 +334,7 @@ class Transaction:
             return
         snap.close()
         self._writes.clear()
+        self._merges.clear()
         self._reads.clear()
         self._ranges.clear()
         self._unregister()

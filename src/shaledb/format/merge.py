@@ -92,6 +92,14 @@ def decode_merge(payload: bytes) -> tuple[tuple[int, bytes] | None, list[bytes]]
     return base, ops
 
 
+def merge_operand(payload: bytes) -> bytes:
+    """The one operand of a WAL merge entry (``Db.merge`` writes one operand, no base)."""
+    base, ops = decode_merge(payload)
+    if base is not None or len(ops) != 1:
+        raise CorruptionError("a WAL merge entry holds one operand and no base")
+    return ops[0]
+
+
 def operand_count(payload: bytes) -> int:
     """How many operands a (valid) merge payload holds, without decoding them."""
     pos = 1 if not payload[0] & _HAS_BASE else 6 + _U32.unpack_from(payload, 2)[0]
