@@ -89,7 +89,7 @@ class ConflictLog:
     def validate(self, txn: Transaction) -> None:
         snap = txn.snapshot_seq
         last = self.last
-        for k in txn._writes:
+        for k in txn._own():  # merges are writes for conflicts (module docstring)
             if last.get(k, 0) > snap:
                 raise TransactionConflict(
                     k, f"key {k!r} was written by another commit after this transaction began"
