@@ -68,12 +68,12 @@ def test_every_read_path_folds(tmp_path: Path) -> None:
     url = str(tmp_path / "db")
     db = Db.open(url, settings=settings())
     db.put(b"base", u(100))
-    for i in range(10):
+    for _ in range(10):
         db.merge(b"base", u(1))
         db.merge(b"fresh", u(2))
     db.flush(memtable=True)  # L0 SSTs: operands below the memtable
     snap = db.snapshot()
-    for i in range(5):
+    for _ in range(5):
         db.merge(b"base", u(10))
     db.delete(b"fresh")
     db.merge(b"fresh", u(7))  # onto a delete: starts from None
@@ -169,7 +169,7 @@ def test_another_operator_is_refused(tmp_path: Path) -> None:
     db = Db.open(url, settings=settings("append"))
     db.merge(b"k", b"a")
     db.close()
-    with pytest.raises(MergeOperatorMismatch, match="shaledb.append"):
+    with pytest.raises(MergeOperatorMismatch, match=r"shaledb\.append"):
         Db.open(url, settings=settings("add_u64"))
     with pytest.raises(MergeOperatorMismatch):
         DbReader.open(url, options=DbReaderOptions(merge_operator=max_u64))
