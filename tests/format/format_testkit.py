@@ -35,12 +35,14 @@ from shaledb.format.block import decode_block, encode_block
 from shaledb.format.bloom import WORDMIX, build_filter, key_hash, key_hash_wordmix
 from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZE, frame_block
 from shaledb.format.manifest import encode_manifest_body
+from shaledb.format.merge import encode_merge
 from shaledb.format.row import (
     FLAG_EXPIRY,
     FLAG_INDEX_TREE,
     FLAG_INDEXED,
     FLAG_META,
     FLAG_TERMS,
+    KIND_MERGE,
     KIND_POINTER,
     KIND_TOMBSTONE,
     KIND_VALUE,
@@ -137,6 +139,15 @@ def wal_rows() -> list[Row]:
         (b"k2", 10, KIND_VALUE, b"v2"),
         (b"k1", 11, KIND_TOMBSTONE, b""),
         (b"k3", 12, KIND_VALUE | FLAG_EXPIRY, k3),
+    ]
+
+
+def merge_rows() -> list[Row]:
+    """Merge entries (SST format version 2): operands alone, and operands over a base."""
+    return [
+        (b"count", 12, KIND_MERGE, encode_merge([struct.pack("<Q", 1), struct.pack("<Q", 2)])),
+        (b"list", 11, KIND_MERGE, encode_merge([b"c"], (KIND_VALUE, b"ab"))),
+        (b"plain", 10, KIND_VALUE, b"v"),
     ]
 
 
@@ -251,6 +262,9 @@ GOLDENS: dict[str, Golden] = {
         Golden("table_lz4.sst", lambda: build_table(many_rows(), codec=CODEC_LZ4, block_size=512), "lz4"),
         Golden("table_zstd.sst", lambda: build_table(many_rows(), codec=CODEC_ZSTD, block_size=512), "zstd"),
         Golden("wal.sst", lambda: build_wal(wal_rows()), "WAL SST, 3 batches, one a block"),
+        Golden(
+            "table_merge.sst", lambda: build_table(merge_rows()), "table SST with merge entries (version 2)"
+        ),
         Golden("fence.sst", lambda: build_wal([]), "fencing object: an empty WAL SST"),
         Golden("manifest_small.manifest", lambda: manifest_bytes(small_manifest()), "Manifest(id=1)"),
         Golden("manifest_full.manifest", lambda: manifest_bytes(full_manifest()), "every field set"),
@@ -287,7 +301,7 @@ def _u64s(b: bytes) -> list[int]:
     return list(struct.unpack(f"<{len(b) // 8}Q", b))
 
 
-_KIND_NAMES = {KIND_VALUE: "VALUE", KIND_TOMBSTONE: "TOMBSTONE", KIND_POINTER: "POINTER"}
+_KIND_NAMES = {KIND_VALUE: "VALUE", KIND_TOMBSTONE: "TOMBSTONE", KIND_POINTER: "POINTER", KIND_MERGE: "MERGE"}
 _FLAG_NAMES = (
     (FLAG_META, "META"),
     (FLAG_EXPIRY, "EXPIRY"),
@@ -535,6 +549,29 @@ def _dump_wal() -> str:
     return render(fields_sst(golden_bytes("wal.sst")))
 
 
+def fields_merge(buf: bytes, base: int = 0) -> list[Field]:
+    """A merge entry's payload (docs/format/block.md, "Merge entries")."""
+    c = _Cursor(buf, base)
+    flags = c.u("<B", "flags")
+    if flags & 1:
+        c.u("<B", "base_kind")
+        n = c.u("<I", "base_len")
+        c.take(n, _shown("base payload"))
+    count = c.u("<I", "n (operands)")
+    for i in range(count):
+        n = c.u("<I", f"len[{i}]")
+        c.take(n, lambda b, i=i: f"operand[{i}] = {_show(b)}")  # type: ignore[misc]
+    return c.done()
+
+
+def _dump_table_merge() -> str:
+    return render(fields_sst(golden_bytes("table_merge.sst")))
+
+
+def _dump_merge_payloads() -> str:
+    return "\n\n".join(render(fields_merge(r[3])) for r in merge_rows() if r[2] == KIND_MERGE)
+
+
 def _dump_fence() -> str:
     return render(fields_sst(golden_bytes("fence.sst")))
 
@@ -567,6 +604,8 @@ DOC_DUMPS: dict[str, Callable[[], str]] = {
     "table_small": _dump_table_small,
     "wal": _dump_wal,
     "fence": _dump_fence,
+    "table_merge": _dump_table_merge,
+    "merge_payloads": _dump_merge_payloads,
     "manifest_small": _dump_manifest,
     "manifest_small_body": _dump_manifest_body,
     "manifest_full_json": _dump_manifest_json,
