@@ -57,7 +57,7 @@ from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
 from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMissing, ShaleError
 from ..format.coding import CODECS
-from ..format.merge import encode_merge
+from ..format.merge import one_operand
 from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, KIND_MERGE, encode_payload
 from ..journal.backup import BackupReport, backup_from_writer
 from ..journal.compaction import (
@@ -270,6 +270,8 @@ class Db(MappingWrites, DbExtras):
         self.tables = TableCache(self._resolve_store, self.cache, settings.sst_read_ahead_bytes)
         self.journal = JournalResolver(self._resolve_store, self.cache, lambda: self.manifest)
         self.merge_operator = as_operator(settings.merge_operator)
+        self._merge_recorded = False
+        """Whether the manifest names the operator (checked once, by the first merge)."""
         self.vis = Visibility(lambda: int(self.clock.now() * 1000), self.journal.resolve)
         self._index_lock = threading.Lock()
         self._journal_lock = threading.Lock()
@@ -495,9 +497,10 @@ class Db(MappingWrites, DbExtras):
     def merge(self, key: bytes, operand: bytes, *, durable: bool = True) -> WriteHandle:
         """Merge ``operand`` into ``key``'s value with ``Settings.merge_operator``, without
         reading it: reads and compaction fold it in later (``shaledb.engine.merging``)."""
-        k = check_key(key)
-        op = check_value(operand)
-        self._check_merges()
+        k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
+        op = operand if type(operand) is bytes and len(operand) <= MAX_VALUE_BYTES else check_value(operand)
+        if not self._merge_recorded:
+            self._check_merges()
         n = len(k) + len(op) + ENTRY_OVERHEAD
         with self._lock:
             if (
@@ -523,7 +526,7 @@ class Db(MappingWrites, DbExtras):
             mem.put(k, e)
             wal = self.wal
             wal.keys.append(k)
-            wal.ents.append((seq, KIND_MERGE, encode_merge([op])))
+            wal.ents.append((seq, KIND_MERGE, one_operand(op)))
             mem.nbytes += n
             wal.nbytes += n
             self._unflushed += n
@@ -541,8 +544,10 @@ class Db(MappingWrites, DbExtras):
         op = self.merge_operator
         if op is None:
             raise MergeOperatorMissing("merge needs Settings(merge_operator=...) (see shaledb.merge)")
-        if self.manifest.option(OPT_MERGE_OPERATOR) is None:
-            self._update_manifest(lambda cur: self._record_operator(cur, op.name))
+        if not self._merge_recorded:
+            if self.manifest.option(OPT_MERGE_OPERATOR) is None:
+                self._update_manifest(lambda cur: self._record_operator(cur, op.name))
+            self._merge_recorded = True
 
     def _record_operator(self, m: Manifest, name: str) -> Manifest | None:
         recorded = m.option(OPT_MERGE_OPERATOR)

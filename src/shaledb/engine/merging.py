@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..errors import CorruptionError, MergeOperatorFailed, MergeOperatorMismatch, MergeOperatorMissing
-from ..format.merge import decode_merge, encode_merge, operand_count
+from ..format.merge import append_operands, decode_merge, encode_merge, one_operand, operand_count
 from ..format.row import KIND_MERGE, KIND_POINTER, KIND_TOMBSTONE, KIND_VALUE, TYPE_MASK, decode_extras
 from ..merge import BUILTIN, MergeOperator
 from .memtable import Entry, Memtable
@@ -124,11 +124,10 @@ def fold_payload(folder: Folder, key: bytes, payload: bytes, base_value: BaseVal
 def stack(existing: Entry | None, seq: int, operands: list[bytes]) -> Entry:
     """The memtable entry after merging ``operands`` onto ``existing`` (module docstring)."""
     if existing is None:
-        return (seq, KIND_MERGE, encode_merge(operands))
+        return (seq, KIND_MERGE, one_operand(operands[0]) if len(operands) == 1 else encode_merge(operands))
     kind, payload = existing[1], existing[2]
     if kind == KIND_MERGE:
-        base, ops = decode_merge(payload)
-        return (seq, KIND_MERGE, encode_merge(ops + operands, base))
+        return (seq, KIND_MERGE, append_operands(payload, operands))
     return (seq, KIND_MERGE, encode_merge(operands, (kind, payload)))
 
 

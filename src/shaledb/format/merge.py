@@ -92,6 +92,26 @@ def decode_merge(payload: bytes) -> tuple[tuple[int, bytes] | None, list[bytes]]
     return base, ops
 
 
+_ONE = b"\x00\x01\x00\x00\x00"
+
+
+def one_operand(operand: bytes) -> bytes:
+    """``encode_merge([operand])``, the payload of every WAL merge entry, in one join."""
+    return b"".join((_ONE, _U32.pack(len(operand)), operand))
+
+
+def append_operands(payload: bytes, operands: Sequence[bytes]) -> bytes:
+    """``payload`` (a valid merge payload) with ``operands`` added after its own: byte
+    copies, no decode (a memtable stack grows by one operand a merge)."""
+    pos = 1 if not payload[0] & _HAS_BASE else 6 + _U32.unpack_from(payload, 2)[0]
+    (count,) = _U32.unpack_from(payload, pos)
+    parts = [payload[:pos], _U32.pack(count + len(operands)), payload[pos + 4 :]]
+    for op in operands:
+        parts.append(_U32.pack(len(op)))
+        parts.append(op)
+    return b"".join(parts)
+
+
 def merge_operand(payload: bytes) -> bytes:
     """The one operand of a WAL merge entry (``Db.merge`` writes one operand, no base)."""
     base, ops = decode_merge(payload)
