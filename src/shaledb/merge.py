@@ -101,6 +101,8 @@ def as_operator(spec: object) -> MergeOperator | None:
     if spec is None or isinstance(spec, MergeOperator):
         return spec
     if isinstance(spec, str):
+        if spec.lower() == "none":  # TOML's None (shaledb.settings_load)
+            return None
         op = SHORT_NAMES.get(spec) or BUILTIN.get(spec)
         if op is None:
             names = ", ".join(sorted(SHORT_NAMES))
