@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
 from test_engine_stateful import _SETTINGS, CRASHED, DbMachine
@@ -158,11 +159,12 @@ class S3Machine(MergeMachine):
     locations: Callable[[], Any] | None = None  # s3_url_factory, set by _moto_for_machine (conftest)
 
 
+# A share of the writer machine's budget (SHALEDB_STATEFUL_EXAMPLES): its rules run here too.
 TestMergeStatefulMemory = MergeMachine.TestCase
-TestMergeStatefulMemory.settings = _SETTINGS
+TestMergeStatefulMemory.settings = settings(_SETTINGS, max_examples=max(1, _SETTINGS.max_examples // 2))
 
 TestMergeStatefulLocalDir = pytest.mark.slow(LocalDirMachine.TestCase)
-TestMergeStatefulLocalDir.settings = _SETTINGS
+TestMergeStatefulLocalDir.settings = settings(_SETTINGS, max_examples=max(1, _SETTINGS.max_examples // 4))
 
 TestMergeStatefulS3 = pytest.mark.usefixtures("_moto_for_machine")(pytest.mark.slow(S3Machine.TestCase))
 TestMergeStatefulS3.settings = _SETTINGS.__class__(
