@@ -15,7 +15,6 @@ import pytest
 import shaledb.aio
 from shaledb import CompactorOptions, Db, DbReader, DbReaderOptions, Settings, WriteBatch
 from shaledb.bulk.read import plan_read, read_part
-from shaledb.bulk.read_arrow import read_part_arrow
 from shaledb.compaction import Compactor
 from shaledb.errors import (
     InvalidArgument,
