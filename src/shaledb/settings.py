@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import InvalidArgument
+from .merge import MergeFunction, MergeOperator, as_operator
 from .numbers import check_int, check_number
 from .option_names import Seconds
 
@@ -249,8 +250,12 @@ class DbReaderOptions:
     manifest_update_timeout_s: Seconds[float] = Seconds(60.0)
     wal_read_ahead: int = WAL_READ_AHEAD
     retry: RetryOptions = field(default_factory=RetryOptions)
+    merge_operator: MergeOperator | MergeFunction | str | None = None
+    """As ``Settings.merge_operator``; None folds the ready operator the database records
+    (``shaledb.merge``), and a key needing any other refuses to be read."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "merge_operator", as_operator(self.merge_operator))
         _positive("DbReaderOptions.manifest_poll_interval_s", self.manifest_poll_interval_s)
         if self.checkpoint_lifetime_s is not None:
             _positive("DbReaderOptions.checkpoint_lifetime_s", self.checkpoint_lifetime_s)
@@ -343,10 +348,15 @@ class Settings:
     history_retention_s: Seconds[float] = Seconds(0.0)
     """Keep old versions this long for ``Db.snapshot(at_seq=/at_time=)`` (0: off; see
     ``shaledb.engine.history``)."""
+    merge_operator: MergeOperator | MergeFunction | str | None = None
+    """What ``Db.merge`` operands are folded with: a function ``(key, existing, operands)
+    -> bytes``, a :class:`~shaledb.merge.MergeOperator`, or a ready one's name
+    (``"add_u64"``, ``"append"``, ``"max_u64"``); see ``shaledb.merge``."""
 
     def __post_init__(self) -> None:
         _positive("flush_interval_s", self.flush_interval_s)
         _positive("history_retention_s", self.history_retention_s, allow_zero=True)
+        object.__setattr__(self, "merge_operator", as_operator(self.merge_operator))
         _integer("wal_max_bytes", self.wal_max_bytes, minimum=1)
         _integer("l0_sst_size_bytes", self.l0_sst_size_bytes, minimum=4 * KiB)
         _integer("max_unflushed_bytes", self.max_unflushed_bytes, minimum=1)

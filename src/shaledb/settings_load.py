@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import InvalidArgument
+from .merge import MergeOperator
 from .option_names import Seconds
 
 T = TypeVar("T")
@@ -313,6 +314,8 @@ def from_file(cls: type[T], path: str | os.PathLike[str]) -> T:
 def _toml_value(v: Any) -> str:
     if v is None:
         return f'"{NONE_TEXT}"'
+    if isinstance(v, MergeOperator):  # by name: the ready ones read back (shaledb.merge)
+        v = v.name
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):

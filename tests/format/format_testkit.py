@@ -35,6 +35,7 @@ from shaledb.format.block import decode_block, encode_block
 from shaledb.format.bloom import WORDMIX, build_filter, key_hash, key_hash_wordmix
 from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZE, frame_block
 from shaledb.format.manifest import encode_manifest_body
+from shaledb.format.merge import encode_merge
 from shaledb.format.range_dels import KIND_RANGE_DEL, Fragments
 from shaledb.format.row import (
     FLAG_EXPIRY,
@@ -42,6 +43,7 @@ from shaledb.format.row import (
     FLAG_INDEXED,
     FLAG_META,
     FLAG_TERMS,
+    KIND_MERGE,
     KIND_POINTER,
     KIND_TOMBSTONE,
     KIND_VALUE,
@@ -163,6 +165,15 @@ def build_table_with_range_dels(rows: list[Row]) -> bytes:
     return b.finish()[0]
 
 
+def merge_rows() -> list[Row]:
+    """Merge entries (SST format version 2): operands alone, and operands over a base."""
+    return [
+        (b"count", 12, KIND_MERGE, encode_merge([struct.pack("<Q", 1), struct.pack("<Q", 2)])),
+        (b"list", 11, KIND_MERGE, encode_merge([b"c"], (KIND_VALUE, b"ab"))),
+        (b"plain", 10, KIND_VALUE, b"v"),
+    ]
+
+
 def build_table(rows: list[Row], *, codec: int = CODEC_NONE, block_size: int = 4096) -> bytes:
     b = SstBuilder(
         kind=SST_TABLE,
@@ -274,6 +285,9 @@ GOLDENS: dict[str, Golden] = {
         Golden("table_lz4.sst", lambda: build_table(many_rows(), codec=CODEC_LZ4, block_size=512), "lz4"),
         Golden("table_zstd.sst", lambda: build_table(many_rows(), codec=CODEC_ZSTD, block_size=512), "zstd"),
         Golden("wal.sst", lambda: build_wal(wal_rows()), "WAL SST, 3 batches, one a block"),
+        Golden(
+            "table_merge.sst", lambda: build_table(merge_rows()), "table SST with merge entries (version 2)"
+        ),
         Golden("fence.sst", lambda: build_wal([]), "fencing object: an empty WAL SST"),
         Golden(
             "table_range_dels.sst",
@@ -318,7 +332,7 @@ def _u64s(b: bytes) -> list[int]:
     return list(struct.unpack(f"<{len(b) // 8}Q", b))
 
 
-_KIND_NAMES = {KIND_VALUE: "VALUE", KIND_TOMBSTONE: "TOMBSTONE", KIND_POINTER: "POINTER"}
+_KIND_NAMES = {KIND_VALUE: "VALUE", KIND_TOMBSTONE: "TOMBSTONE", KIND_POINTER: "POINTER", KIND_MERGE: "MERGE"}
 _FLAG_NAMES = (
     (FLAG_META, "META"),
     (FLAG_EXPIRY, "EXPIRY"),
@@ -590,6 +604,29 @@ def _dump_wal_range_del() -> str:
     return render(fields_sst(golden_bytes("wal_range_del.sst")))
 
 
+def fields_merge(buf: bytes, base: int = 0) -> list[Field]:
+    """A merge entry's payload (docs/format/block.md, "Merge entries")."""
+    c = _Cursor(buf, base)
+    flags = c.u("<B", "flags")
+    if flags & 1:
+        c.u("<B", "base_kind")
+        n = c.u("<I", "base_len")
+        c.take(n, _shown("base payload"))
+    count = c.u("<I", "n (operands)")
+    for i in range(count):
+        n = c.u("<I", f"len[{i}]")
+        c.take(n, lambda b, i=i: f"operand[{i}] = {_show(b)}")  # type: ignore[misc]
+    return c.done()
+
+
+def _dump_table_merge() -> str:
+    return render(fields_sst(golden_bytes("table_merge.sst")))
+
+
+def _dump_merge_payloads() -> str:
+    return "\n\n".join(render(fields_merge(r[3])) for r in merge_rows() if r[2] == KIND_MERGE)
+
+
 def _dump_fence() -> str:
     return render(fields_sst(golden_bytes("fence.sst")))
 
@@ -624,6 +661,8 @@ DOC_DUMPS: dict[str, Callable[[], str]] = {
     "fence": _dump_fence,
     "table_range_dels": _dump_table_range_dels,
     "wal_range_del": _dump_wal_range_del,
+    "table_merge": _dump_table_merge,
+    "merge_payloads": _dump_merge_payloads,
     "manifest_small": _dump_manifest,
     "manifest_small_body": _dump_manifest_body,
     "manifest_full_json": _dump_manifest_json,

@@ -50,18 +50,38 @@ from ..compaction.executor import SourceCursor, chunk_cuts, drop_dead, merge_col
 from ..compaction.range_dels import drop_covered
 from ..engine.cache import LruCache
 from ..engine.history import has_versions
+from ..engine.merging import (
+    OPT_MERGE_OPERATOR,
+    Folder,
+    complete_columns,
+    fold_columns,
+    has_merges,
+    plain_base_value,
+    stack,
+)
 from ..engine.parents import default_factory
 from ..engine.sstable import read_sst_meta
 from ..engine.wal import decode_wal_object, fetch_wal_objects
-from ..errors import CorruptionError, InvalidArgument, NotSupported
+from ..errors import CorruptionError, InvalidArgument, MergeOperatorMissing, NotSupported
 from ..format import paths
+from ..format.merge import decode_merge
 from ..format.range_dels import KIND_RANGE_DEL, Fragments, RangeDel, merge_fragments
-from ..format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
+from ..format.row import (
+    EXTRA_FLAGS,
+    FLAG_INDEX_TREE,
+    KIND_MERGE,
+    KIND_POINTER,
+    KIND_TOMBSTONE,
+    KIND_VALUE,
+    TYPE_MASK,
+    decode_payload,
+)
 from ..format.sst import SstMeta
 from ..journal.resolver import JournalResolver
 from ..keys import key_after
 from ..manifest.model import Manifest, SstInfo
 from ..manifest.store import ManifestStore
+from ..merge import BUILTIN
 from ..settings import WAL_READ_AHEAD, MiB, Settings
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
@@ -105,6 +125,8 @@ class ReadPart:
     the WAL for every part (``inline_wal_bytes``); None: the task reads ``wal_ids`` itself."""
     versions: bool = False
     """An SST may hold several versions of a key (a history window, ``shaledb.engine.history``)."""
+    merge_operator: str | None = None
+    """The merge operator the database records (``shaledb.merge``): merges fold with it."""
 
     @property
     def bytes(self) -> int:
@@ -332,6 +354,7 @@ def plan_read(
                 journal,
                 None if wal is None else _slice_columns(wal, lo, hi),
                 has_versions(m),
+                m.option(OPT_MERGE_OPERATOR),
             )
             for i, (lo, hi) in enumerate(ranges)
         )
@@ -419,9 +442,13 @@ def _wal_scan(
                 if e[1] == KIND_RANGE_DEL:
                     if e[0] > last_l0_seq and (hi is None or k < hi) and (lo is None or e[2] > lo):
                         rdels.append((k, e[2], e[0]))
+                        # a later merge of a covered key stacks onto the deletion, not the old entry
+                        for ck in [ck for ck in newest if k <= ck < e[2]]:
+                            newest[ck] = (e[0], KIND_TOMBSTONE, b"")
                     continue
                 if e[0] > last_l0_seq and (lo is None or k >= lo) and (hi is None or k < hi):
-                    newest[k] = e  # WAL order is sequence order: later entries win
+                    # WAL order is sequence order: later entries win, merges stack
+                    newest[k] = e if e[1] != KIND_MERGE else stack(newest.get(k), e[0], decode_merge(e[2])[1])
     ks = sorted(newest)
     ents = [newest[k] for k in ks]
     return (ks, [e[0] for e in ents], bytes(e[1] for e in ents), [e[2] for e in ents]), rdels
@@ -499,6 +526,8 @@ def read_part(
                 wend = len(wal_keys) if upto is None else bisect_left(wal_keys, upto, wpos)
                 cols.append((wal[0][wpos:wend], wal[1][wpos:wend], wal[2][wpos:wend], wal[3][wpos:wend]))
                 wpos = wend
+            if has_merges(cols):  # (a range tombstone below a merge is its base)
+                cols = [_folded(complete_columns(cols, frags), part, now)]
             merged = merge_columns(cols)
             if frags:
                 merged = drop_covered(merged, frags, None)
@@ -510,6 +539,23 @@ def read_part(
                         journal.note_files(part.journal)
                     merged = resolve_pointers(merged, journal)
                 yield merged
+
+
+def _folded(cols: Columns, part: ReadPart, now_ms: int) -> Columns:
+    """Every merge entry of ``cols`` (all of a version's sources) folded into a value with
+    the ready operator the database records; other operators are refused, not guessed."""
+    out = fold_columns(
+        cols, bottom=True, folder=Folder(None, part.merge_operator), base_value=plain_base_value(now_ms)
+    )
+    if KIND_MERGE in out[2]:
+        if part.merge_operator is None or part.merge_operator in BUILTIN:
+            raise NotSupported("a bulk read of a merge over a value in the value journal")
+        raise MergeOperatorMissing(
+            f"the database's merges need merge operator {part.merge_operator!r}, which a bulk read "
+            "cannot fold (only the ready ones of shaledb.merge): compact the database first, or read "
+            "it with DbReader(options=DbReaderOptions(merge_operator=...))"
+        )
+    return out
 
 
 _IS_POINTER = bytes(int(k & TYPE_MASK == KIND_POINTER) for k in range(256))

@@ -43,7 +43,15 @@ from ..errors import CorruptionError
 from ..format import paths
 from ..format.block import _BAD_KIND, MAX_ENTRIES, decode_block
 from ..format.coding import TRAILER_SIZE, crc32c, unframe_block
-from ..format.row import FLAG_EXPIRY, FLAG_INDEX_TREE, FLAG_META, FLAG_TERMS, KIND_POINTER, TYPE_MASK
+from ..format.row import (
+    FLAG_EXPIRY,
+    FLAG_INDEX_TREE,
+    FLAG_META,
+    FLAG_TERMS,
+    KIND_MERGE,
+    KIND_POINTER,
+    TYPE_MASK,
+)
 from ..format.sst import SstMeta
 from ..manifest.model import SstInfo
 from ..settings import MiB
@@ -64,7 +72,8 @@ _U32 = struct.Struct("<I")
 # 1 for a kind the fast path leaves to the general one: an expiry needs the clock, a
 # pointer the journal; the index-tree bit belongs in WAL and journal objects only.
 _GENERAL = bytes(
-    int(bool(k & (FLAG_EXPIRY | FLAG_INDEX_TREE)) or (k & TYPE_MASK) == KIND_POINTER) for k in range(256)
+    int(bool(k & (FLAG_EXPIRY | FLAG_INDEX_TREE)) or (k & TYPE_MASK) in (KIND_POINTER, KIND_MERGE))
+    for k in range(256)
 )
 _EXTRAS = bytes(int(bool(k & (FLAG_META | FLAG_TERMS))) for k in range(256))
 

@@ -60,12 +60,13 @@ from operator import add, eq
 
 from ..clock import Clock
 from ..engine.history import merge_history
+from ..engine.merging import Folder, complete_columns, fold_columns, has_merges, plain_base_value, uncumulate
 from ..engine.sstable import SstSplitter, put_new_sst, read_sst_meta
 from ..errors import CorruptionError
 from ..format import paths
 from ..format.block import Block
 from ..format.range_dels import EMPTY
-from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
+from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
 from ..format.sst import (
     ENTRY_OVERHEAD,
     SST_TABLE,
@@ -306,6 +307,20 @@ def merge_columns(cols: list[Columns]) -> Columns:
     )
 
 
+def own_operands(cols: Columns) -> Columns:
+    """Versions kept by a history window: a merge without a base holds only the operands
+    its next older kept version does not (``complete_columns`` made them cumulative)."""
+    keys, seqs, kinds, pays = cols
+    kl, pl = list(kinds), list(pays)
+    uncumulate(keys, kl, pl)
+    return keys, seqs, bytes(kl), pl
+
+
+def fold_merges(folder: Folder | None, cols: Columns, bottom: bool, now_ms: int) -> Columns:
+    """Merge entries of ``cols`` (made self-contained) folded into values where safe."""
+    return fold_columns(cols, bottom=bottom, folder=folder, base_value=plain_base_value(now_ms))
+
+
 def drop_dead(cols: Columns, *, bottom: bool, now_ms: int) -> Columns:
     """Drop tombstones (bottom only) and expired entries (tombstones elsewhere)."""
     keys, seqs, kinds, pays = cols
@@ -419,6 +434,8 @@ class Executor:
         self.read_ahead_bytes = read_ahead_bytes
         self._metas: dict[str, SstMeta] = {}
         self._meta_lock = threading.Lock()
+        self.folder_for: Callable[[], Folder | None] = lambda: None
+        """The merge operator to fold merge entries with (``shaledb.engine.merging``)."""
 
     # --------------------------------------------------------------- helpers
 
@@ -519,8 +536,14 @@ class Executor:
             cuts = chunk_cuts(self._blocks(cursors), self.chunk_bytes, lo, hi)
             for upto in [*cuts, None]:
                 cols = [c.take(upto) for c in cursors]
+                if has_merges(cols):  # every merge version self-contained, then folded where safe
+                    cols = [complete_columns(cols, frags)]  # (a range tombstone is a base)
+                    folded = fold_merges(self.folder_for(), cols[0], spec.bottom, now_ms)
+                    cols = [folded]
                 if spec.history_floor is not None:
                     merged = merge_history(cols, spec.history_floor, bottom=spec.bottom, now_ms=now_ms)
+                    if KIND_MERGE in merged[2]:
+                        merged = own_operands(merged)
                 else:
                     merged = drop_dead(merge_columns(cols), bottom=spec.bottom, now_ms=now_ms)
                 out.add(drop_covered(merged, frags, spec.history_floor) if frags else merged)

@@ -1,4 +1,4 @@
-"""WriteBatch: an atomic group of puts and deletes, validated as it is built.
+"""WriteBatch: an atomic group of puts, deletes and merges, validated as it is built.
 
 A batch is applied under one sequence number and lands in one WAL object, so
 it is all-or-nothing across crashes. Columns are kept as parallel lists so
@@ -13,8 +13,9 @@ from typing import Any
 
 from ..engine.wal import WalWriter
 from ..errors import InvalidArgument
+from ..format.merge import encode_merge
 from ..format.range_dels import KIND_RANGE_DEL
-from ..format.row import KIND_TOMBSTONE, KIND_VALUE, encode_payload
+from ..format.row import KIND_MERGE, KIND_TOMBSTONE, KIND_VALUE, encode_payload
 from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, check_field, check_key, check_value
 from ..numbers import check_seconds
 
@@ -109,6 +110,14 @@ class WriteBatch:
         if self._extras is None:
             self._extras = []
         self._extras.append((len(self._keys) - 1, extra))
+
+    def merge(self, key: bytes, operand: bytes) -> WriteBatch:
+        """Merge ``operand`` into ``key``'s value (``Db.merge``); in order with the batch's
+        other writes to the key (a put then a merge folds onto the put)."""
+        self._keys.append(check_key(key))
+        self._kinds.append(KIND_MERGE)
+        self._payloads.append(encode_merge([check_value(operand)]))
+        return self
 
     def delete(self, key: bytes) -> WriteBatch:
         k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)

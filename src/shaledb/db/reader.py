@@ -80,6 +80,7 @@ from ..engine.cache import LruCache
 from ..engine.history import HISTORY_PIN, OPT_RETENTION, manifest_seq, to_millis
 from ..engine.indexes import Head
 from ..engine.memtable import ENTRY_OVERHEAD, Memtable, new_memtable
+from ..engine.merging import OPT_MERGE_OPERATOR, Folder
 from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
 from ..engine.range_tombstones import apply_to_memtable
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
@@ -92,6 +93,7 @@ from ..journal.resolver import JournalResolver
 from ..keys import check_key, scan_bounds, split_points
 from ..manifest.model import Checkpoint, Manifest, SstInfo
 from ..manifest.store import ManifestStore
+from ..merge import as_operator
 from ..option_names import renamed
 from ..settings import DbReaderOptions, Settings
 from ..store.base import ObjectStore
@@ -627,6 +629,8 @@ class DbReader(MappingReads, ReaderReads):
             self._wal_tables = tables or [_Table(self._next_wal)]
             self._seq = max(self._seq, m.last_l0_seq)
             self._view = self._make_view(m)
+            op = as_operator(self.options.merge_operator)
+            self._vis.folder = Folder(op, m.option(OPT_MERGE_OPERATOR))  # checks the name
         self._journal.note(m)
 
     def _make_view(self, m: Manifest) -> ReadView:
@@ -767,7 +771,7 @@ class DbReader(MappingReads, ReaderReads):
             if keys:
                 if HISTORY_PIN not in mem.pins and self._view.manifest.option(OPT_RETENTION) is not None:
                     mem.pin(HISTORY_PIN)  # the writer keeps history: so do the replayed tables
-                apply_to_memtable(mem, keys, ents)  # (range deletes go to its range tombstones)
+                apply_to_memtable(mem, keys, ents)  # range tombstones, then points (merges stack)
                 mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
                 self._seq = max(self._seq, *(e[0] for e in ents))
             t.last_wal = wid

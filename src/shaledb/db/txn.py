@@ -31,6 +31,14 @@ drops its own earlier writes in the range; later writes stand.
 
 A transaction object is for one thread; run transactions from many threads
 by giving each its own.
+
+``txn.merge(key, operand)`` counts as a write of ``key`` for conflicts (like a
+put: first committer wins), not as a read, even though the operand is folded
+onto whatever value the key has at commit: merges of two transactions to one
+key therefore conflict, which keeps the rule simple and the same for every
+operator (one that is not commutative would otherwise depend on commit
+order). Reads inside the transaction see its own merges folded onto the
+snapshot's value (with the database's merge operator).
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Literal
 
 from ..engine.reads import check_limit
-from ..errors import ClosedError, InvalidArgument, TransactionConflict
+from ..errors import ClosedError, InvalidArgument, MergeOperatorMissing, TransactionConflict
 from ..keys import check_key, check_value, scan_bounds
 from .batch import WriteBatch, check_range
 
@@ -142,7 +150,7 @@ class ConflictLog:
         if self.ranged or txn._rdels:
             self._validate_ranges(txn, snap)
         last = self.last
-        for k in txn._writes:
+        for k in txn._own():  # merges are writes for conflicts (module docstring)
             if last.get(k, 0) > snap:
                 raise TransactionConflict(
                     k, f"key {k!r} was written by another commit after this transaction began"
@@ -239,6 +247,8 @@ class Transaction:
         self.commit_seq: int | None = None
         """The commit's sequence number (None until committed; the snapshot's for a read-only one)."""
         self._writes: dict[bytes, bytes | None] = {}
+        self._merges: dict[bytes, list[bytes]] = {}
+        """Operands merged into a key after its entry in ``_writes`` (or the snapshot's value)."""
         self._reads: set[bytes] = set()
         self._ranges: list[_Range] = []
         self._rdels: list[tuple[bytes, bytes]] = []
@@ -258,6 +268,8 @@ class Transaction:
         """The value of ``key``: this transaction's own write, else the snapshot's."""
         k = check_key(key)
         snap = self._live()
+        if k in self._merges:
+            return self._merged(k)
         if k in self._writes:
             return self._writes[k]
         if self.isolation == "serializable":
@@ -274,6 +286,8 @@ class Transaction:
         """The values of ``keys`` in order (None where absent), as :meth:`get` would give."""
         ks = [check_key(k) for k in keys]
         snap = self._live()
+        if self._merges and any(k in self._merges for k in ks):
+            return [self.get(k) for k in ks]
         missing = [k for k in ks if k not in self._writes]
         if self.isolation == "serializable":
             self._reads.update(missing)
@@ -300,7 +314,9 @@ class Transaction:
         if self.isolation == "serializable":
             self._ranges.append((s, e))
         mine = sorted(
-            (k, v) for k, v in self._writes.items() if (s is None or k >= s) and (e is None or k < e)
+            (k, self._merged(k) if k in self._merges else v)
+            for k, v in self._own().items()
+            if (s is None or k >= s) and (e is None or k < e)
         )
         if reverse:
             mine.reverse()
@@ -317,12 +333,42 @@ class Transaction:
         k, v = check_key(key), check_value(value)
         self._live()
         self._writes[k] = v
+        self._merges.pop(k, None)
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` when the transaction commits."""
         k = check_key(key)
         self._live()
         self._writes[k] = None
+        self._merges.pop(k, None)
+
+    def merge(self, key: bytes, operand: bytes) -> None:
+        """Merge ``operand`` into ``key`` when the transaction commits (``Db.merge``; a
+        write for conflicts, see the module docstring)."""
+        k, v = check_key(key), check_value(operand)
+        self._live()
+        if self._db.merge_operator is None:
+            raise MergeOperatorMissing("merge needs Settings(merge_operator=...) (see shaledb.merge)")
+        self._merges.setdefault(k, []).append(v)
+
+    def _own(self) -> dict[bytes, bytes | None]:
+        """Every key this transaction wrote (merged-only keys map to None here)."""
+        if not self._merges:
+            return self._writes
+        return {**dict.fromkeys(self._merges), **self._writes}
+
+    def _merged(self, k: bytes) -> bytes:
+        """``k``'s value with this transaction's operands folded on (reads its snapshot)."""
+        snap = self._live()
+        if k in self._writes:
+            existing = self._writes[k]
+        elif self._rdels and self._in_rdels(k):
+            existing = None  # this transaction's range delete came first: no base
+        else:
+            if self.isolation == "serializable":
+                self._reads.add(k)
+            existing = snap.get(k)
+        return self._db.vis.folder.fold(k, existing, list(self._merges[k]))
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         """Remove every key in ``[start, end)`` when the transaction commits (one range
@@ -333,6 +379,8 @@ class Transaction:
             return
         for k in [k for k in self._writes if s <= k < e]:
             del self._writes[k]
+        for k in [k for k in self._merges if s <= k < e]:
+            del self._merges[k]  # merges before the range delete go with it; later ones fold onto None
         self._rdels.append((s, e))
 
     # ------------------------------------------------------------ completion
@@ -345,11 +393,15 @@ class Transaction:
         batch = WriteBatch()
         for s, e in self._rdels:
             batch.delete_range(s, e)
-        for k, v in sorted(self._writes.items()):
-            if v is None:
-                batch.delete(k)
-            else:
-                batch.put(k, v)
+        for k in sorted(self._own()):
+            if k in self._writes:
+                v = self._writes[k]
+                if v is None:
+                    batch.delete(k)
+                else:
+                    batch.put(k, v)
+            for op in self._merges.get(k, ()):
+                batch.merge(k, op)
         log = db._txn_log
         assert log is not None  # registered while this transaction is open
         try:
@@ -374,6 +426,7 @@ class Transaction:
             return
         snap.close()
         self._writes.clear()
+        self._merges.clear()
         self._reads.clear()
         self._ranges.clear()
         self._rdels.clear()

@@ -35,13 +35,14 @@ from dataclasses import replace
 
 from ..errors import ClosedError, FencedError
 from ..format import paths
-from ..format.row import KIND_POINTER, KIND_VALUE, TYPE_MASK
+from ..format.row import KIND_MERGE, KIND_POINTER, KIND_VALUE, TYPE_MASK
 from ..format.sst import SST_TABLE, SstBuilder, SstProps
 from ..manifest.model import JournalFile, Manifest, SstInfo, TrackedWal, Tree
 from ..manifest.options import OPT_COMPLETE, OPT_INDEXED, OPT_RECOVERY
 from .history import flush_history_options, memtable_versions
 from .host import FlushHost, WriterHost
 from .memtable import Memtable
+from .merging import uncumulate
 from .sstable import put_new_sst
 
 log = logging.getLogger("shaledb.flush")
@@ -53,6 +54,8 @@ def build_l0(db: WriterHost, mem: Memtable) -> tuple[bytearray, SstProps] | None
         return None
     history = db.history is not None and mem.hist
     keys, seqs, kinds, payloads = memtable_versions(mem) if history else mem.sorted_items()
+    if history and KIND_MERGE in kinds:
+        uncumulate(keys, kinds, payloads)  # each version's own operands (shaledb.engine.merging)
     if mem.locs:
         to_pointers(keys, seqs, kinds, payloads, mem.locs)
     s = db.settings

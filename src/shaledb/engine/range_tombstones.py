@@ -29,9 +29,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from ..format.range_dels import EMPTY, KIND_RANGE_DEL, Fragments, merge_fragments
-from ..format.row import KIND_TOMBSTONE
+from ..format.row import KIND_MERGE, KIND_TOMBSTONE
 from ..manifest.model import SstInfo
 from .memtable import Entry, Memtable
+from .merging import put_entries
 from .sstable import Row, TableCache
 
 Probe = Callable[[TableCache, SstInfo, bytes, "int | None", dict[int, tuple[int, int]]], "Entry | None"]
@@ -161,13 +162,20 @@ def split_range_dels(keys: list[bytes], ents: list[Entry]) -> tuple[list[bytes],
 
 
 def apply_to_memtable(mem: Memtable, keys: list[bytes], ents: list[Entry]) -> None:
-    """Put a batch that may hold range tombstones into ``mem`` (WAL replay, writers)."""
+    """Put a batch that may hold range tombstones into ``mem`` (WAL replay, writers).
+
+    The tombstones go first: a batch's point writes after its range deletes stand
+    (``WriteBatch.delete_range``), and a merge among them stacks onto the tombstone,
+    not onto the older entry it deletes (``merging.put_entry``)."""
     starts = list(keys)
     pk, pe, rd = split_range_dels(starts, ents)
-    if pk:
-        mem.put_many(pk, pe)
     for s, (q, _kind, end) in zip(starts, rd):
         mem.add_range_del(s, end, q)
+    if pk:
+        if any(e[1] == KIND_MERGE for e in pe):
+            put_entries(mem, pk, pe)
+        else:
+            mem.put_many(pk, pe)
 
 
 def covering_seq(view: _View, tables: TableCache, key: bytes, seq: int | None) -> int:

@@ -29,12 +29,28 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import CorruptionError
 from ..format.range_dels import Fragments
-from ..format.row import EXTRA_FLAGS, FLAG_EXPIRY, KIND_POINTER, KIND_TOMBSTONE, TYPE_MASK, decode_extras
+from ..format.row import (
+    EXTRA_FLAGS,
+    FLAG_EXPIRY,
+    KIND_MERGE,
+    KIND_POINTER,
+    KIND_TOMBSTONE,
+    TYPE_MASK,
+    decode_extras,
+)
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
 from ..numbers import check_int
 from .history import has_versions
 from .memtable import Memtable
-from .range_tombstones import drop_covered, drop_covered_chunk, has_range_dels, ranged_lookup, scan_fragments
+from .merging import Folder, complete, fold_payload
+from .range_tombstones import (
+    covering_seq,
+    drop_covered,
+    drop_covered_chunk,
+    has_range_dels,
+    ranged_lookup,
+    scan_fragments,
+)
 from .sstable import Row, TableCache
 
 PointerResolver = Callable[[bytes, bytes], bytes]
@@ -149,13 +165,17 @@ def check_limit(limit: object) -> None:
 
 
 class Visibility:
-    """Turns stored entries into user values: tombstones, expiry, pointers."""
+    """Turns stored entries into user values: tombstones, expiry, pointers, merges
+    (``folder``: the handle's merge operator, ``shaledb.engine.merging``)."""
 
-    __slots__ = ("now_ms", "resolve")
+    __slots__ = ("folder", "now_ms", "resolve")
 
-    def __init__(self, now_ms: Callable[[], int], resolve: PointerResolver | None) -> None:
+    def __init__(
+        self, now_ms: Callable[[], int], resolve: PointerResolver | None, folder: Folder | None = None
+    ) -> None:
         self.now_ms = now_ms
         self.resolve = resolve
+        self.folder = folder if folder is not None else Folder(None, None)
 
     def value(self, key: bytes, kind: int, payload: bytes) -> bytes | None:
         """The value, or None when the entry hides the key (tombstone, expired)."""
@@ -164,6 +184,8 @@ class Visibility:
         t = kind & TYPE_MASK
         if t == KIND_TOMBSTONE:
             return None
+        if t == KIND_MERGE:  # complete (``lookup``) or the oldest version there is
+            return fold_payload(self.folder, key, payload, self.value)
         if kind & EXTRA_FLAGS:
             body, _meta, expires, _terms = decode_extras(kind, payload)
             if expires is not None and expires <= self.now_ms():
@@ -187,31 +209,45 @@ class Visibility:
 
 
 def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> tuple[int, int, bytes] | None:
-    """The newest stored entry ``(seq, kind, payload)`` for ``key``, or None."""
+    """The newest stored entry ``(seq, kind, payload)`` for ``key``, or None. A merge
+    entry comes back self-contained: with every operand and the base below it (a range
+    tombstone between a merge and older versions is its base: ``existing`` None)."""
     if view.sst_rdels or view.mem.rdels or (view.imms and has_range_dels(view)):
-        return ranged_lookup(view, tables, key, seq, _probe)
+        found = ranged_lookup(view, tables, key, seq, _probe)
+        if found is None or found[1] != KIND_MERGE:
+            return found
+        floor = covering_seq(view, tables, key, seq)
+        if floor > found[0]:
+            return (floor, KIND_TOMBSTONE, b"")
+        return complete(view.memtables(), view.l0, view.runs, tables, key, seq, found, floor)
     e = view.mem.get(key, seq)
     if e is not None:
-        return e
+        return e if e[1] != KIND_MERGE else _complete(view, tables, key, seq, e)
     for imm in view.imms:
         e = imm.get(key, seq)
         if e is not None:
-            return e
+            return e if e[1] != KIND_MERGE else _complete(view, tables, key, seq, e)
     queries: dict[int, tuple[int, int]] = {}  # the key's (hash, probe mask) per kind of filter
     for info in view.l0:
         if key < info.first_key or key > info.last_key:
             continue
         found = _probe(tables, info, key, seq, queries)
         if found is not None:
-            return found
+            return found if found[1] != KIND_MERGE else _complete(view, tables, key, seq, found)
     for run in view.runs:
         found_info = run.find(key)
         if found_info is None:
             continue
         found = _probe(tables, found_info, key, seq, queries)
         if found is not None:
-            return found
+            return found if found[1] != KIND_MERGE else _complete(view, tables, key, seq, found)
     return None
+
+
+def _complete(
+    view: ReadView, tables: TableCache, key: bytes, seq: int | None, e: tuple[int, int, bytes]
+) -> tuple[int, int, bytes]:
+    return complete(view.memtables(), view.l0, view.runs, tables, key, seq, e)
 
 
 GET_MANY_THREADS = 16
@@ -398,6 +434,10 @@ def _scan_merged(
         if kind == 0:
             yield k, payload
         else:
+            if kind == KIND_MERGE:  # the operands below this one are in other rows: look up
+                e = lookup(view, tables, k, seq)
+                assert e is not None
+                kind, payload = e[1], e[2]
             v = value(k, kind, payload)
             if v is None:
                 continue

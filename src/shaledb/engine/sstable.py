@@ -319,8 +319,26 @@ class SstReader:
         Versions of one key come newest first here too (callers merge on key
         and take the first version), so runs of equal keys are kept in order.
         """
+        held: list[Row] = []  # the versions of the smallest key so far: newer ones may be in the block before
         for keys, seqs, kinds, payloads in self.chunks_reversed(start, end):
-            yield from _reverse_keys_keep_versions(list(zip(keys, seqs, kinds, payloads)))
+            rows = list(zip(keys, seqs, kinds, payloads))
+            if held:
+                k = held[0][0]
+                j = len(rows)
+                while j > 0 and rows[j - 1][0] == k:
+                    j -= 1
+                held = rows[j:] + held
+                rows = rows[:j]
+                if not rows:
+                    continue
+                yield from held
+            k0 = rows[0][0]
+            j = 0
+            while j < len(rows) and rows[j][0] == k0:
+                j += 1
+            held = rows[:j]
+            yield from _reverse_keys_keep_versions(rows[j:])
+        yield from held
 
     def all_rows(self) -> Iterator[Row]:
         return self.rows(None, None)

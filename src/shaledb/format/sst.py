@@ -47,14 +47,17 @@ from .coding import (
     unframe_block,
 )
 from .range_dels import EMPTY, KIND_RANGE_DEL, Fragments, decode_range_dels, encode_range_dels
-from .row import KIND_TOMBSTONE, TYPE_MASK
+from .row import KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK
 
 MAGIC = b"SHALESST"
 FORMAT_VERSION = 1
-FORMAT_VERSION_RANGE_DELS = 2
-"""Written only by SSTs that hold range tombstones (docs/format/range-dels.md): a table
-SST with a range-del block (footer flag ``FLAG_RANGE_DEL_BLOCK``), or a WAL SST with
-range-tombstone entries. Every other SST stays version 1, readable by older code."""
+FORMAT_VERSION_2 = 2
+"""Written only by SSTs that need it; every other SST stays version 1, readable by older
+code. Version 2 may hold either or both of: range tombstones (docs/format/range-dels.md: a
+table SST with a range-del block, footer flag ``FLAG_RANGE_DEL_BLOCK``, or a WAL SST with
+range-tombstone entries) and merge entries (kind 3, ``format/merge.py``)."""
+FORMAT_VERSION_RANGE_DELS = FORMAT_VERSION_2
+MERGE_FORMAT_VERSION = FORMAT_VERSION_2
 SUPPORTED_VERSIONS = (1, 2)
 FLAG_RANGE_DEL_BLOCK = 0x0001
 """Footer flag (version 2): a range-del block lies between the index and the properties."""
@@ -308,6 +311,7 @@ class SstBuilder:
         self._digests = bytearray()
         self._entries = 0
         self._tombstones = 0
+        self._merges = 0
         self._raw_k = 0
         self._raw_v = 0
         self._min_seq: int | None = None
@@ -420,6 +424,7 @@ class SstBuilder:
         self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
         if self.kind != SST_TABLE and not self._has_range_entries:
             self._has_range_entries = _RANGE_KIND in kinds_b
+        self._merges += kinds_b.count(KIND_MERGE)
 
     def append_blocks(
         self,
@@ -531,7 +536,7 @@ class SstBuilder:
             rd = frame_block(encode_range_dels(self._range_dels), CODEC_NONE)
             data += rd
             pos += len(rd)
-            version, flags = FORMAT_VERSION_RANGE_DELS, FLAG_RANGE_DEL_BLOCK
+            version, flags = FORMAT_VERSION_2, FLAG_RANGE_DEL_BLOCK
             if self._rd_first is not None and (self._first is None or self._rd_first < first):
                 first = self._rd_first
             if self._rd_last is not None and self._rd_last > last:
@@ -539,8 +544,8 @@ class SstBuilder:
             rd_seqs = [q for ss in self._range_dels.seqs for q in ss]
             lo_seq = min(rd_seqs) if self._min_seq is None else min(self._min_seq, *rd_seqs)
             self._min_seq, self._max_seq = lo_seq, max(self._max_seq, *rd_seqs)
-        elif self._has_range_entries:
-            version = FORMAT_VERSION_RANGE_DELS
+        elif self._has_range_entries or self._merges:
+            version = FORMAT_VERSION_2
         props = SstProps(
             kind=self.kind,
             codec=self.codec,
@@ -628,4 +633,6 @@ def decode_sst(data: bytes) -> tuple[SstMeta, list[Block]]:
     total = sum(len(b) for b in blocks)
     if total != meta.props.entries:
         raise CorruptionError(f"SST blocks hold {total} entries, properties say {meta.props.entries}")
+    if meta.footer.version < MERGE_FORMAT_VERSION and any(KIND_MERGE in b.kinds for b in blocks):
+        raise CorruptionError(f"SST format version {meta.footer.version} holds a merge entry")
     return meta, blocks
