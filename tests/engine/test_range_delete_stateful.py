@@ -1,7 +1,9 @@
-"""Model-based test of range deletes: a Hypothesis state machine against a dict model.
+"""Model-based test of range deletes and merges: a Hypothesis state machine against a dict model.
 
-Rules: put, delete, ``delete_range`` (alone or inside a ``WriteBatch`` among puts
-and deletes, applied in order), get, ``get_many``, scan (range, reverse,
+Rules: put, delete, ``delete_range``, ``merge`` (the ready ``append`` operator; alone or
+inside a ``WriteBatch`` among puts, deletes and range deletes, applied in order: a merge
+after a range delete folds onto nothing, a range delete hides every operand), get,
+a ``DbReader`` (scan and get), ``get_many``, scan (range, reverse,
 limit), snapshots (open, read, close), flush to L0, compaction (a standalone
 compactor with 4 KiB SSTs and two subcompactions, so runs have several SSTs and
 tombstones cross their boundaries), clean reopen, and a crash (the writer loses
@@ -30,7 +32,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from shaledb import CompactorOptions, Db, WriteBatch
+from shaledb import CompactorOptions, Db, DbReader, WriteBatch
 from shaledb.compaction import Compactor
 from shaledb.errors import ShaleError
 from shaledb.store import ObjectStore, drop_memory_store, open_store
@@ -43,10 +45,12 @@ STEPS = int(os.environ.get("SHALEDB_RANGEDEL_STEPS", "30"))
 KEY = st.integers(0, 59).map(lambda i: b"k%02d" % i)
 BOUND = st.integers(0, 61).map(lambda i: b"k%02d" % i)  # k60, k61: past every key
 VALUE = st.integers(0, 9).map(lambda i: b"v%d" % i + b"." * 700)  # a few per 4 KiB SST
+OPERAND = st.integers(0, 9).map(lambda i: b"+%d" % i)
 OP = st.one_of(
     st.tuples(st.just("put"), KEY, VALUE),
     st.tuples(st.just("delete"), KEY, st.none()),
     st.tuples(st.just("range"), BOUND, BOUND),
+    st.tuples(st.just("merge"), KEY, OPERAND),
 )
 COMPACTOR = CompactorOptions(
     min_l0_ssts=2,
@@ -66,6 +70,8 @@ def apply(model: Model, op: tuple[str, bytes, Any]) -> None:
         model[a] = b
     elif kind == "delete":
         model.pop(a, None)
+    elif kind == "merge":
+        model[a] = model.get(a, b"") + b  # the ready "append" operator
     else:
         lo, hi = sorted((a, b))
         for k in [k for k in model if lo <= k < hi]:
@@ -103,7 +109,7 @@ class RangeDeleteMachine(RuleBasedStateMachine):
         else:
             self.tmpdir = tempfile.mkdtemp(prefix="shaledb-rangedel-")
             self.inner = open_store(os.path.join(self.tmpdir, "db"))
-        self.settings = tiny_settings()
+        self.settings = tiny_settings().replace(merge_operator="append")
         self.faults = FaultInjectingStore(self.inner, seed=seed)
         self.db = Db.open(store=self.faults, settings=self.settings, seed=seed)
         self.compactor = Compactor.open(store=self.inner, options=COMPACTOR, seed=seed)
@@ -146,6 +152,11 @@ class RangeDeleteMachine(RuleBasedStateMachine):
         self.live.delete_range(lo, hi)
         apply(self.model, ("range", lo, hi))
 
+    @rule(key=KEY, operand=OPERAND)
+    def merge(self, key: bytes, operand: bytes) -> None:
+        self.live.merge(key, operand)
+        apply(self.model, ("merge", key, operand))
+
     @rule(ops=st.lists(OP, min_size=1, max_size=6))
     def batch(self, ops: list[tuple[str, bytes, Any]]) -> None:
         wb = WriteBatch()
@@ -154,6 +165,8 @@ class RangeDeleteMachine(RuleBasedStateMachine):
                 wb.put(a, b)
             elif kind == "delete":
                 wb.delete(a)
+            elif kind == "merge":
+                wb.merge(a, b)
             else:
                 wb.delete_range(*sorted((a, b)))
             apply(self.model, (kind, a, b))
@@ -178,6 +191,13 @@ class RangeDeleteMachine(RuleBasedStateMachine):
     def scan(self, start: bytes | None, end: bytes | None, reverse: bool, limit: int | None) -> None:
         got = list(self.live.scan(start, end, reverse=reverse, limit=limit))
         assert got == expected(self.model, start, end, reverse, limit), f"seed={self.seed} scan"
+
+    @rule(key=KEY)
+    def reader(self, key: bytes) -> None:
+        """A ``DbReader`` on the same store (every write here is durable: it sees them all)."""
+        with DbReader.open(store=self.inner) as r:
+            assert dict(r.scan()) == self.model, f"seed={self.seed} reader scan"
+            assert r.get(key) == self.model.get(key)
 
     @rule()
     def snapshot_open(self) -> None:
