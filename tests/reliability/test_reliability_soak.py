@@ -58,3 +58,18 @@ def test_crash_soak(tmp_path: Path, soak_targets: list[tuple[SoakTarget, bool]])
         else None,
     )
     assert stats.acknowledged_lost == 0
+
+
+def test_the_soak_destroys_the_clones_and_backups_of_a_round_once_checked(tmp_path: Path) -> None:
+    """Kept clones pin their parent's objects forever (and backups copy it whole), which made
+    long soaks ever slower; after its checks a round releases them."""
+    from shaledb import admin
+    from shaledb.testing.crashsoak import CrashSoak
+
+    target = SoakTarget("local", str(tmp_path / "db"), str(tmp_path / "aux"))
+    soak = CrashSoak(target, tmp_path / "work", vsep=False, kill_after_s=(1.0, 1.2))
+    soak.round("clone", 7)
+    soak.round("backup", 8)
+    assert soak.stats.released >= 2, soak.stats.summary()
+    assert admin.list_checkpoints(target.url) == []
+    assert [p for p in (tmp_path / "aux").rglob("*") if p.is_file()] == []

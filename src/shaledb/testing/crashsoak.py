@@ -22,6 +22,14 @@ and then, in this process:
    and a finished one still does; an interrupted backup can be re-run and
    opens with the source's contents, a finished one opens as recorded.
 
+After the checks every clone and backup the round made is destroyed
+(:func:`shaledb.admin.destroy`, hard): a clone pins its parent's objects with a
+checkpoint that never expires, and backups copy the whole database, so kept
+ones would make the database (and, on S3, the bucket the server lists by
+walking it) grow with every round and later rounds ever slower. Destroying a
+clone releases its checkpoint in the parent, so the parent's GC can collect
+again; what a kill can break is checked before.
+
 Every round's seed is printed; a failure names the round, seed and ledger, and
 ``SoakStats`` adds up the figures docs/reliability.md reports.
 """
@@ -73,6 +81,7 @@ class SoakStats:
     clones_reopened: int = 0
     backups_checked: int = 0
     checkpoints_checked: int = 0
+    released: int = 0
     seconds: float = 0.0
 
     def add(self, other: SoakStats) -> None:
@@ -88,6 +97,7 @@ class SoakStats:
             "clones_reopened",
             "backups_checked",
             "checkpoints_checked",
+            "released",
             "seconds",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -100,7 +110,8 @@ class SoakStats:
             f"unacknowledged kept {self.unacknowledged_kept} / dropped {self.unacknowledged_lost}; "
             f"verify runs {self.verifies}, reader states {self.reader_states_checked}, "
             f"clones reopened {self.clones_reopened}, backups checked {self.backups_checked}, "
-            f"checkpoints checked {self.checkpoints_checked}; rounds took {self.seconds:.0f} s "
+            f"checkpoints checked {self.checkpoints_checked}, clones and backups destroyed after their "
+            f"check {self.released}; rounds took {self.seconds:.0f} s "
             "(summed over the databases, which run in parallel)"
         )
 
@@ -239,8 +250,25 @@ class CrashSoak:
             self._check_checkpoints(records)
         elif role == "clone":
             self._check_clones(records)
+            self._release(records, "clone")
         elif role == "backup":
             self._check_backups(records)
+            self._release(records, "backup")
+
+    def _release(self, records: list[dict[str, Any]], kind: str) -> None:
+        """Destroy the round's clones or backups once checked (see module docstring).
+
+        Every one of them is whole by now: only the last can have been interrupted,
+        and its check reopened (clone) or re-ran (backup) it."""
+        from shaledb import admin
+
+        seen: list[str] = []
+        for rec in records:
+            if kind in rec and rec[kind] not in seen:
+                seen.append(rec[kind])
+        for url in seen:
+            admin.destroy(url, soft=False, store_options=self._opts() or None)
+            self.stats.released += 1
 
     def _check_checkpoints(self, records: list[dict[str, Any]]) -> None:
         from shaledb import admin
