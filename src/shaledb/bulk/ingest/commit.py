@@ -143,7 +143,12 @@ def begin_ingest(
         # The URL (with the store) lets a creating open check the new root against other
         # databases' on cloud stores too (shaledb.store.new_root).
         db = Db.open(
-            url, store=st, store_options=store_options, settings=claim, clock=clock, seed=rng.getrandbits(64)
+            url,
+            store=st,
+            store_options=dict(store_options) if store_options is not None else None,
+            settings=claim,
+            clock=clock,
+            seed=rng.getrandbits(64),
         )
         terms_cp: str | None = None
         try:
