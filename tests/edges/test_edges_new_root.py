@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shaledb import Db, InvalidArgument, Settings
+from shaledb import Db, InvalidArgument, Settings, admin
 from shaledb.bulk.ingest import ingest_columns
 from shaledb.clock import SYSTEM_CLOCK
 from shaledb.store import drop_memory_store, open_store
@@ -123,3 +123,22 @@ def test_the_check_costs_one_listing_plus_one_per_folder_above_on_s3(
         check_new_root(url, store, options, QUIET, SYSTEM_CLOCK)
         assert proxy.counts["pass"] - before == 1 + 3
         store.close()
+
+
+def test_a_clone_created_inside_or_around_an_unrelated_database_is_refused(
+    place: tuple[str, dict[str, Any] | None],
+) -> None:
+    """Clone creation checked its parent and ancestors only; any other database counts too."""
+    base, options = place
+    _make(f"{base}/parent", options)
+    _make(f"{base}/other", options)
+    _make(f"{base}/wrap/inner", options)
+    with pytest.raises(InvalidArgument, match=r"lies inside the root of database \S+/other\b"):
+        Db.open_from_checkpoint(
+            f"{base}/other/tmp/c", f"{base}/parent", settings=QUIET, store_options=options
+        )
+    with pytest.raises(InvalidArgument, match=r"contains the root of database \S+/wrap/inner\b"):
+        Db.open_from_checkpoint(f"{base}/wrap", f"{base}/parent", settings=QUIET, store_options=options)
+    assert admin.list_checkpoints(f"{base}/parent", store_options=options) == []  # nothing pinned
+    with Db.open_from_checkpoint(f"{base}/c", f"{base}/parent", settings=QUIET, store_options=options) as c:
+        assert c.get(b"k") == b"v"
