@@ -259,7 +259,13 @@ class DbReader(MappingReads, ReaderReads):
         url = as_url(url)
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
-        settings = Settings(retry=opts.retry, compactor=None, garbage_collector=None)
+        settings = Settings(
+            retry=opts.retry,
+            compactor=None,
+            garbage_collector=None,
+            disk_cache_dir=opts.disk_cache_dir,
+            disk_cache_bytes=opts.disk_cache_bytes,
+        )
         cp_id = None if checkpoint is None else as_checkpoint_id(checkpoint)
         wrapped = open_stack(url, store, store_options, settings, clock, rng)
         factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options)
