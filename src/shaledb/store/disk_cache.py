@@ -18,18 +18,19 @@ Layout: an object is cut into aligned parts of :data:`PART_BYTES`; a read of
 of missing parts in one ranged GET (``get_ranges`` fetches all runs of a call
 in one call), then stores them. The last part of an object is shorter; a part
 is never stored empty. Keys are the store's description (its URL), the path
-and the part number, so databases sharing a cache directory never meet.
+and the part size and number, so databases sharing a cache directory never meet.
 
 Storage is the ``diskcache`` library (SQLite index in WAL mode, one file per
 part), which is safe for threads and for processes sharing one directory, and
 survives ``kill -9``: a part's file is written before its index row commits, so
 a killed writer leaves at worst an orphan file, never a row pointing at half a
-file. Each stored part carries a CRC32C of key and bytes, checked on every
-read: a damaged or misplaced part is deleted and read from the store again,
-never served. The bound is ``diskcache``'s ``size_limit`` (index and files
-together); it evicts the least recently *stored* parts, which costs a read no
-SQLite write (an LRU order would make every hit a write transaction that the
-processes sharing the directory contend on; the memory block cache in front
+file. Each stored part carries a CRC32C per 4 KiB, seeded with its key, and
+every read checks the pieces it returns: a damaged or misplaced part is
+deleted and read from the store again, never served. The bound is
+``diskcache``'s ``size_limit`` (index and files together); it evicts the
+least recently *stored* parts, which costs a read no SQLite write (an LRU
+order would make every hit a write transaction that the processes sharing the
+directory contend on; the memory block cache in front
 already keeps what is hot). Deleting an object through the store drops its
 parts; objects deleted elsewhere (another host's GC) age out.
 
@@ -63,7 +64,12 @@ read reads and checks one 64 KiB file."""
 CACHED_PREFIXES: tuple[str, ...] = (paths.SST_DIR, paths.JOURNAL_DIR)
 """Objects that never change once written (random ULID names): the only ones cached."""
 
+CHECK_BYTES = 4096
+"""Each stored part carries a CRC32C per this many bytes, so a read checks only
+the bytes it returns (a 4 KiB block of a 64 KiB part: 1-2 CRCs, not 16)."""
+
 _CRC = struct.Struct("<I")
+_MAX_PIECES = PART_BYTES // CHECK_BYTES
 _TIMEOUT_S = 2.0
 """How long one cache call waits for the SQLite lock another process holds
 before the cache is skipped for that call (a write skipped, a read missed)."""
@@ -114,8 +120,11 @@ class DiskCache:
 
     @staticmethod
     def _seal(key: str, data: bytes) -> bytes:
-        crc = crc32c_extend(crc32c_extend(0, key.encode()), data)
-        return data + _CRC.pack(crc)
+        """The count of :data:`CHECK_BYTES` pieces, a CRC32C of each (seeded with the key), ``data``."""
+        seed = crc32c_extend(0, key.encode())
+        n = -(-len(data) // CHECK_BYTES)
+        crcs = [crc32c_extend(seed, data[i * CHECK_BYTES : (i + 1) * CHECK_BYTES]) for i in range(n)]
+        return struct.pack(f"<{n + 1}I", n, *crcs) + data
 
     def _failed(self, what: str, exc: BaseException) -> None:
         with self._lock:
@@ -124,23 +133,57 @@ class DiskCache:
         if first or isinstance(exc, self._timeout_error):
             log.warning("disk cache %s: %s failed, reading from the store: %r", self.directory, what, exc)
 
-    def get(self, key: str) -> bytes | None:
-        """The part stored under ``key`` if present and intact; a damaged one is deleted."""
+    def get(self, key: str, lo: int = 0, hi: int = PART_BYTES) -> tuple[bytes, int] | None:
+        """``(bytes [lo, hi) of the part under key, the part's length)`` if present and intact.
+
+        Reads only the header and the checked pieces covering ``[lo, hi)`` from
+        the part's file (a point read needs a 4 KiB block, not 64 KiB) and checks
+        them; a part that fails is deleted and None returned, as for a part that
+        is not there.
+        """
         try:
-            raw = self._cache.get(key)
+            fh = self._cache.get(key, read=True)
         except Exception as exc:  # noqa: BLE001 - a cache failure is a miss, never an error
             self._failed("get", exc)
             return None
-        if raw is None:
+        if fh is None:
             return None
-        if not isinstance(raw, bytes) or len(raw) < _CRC.size + 1:
+        try:
+            with fh:
+                got = self._read_checked(fh, key, lo, hi)
+        except OSError as exc:
+            self._failed("read", exc)
+            return None
+        except Exception:  # noqa: BLE001 - not a part this module wrote: damaged
+            got = None
+        if got is None:
             self._damaged(key)
+        return got
+
+    @staticmethod
+    def _read_checked(fh: Any, key: str, lo: int, hi: int) -> tuple[bytes, int] | None:
+        head = fh.read(_CRC.size * (_MAX_PIECES + 1))
+        if len(head) < _CRC.size:
             return None
-        data = raw[: -_CRC.size]
-        if crc32c_extend(crc32c_extend(0, key.encode()), data) != _CRC.unpack_from(raw, len(data))[0]:
-            self._damaged(key)
+        n = _CRC.unpack_from(head)[0]
+        start = _CRC.size * (n + 1)
+        size = os.fstat(fh.fileno()).st_size - start
+        if not 0 < n <= _MAX_PIECES or size <= 0 or n != -(-size // CHECK_BYTES):
             return None
-        return data
+        hi = min(hi, size)
+        if lo >= hi:
+            return b"", size
+        i0, i1 = lo // CHECK_BYTES, -(-hi // CHECK_BYTES)
+        a = i0 * CHECK_BYTES
+        fh.seek(start + a)
+        span = fh.read(min(i1 * CHECK_BYTES, size) - a)
+        seed = crc32c_extend(0, key.encode())
+        for i in range(i0, i1):
+            off = (i - i0) * CHECK_BYTES
+            piece = span[off : off + CHECK_BYTES]
+            if not piece or crc32c_extend(seed, piece) != _CRC.unpack_from(head, _CRC.size * (i + 1))[0]:
+                return None
+        return span[lo - a : hi - a], size
 
     def _damaged(self, key: str) -> None:
         with self._lock:
@@ -241,7 +284,8 @@ class DiskCachedStore(StoreWrapper):
         self._closed = False
 
     def _key(self, path: str, part: int) -> str:
-        return f"{self.root}\n{path}\n{part}"
+        # The part size is in the key: a build with another size never misreads these parts.
+        return f"{self.root}\n{path}\n{PART_BYTES}:{part}"
 
     def _tag(self, path: str) -> str:
         return f"{self.root}\n{path}"
@@ -258,62 +302,73 @@ class DiskCachedStore(StoreWrapper):
 
     def _read(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """``ranges`` of ``path``: cached parts from disk, runs of missing parts in one call."""
-        wanted = sorted({p for s, e in ranges for p in range(s // PART_BYTES, (e - 1) // PART_BYTES + 1)})
-        parts: dict[int, bytes] = {}
+        need: dict[int, tuple[int, int]] = {}  # part -> the span of it the ranges cover
+        for s, e in ranges:
+            for p in range(s // PART_BYTES, (e - 1) // PART_BYTES + 1):
+                base = p * PART_BYTES
+                lo, hi = max(s - base, 0), min(e - base, PART_BYTES)
+                if p in need:
+                    lo, hi = min(lo, need[p][0]), max(hi, need[p][1])
+                need[p] = (lo, hi)
+        parts: dict[int, tuple[int, bytes, int]] = {}  # part -> (offset of piece, piece, part length)
         missing: list[int] = []
         last = None  # the object's last part, once a short part shows where it ends
-        for p in wanted:
+        for p in sorted(need):
             if last is not None and p > last:
-                parts[p] = b""
+                parts[p] = (0, b"", 0)
                 continue
-            data = self.cache.get(self._key(path, p))
-            if data is None:
+            lo, hi = need[p]
+            got = self.cache.get(self._key(path, p), lo, hi)
+            if got is None:
                 missing.append(p)
-            else:
-                parts[p] = data
-                self.bytes_read += len(data)
-                if len(data) < PART_BYTES:
-                    last = p
+                continue
+            piece, size = got
+            parts[p] = (lo, piece, size)
+            self.bytes_read += len(piece)
+            if size < PART_BYTES:
+                last = p
         if last is not None:
             missing = [p for p in missing if p < last]
         self.hits += len(parts)
         self.misses += len(missing)
         if missing:
-            runs: list[tuple[int, int]] = []  # [first part, last part + 1)
-            for p in missing:
-                if runs and runs[-1][1] == p:
-                    runs[-1] = (runs[-1][0], p + 1)
-                else:
-                    runs.append((p, p + 1))
-            spans = [(a * PART_BYTES, b * PART_BYTES) for a, b in runs]
-            if len(spans) == 1:
-                got = [self.inner.get_range(path, *spans[0])]
-            else:
-                got = self.inner.get_ranges(path, spans)
-            tag = self._tag(path)
-            for (a, b), data in zip(runs, got):
-                for p in range(a, b):
-                    piece = data[(p - a) * PART_BYTES : (p - a + 1) * PART_BYTES]
-                    parts[p] = piece
-                    if piece:  # past the object's end: nothing to keep
-                        self.cache.put(self._key(path, p), bytes(piece), tag)
+            self._fetch(path, missing, parts)
         return [self._assemble(parts, s, e) for s, e in ranges]
 
+    def _fetch(self, path: str, missing: list[int], parts: dict[int, tuple[int, bytes, int]]) -> None:
+        """Fetch ``missing`` parts, each run of adjacent ones in one range, and store them."""
+        runs: list[tuple[int, int]] = []  # [first part, last part + 1)
+        for p in missing:
+            if runs and runs[-1][1] == p:
+                runs[-1] = (runs[-1][0], p + 1)
+            else:
+                runs.append((p, p + 1))
+        spans = [(a * PART_BYTES, b * PART_BYTES) for a, b in runs]
+        if len(spans) == 1:
+            got = [self.inner.get_range(path, *spans[0])]
+        else:
+            got = self.inner.get_ranges(path, spans)
+        tag = self._tag(path)
+        for (a, b), data in zip(runs, got):
+            for p in range(a, b):
+                piece = bytes(data[(p - a) * PART_BYTES : (p - a + 1) * PART_BYTES])
+                parts[p] = (0, piece, len(piece))
+                if piece:  # past the object's end: nothing to keep
+                    self.cache.put(self._key(path, p), piece, tag)
+
     @staticmethod
-    def _assemble(parts: Mapping[int, bytes], start: int, end: int) -> bytes:
+    def _assemble(parts: Mapping[int, tuple[int, bytes, int]], start: int, end: int) -> bytes:
         first = start // PART_BYTES
         last = (end - 1) // PART_BYTES
-        if first == last:
-            off = start - first * PART_BYTES
-            return parts[first][off : off + end - start]
-        out = bytearray()
+        out: list[bytes] = []
         for p in range(first, last + 1):
-            piece = parts[p]
-            out += piece
-            if len(piece) < PART_BYTES:
+            off, piece, size = parts[p]
+            base = p * PART_BYTES
+            a, b = max(start - base, 0), min(end - base, PART_BYTES)
+            out.append(piece[a - off : b - off])
+            if size < PART_BYTES:
                 break  # the object ends in this part
-        off = start - first * PART_BYTES
-        return bytes(out[off : off + end - start])
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def delete(self, path: str) -> None:
         self.inner.delete(path)
