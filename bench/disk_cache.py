@@ -92,7 +92,6 @@ def one_run(
         for _ in db.scan():
             pass
         out["memory_warm"] = readrandom(db, rng.sample(keys, args.reads))
-    shutil.rmtree(cache, ignore_errors=True)
     cached = QUIET.replace(disk_cache_dir=str(cache), disk_cache_bytes=1 << 30)
     with handle(cached) as db:
         t = time.perf_counter()
@@ -107,6 +106,7 @@ def one_run(
         m = db.metrics()
         out["disk_cache_misses"] = m["disk_cache_misses_total"]
         out["disk_cache_hits"] = m["disk_cache_hits_total"]
+        out["disk_cache_errors"] = m["disk_cache_errors_total"]
     with Db.open(local, settings=QUIET) as db:
         out["local_restart"] = readrandom(db, rng.sample(keys, args.reads))
     with Db.open(local, settings=QUIET) as db:
@@ -138,7 +138,7 @@ def main() -> int:
         keys = load(url, args.keys)
         local = str(work / "db")
         load(local, args.keys)
-        runs = [one_run(url, local, keys, args, rng, work / "cache") for _ in range(args.repeat)]
+        runs = [one_run(url, local, keys, args, rng, work / f"cache{i}") for i in range(args.repeat)]
     finally:
         moto.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -171,6 +171,7 @@ def main() -> int:
     out["disk_cache_bytes"] = runs[-1]["disk_cache_bytes"]
     out["disk_fill_scan_s"] = round(statistics.median(r["disk_fill_scan_s"] for r in runs), 2)
     out["disk_restart_misses"] = [r["disk_cache_misses"] for r in runs]
+    out["disk_restart_errors"] = [r["disk_cache_errors"] for r in runs]
     print(json.dumps(out, indent=2))
     return 0
 
