@@ -633,6 +633,8 @@ class DbReader(MappingReads, ReaderReads):
             self._seq = max(self._seq, m.last_l0_seq)
             self._view = self._make_view(m)
         self._journal.note(m)
+        self._tables.retain(m.all_ssts())
+        self._tables.pin(m.all_ssts())  # index and filter of new SSTs, in parallel, off the read path
 
     def _make_view(self, m: Manifest) -> ReadView:
         tables = self._wal_tables
