@@ -351,9 +351,9 @@ class TableCache:
         r = self.pinned.get(info.id)
         if r is not None:
             return r
-        r = self.cache.get((info.id, "meta"))  # unpinned, still read by an older snapshot
-        if r is not None:
-            return r
+        old: SstReader | None = self.cache.get((info.id, "meta"))  # unpinned, read by an older snapshot
+        if old is not None:
+            return old
         store = self.resolve(info.db)
         meta = read_sst_meta(store, info)
         r = SstReader(info, store, meta, self.cache, self.read_ahead)
