@@ -354,6 +354,7 @@ class Db(MappingWrites, DbExtras):
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
         self._view = ReadView(self._mem, self._imms, m)
+        self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel
         self.wal = WalWriter(
             store=store,
             clock=clock,
@@ -647,6 +648,7 @@ class Db(MappingWrites, DbExtras):
         self.journal.note(m)
         self.manifest = m
         self._view = ReadView(self._mem, self._imms, m, runs=runs)
+        self.tables.retain(m.all_ssts())
 
     def refresh_manifest(self) -> Manifest:
         """Pick up manifest changes by other processes; fail if fenced."""
