@@ -95,7 +95,8 @@ class BucketNotFound(NotFound):
 
 
 class PermissionDenied(ShaleError):
-    """The store refused the credentials (HTTP 401/403), or none were found.
+    """The store refused the credentials (HTTP 401/403), or none were found; or the
+    operating system refused access to a local directory (EACCES, EPERM).
 
     A set-up mistake, not an outage: nothing is retried. The message names the
     store and what to set (``AWS_*``, ``GOOGLE_*`` or ``AZURE_*`` variables, or

@@ -53,6 +53,26 @@ def _integer(name: str, value: int, *, minimum: int = 0) -> None:
     check_int(name, value, minimum=minimum)
 
 
+MIN_DISK_CACHE_BYTES = 1 * MiB
+"""Smallest disk cache bound: its SQLite index alone takes tens of KiB."""
+
+
+def _disk_cache(options: Any, prefix: str) -> None:
+    """``disk_cache_dir`` is None or a usable path (a ``PathLike`` becomes its text);
+    ``disk_cache_bytes`` at least 1 MiB."""
+    check_int(f"{prefix}disk_cache_bytes", options.disk_cache_bytes, minimum=MIN_DISK_CACHE_BYTES)
+    directory = options.disk_cache_dir
+    if directory is None:
+        return
+    if isinstance(directory, os.PathLike):
+        directory = os.fspath(directory)
+        object.__setattr__(options, "disk_cache_dir", directory)
+    if not isinstance(directory, str) or not directory or "\0" in directory:
+        raise InvalidArgument(
+            f"{prefix}disk_cache_dir must be a non-empty path without NUL, or None; got {directory!r}"
+        )
+
+
 def _boolean(name: str, value: bool) -> None:
     if not isinstance(value, bool):
         raise InvalidArgument(f"{name} must be True or False, got {value!r}")
@@ -232,6 +252,8 @@ class DbReaderOptions:
     ``block_cache_bytes``, ``sst_read_ahead_bytes`` -- as in :class:`Settings`:
     the decoded-block cache's byte budget, and how much of an SST a block-cache
     miss fetches.
+    ``disk_cache_dir``, ``disk_cache_bytes`` -- as in :class:`Settings`: the
+    host-local disk cache (a reader may share the writer's directory).
     ``manifest_update_timeout_s`` -- how long one checkpoint change (a manifest
     CAS, retried on conflicts) may take before it raises ``Unavailable``.
     ``wal_read_ahead`` -- as in :class:`Settings`: GETs of WAL objects in flight
@@ -247,6 +269,8 @@ class DbReaderOptions:
     checkpoint_name: str | None = "reader"
     block_cache_bytes: int = 64 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
+    disk_cache_dir: str | None = None
+    disk_cache_bytes: int = 1 * GiB
     manifest_update_timeout_s: Seconds[float] = Seconds(60.0)
     wal_read_ahead: int = WAL_READ_AHEAD
     retry: RetryOptions = field(default_factory=RetryOptions)
@@ -267,6 +291,7 @@ class DbReaderOptions:
         _integer("DbReaderOptions.max_memtable_bytes", self.max_memtable_bytes, minimum=1)
         _integer("DbReaderOptions.block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _disk_cache(self, "DbReaderOptions.")
         _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
         _integer("DbReaderOptions.wal_read_ahead", self.wal_read_ahead, minimum=1)
         _boolean("DbReaderOptions.establish_checkpoint", self.establish_checkpoint)
@@ -297,6 +322,12 @@ class Settings:
     Read path:
       ``block_cache_bytes`` -- byte budget of the decoded-block cache.
       ``sst_read_ahead_bytes`` -- a block-cache miss fetches this much of the SST.
+      ``disk_cache_dir`` -- a local directory that keeps parts of SSTs and journal
+      objects read from the store, across restarts and shared by the processes
+      of a host (``shaledb.store.disk_cache``; needs the ``cache`` extra). None
+      (the default): off.
+      ``disk_cache_bytes`` -- the disk cache's bound (index and files); older
+      parts are evicted beyond it.
     Memory:
       ``malloc_mmap_threshold_bytes`` -- on glibc, fix malloc's mmap threshold at
       this size when the database opens, so freed SST and WAL buffers go back
@@ -333,6 +364,8 @@ class Settings:
     compression: Compression = "none"
     block_cache_bytes: int = 128 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
+    disk_cache_dir: str | None = None
+    disk_cache_bytes: int = 1 * GiB
     malloc_mmap_threshold_bytes: int | None = None
     manifest_poll_interval_s: Seconds[float] = Seconds(1.0)
     manifest_update_timeout_s: Seconds[float] = Seconds(300.0)
@@ -375,6 +408,7 @@ class Settings:
             raise InvalidArgument(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
         _integer("block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _disk_cache(self, "")
         if self.malloc_mmap_threshold_bytes is not None:
             _integer("malloc_mmap_threshold_bytes", self.malloc_mmap_threshold_bytes, minimum=1)
             if self.malloc_mmap_threshold_bytes > MAX_MMAP_THRESHOLD_BYTES:

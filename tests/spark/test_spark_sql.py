@@ -194,7 +194,11 @@ def test_a_misspelled_option_is_refused_with_the_closest_name(spark, tmp_path):
     assert "did you mean 'prefix'?" in first_line(err.value)
     with pytest.raises(Exception) as err:
         df.write.format("shaledb").mode("append").option("max_sst_size_bytes", "big").save(url)
-    assert "option max_sst_size_bytes must be an integer, got 'big'" in first_line(err.value)
+    assert "option max_sst_size_bytes must be an integer number of bytes, >= 4096" in first_line(err.value)
+    assert "got 'big' (str)" in first_line(err.value)
+    with pytest.raises(Exception) as err:  # the one numeric check, end to end (no NaN, inf, huge)
+        df.write.format("shaledb").mode("append").option("lease_s", "inf").save(url)
+    assert "InvalidArgument: option lease_s must be a finite number of seconds, > 0" in first_line(err.value)
     with pytest.raises(Exception) as err:
         df.write.format("shaledb").mode("append").option("compression", "gzip").save(url)
     assert "option compression must be one of" in first_line(err.value)
@@ -206,7 +210,13 @@ def test_errors_reach_the_user_as_one_line_at_the_head(spark, tmp_path):
     with pytest.raises(Exception) as err:
         spark.read.format("shaledb").option("partitions", "0").load(url)
     line = first_line(err.value)
-    assert "InvalidArgument: option partitions must be >= 1, got 0" in line, str(err.value)
+    assert "InvalidArgument: option partitions must be an integer, >= 1 and <= " in line, str(err.value)
+    assert "got 0" in line, line
+    with pytest.raises(Exception) as err:
+        spark.read.format("shaledb").option("checkpoint_lifetime_s", "nan").load(url)
+    assert "InvalidArgument: option checkpoint_lifetime_s must be a finite number of seconds" in first_line(
+        err.value
+    ), str(err.value)
     assert "Traceback" not in str(err.value)
     df = kv_frame(spark, [(b"a", b"1"), (b"a", b"2")], partitions=1)
     with pytest.raises(Exception) as err:  # raised in a task

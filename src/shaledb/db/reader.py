@@ -262,7 +262,13 @@ class DbReader(MappingReads, ReaderReads):
         url = as_url(url)
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
-        settings = Settings(retry=opts.retry, compactor=None, garbage_collector=None)
+        settings = Settings(
+            retry=opts.retry,
+            compactor=None,
+            garbage_collector=None,
+            disk_cache_dir=opts.disk_cache_dir,
+            disk_cache_bytes=opts.disk_cache_bytes,
+        )
         cp_id = None if checkpoint is None else as_checkpoint_id(checkpoint)
         wrapped = open_stack(url, store, store_options, settings, clock, rng)
         factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options)
@@ -632,6 +638,8 @@ class DbReader(MappingReads, ReaderReads):
             op = as_operator(self.options.merge_operator)
             self._vis.folder = Folder(op, m.option(OPT_MERGE_OPERATOR))  # checks the name
         self._journal.note(m)
+        self._tables.retain(m.all_ssts())
+        self._tables.pin(m.all_ssts())  # index and filter of new SSTs, in parallel, off the read path
 
     def _make_view(self, m: Manifest) -> ReadView:
         tables = self._wal_tables

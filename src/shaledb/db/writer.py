@@ -79,6 +79,7 @@ from ..merge import as_operator
 from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.metrics import WriterMetrics
+from ..store.new_root import check_new_root
 from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
@@ -169,7 +170,11 @@ class Db(MappingWrites, DbExtras):
         create_if_missing: bool = True,
         store_options: dict[str, Any] | None = None,
     ) -> Db:
-        """Open (or create) the database at ``url`` and fence any older writer."""
+        """Open (or create) the database at ``url`` and fence any older writer.
+
+        Creating a database whose root would lie inside another database's, or
+        contain one, raises InvalidArgument naming the other
+        (:mod:`shaledb.store.new_root`; checked only when creating)."""
         if settings is None:
             settings = Settings()
         elif not isinstance(settings, Settings):
@@ -183,8 +188,20 @@ class Db(MappingWrites, DbExtras):
             external = ExternalStores(
                 default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
             )
+
+            def check_root() -> None:
+                check_new_root(url, wrapped, store_options, settings, clock)
+
             try:
-                db = cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+                db = cls(
+                    wrapped,
+                    settings,
+                    clock,
+                    rng,
+                    create_if_missing,
+                    external=external,
+                    before_create=check_root,
+                )
             except BaseException:
                 close_quietly(external, wrapped if store is None else None)
                 raise
@@ -249,6 +266,7 @@ class Db(MappingWrites, DbExtras):
         create_if_missing: bool,
         *,
         external: ExternalStores | None = None,
+        before_create: Callable[[], None] | None = None,
     ) -> None:
         if settings.malloc_mmap_threshold_bytes is not None:
             fix_mmap_threshold(settings.malloc_mmap_threshold_bytes)
@@ -290,6 +308,7 @@ class Db(MappingWrites, DbExtras):
             timeout_s=settings.manifest_update_timeout_s,
             create_if_missing=create_if_missing,
             extra=self.pins.on_claim,
+            before_create=before_create,
         )
         self.pins.confirm(m)
         self.epoch = m.writer_epoch
@@ -358,6 +377,7 @@ class Db(MappingWrites, DbExtras):
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
         self._view = ReadView(self._mem, self._imms, m)
+        self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel
         self.wal = WalWriter(
             store=store,
             clock=clock,
@@ -733,6 +753,7 @@ class Db(MappingWrites, DbExtras):
         self.journal.note(m)
         self.manifest = m
         self._view = ReadView(self._mem, self._imms, m, runs=runs)
+        self.tables.retain(m.all_ssts())
 
     def refresh_manifest(self) -> Manifest:
         """Pick up manifest changes by other processes; fail if fenced."""
