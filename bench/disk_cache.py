@@ -30,7 +30,6 @@ phase 4 to phase 2 is the target (within 2x).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import shutil
@@ -41,25 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from engines import MotoServer
-from shaledb import Db, Settings, WriteBatch
+from get_many import QUIET, load  # the same 100k-key database as the get_many bench
+from shaledb import Db, Settings
 from shaledb.clock import SystemClock
-from shaledb.compaction import Compactor
 from shaledb.store import LatencyStore, open_store
-
-QUIET = Settings(compactor=None, garbage_collector=None)
-
-
-def load(url: str, n: int) -> list[bytes]:
-    keys = [hashlib.sha256(b"%d" % i).digest()[:16] for i in range(n)]
-    with Db.open(url, settings=QUIET) as db:
-        for i in range(0, n, 1000):
-            b = WriteBatch()
-            for k in keys[i : i + 1000]:
-                b.put(k, hashlib.sha512(k).digest() + hashlib.sha256(k).digest() + k[:4])
-            db.write(b, durable=False)
-        db.flush(memtable=True)
-    Compactor.open(url).run_once()
-    return keys
 
 
 def gets(db: Db) -> int:
