@@ -14,10 +14,11 @@ the three rotates every repeat, so no variant always runs first after an idle ga
 a fresh process, appended to ``--out`` with its variant, repeat and position; runs already in
 ``--out`` are skipped, so a larger ``--repeats`` adds repeats to an earlier run.
 
-``report`` prints the median ops/s per variant and workload, and two ratios per workload:
-after/before and after/rocksdict, each the median of the per-repeat ratios (a noisy minute
-hits the three runs of one repeat alike, so per-repeat ratios are steadier than ratios of
-medians).
+``report`` prints the median ops/s per variant and workload, and the ratios after/before,
+after/rocksdict and before/rocksdict, each the median (and quartiles) of the per-repeat ratios: a
+noisy minute hits the three runs of one repeat alike, so per-repeat ratios are steadier than
+ratios of medians. ``--max-other-cores C`` leaves out a workload's repeat when any of its runs
+had other processes keep more than C cores busy.
 """
 
 from __future__ import annotations
@@ -75,24 +76,44 @@ def do_run(a: argparse.Namespace) -> None:
                 )
 
 
+def quartiles(xs: list[float]) -> str:
+    """``median [p25-p75]`` of per-repeat ratios."""
+    if len(xs) < 4:
+        return f"{statistics.median(xs):.2f}"
+    q = statistics.quantiles(xs, n=4)
+    return f"{statistics.median(xs):.2f} [{q[0]:.2f}-{q[2]:.2f}]"
+
+
 def do_report(a: argparse.Namespace) -> None:
     with open(a.out) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     by: dict[tuple[str, int], dict[str, float]] = {}
+    noisy: set[tuple[str, int]] = set()
     for r in rows:
         by.setdefault((r["workload"], r["repeat"]), {})[r["variant"]] = r["ops_per_s"]
-    print("| workload | " + " | ".join(VARIANTS) + " | after/before | after/rocksdict | repeats |")
-    print("|---|" + "---:|" * (len(VARIANTS) + 3))
+        if r.get("other_cpu_cores", 0.0) > a.max_other_cores:
+            noisy.add((r["workload"], r["repeat"]))
+    print(
+        "| workload | "
+        + " | ".join(VARIANTS)
+        + " | after/before | after/rocksdict | before/rocksdict | repeats |"
+    )
+    print("|---|" + "---:|" * (len(VARIANTS) + 4))
     for wl in dict.fromkeys(r["workload"] for r in rows):
-        reps = [v for (w, _), v in sorted(by.items()) if w == wl]
-        meds = [statistics.median([x[v] for x in reps if v in x]) for v in VARIANTS]
-        full = [x for x in reps if len(x) == len(VARIANTS)]
-        ab = statistics.median([x["shaledb"] / x["shaledb-base"] for x in full])
-        ar = statistics.median([x["shaledb"] / x["rocksdict"] for x in full])
+        reps = [v for k, v in sorted(by.items()) if k[0] == wl and k not in noisy and len(v) == len(VARIANTS)]
+        if not reps:
+            continue
+        meds = [statistics.median([x[v] for x in reps]) for v in VARIANTS]
+        ab = quartiles([x["shaledb"] / x["shaledb-base"] for x in reps])
+        ar = quartiles([x["shaledb"] / x["rocksdict"] for x in reps])
+        br = quartiles([x["shaledb-base"] / x["rocksdict"] for x in reps])
         cells = " | ".join(f"{m:,.0f}" for m in meds)
-        print(f"| {wl} | {cells} | {ab:.2f} | {ar:.2f} | {len(full)} |")
+        print(f"| {wl} | {cells} | {ab} | {ar} | {br} | {len(reps)} |")
     others = [r.get("other_cpu_cores", 0.0) for r in rows]
-    print(f"\n{len(rows)} runs; other processes kept {statistics.median(others):.2f} cores busy (median)")
+    print(
+        f"\n{len(rows)} runs; other processes kept {statistics.median(others):.2f} cores busy (median); "
+        f"{len(noisy)} workload repeats left out (a run with others above {a.max_other_cores} cores)"
+    )
 
 
 def main() -> None:
@@ -104,6 +125,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--max-other-cores", type=float, default=2.0, help="report: leave out noisier repeats")
     ap.add_argument("--python-shaledb", default=run.SHALEDB_PYTHON)
     ap.add_argument("--python-anchors", default=run.ANCHOR_PYTHON)
     a = ap.parse_args()
