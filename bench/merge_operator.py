@@ -2,6 +2,7 @@
 """Merge-operator counters beside read-modify-write, on a local directory.
 
     .venv/bin/python bench/merge_operator.py [--ops 100000] [--keys 1000] [--repeat 3]
+    .venv/bin/python bench/merge_operator.py --engines shaledb,rocksdict --rounds 3 [--out FILE] [...]
 
 ``--keys`` 8-byte counters, incremented ``--ops`` times at random keys (one thread,
 ``durable=False`` so the WAL's group commit is not what is measured):
@@ -15,6 +16,12 @@
 Then the reads of the merged database: ``get`` of every counter with the operands
 still unfolded in memtables and L0 SSTs, and again after a compaction folded them.
 Best of ``--repeat`` runs; prints operations per second as JSON lines.
+
+``--engine rocksdict`` runs the counters on RocksDB through ``rocksdict`` (the options of
+``run.py``'s RocksDB adapter). rocksdict 0.3.29 exposes no merge operator (no
+``Options.set_merge_operator``, no ``Rdict.merge``), so only ``get+put`` runs there, and its
+``get`` of every counter after a flush and a full ``compact_range``. ``--engines
+shaledb,rocksdict`` runs both, each under its own interpreter, interleaved (``beside.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +35,11 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from shaledb import Compactor, CompactorOptions, Db, Settings
+import beside
 
 U = struct.Struct("<Q")
 ONE = U.pack(1)
-QUIET = Settings(compactor=None, garbage_collector=None, merge_operator="add_u64")
+KINDS = {"shaledb": ("merge", "get+put", "merge hot"), "rocksdict": ("get+put",)}
 
 
 def key(i: int) -> bytes:
@@ -45,7 +52,41 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - t0
 
 
+def run_rocksdb(ops: int, keys: int, seed: int) -> dict[str, float]:
+    """``get+put`` counters on rocksdict, then ``get`` of every counter after a full compaction."""
+    import rocksdict as rd
+
+    d = tempfile.mkdtemp(prefix="shaledb-bench-merge-rocks-")
+    try:
+        db = rd.Rdict(d, rd.Options(raw_mode=True))  # run.py's RocksDB adapter
+        rng = random.Random(seed)
+        picks = [key(rng.randrange(keys)) for _ in range(ops)]
+        for i in range(keys):
+            db.put(key(i), U.pack(0))
+        db.flush()
+
+        def rmw() -> None:
+            get, put, unpack, pack = db.get, db.put, U.unpack, U.pack
+            for k in picks:
+                put(k, pack(unpack(get(k))[0] + 1))
+            db.flush()
+
+        out = {"ops_per_s": ops / timed(rmw)}
+        total = sum(U.unpack(db.get(key(i)))[0] for i in range(keys))
+        assert total == ops, (total, ops)
+        db.compact_range(None, None)
+        names = [key(i) for i in range(keys)]
+        out["gets_per_s_folded"] = keys / timed(lambda: [db.get(k) for k in names])
+        db.close()
+        return out
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def run(kind: str, ops: int, keys: int, seed: int) -> dict[str, float]:
+    from shaledb import Compactor, CompactorOptions, Db, Settings
+
+    QUIET = Settings(compactor=None, garbage_collector=None, merge_operator="add_u64")
     d = tempfile.mkdtemp(prefix="shaledb-bench-merge-")
     try:
         db = Db.open(d, settings=QUIET)
@@ -92,13 +133,21 @@ def main() -> int:
     ap.add_argument("--ops", type=int, default=100_000)
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
+    beside.add_options(ap, tuple(KINDS))
     args = ap.parse_args()
-    for kind in ("merge", "get+put", "merge hot"):
-        runs = [run(kind, args.ops, args.keys, seed) for seed in range(args.repeat)]
+    if args.engines:
+        beside.interleave(__file__, args, ("workload",))
+        return 0
+    for kind in KINDS[args.engine]:
+        if args.engine == "rocksdict":
+            runs = [run_rocksdb(args.ops, args.keys, seed) for seed in range(args.repeat)]
+        else:
+            runs = [run(kind, args.ops, args.keys, seed) for seed in range(args.repeat)]
         best = {m: max(r[m] for r in runs) for m in runs[0]}
         print(
             json.dumps(
                 {
+                    "engine": args.engine,
                     "workload": kind,
                     "ops": args.ops,
                     "keys": args.keys,
