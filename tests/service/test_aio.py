@@ -52,7 +52,9 @@ def test_heartbeat_stays_on_time_while_durable_puts_wait_on_a_slow_store(
     the p99 lag is about 1 ms. Nearly all of a late beat is spent waiting in the
     selector for the operating system to run the loop thread again, which an idle
     loop on a busy machine suffers as much (its p99 is printed beside): hence a few
-    attempts.
+    attempts. Only when the idle loop itself missed 5 ms in every attempt (a machine
+    too busy to keep any 1 ms heartbeat) does the test settle for 5 ms over the idle
+    loop's p99 instead.
     """
     store = _slow_s3(s3_url_factory())
 
@@ -97,6 +99,9 @@ def test_heartbeat_stays_on_time_while_durable_puts_wait_on_a_slow_store(
         results.append((round(p99 * 1e3, 2), round(idle_p99 * 1e3, 2)))
         if p99 < 0.005:
             return
+    if all(idle_p99 >= 5 for _, idle_p99 in results) and any(p99 < idle_p99 + 5 for p99, idle_p99 in results):
+        print("the idle loop missed 5 ms in every attempt: checked 5 ms over its p99 instead")
+        return
     pytest.fail(f"the loop stalled: (p99, idle p99) heartbeat lags in ms {results}")
 
 
