@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from engine_support import abandon, dump
 from shaledb import Db, RetryOptions, WriteBatch
 from shaledb.errors import ShaleError
 from shaledb.store import ObjectStore, RetryingStore, drop_memory_store, open_store
+from shaledb.store.wrappers import PerCallStore
 from shaledb.testing import Call, FaultInjectingStore, SimulatedCrash
 from shaledb.testing.clock import ManualClock
 from shaledb.testing.model import HistoryModel
@@ -48,9 +50,15 @@ RETRY = RetryOptions(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.00
 
 def _settings(retry: RetryOptions) -> Any:
     # Large memtable and WAL buffer: nothing freezes or flushes unless the script asks,
-    # so the store calls come in the same order on every run.
+    # and WAL replay fetches one object at a time (its read-ahead threads would issue
+    # their GETs in whatever order they get the CPU), so the store calls come in the
+    # same order on every run. Faults in read-ahead GETs: test_engine_wal_read_ahead.py.
     return tiny_settings(
-        retry=retry, l0_sst_size_bytes=1 << 20, wal_max_bytes=1 << 20, max_unflushed_bytes=4 << 20
+        retry=retry,
+        l0_sst_size_bytes=1 << 20,
+        wal_max_bytes=1 << 20,
+        max_unflushed_bytes=4 << 20,
+        wal_read_ahead=1,
     )
 
 
@@ -91,9 +99,12 @@ class Run:
     db: Db | None = None
 
 
-def _script(faults: FaultInjectingStore, retry: RetryOptions, model: HistoryModel) -> Run:
+def _script(
+    faults: FaultInjectingStore, retry: RetryOptions, model: HistoryModel, store: ObjectStore | None = None
+) -> Run:
     """open (replaying the WAL), a durable put, non-durable puts and flush(), a batch,
-    flush(memtable=True), a delete, close. Stops at the first error."""
+    flush(memtable=True), a delete, close, on ``store`` (default ``faults``; a wrapper
+    of it). Stops at the first error."""
     run = Run(model)
     clock = ManualClock()
     holder: dict[str, Db] = {}
@@ -105,7 +116,7 @@ def _script(faults: FaultInjectingStore, retry: RetryOptions, model: HistoryMode
             model.ack(number)
 
     def open_db() -> None:
-        holder["db"] = run.db = _open(faults, retry, clock, seed=2)
+        holder["db"] = run.db = _open(store or faults, retry, clock, seed=2)
 
     def flush_all(memtable: bool) -> None:
         holder["db"].flush(memtable=memtable)
@@ -185,6 +196,39 @@ def _check_recovery(inner: ObjectStore, model: HistoryModel, what: str) -> None:
     with _open(inner, RETRY, ManualClock()) as again:
         want = {**model.base, b"after-recovery": b"ok"}
         assert dump(again) == want, f"{what}: a second reopen changed the contents"
+
+
+class _SlowFirstWalGet(PerCallStore):
+    """Holds the first GET of a WAL object back 50 ms (as a busy machine may)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self._held = False
+
+    def get(self, path: str) -> bytes:
+        if path.startswith("wal/") and not self._held:
+            self._held = True
+            time.sleep(0.05)
+        return self.inner.get(path)
+
+
+def test_the_scripted_store_calls_do_not_depend_on_timing() -> None:
+    """The fault tests compare each faulted run with the clean one call by call, so the
+    script's calls must not change order when a call is slow. WAL replay's read-ahead
+    threads used to issue their GETs in the order they got the CPU: on a loaded machine
+    a faulted run then diverged from the clean run before its fault (a flaky failure)."""
+    runs = []
+    for slow in (False, True):
+        name = f"faults-{uuid.uuid4().hex}"
+        inner = open_store(f"memory://{name}")
+        model = _prepare(inner, existing=True)
+        faults = FaultInjectingStore(inner, seed=2)
+        run = _script(faults, RETRY, model, _SlowFirstWalGet(faults) if slow else None)
+        assert run.error is None, run.error
+        runs.append(faults.calls)
+        drop_memory_store(name)
+    assert sum(c.op == "get" and c.path.startswith("wal/") for c in runs[0]) >= 2
+    assert runs[0] == runs[1]
 
 
 @pytest.fixture(params=["memory", "local"])

@@ -30,8 +30,9 @@ exactly the model -- plus, when the crash hit a write before it was
 acknowledged, possibly that write (checked on values, heads and index terms).
 Budget: ``SHALEDB_JOURNAL_EXAMPLES`` (default 150) examples of
 ``SHALEDB_JOURNAL_STEPS`` (default 60) steps on the memory store, a tenth of
-that on a local directory and a fifteenth on the moto S3 server; Hypothesis
-prints the failing steps and the seed everything is derived from.
+that on a local directory, and ``SHALEDB_JOURNAL_S3_EXAMPLES`` (default 3; the
+longer run used 10) on the moto S3 server, where every step costs requests;
+Hypothesis prints the failing steps and the seed everything is derived from.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def crashable(fn: Rule) -> Rule:
 
 EXAMPLES = int(os.environ.get("SHALEDB_JOURNAL_EXAMPLES", "150"))
 STEPS = int(os.environ.get("SHALEDB_JOURNAL_STEPS", "60"))
+S3_EXAMPLES = int(os.environ.get("SHALEDB_JOURNAL_S3_EXAMPLES", "3"))
 
 FIELDS = ("f", "g")
 TERMS = (b"\x00", b"a", b"a\x00", b"ab", b"b", b"\xff")
@@ -534,6 +536,6 @@ TestJournalStateful = JournalMachine.TestCase
 TestJournalStateful.settings = _settings(EXAMPLES)
 TestJournalStatefulLocalDir = pytest.mark.slow(LocalDirMachine.TestCase)
 TestJournalStatefulLocalDir.settings = _settings(max(1, EXAMPLES // 10))
-# A request to moto costs about a millisecond: S3 gets a fifteenth of the budget.
+# A request to moto costs about a millisecond: S3 gets a budget of its own.
 TestJournalStatefulS3 = pytest.mark.usefixtures("_moto_for_machine")(pytest.mark.slow(S3Machine.TestCase))
-TestJournalStatefulS3.settings = _settings(max(1, EXAMPLES // 15))
+TestJournalStatefulS3.settings = _settings(max(1, S3_EXAMPLES))

@@ -44,10 +44,17 @@ def test_heartbeat_stays_on_time_while_durable_puts_wait_on_a_slow_store(
     """1,000 durable puts against S3 with 20 ms latency; a 1 ms heartbeat stays within 5 ms.
 
     The puts run as 50 tasks of 20 sequential durable puts each, so every one waits
-    for a WAL round trip while the heartbeat runs beside them. The bound is 5 ms over
-    the same heartbeat's p99 on an idle loop measured just before in this process
-    (about 0.2 ms on an idle machine; a machine shared by many processes delays even
-    an idle loop by several milliseconds).
+    for a WAL round trip while the heartbeat runs beside them. The bound is absolute:
+    the heartbeat's p99 lag stays under 5 ms. Per WAL round trip the loop thread runs
+    50 task steps and their puts (about 0.5 ms), and the WAL writer and durability
+    waiter threads hold the interpreter lock for well under a millisecond at a time:
+    with the process at real-time priority (nothing else on the machine delays it)
+    the p99 lag is about 1 ms. Nearly all of a late beat is spent waiting in the
+    selector for the operating system to run the loop thread again, which an idle
+    loop on a busy machine suffers as much (its p99 is printed beside): hence a few
+    attempts. Only when the idle loop itself missed 5 ms in every attempt (a machine
+    too busy to keep any 1 ms heartbeat) does the test settle for 5 ms over the idle
+    loop's p99 instead.
     """
     store = _slow_s3(s3_url_factory())
 
@@ -76,11 +83,11 @@ def test_heartbeat_stays_on_time_while_durable_puts_wait_on_a_slow_store(
             assert await db.get(b"k49-019") == b"v" * 100
         return idle, lags, took
 
-    # Three attempts: on a machine shared with other busy processes one run can be
-    # descheduled for longer than the bound; a loop that blocks on the store (the
-    # control test below) misses it every time.
+    # Five attempts: on a machine shared with other busy processes one run can be
+    # descheduled for longer than the bound (the idle loop's p99 shows it); a loop that
+    # blocks on the store (the control test below) misses it every time.
     results = []
-    for _ in range(3):
+    for _ in range(5):
         idle, lags, took = asyncio.run(main())
         p99, idle_p99 = _p99(lags), _p99(idle)
         print(
@@ -89,10 +96,13 @@ def test_heartbeat_stays_on_time_while_durable_puts_wait_on_a_slow_store(
         )
         assert took > 0.4  # the puts did wait on the slow store (20 rounds of >= 20 ms)
         assert len(lags) > took / 0.01  # the heartbeat kept running throughout
-        results.append((p99, idle_p99))
-        if p99 < 0.005 + idle_p99:
+        results.append((round(p99 * 1e3, 2), round(idle_p99 * 1e3, 2)))
+        if p99 < 0.005:
             return
-    pytest.fail(f"the loop stalled: (p99, idle p99) heartbeat lags {results}")
+    if all(idle_p99 >= 5 for _, idle_p99 in results) and any(p99 < idle_p99 + 5 for p99, idle_p99 in results):
+        print("the idle loop missed 5 ms in every attempt: checked 5 ms over its p99 instead")
+        return
+    pytest.fail(f"the loop stalled: (p99, idle p99) heartbeat lags in ms {results}")
 
 
 def test_no_store_call_or_durability_wait_runs_on_the_loop_thread(
@@ -170,6 +180,46 @@ def test_concurrent_durable_puts_share_group_commits(s3_url_factory: Callable[[]
     wal_writes = asyncio.run(main())
     print(f"1000 durable puts: {wal_writes} WAL writes")
     assert 1 <= wal_writes <= 10  # a few round trips, not 1,000 (2 on an idle machine)
+
+
+def test_writers_taking_turns_stay_one_group_commit(
+    memory_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """50 tasks writing 5 rounds of durable puts: one WAL object per round, not two.
+
+    The durability waiter's thread used to start on the first durable write; starting
+    a thread lets go of the interpreter lock in the middle of the loop's burst of
+    writes, so now and then the WAL thread cut an object holding the first write
+    alone, and the writers then took turns in two groups: twice the WAL round trips
+    for the rest of the run (and twice the wake-ups competing with the loop). No
+    thread may start once the handle is open; the round trips are printed."""
+    store = InstrumentedStore(LatencyStore(memory_store, SYSTEM_CLOCK, 0.020))
+    started: list[str] = []
+
+    async def main() -> int:
+        db = await aio.Db.open(store=store, settings=QUIET)
+        async with db:
+            start = threading.Thread.start
+
+            def watched_start(self: threading.Thread) -> None:
+                started.append(self.name)
+                start(self)
+
+            monkeypatch.setattr(threading.Thread, "start", watched_start)
+            before = store.snapshot()
+
+            async def writer(w: int) -> None:
+                for r in range(5):
+                    await db.put(b"k%02d-%d" % (w, r), b"v" * 100)
+
+            await asyncio.gather(*(writer(w) for w in range(50)))
+            monkeypatch.undo()
+            return (store.snapshot() - before).requests["put_create"]
+
+    wal_writes = asyncio.run(main())
+    print(f"5 rounds of 50 durable puts: {wal_writes} WAL writes")
+    assert started == []
+    assert wal_writes >= 5
 
 
 def test_blocking_wait_would_stall_the_loop(memory_store: Any) -> None:

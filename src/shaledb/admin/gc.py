@@ -65,6 +65,7 @@ import logging
 import math
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,6 +86,14 @@ from ..store.twophase import TWO_PHASE_TMP_PREFIX, TwoPhaseStore
 from .destruction import LifecycleSteps
 
 log = logging.getLogger("shaledb.gc")
+
+_ULID_CLASSES: tuple[tuple[str, str, Callable[[str], str | None], Callable[[Manifest], set[str]]], ...] = (
+    ("sst", paths.SST_DIR, paths.parse_sst_id, lambda a: {s.id for s in a.all_ssts() if s.db == 0}),
+    ("journal", paths.JOURNAL_DIR, paths.parse_journal_id, lambda a: {j.id for j in a.journal if j.db == 0}),
+)
+"""The ULID-named object classes GC deletes when no active manifest names them (the
+database's own, ``db == 0``; a clone's parents' objects are their databases' to delete)."""
+
 
 FENCE_PROBE_BYTES = 1024
 """WAL objects at most this big are read to see whether they are fences."""
@@ -249,8 +258,8 @@ class GarbageCollector:
         self._manifests(m, active, cutoff, dry, report)
         self._wals(active, min(cutoff, now - self.options.wal_retention_s), dry, report)
         live_from = self._leases(leases, m, now, cutoff, dry, report)
-        self._ssts(m, active, cutoff, live_from, dry, report)
-        self._journals(m, active, cutoff, live_from, dry, report)
+        for cls, directory, parse_id, ids_of in _ULID_CLASSES:
+            self._unreferenced(cls, directory, parse_id, ids_of, m, active, (cutoff, live_from), dry, report)
         self._tmp(cutoff, live_from, dry, report)
         report.detached = self.lifecycle.detach_step(dry_run=dry)
         report.duration_s = self.clock.monotonic() - started
@@ -399,54 +408,41 @@ class GarbageCollector:
         self._delete("job", doomed, dry, report)
         return live_from
 
-    def _ssts(
+    def _unreferenced(
         self,
+        cls: str,
+        directory: str,
+        parse_id: Callable[[str], str | None],
+        ids_of: Callable[[Manifest], set[str]],
         m: Manifest,
         active: dict[int, Manifest],
-        cutoff: float,
-        live_from: float,
+        window: tuple[float, float],
         dry: bool,
         report: GcReport,
     ) -> None:
-        listed = list(self.store.list(paths.SST_DIR))
-        # A manifest written since we read ``m`` may name SSTs we just listed.
-        latest = self.manifests.refresh(m)
-        referenced = {s.id for a in (*active.values(), latest) for s in a.all_ssts() if s.db == 0}
-        doomed = []
-        for meta in listed:
-            sid = paths.parse_sst_id(meta.path)
-            if sid is None or sid in referenced:
-                continue
-            born = paths.ulid_time_s(sid)
-            if max(meta.last_modified, born) > cutoff or born >= live_from:
-                continue
-            doomed.append(meta)
-        self._delete("sst", doomed, dry, report)
+        """Delete the ULID-named objects under ``directory`` that no active manifest names.
 
-    def _journals(
-        self,
-        m: Manifest,
-        active: dict[int, Manifest],
-        cutoff: float,
-        live_from: float,
-        dry: bool,
-        report: GcReport,
-    ) -> None:
-        listed = list(self.store.list(paths.JOURNAL_DIR))
+        ``window`` is (cutoff, live_from): an object modified or born after the cutoff,
+        or born once a live job lease began, may belong to a writer or job not yet in
+        any manifest, and is kept.
+        """
+        listed = list(self.store.list(directory))
         if not listed:
             return
+        cutoff, live_from = window
+        # A manifest written since we read ``m`` may name objects we just listed.
         latest = self.manifests.refresh(m)
-        referenced = {j.id for a in (*active.values(), latest) for j in a.journal if j.db == 0}
+        referenced = set().union(*(ids_of(a) for a in (*active.values(), latest)))
         doomed = []
         for meta in listed:
-            jid = paths.parse_journal_id(meta.path)
-            if jid is None or jid in referenced:
+            oid = parse_id(meta.path)
+            if oid is None or oid in referenced:
                 continue
-            born = paths.ulid_time_s(jid)
+            born = paths.ulid_time_s(oid)
             if max(meta.last_modified, born) > cutoff or born >= live_from:
                 continue
             doomed.append(meta)
-        self._delete("journal", doomed, dry, report)
+        self._delete(cls, doomed, dry, report)
 
     def _tmp(self, cutoff: float, live_from: float, dry: bool, report: GcReport) -> None:
         tp = find_two_phase(self.store)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .base import ObjectMeta, ObjectStore
-from .wrappers import OP_KINDS, StoreWrapper
+from .wrappers import OP_KINDS, PerCallStore, T
 
 BUCKETS_S: tuple[float, ...] = (
     0.0005,
@@ -85,7 +85,7 @@ class StoreTimer:
         self.latency = {k: Histogram() for k in OP_KINDS}
 
 
-class TimedStore(StoreWrapper):
+class TimedStore(PerCallStore):
     """Records each call's latency by kind into ``timer`` (failed calls too).
 
     Sits under the retrying wrapper beside the accounting one, so each attempt
@@ -96,39 +96,12 @@ class TimedStore(StoreWrapper):
         super().__init__(inner)
         self.timer = timer or StoreTimer()
 
-    def _timed(self, kind: str, fn: Callable[[], Any]) -> Any:
+    def _call(self, kind: str, fn: Callable[[], T], requests: int = 1) -> T:
         t = time.perf_counter()
         try:
             return fn()
         finally:
             self.timer.latency[kind].observe(time.perf_counter() - t)
-
-    def get(self, path: str) -> bytes:
-        data: bytes = self._timed("get", lambda: self.inner.get(path))
-        return data
-
-    def get_range(self, path: str, start: int, end: int) -> bytes:
-        data: bytes = self._timed("get_range", lambda: self.inner.get_range(path, start, end))
-        return data
-
-    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        data: list[bytes] = self._timed("get_ranges", lambda: self.inner.get_ranges(path, ranges))
-        return data
-
-    def head(self, path: str) -> ObjectMeta:
-        meta: ObjectMeta = self._timed("head", lambda: self.inner.head(path))
-        return meta
-
-    def put(
-        self,
-        path: str,
-        data: bytes | bytearray | memoryview,
-        *,
-        create: bool = False,
-        attributes: Mapping[str, str] | None = None,
-    ) -> None:
-        kind = "put_create" if create else "put"
-        self._timed(kind, lambda: self.inner.put(path, data, create=create, attributes=attributes))
 
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
         t = time.perf_counter()
@@ -136,19 +109,6 @@ class TimedStore(StoreWrapper):
             yield from self.inner.list(prefix, offset=offset)
         finally:
             self.timer.latency["list"].observe(time.perf_counter() - t)
-
-    def attributes(self, path: str) -> dict[str, str]:
-        attrs: dict[str, str] = self._timed("attributes", lambda: self.inner.attributes(path))
-        return attrs
-
-    def delete(self, path: str) -> None:
-        self._timed("delete", lambda: self.inner.delete(path))
-
-    def delete_many(self, paths: Sequence[str]) -> None:
-        self._timed("delete_many", lambda: self.inner.delete_many(paths))
-
-    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
-        self._timed("copy_create" if create else "copy", lambda: self.inner.copy(src, dst, create=create))
 
 
 def find_wrapper(store: Any, cls: type[Any]) -> Any:

@@ -181,6 +181,20 @@ class RetryingStore(StoreWrapper):
         attrs = dict(attributes or {})
         if self.inner.supports_attributes:
             attrs[PUT_ID_ATTRIBUTE] = put_id
+        self._create(
+            f"put(create) {path}",
+            lambda: self.inner.put(path, data, create=True, attributes=attrs or None),
+            lambda ambiguous: self._put_was_ours(path, data, put_id, ambiguous),
+            path,
+        )
+
+    def _create(
+        self, what: str, write: Callable[[], None], was_ours: Callable[[bool], bool], path: str
+    ) -> None:
+        """Retry the conditional write ``write`` (a put or copy with ``create=True``) on
+        Unavailable. AlreadyExists after a failed attempt may be that attempt's own
+        success: ``was_ours(ambiguous)`` decides (``ambiguous``: an attempt failed in a
+        way that may have been applied); then the write counts as resolved."""
         started = self._clock.monotonic()
         deadline = started + self.options.timeout_s
         ambiguous = False
@@ -188,17 +202,17 @@ class RetryingStore(StoreWrapper):
         while True:
             attempt += 1
             try:
-                self.inner.put(path, data, create=True, attributes=attrs or None)
+                write()
                 return
             except AlreadyExists:
-                if self._put_was_ours(path, data, put_id, ambiguous):
+                if was_ours(ambiguous):
                     self._count_resolved(path)
                     return
                 raise
             except Unavailable as exc:
                 ambiguous = True  # the request may have been applied
-                if not self._wait_or_give_up(attempt, deadline, f"put(create) {path}", exc):
-                    raise self._exhausted(f"put(create) {path}", attempt, started, exc) from exc
+                if not self._wait_or_give_up(attempt, deadline, what, exc):
+                    raise self._exhausted(what, attempt, started, exc) from exc
 
     def _put_was_ours(
         self, path: str, data: bytes | bytearray | memoryview, put_id: str, ambiguous: bool
@@ -222,25 +236,12 @@ class RetryingStore(StoreWrapper):
         if not create:
             self._retry(f"copy {src} -> {dst}", lambda: self.inner.copy(src, dst))
             return
-        started = self._clock.monotonic()
-        deadline = started + self.options.timeout_s
-        ambiguous = False
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                self.inner.copy(src, dst, create=True)
-                return
-            except AlreadyExists:
-                if ambiguous and self._copy_was_ours(src, dst):
-                    self._count_resolved(dst)
-                    return
-                raise
-            except Unavailable as exc:
-                ambiguous = True
-                what = f"copy(create) {src} -> {dst}"
-                if not self._wait_or_give_up(attempt, deadline, what, exc):
-                    raise self._exhausted(what, attempt, started, exc) from exc
+        self._create(
+            f"copy(create) {src} -> {dst}",
+            lambda: self.inner.copy(src, dst, create=True),
+            lambda ambiguous: ambiguous and self._copy_was_ours(src, dst),
+            dst,
+        )
 
     def _copy_was_ours(self, src: str, dst: str) -> bool:
         try:

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypeVar
 
 from ..clock import Clock
 from ..errors import InvalidArgument, NotSupported
 from .base import BULK_DELETE_OBJECTS, ObjectMeta, ObjectStore
+
+T = TypeVar("T")
 
 OP_KINDS: tuple[str, ...] = (
     "get",
@@ -131,6 +134,58 @@ class NoConditionalStore(StoreWrapper):
         self.inner.copy(src, dst)
 
 
+class PerCallStore(StoreWrapper):
+    """Runs every call through :meth:`_call` with its operation kind (:data:`OP_KINDS`).
+
+    The decorators that do the same around every call (count it, time it, delay
+    it) override :meth:`_call` alone, plus what one kind needs beyond it (bytes
+    read, a listing consumed lazily). ``requests`` is how many requests the call
+    costs: a ``delete_many`` is one per :data:`BULK_DELETE_OBJECTS` paths.
+    """
+
+    def _call(self, kind: str, fn: Callable[[], T], requests: int = 1) -> T:
+        return fn()
+
+    def get(self, path: str) -> bytes:
+        return self._call("get", lambda: self.inner.get(path))
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        return self._call("get_range", lambda: self.inner.get_range(path, start, end))
+
+    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return self._call("get_ranges", lambda: self.inner.get_ranges(path, ranges))
+
+    def head(self, path: str) -> ObjectMeta:
+        return self._call("head", lambda: self.inner.head(path))
+
+    def attributes(self, path: str) -> dict[str, str]:
+        return self._call("attributes", lambda: self.inner.attributes(path))
+
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        kind = "put_create" if create else "put"
+        self._call(kind, lambda: self.inner.put(path, data, create=create, attributes=attributes))
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        return self._call("list", lambda: self.inner.list(prefix, offset=offset))
+
+    def delete(self, path: str) -> None:
+        self._call("delete", lambda: self.inner.delete(path))
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        requests = -(-len(paths) // BULK_DELETE_OBJECTS)
+        self._call("delete_many", lambda: self.inner.delete_many(paths), requests)
+
+    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
+        self._call("copy_create" if create else "copy", lambda: self.inner.copy(src, dst, create=create))
+
+
 @dataclass(frozen=True, slots=True)
 class StoreStats:
     """Counts of an :class:`InstrumentedStore` since its last reset.
@@ -162,7 +217,7 @@ class StoreStats:
         )
 
 
-class InstrumentedStore(StoreWrapper):
+class InstrumentedStore(PerCallStore):
     """Counts requests, errors and bytes per operation kind, thread-safely.
 
     Object-store cost is requests and bytes, so the engine reports them per
@@ -194,63 +249,34 @@ class InstrumentedStore(StoreWrapper):
                 objects_listed=self._listed,
             )
 
-    def _count(self, kind: str, n: int = 1) -> None:
+    def _call(self, kind: str, fn: Callable[[], T], requests: int = 1) -> T:
         with self._lock:
-            self._requests[kind] += n
-
-    def _failed(self, kind: str) -> None:
-        with self._lock:
-            self._errors[kind] += 1
+            self._requests[kind] += requests
+        try:
+            return fn()
+        except BaseException:
+            with self._lock:
+                self._errors[kind] += 1
+            raise
 
     def _read_bytes(self, n: int) -> None:
         with self._lock:
             self._read += n
 
     def get(self, path: str) -> bytes:
-        self._count("get")
-        try:
-            data = self.inner.get(path)
-        except BaseException:
-            self._failed("get")
-            raise
+        data = super().get(path)
         self._read_bytes(len(data))
         return data
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
-        self._count("get_range")
-        try:
-            data = self.inner.get_range(path, start, end)
-        except BaseException:
-            self._failed("get_range")
-            raise
+        data = super().get_range(path, start, end)
         self._read_bytes(len(data))
         return data
 
     def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        self._count("get_ranges")
-        try:
-            out = self.inner.get_ranges(path, ranges)
-        except BaseException:
-            self._failed("get_ranges")
-            raise
+        out = super().get_ranges(path, ranges)
         self._read_bytes(sum(len(b) for b in out))
         return out
-
-    def head(self, path: str) -> ObjectMeta:
-        self._count("head")
-        try:
-            return self.inner.head(path)
-        except BaseException:
-            self._failed("head")
-            raise
-
-    def attributes(self, path: str) -> dict[str, str]:
-        self._count("attributes")
-        try:
-            return self.inner.attributes(path)
-        except BaseException:
-            self._failed("attributes")
-            raise
 
     def put(
         self,
@@ -260,19 +286,14 @@ class InstrumentedStore(StoreWrapper):
         create: bool = False,
         attributes: Mapping[str, str] | None = None,
     ) -> None:
-        kind = "put_create" if create else "put"
-        self._count(kind)
-        try:
-            self.inner.put(path, data, create=create, attributes=attributes)
-        except BaseException:
-            self._failed(kind)
-            raise
+        super().put(path, data, create=create, attributes=attributes)
         n = memoryview(data).nbytes
         with self._lock:
             self._written += n
 
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
-        self._count("list")
+        with self._lock:
+            self._requests["list"] += 1
         return self._list(prefix, offset)
 
     def _list(self, prefix: str, offset: str | None) -> Iterator[ObjectMeta]:
@@ -284,36 +305,12 @@ class InstrumentedStore(StoreWrapper):
         except GeneratorExit:
             raise
         except BaseException:
-            self._failed("list")
-            raise
-
-    def delete(self, path: str) -> None:
-        self._count("delete")
-        try:
-            self.inner.delete(path)
-        except BaseException:
-            self._failed("delete")
-            raise
-
-    def delete_many(self, paths: Sequence[str]) -> None:
-        self._count("delete_many", -(-len(paths) // BULK_DELETE_OBJECTS))
-        try:
-            self.inner.delete_many(paths)
-        except BaseException:
-            self._failed("delete_many")
-            raise
-
-    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
-        kind = "copy_create" if create else "copy"
-        self._count(kind)
-        try:
-            self.inner.copy(src, dst, create=create)
-        except BaseException:
-            self._failed(kind)
+            with self._lock:
+                self._errors["list"] += 1
             raise
 
 
-class LatencyStore(StoreWrapper):
+class LatencyStore(PerCallStore):
     """Adds ``base_s`` plus up to ``jitter_s`` (uniform) before every call.
 
     Sleeps on the injected clock, so a manual clock makes a slow store
@@ -338,58 +335,12 @@ class LatencyStore(StoreWrapper):
         self._rng = rng if rng is not None else random.Random(0)
         self._lock = threading.Lock()
 
-    def _delay(self) -> None:
-        delay = self._base
-        if self._jitter:
-            with self._lock:
-                delay += self._rng.uniform(0.0, self._jitter)
-        if delay > 0:
-            self._clock.sleep(delay)
-
-    def get(self, path: str) -> bytes:
-        self._delay()
-        return self.inner.get(path)
-
-    def get_range(self, path: str, start: int, end: int) -> bytes:
-        self._delay()
-        return self.inner.get_range(path, start, end)
-
-    def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        self._delay()
-        return self.inner.get_ranges(path, ranges)
-
-    def head(self, path: str) -> ObjectMeta:
-        self._delay()
-        return self.inner.head(path)
-
-    def attributes(self, path: str) -> dict[str, str]:
-        self._delay()
-        return self.inner.attributes(path)
-
-    def put(
-        self,
-        path: str,
-        data: bytes | bytearray | memoryview,
-        *,
-        create: bool = False,
-        attributes: Mapping[str, str] | None = None,
-    ) -> None:
-        self._delay()
-        self.inner.put(path, data, create=create, attributes=attributes)
-
-    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
-        self._delay()
-        return self.inner.list(prefix, offset=offset)
-
-    def delete(self, path: str) -> None:
-        self._delay()
-        self.inner.delete(path)
-
-    def delete_many(self, paths: Sequence[str]) -> None:
-        for _ in range(0, len(paths), BULK_DELETE_OBJECTS):
-            self._delay()
-        self.inner.delete_many(paths)
-
-    def copy(self, src: str, dst: str, *, create: bool = False) -> None:
-        self._delay()
-        self.inner.copy(src, dst, create=create)
+    def _call(self, kind: str, fn: Callable[[], T], requests: int = 1) -> T:
+        for _ in range(requests):
+            delay = self._base
+            if self._jitter:
+                with self._lock:
+                    delay += self._rng.uniform(0.0, self._jitter)
+            if delay > 0:
+                self._clock.sleep(delay)
+        return fn()
