@@ -79,6 +79,7 @@ from ..keys import key_after
 from ..manifest.model import SstInfo
 from ..store.base import ObjectStore
 from ..store.parallel import Progress
+from .index_rdels import data_fragments, drop_deleted_terms
 from .range_dels import Placer, drop_covered, has_range_dels, retained, source_fragments
 from .scheduler import CompactionSpec
 
@@ -530,7 +531,12 @@ class Executor:
         now_ms = int(self.clock.now() * 1000)
         cursors = self.cursors(spec, lo, hi)
         frags = source_fragments(spec, self.meta).clip(lo, hi) if has_range_dels(spec) else EMPTY
-        placer = Placer(retained(frags, spec.history_floor, spec.bottom)) if frags else None
+        placer = (
+            Placer(retained(frags, spec.history_floor, spec.bottom, spec.range_dels_keep_above))
+            if frags
+            else None
+        )
+        dfrags = data_fragments(spec.data_range_dels, self.meta) if spec.data_range_dels else None
         out = _Output(self, res, placer)
         try:
             cuts = chunk_cuts(self._blocks(cursors), self.chunk_bytes, lo, hi)
@@ -546,6 +552,8 @@ class Executor:
                         merged = own_operands(merged)
                 else:
                     merged = drop_dead(merge_columns(cols), bottom=spec.bottom, now_ms=now_ms)
+                if dfrags:  # index terms of range-deleted keys (index_rdels.py)
+                    merged = drop_deleted_terms(merged, dfrags)
                 out.add(drop_covered(merged, frags, spec.history_floor) if frags else merged)
                 if heartbeat is not None:
                     heartbeat()

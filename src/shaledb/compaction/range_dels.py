@@ -70,17 +70,29 @@ def drop_covered(cols: Columns, frags: Fragments, floor: int | None) -> Columns:
     )
 
 
-def retained(frags: Fragments, floor: int | None, bottom: bool) -> Fragments:
-    """The tombstones the output keeps (see module docstring)."""
+def retained(frags: Fragments, floor: int | None, bottom: bool, keep_above: int | None = None) -> Fragments:
+    """The tombstones the output keeps (see module docstring). ``keep_above``: at the
+    bottom, tombstones newer than it stay too (an indexed database whose index terms
+    they hide are not cleaned yet, ``index_rdels.py``)."""
     if not frags:
         return EMPTY
     if floor is None:
-        return EMPTY if bottom else frags.at(None)
+        if not bottom:
+            return frags.at(None)
+        if keep_above is None:
+            return EMPTY
+        return Fragments.build(
+            [(s, e, ss[0]) for s, e, ss in zip(frags.starts, frags.ends, frags.seqs) if ss[0] > keep_above]
+        )
     pieces = []
     for s, e, ss in zip(frags.starts, frags.ends, frags.seqs):
         above = [q for q in ss if q > floor]
         below = [q for q in ss if q <= floor]
-        for q in above + ([] if bottom or not below else below[:1]):
+        if bottom:
+            extra = [q for q in below if keep_above is not None and q > keep_above][:1]
+        else:
+            extra = below[:1]
+        for q in above + extra:
             pieces.append((s, e, q))
     return Fragments.build(pieces)
 
