@@ -46,9 +46,8 @@ from ..admin.checkpoint import (
     refresh_checkpoint,
 )
 from ..clock import SYSTEM_CLOCK, Clock
-from ..compaction.executor import SourceCursor, chunk_cuts, drop_dead, merge_columns
-from ..compaction.range_dels import drop_covered
 from ..engine.cache import LruCache
+from ..engine.columns import SourceCursor, chunk_cuts, drop_covered, drop_dead, merge_columns
 from ..engine.history import has_versions
 from ..engine.merging import (
     OPT_MERGE_OPERATOR,
