@@ -402,7 +402,7 @@ class Compactor:
         specs: list[CompactionSpec] = []
         floor = manifest_floor(m, int(self.clock.now() * 1000))  # a history window: keep its versions
         keep = keep_above(m)  # an indexed database: range tombstones stay until the index is clean
-        due = cleaning_due(m, self.executor.meta)
+        due = cleaning_due(m, self.executor.meta, floor)
         for tree in TREE_NAMES:
             if tree != TREE_NAMES[0] and due is not None:  # the whole index tree, cleaned
                 t = m.tree(tree)
@@ -416,7 +416,7 @@ class Compactor:
                     replace(
                         spec,
                         dest_run_id=m.next_run_id + len(specs),
-                        history_floor=floor if tree == TREE_NAMES[0] else None,
+                        history_floor=floor,  # (the index tree too: index_query at a time-travel snapshot)
                         range_dels_keep_above=keep if tree == TREE_NAMES[0] else None,
                     )
                 )

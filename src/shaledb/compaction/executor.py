@@ -334,7 +334,7 @@ class Executor:
                 else:
                     merged = drop_dead(merge_columns(cols), bottom=spec.bottom, now_ms=now_ms)
                 if dfrags:  # index terms of range-deleted keys (index_rdels.py)
-                    merged = drop_deleted_terms(merged, dfrags)
+                    merged = drop_deleted_terms(merged, dfrags, spec.history_floor)
                 out.add(drop_covered(merged, frags, spec.history_floor) if frags else merged)
                 if heartbeat is not None:
                     heartbeat()

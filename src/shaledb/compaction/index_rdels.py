@@ -14,6 +14,9 @@ must leave the index tree before the last data tombstone covering them does. Her
   tombstones from. That is sound because memtables flush in sequence order: once
   an SST with seq ``X`` is in the manifest, every write at or below ``X`` -- every
   index entry a tombstone at or below ``X`` could hide -- is in that manifest's SSTs.
+* **History.** With a history window the index tree keeps its versions like the
+  data tree (so ``index_query`` reads at a time-travel snapshot), and a clean only
+  applies tombstones at or below the window's floor.
 * **Keeping the data tombstones until then.** At the bottom of the data tree a
   range tombstone is normally dropped; on an indexed database only one at or below
   :data:`OPT_CLEANED` is (``range_dels.retained``'s ``keep_above``), so an index
@@ -49,10 +52,14 @@ def data_range_del_ssts(m: Manifest) -> tuple[SstInfo, ...]:
     return tuple(s for s in m.data.ssts() if s.range_dels)
 
 
-def cleaning_due(m: Manifest, meta: Callable[[SstInfo], SstMeta]) -> tuple[tuple[SstInfo, ...], int] | None:
+def cleaning_due(
+    m: Manifest, meta: Callable[[SstInfo], SstMeta], floor: int | None = None
+) -> tuple[tuple[SstInfo, ...], int] | None:
     """``(data SSTs with range tombstones, X)`` when the index tree needs cleaning up to X,
     the newest data range tombstone (read from the SSTs' range-del blocks: an SST's own
-    max seq would grow as compaction adds newer rows to it, and clean again for nothing)."""
+    max seq would grow as compaction adds newer rows to it, and clean again for nothing).
+    With a history window (``floor``) only tombstones at or below the floor count: a
+    time-travel read above the floor may still need the terms a newer one hides."""
     if m.option(OPT_INDEXED) != "1":
         return None
     ssts = data_range_del_ssts(m)
@@ -62,6 +69,8 @@ def cleaning_due(m: Manifest, meta: Callable[[SstInfo], SstMeta]) -> tuple[tuple
     if max(s.max_seq for s in ssts) <= cleaned:
         return None  # (no metadata read)
     upto = max(max(meta(s).range_dels.tops, default=0) for s in ssts)
+    if floor is not None:
+        upto = min(upto, floor)
     return (ssts, upto) if upto > cleaned else None
 
 
@@ -75,8 +84,10 @@ def data_fragments(ssts: tuple[SstInfo, ...], meta: Callable[[SstInfo], SstMeta]
     return merge_fragments(meta(s).range_dels for s in ssts)
 
 
-def drop_deleted_terms(cols: Columns, frags: Fragments) -> Columns:
-    """Index rows without those whose data key a range tombstone newer than the row covers."""
+def drop_deleted_terms(cols: Columns, frags: Fragments, floor: int | None = None) -> Columns:
+    """Index rows without those whose data key a range tombstone newer than the row covers
+    (with a history window, one at or below its ``floor``: every reader the window allows
+    sees that tombstone)."""
     keys, seqs, kinds, pays = cols
     if not keys or not frags:
         return cols
@@ -87,7 +98,7 @@ def drop_deleted_terms(cols: Columns, frags: Fragments) -> Columns:
         except CorruptionError:
             keep.append(i)  # not an index key of this layout: leave it
             continue
-        if frags.covering(key, None) <= seqs[i]:
+        if frags.covering(key, floor) <= seqs[i]:
             keep.append(i)
     if len(keep) == len(keys):
         return cols
