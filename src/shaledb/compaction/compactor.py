@@ -122,6 +122,18 @@ def apply_compaction(
     return replace(nxt, next_run_id=max(m.next_run_id, rid + 1))
 
 
+def runs_below(m: Manifest, spec: CompactionSpec) -> tuple[SortedRun, ...]:
+    """The runs of ``spec``'s tree older than its sources (none at the bottom)."""
+    if spec.bottom:
+        return ()
+    runs = m.tree(spec.tree).runs
+    if not spec.runs:
+        return runs
+    ids = [r.id for r in runs]
+    last = spec.runs[-1].id
+    return runs[ids.index(last) + 1 :] if last in ids else ()
+
+
 def _run_key(r: SortedRun) -> tuple[int, tuple[str, ...]]:
     return r.id, tuple(s.id for s in r.ssts)
 
@@ -418,6 +430,7 @@ class Compactor:
                         dest_run_id=m.next_run_id + len(specs),
                         history_floor=floor,  # (the index tree too: index_query at a time-travel snapshot)
                         range_dels_keep_above=keep if tree == TREE_NAMES[0] else None,
+                        below=runs_below(m, spec) if tree == TREE_NAMES[0] else (),
                     )
                 )
         return specs

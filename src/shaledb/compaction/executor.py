@@ -89,6 +89,7 @@ from ..manifest.model import SstInfo
 from ..store.base import ObjectStore
 from ..store.parallel import Progress
 from .index_rdels import data_fragments, drop_deleted_terms
+from .merge_bases import BelowReader, below_rows, without
 from .range_dels import Placer, has_range_dels, retained, source_fragments
 from .scheduler import CompactionSpec
 
@@ -318,13 +319,19 @@ class Executor:
             else None
         )
         dfrags = data_fragments(spec.data_range_dels, self.meta) if spec.data_range_dels else None
+        below = BelowReader(spec.below, self.meta, self.source_store) if spec.below else None
         out = _Output(self, res, placer)
         try:
             cuts = chunk_cuts(self._blocks(cursors), self.chunk_bytes, lo, hi)
             for upto in [*cuts, None]:
                 cols = [c.take(upto) for c in cursors]
                 if has_merges(cols):  # every merge version self-contained, then folded where safe
-                    cols = [complete_columns(cols, frags)]  # (a range tombstone is a base)
+                    done = complete_columns(cols, frags)  # (a range tombstone is a base)
+                    if below is not None:  # hot merges get their base from the runs below
+                        extra = below_rows(done, below)
+                        if extra[0]:
+                            done = without(complete_columns([extra, *cols], frags), extra)
+                    cols = [done]
                     folded = fold_merges(self.folder_for(), cols[0], spec.bottom, now_ms)
                     cols = [folded]
                 if spec.history_floor is not None:

@@ -70,6 +70,9 @@ class CompactionSpec:
     index terms not yet cleaned, ``compaction/index_rdels.py``); None: drop them all."""
     data_range_dels: tuple[SstInfo, ...] = ()
     """Index tree: data SSTs whose range tombstones delete index terms (``index_rdels.py``)."""
+    below: tuple[SortedRun, ...] = ()
+    """Data tree above the bottom: the runs older than the sources, newest first, where
+    hot merges find their base (``compaction/merge_bases.py``)."""
     cleans_to: int | None = None
     """Index tree: the commit records the index clean of data range tombstones up to this seq."""
 
