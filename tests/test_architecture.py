@@ -211,3 +211,15 @@ def test_a_module_outside_the_layers_is_reported() -> None:
     modules, layers = _real()
     modules["shaledb.newthing"] = ("", False)
     assert check(modules, layers) == ["'newthing' is not in the layers of docs/architecture.md"]
+
+
+def test_bulk_reads_take_their_column_primitives_from_the_engine() -> None:
+    """Issue 27: the checkpoint-read engines share cursors and merges with compaction
+    through ``engine/columns.py``, not by importing the compaction executor."""
+    modules, _layers = _real()
+    bad = [
+        f"{src} -> {dst} (line {line})"
+        for src, dst, line, _t in imports(modules)
+        if src.startswith("shaledb.bulk.") and dst.startswith("shaledb.compaction")
+    ]
+    assert not bad, bad

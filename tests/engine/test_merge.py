@@ -317,3 +317,64 @@ def test_history_reverse_scan_keeps_the_newest_version(tmp_path: Path) -> None:
     db.flush(memtable=True)
     assert list(db.scan(reverse=True)) == [(b"c", b"y"), (b"b", b"v059"), (b"a", b"x")]
     db.close()
+
+
+@pytest.mark.parametrize("retention", [0, 30])
+def test_hot_merges_fold_above_the_bottom(tmp_path: Path, retention: int) -> None:
+    """A counter over a base in an old run: a compaction above the bottom reads the base
+    from the runs below and folds the operands (with a history window: the versions below
+    the floor), instead of handing a growing operand list to every later compaction.
+    Before: one merge entry of 100 operands stayed above the bottom."""
+    from shaledb.compaction.merge_bases import FETCH_AT_OPERANDS
+    from shaledb.format.merge import decode_merge
+    from shaledb.testing.clock import ManualClock
+
+    url = str(tmp_path / "db")
+    clock = ManualClock()
+    opts = CompactorOptions(min_l0_ssts=2, max_space_amplification=1000.0)
+
+    def compact_once() -> None:
+        c = Compactor.open(url, opts, clock=clock)
+        try:
+            c.run_once()
+        finally:
+            c.close()
+
+    def rows_of(db: Db, key: bytes) -> list[tuple[int, int, int | None]]:
+        db.refresh_manifest()
+        return [
+            (r[1], r[2], len(decode_merge(r[3])[1]) if r[2] == 3 else None)
+            for run in db.manifest.data.runs[:-1]  # above the bottom run
+            for info in run.ssts
+            for r in db.tables.reader(info).all_rows()
+            if r[0] == key
+        ]
+
+    s = settings(history_retention_s=retention)
+    with Db.open(url, settings=s, clock=clock) as db:
+        for i in range(200):
+            db.put(b"a%03d" % i, b"x" * 50)
+        db.put(b"k", u(100))
+        db.put(b"cold", u(1))
+        db.flush(memtable=True)
+        db.put(b"b", b"x")
+        db.flush(memtable=True)
+        compact_once()  # the bottom run, holding k's base
+        n = FETCH_AT_OPERANDS + 36
+        for i in range(n):
+            db.merge(b"k", u(1))
+            clock.advance(0.2)
+            if i % 25 == 24:
+                db.flush(memtable=True)
+        db.merge(b"cold", u(1))  # few operands: left for the bottom
+        clock.advance(100)  # every merge leaves the window
+        db.put(b"other", b"x")
+        db.flush(memtable=True)
+        compact_once()
+        db.refresh_manifest()
+        assert len(db.manifest.data.runs) == 2, "expected a compaction above the bottom"
+        assert rows_of(db, b"k") == [(rows_of(db, b"k")[0][0], 0, None)], rows_of(db, b"k")
+        assert [t for _s, t, _n in rows_of(db, b"cold")] == [3]
+        assert counter(db.get(b"k")) == 100 + n and counter(db.get(b"cold")) == 2
+    with DbReader.open(url) as r:
+        assert counter(r.get(b"k")) == 100 + n

@@ -3,7 +3,8 @@
 Extends :class:`test_engine_stateful.DbMachine` (puts, deletes, batches, snapshots, flushes,
 clean reopen, crashes at any store call, fencing) with ``Db.merge`` under the ready
 ``append`` operator, batches mixing puts, deletes and merges to the same keys, hot keys
-merged past a memtable stack's fold threshold, compactions by a standalone compactor (which
+merged past a memtable stack's fold threshold, puts with index terms (after the first,
+merges fold at write time on the indexed path), compactions by a standalone compactor (which
 folds with the operator the manifest records), and -- on half of the examples, with a
 history window -- time-travel snapshots at an earlier sequence number. The model
 (:class:`shaledb.testing.model.HistoryModel`) applies a merge as "append to the value";
@@ -93,6 +94,21 @@ class MergeMachine(DbMachine):
                 model.append((k, MergeOperand(v)))
         self._write(model, durable, lambda: db.write(wb, durable=durable))
         self._record()
+
+    @rule(key=keys(), value=values(), durable=st.booleans())
+    def indexed_put(self, key: bytes, value: bytes, durable: bool) -> None:
+        """A put with index terms: from then on the database is indexed, and every merge
+        folds at write time (``plan_index_changes``) -- the model must not notice."""
+        assert self.db is not None
+        db = self.db
+        term = value[:1] or b"-"
+        self._write(
+            [(key, value)], durable, lambda: db.put(key, value, indexes={"f": [term]}, durable=durable)
+        )
+        self._record()
+        if self.db is not None and not self.db.closed and not self.model.pending:
+            live = self.model.current()
+            assert set(self.db.index_query("f")) <= set(live), "index_query returned a deleted key"
 
     @rule(key=keys(), extra=st.integers(0, 8))
     def hot_key(self, key: bytes, extra: int) -> None:

@@ -185,6 +185,38 @@ def test_index_query_drops_terms_of_range_deleted_keys(mem_url: str) -> None:
         ]
 
 
+def test_compaction_removes_index_terms_of_range_deleted_keys(mem_url: str) -> None:
+    """A range delete writes no index tombstones; compaction removes the terms it hides
+    (the index tree shrinks), and the data tombstone leaves the bottom only after that.
+    Before: the terms stayed in the index tree forever, and once the bottom compaction
+    dropped the data tombstone, index_query returned the deleted keys again."""
+    with Db.open(mem_url, settings=QUIET) as db:
+        for i in range(50):
+            db.put(b"k%02d" % i, b"x", indexes={"f": [b"t%d" % (i % 3)]})
+        db.flush(memtable=True)
+        compact_all(mem_url)
+        db.refresh_manifest()
+        before = sum(s.entries for s in db.manifest.index.ssts())
+        assert before == 50
+        db.delete_range(b"k10", b"k40")
+        db.put(b"k20", b"y", indexes={"f": [b"t9"]})  # re-added inside the range
+        db.flush(memtable=True)
+        want = sorted([b"k%02d" % i for i in range(50) if not 10 <= i < 40] + [b"k20"])
+        assert sorted(db.index_query("f")) == want
+        assert db.index_query("f", b"t2", b"t2\x00")[:3] == [b"k02", b"k05", b"k08"]
+        for i in range(2):  # cleans the index; the next bottom compaction may drop the tombstone
+            db.put(b"z%d" % i, b"x")
+            db.flush(memtable=True)
+            compact_all(mem_url)
+            db.refresh_manifest()
+        assert sum(s.entries for s in db.manifest.index.ssts()) == len(want), "the index tree kept the terms"
+        assert not any(s.range_dels for s in db.manifest.data.ssts()), "the data tombstone stayed"
+        assert sorted(db.index_query("f")) == want
+        assert db.index_query("f", b"t9", b"t9\x00") == [b"k20"]
+    with Db.open(mem_url, settings=QUIET) as db:
+        assert sorted(db.index_query("f")) == want
+
+
 def test_bulk_read_path(mem_url: str) -> None:
     with Db.open(mem_url, settings=QUIET) as db:
         fill(db)

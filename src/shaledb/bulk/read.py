@@ -46,9 +46,8 @@ from ..admin.checkpoint import (
     refresh_checkpoint,
 )
 from ..clock import SYSTEM_CLOCK, Clock
-from ..compaction.executor import SourceCursor, chunk_cuts, drop_dead, merge_columns
-from ..compaction.range_dels import drop_covered
 from ..engine.cache import LruCache
+from ..engine.columns import SourceCursor, chunk_cuts, drop_covered, drop_dead, merge_columns
 from ..engine.history import has_versions
 from ..engine.merging import (
     OPT_MERGE_OPERATOR,
@@ -81,7 +80,6 @@ from ..journal.resolver import JournalResolver
 from ..keys import key_after
 from ..manifest.model import Manifest, SstInfo
 from ..manifest.store import ManifestStore
-from ..merge import BUILTIN
 from ..settings import WAL_READ_AHEAD, MiB, Settings
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
@@ -527,7 +525,10 @@ def read_part(
                 cols.append((wal[0][wpos:wend], wal[1][wpos:wend], wal[2][wpos:wend], wal[3][wpos:wend]))
                 wpos = wend
             if has_merges(cols):  # (a range tombstone below a merge is its base)
-                cols = [_folded(complete_columns(cols, frags), part, now)]
+                if journal is None and part.journal:
+                    journal = JournalResolver(store_of, LruCache(16 * MiB))
+                    journal.note_files(part.journal)
+                cols = [_folded(complete_columns(cols, frags), part, now, journal)]
             merged = merge_columns(cols)
             if frags:
                 merged = drop_covered(merged, frags, None)
@@ -541,15 +542,19 @@ def read_part(
                 yield merged
 
 
-def _folded(cols: Columns, part: ReadPart, now_ms: int) -> Columns:
+def _folded(cols: Columns, part: ReadPart, now_ms: int, journal: JournalResolver | None) -> Columns:
     """Every merge entry of ``cols`` (all of a version's sources) folded into a value with
-    the ready operator the database records; other operators are refused, not guessed."""
+    the ready operator the database records (a base in the value journal is read from
+    it); other operators are refused, not guessed."""
+    resolve = None if journal is None else journal.resolve
     out = fold_columns(
-        cols, bottom=True, folder=Folder(None, part.merge_operator), base_value=plain_base_value(now_ms)
+        cols,
+        bottom=True,
+        folder=Folder(None, part.merge_operator),
+        base_value=plain_base_value(now_ms, resolve),
+        journal=True,
     )
     if KIND_MERGE in out[2]:
-        if part.merge_operator is None or part.merge_operator in BUILTIN:
-            raise NotSupported("a bulk read of a merge over a value in the value journal")
         raise MergeOperatorMissing(
             f"the database's merges need merge operator {part.merge_operator!r}, which a bulk read "
             "cannot fold (only the ready ones of shaledb.merge): compact the database first, or read "

@@ -18,7 +18,7 @@ A part with several sources (L0 SSTs over runs: a database between
 compactions) is read the same way, chunk range by chunk range, every source's
 entries of the range kept with their tombstones; then one stable sort of the
 keys, newest source first, keeps the first version of each key and drops the
-dead ones: :func:`shaledb.compaction.executor.merge_columns` and
+dead ones: :func:`shaledb.engine.columns.merge_columns` and
 ``drop_dead`` in a few Arrow and numpy calls. The checkpoint's WAL entries (a
 writer's updates not yet in an L0 SST) are the newest source. A range holding
 an expiry or a value-journal pointer goes through the general path, as does a
@@ -37,7 +37,7 @@ from itertools import pairwise
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..compaction.executor import SourceCursor, block_span, chunk_cuts
+from ..engine.columns import SourceCursor, block_span, chunk_cuts
 from ..engine.sstable import read_sst_meta
 from ..errors import CorruptionError
 from ..format import paths

@@ -56,6 +56,7 @@ from ..store.base import ObjectStore
 from ..store.parallel import Progress
 from ..store.stack import close_quietly, open_stack
 from .executor import ExecResult, Executor, KeyRange, RangeResult
+from .index_rdels import OPT_CLEANED, cleaned_seq, cleaning_due, keep_above
 from .scheduler import CompactionSpec, schedule
 
 if TYPE_CHECKING:
@@ -115,7 +116,22 @@ def apply_compaction(
     new_run = [SortedRun(rid, tuple(ssts))] if ssts else []
     new_runs = (*runs[:p], *new_run, *runs[p + len(spec.runs) :])
     nxt = m.with_tree(spec.tree, Tree(t.l0[: len(t.l0) - k], new_runs))
+    if spec.cleans_to is not None and spec.cleans_to > cleaned_seq(m):  # index_rdels.py
+        opts = tuple(sorted({**dict(m.options), OPT_CLEANED: str(spec.cleans_to)}.items()))
+        nxt = replace(nxt, options=opts)
     return replace(nxt, next_run_id=max(m.next_run_id, rid + 1))
+
+
+def runs_below(m: Manifest, spec: CompactionSpec) -> tuple[SortedRun, ...]:
+    """The runs of ``spec``'s tree older than its sources (none at the bottom)."""
+    if spec.bottom:
+        return ()
+    runs = m.tree(spec.tree).runs
+    if not spec.runs:
+        return runs
+    ids = [r.id for r in runs]
+    last = spec.runs[-1].id
+    return runs[ids.index(last) + 1 :] if last in ids else ()
 
 
 def _run_key(r: SortedRun) -> tuple[int, tuple[str, ...]]:
@@ -397,13 +413,24 @@ class Compactor:
             return []
         specs: list[CompactionSpec] = []
         floor = manifest_floor(m, int(self.clock.now() * 1000))  # a history window: keep its versions
+        keep = keep_above(m)  # an indexed database: range tombstones stay until the index is clean
+        due = cleaning_due(m, self.executor.meta, floor)
         for tree in TREE_NAMES:
-            for spec in schedule(m, self.options, tree):
+            if tree != TREE_NAMES[0] and due is not None:  # the whole index tree, cleaned
+                t = m.tree(tree)
+                ssts, upto = due
+                found = [CompactionSpec(tree, t.l0, t.runs, 0, True, "index terms of range-deleted keys")]
+                found = [replace(found[0], data_range_dels=ssts, cleans_to=upto)]
+            else:
+                found = schedule(m, self.options, tree)
+            for spec in found:
                 specs.append(
                     replace(
                         spec,
                         dest_run_id=m.next_run_id + len(specs),
-                        history_floor=floor if tree == TREE_NAMES[0] else None,
+                        history_floor=floor,  # (the index tree too: index_query at a time-travel snapshot)
+                        range_dels_keep_above=keep if tree == TREE_NAMES[0] else None,
+                        below=runs_below(m, spec) if tree == TREE_NAMES[0] else (),
                     )
                 )
         return specs

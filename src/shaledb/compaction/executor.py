@@ -36,6 +36,10 @@ Output SSTs are cut at ``max_sst_size_bytes``, always between two keys (one
 key's versions never straddle SSTs, so a reader of a run finds a key in at
 most one SST) and written as ``compacted/<ULID>.sst``.
 
+The column primitives (source cursors, chunk cuts, the newest-version merge,
+dropping dead and covered rows) live in ``engine/columns.py``: bulk checkpoint
+reads use them too, and sit beside compaction rather than above it.
+
 Subcompactions
 --------------
 :meth:`Executor.plan_ranges` splits the key space into up to N ranges of
@@ -51,46 +55,48 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
-from operator import add, eq
+from operator import add
 
 from ..clock import Clock
+from ..engine.columns import (
+    Columns,
+    SourceCursor,
+    block_span,
+    chunk_cuts,
+    drop_covered,
+    drop_dead,
+    merge_columns,
+)
 from ..engine.history import merge_history
 from ..engine.merging import Folder, complete_columns, fold_columns, has_merges, plain_base_value, uncumulate
 from ..engine.sstable import SstSplitter, put_new_sst, read_sst_meta
 from ..errors import CorruptionError
 from ..format import paths
-from ..format.block import Block
 from ..format.range_dels import EMPTY
-from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
+from ..format.row import KIND_MERGE
 from ..format.sst import (
     ENTRY_OVERHEAD,
     SST_TABLE,
     SstBuilder,
     SstMeta,
     SstProps,
-    decode_data_block,
 )
-from ..keys import key_after
 from ..manifest.model import SstInfo
 from ..store.base import ObjectStore
 from ..store.parallel import Progress
-from .range_dels import Placer, drop_covered, has_range_dels, retained, source_fragments
+from .index_rdels import data_fragments, drop_deleted_terms
+from .merge_bases import BelowReader, below_rows, without
+from .range_dels import Placer, has_range_dels, retained, source_fragments
 from .scheduler import CompactionSpec
 
 log = logging.getLogger("shaledb.compaction")
 
 KeyRange = tuple[bytes | None, bytes | None]
 """``[lo, hi)``; None is unbounded."""
-
-Columns = tuple[list[bytes], list[int], bytes, list[bytes]]
-"""keys, seqs, kinds, payloads of rows in key order."""
-
-_EMPTY: Columns = ([], [], b"", [])
 
 
 @dataclass
@@ -124,189 +130,6 @@ class ExecResult:
         return self.spec.input_bytes
 
 
-def block_span(meta: SstMeta, lo: bytes | None, hi: bytes | None) -> tuple[int, int]:
-    """First and end block of an SST that may hold keys in ``[lo, hi)`` (its index keys
-    are the blocks' last keys)."""
-    keys = meta.index.keys
-    first = 0 if lo is None else bisect_left(keys, lo)
-    end = len(keys) if hi is None else min(len(keys), bisect_left(keys, hi) + 1)
-    return first, end
-
-
-class SourceCursor:
-    """Reads one source (a sorted run's SSTs, or one L0 SST) forward within ``[lo, hi)``.
-
-    Compaction and the bulk checkpoint read (``export``) both merge sources
-    chunk by chunk through it: large ranged GETs (``read_ahead`` bytes of the
-    blocks the range needs), blocks decoded one at a time, rows handed out as
-    columns.
-    """
-
-    def __init__(
-        self,
-        ssts: Sequence[SstInfo],
-        lo: bytes | None,
-        hi: bytes | None,
-        *,
-        meta: Callable[[SstInfo], SstMeta],
-        store_for: Callable[[SstInfo], ObjectStore],
-        read_ahead: int,
-    ) -> None:
-        self.lo = lo
-        self.hi = hi
-        self.meta = meta
-        self.store_for = store_for
-        self.read_ahead = read_ahead
-        self.ssts = [
-            s
-            for s in ssts
-            if (hi is None or s.first_key < hi) and (lo is None or s.last_key >= lo) and s.entries
-        ]
-        self.si = -1
-        self.sst_meta: SstMeta | None = None
-        self.bi = 0
-        self.end_block = 0
-        self.buf_start = 0
-        self.buf = b""
-        self.blk: Block | None = None
-        self.pos = 0
-        self.bytes_read = 0
-        self.rows = 0
-
-    def blocks(self) -> list[tuple[bytes, int]]:
-        """``(last_key, stored_size)`` of the blocks this cursor will read (for chunking)."""
-        out: list[tuple[bytes, int]] = []
-        for info in self.ssts:
-            meta = self.meta(info)
-            keys, offs = meta.index.keys, meta.index.offsets
-            first, end = block_span(meta, self.lo, self.hi)
-            out.extend((keys[i], offs[i + 1] - offs[i]) for i in range(first, end))
-        return out
-
-    def _next_sst(self) -> bool:
-        self.si += 1
-        if self.si >= len(self.ssts):
-            self.sst_meta = None
-            return False
-        meta = self.meta(self.ssts[self.si])
-        self.sst_meta = meta
-        self.bi, self.end_block = block_span(meta, self.lo, self.hi)
-        self.buf = b""
-        self.buf_start = 0
-        return True
-
-    def _load_block(self) -> bool:
-        while self.sst_meta is None or self.bi >= self.end_block:
-            if not self._next_sst():
-                return False
-        offs = self.sst_meta.index.offsets
-        start, end = offs[self.bi], offs[self.bi + 1]
-        info = self.ssts[self.si]
-        path = paths.sst_path(info.id)
-        if not (self.buf_start <= start and end <= self.buf_start + len(self.buf)):
-            # Read ahead: this block and the following ones this range needs.
-            stop = self.bi + 1
-            limit = start + self.read_ahead
-            while stop < self.end_block and offs[stop + 1] <= limit:
-                stop += 1
-            data = self.store_for(info).get_range(path, start, offs[stop])
-            if len(data) != offs[stop] - start:
-                raise CorruptionError(
-                    f"read {len(data)} bytes at {start}, expected {offs[stop] - start}", path
-                )
-            self.bytes_read += len(data)
-            self.buf, self.buf_start = data, start
-        rel = start - self.buf_start
-        try:
-            blk = decode_data_block(self.buf[rel : rel + end - start])
-        except CorruptionError as exc:
-            raise exc.with_path(path) from exc
-        self.bi += 1
-        self.blk = blk
-        self.pos = 0 if self.lo is None else bisect_left(blk.keys, self.lo)
-        return True
-
-    def take(self, upto: bytes | None) -> Columns:
-        """Rows with key < ``upto`` (and < hi); ``upto`` None: to the end of the range."""
-        bound = self.hi if upto is None or (self.hi is not None and self.hi < upto) else upto
-        keys: list[bytes] = []
-        seqs: list[int] = []
-        kinds = bytearray()
-        pays: list[bytes] = []
-        while True:
-            if self.blk is None and not self._load_block():
-                break
-            b = self.blk
-            assert b is not None
-            bk = b.keys
-            pos = self.pos
-            end = len(bk) if bound is None else bisect_left(bk, bound, pos)
-            if end > pos:
-                keys += bk[pos:end]
-                seqs += b.seqs[pos:end]
-                kinds += b.kinds[pos:end]
-                pays += b.payloads(pos, end)
-            if end < len(bk):
-                self.pos = end
-                break
-            self.blk = None
-        self.rows += len(keys)
-        return keys, seqs, bytes(kinds), pays
-
-
-def chunk_cuts(
-    blocks: list[tuple[bytes, int]], target: int, lo: bytes | None, hi: bytes | None
-) -> list[bytes]:
-    """Exclusive bounds after every ``target`` bytes of ``blocks`` (sorted here), strictly inside (lo, hi)."""
-    blocks.sort()
-    cuts: list[bytes] = []
-    acc = 0
-    for k, size in blocks:
-        acc += size
-        if acc >= target:
-            c = key_after(k)
-            if (hi is None or c < hi) and (lo is None or c > lo) and (not cuts or c > cuts[-1]):
-                cuts.append(c)
-            acc = 0
-    return cuts
-
-
-def _has_duplicates(keys: list[bytes]) -> bool:
-    return len(keys) > 1 and any(map(eq, keys, keys[1:]))
-
-
-def merge_columns(cols: list[Columns]) -> Columns:
-    """The newest version of each key; ``cols`` are sources oldest first, each in
-    key order with a repeated key's versions newest first (see module docstring)."""
-    nonempty = [c for c in cols if c[0]]
-    if not nonempty:
-        return _EMPTY
-    if len(nonempty) == 1 and not _has_duplicates(nonempty[0][0]):
-        return nonempty[0]
-    all_k: list[bytes] = []
-    all_s: list[int] = []
-    all_t = bytearray()
-    all_p: list[bytes] = []
-    newest: dict[bytes, int] = {}
-    for k, s, t, p in nonempty:
-        base = len(all_k)
-        n = len(k)
-        all_k += k
-        all_s += s
-        all_t += t
-        all_p += p
-        # Reversed: within a source the first (newest) version of a key wins.
-        newest.update(zip(reversed(k), range(base + n - 1, base - 1, -1)))
-    keys = sorted(newest)
-    idx = list(map(newest.__getitem__, keys))
-    return (
-        keys,
-        list(map(all_s.__getitem__, idx)),
-        bytes(map(all_t.__getitem__, idx)),
-        list(map(all_p.__getitem__, idx)),
-    )
-
-
 def own_operands(cols: Columns) -> Columns:
     """Versions kept by a history window: a merge without a base holds only the operands
     its next older kept version does not (``complete_columns`` made them cumulative)."""
@@ -319,46 +142,6 @@ def own_operands(cols: Columns) -> Columns:
 def fold_merges(folder: Folder | None, cols: Columns, bottom: bool, now_ms: int) -> Columns:
     """Merge entries of ``cols`` (made self-contained) folded into values where safe."""
     return fold_columns(cols, bottom=bottom, folder=folder, base_value=plain_base_value(now_ms))
-
-
-def drop_dead(cols: Columns, *, bottom: bool, now_ms: int) -> Columns:
-    """Drop tombstones (bottom only) and expired entries (tombstones elsewhere)."""
-    keys, seqs, kinds, pays = cols
-    if not kinds or kinds.count(0) == len(kinds):
-        return cols
-    drop: set[int] = set()
-    change: dict[int, int] = {}
-    for i, t in enumerate(kinds):
-        if not t:
-            continue
-        if t & TYPE_MASK == KIND_TOMBSTONE:
-            if bottom:
-                drop.add(i)
-        elif t & FLAG_EXPIRY:
-            expires = payload_expiry(t, pays[i])
-            if expires is not None and expires <= now_ms:
-                if bottom:
-                    drop.add(i)
-                else:
-                    change[i] = KIND_TOMBSTONE | (t & FLAG_INDEXED)
-    if not drop and not change:
-        return cols
-    if change:
-        kb = bytearray(kinds)
-        pays = list(pays)
-        for i, t in change.items():
-            kb[i] = t
-            pays[i] = b""
-        kinds = bytes(kb)
-    if drop:
-        keep = [i for i in range(len(keys)) if i not in drop]
-        return (
-            list(map(keys.__getitem__, keep)),
-            list(map(seqs.__getitem__, keep)),
-            bytes(map(kinds.__getitem__, keep)),
-            list(map(pays.__getitem__, keep)),
-        )
-    return keys, seqs, kinds, pays
 
 
 class _Output:
@@ -530,14 +313,25 @@ class Executor:
         now_ms = int(self.clock.now() * 1000)
         cursors = self.cursors(spec, lo, hi)
         frags = source_fragments(spec, self.meta).clip(lo, hi) if has_range_dels(spec) else EMPTY
-        placer = Placer(retained(frags, spec.history_floor, spec.bottom)) if frags else None
+        placer = (
+            Placer(retained(frags, spec.history_floor, spec.bottom, spec.range_dels_keep_above))
+            if frags
+            else None
+        )
+        dfrags = data_fragments(spec.data_range_dels, self.meta) if spec.data_range_dels else None
+        below = BelowReader(spec.below, self.meta, self.source_store) if spec.below else None
         out = _Output(self, res, placer)
         try:
             cuts = chunk_cuts(self._blocks(cursors), self.chunk_bytes, lo, hi)
             for upto in [*cuts, None]:
                 cols = [c.take(upto) for c in cursors]
                 if has_merges(cols):  # every merge version self-contained, then folded where safe
-                    cols = [complete_columns(cols, frags)]  # (a range tombstone is a base)
+                    done = complete_columns(cols, frags)  # (a range tombstone is a base)
+                    if below is not None:  # hot merges get their base from the runs below
+                        extra = below_rows(done, below)
+                        if extra[0]:
+                            done = without(complete_columns([extra, *cols], frags), extra)
+                    cols = [done]
                     folded = fold_merges(self.folder_for(), cols[0], spec.bottom, now_ms)
                     cols = [folded]
                 if spec.history_floor is not None:
@@ -546,6 +340,8 @@ class Executor:
                         merged = own_operands(merged)
                 else:
                     merged = drop_dead(merge_columns(cols), bottom=spec.bottom, now_ms=now_ms)
+                if dfrags:  # index terms of range-deleted keys (index_rdels.py)
+                    merged = drop_deleted_terms(merged, dfrags, spec.history_floor)
                 out.add(drop_covered(merged, frags, spec.history_floor) if frags else merged)
                 if heartbeat is not None:
                     heartbeat()

@@ -5,7 +5,8 @@
   history window, always (snapshots and checkpoints read the old SSTs of the
   manifest they pinned, as for overwritten versions; see ``executor.py``); with
   a window whose floor is ``f``, when such a ``t <= f`` exists (every reader the
-  window allows sees the tombstone).
+  window allows sees the tombstone). (``drop_covered``, in ``engine/columns.py``:
+  bulk reads drop covered rows the same way.)
 * **The tombstones.** Without a window only each fragment's newest seq is kept
   (the others hide nothing the newest does not), and at the bottom of the tree
   none: nothing older is left to hide. With a window, the seqs above the floor
@@ -41,46 +42,29 @@ def has_range_dels(spec: CompactionSpec) -> bool:
     return any(s.range_dels for s in spec.ssts)
 
 
-def drop_covered(cols: Columns, frags: Fragments, floor: int | None) -> Columns:
-    """``cols`` (key order) without the versions no reader can see under ``frags``."""
-    keys, seqs, kinds, pays = cols
-    if not keys or not frags:
-        return cols
-    starts, ends, all_seqs = frags.starts, frags.ends, frags.seqs
-    n = len(starts)
-    i = 0
-    keep: list[int] = []
-    for j, k in enumerate(keys):
-        while i < n and ends[i] <= k:
-            i += 1
-        if i < n and starts[i] <= k:
-            s = seqs[j]
-            # the newest tombstone every allowed reader sees: at most ``floor`` (a window)
-            top = next((q for q in all_seqs[i] if floor is None or q <= floor), 0)
-            if top > s:
-                continue
-        keep.append(j)
-    if len(keep) == len(keys):
-        return cols
-    return (
-        list(map(keys.__getitem__, keep)),
-        list(map(seqs.__getitem__, keep)),
-        bytes(map(kinds.__getitem__, keep)),
-        list(map(pays.__getitem__, keep)),
-    )
-
-
-def retained(frags: Fragments, floor: int | None, bottom: bool) -> Fragments:
-    """The tombstones the output keeps (see module docstring)."""
+def retained(frags: Fragments, floor: int | None, bottom: bool, keep_above: int | None = None) -> Fragments:
+    """The tombstones the output keeps (see module docstring). ``keep_above``: at the
+    bottom, tombstones newer than it stay too (an indexed database whose index terms
+    they hide are not cleaned yet, ``index_rdels.py``)."""
     if not frags:
         return EMPTY
     if floor is None:
-        return EMPTY if bottom else frags.at(None)
+        if not bottom:
+            return frags.at(None)
+        if keep_above is None:
+            return EMPTY
+        return Fragments.build(
+            [(s, e, ss[0]) for s, e, ss in zip(frags.starts, frags.ends, frags.seqs) if ss[0] > keep_above]
+        )
     pieces = []
     for s, e, ss in zip(frags.starts, frags.ends, frags.seqs):
         above = [q for q in ss if q > floor]
         below = [q for q in ss if q <= floor]
-        for q in above + ([] if bottom or not below else below[:1]):
+        if bottom:
+            extra = [q for q in below if keep_above is not None and q > keep_above][:1]
+        else:
+            extra = below[:1]
+        for q in above + extra:
             pieces.append((s, e, q))
     return Fragments.build(pieces)
 

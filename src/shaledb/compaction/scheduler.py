@@ -65,6 +65,16 @@ class CompactionSpec:
     reason: str = ""
     history_floor: int | None = None
     """Keep every version newer than this sequence number (``shaledb.engine.history``); None: newest only."""
+    range_dels_keep_above: int | None = None
+    """Data tree at the bottom: keep range tombstones newer than this (an indexed database's
+    index terms not yet cleaned, ``compaction/index_rdels.py``); None: drop them all."""
+    data_range_dels: tuple[SstInfo, ...] = ()
+    """Index tree: data SSTs whose range tombstones delete index terms (``index_rdels.py``)."""
+    below: tuple[SortedRun, ...] = ()
+    """Data tree above the bottom: the runs older than the sources, newest first, where
+    hot merges find their base (``compaction/merge_bases.py``)."""
+    cleans_to: int | None = None
+    """Index tree: the commit records the index clean of data range tombstones up to this seq."""
 
     @property
     def l0_ids(self) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from ..engine.allocator import fix_mmap_threshold
 from ..engine.cache import LruCache
 from ..engine.flush import MemtableFlusher
 from ..engine.history import HISTORY_PIN, History, to_millis
-from ..engine.indexes import current_terms, plan_index_changes
+from ..engine.indexes import current_terms, current_value, plan_index_changes
 from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from ..engine.merging import (
     MAX_STACK,
@@ -521,11 +521,15 @@ class Db(MappingWrites, DbExtras):
 
     def merge(self, key: bytes, operand: bytes, *, durable: bool = True) -> WriteHandle:
         """Merge ``operand`` into ``key``'s value with ``Settings.merge_operator``, without
-        reading it: reads and compaction fold it in later (``shaledb.engine.merging``)."""
+        reading it: reads and compaction fold it in later (``shaledb.engine.merging``).
+        On a database with index terms the merge is folded now instead (one lookup of the
+        key, as every indexed write does for its old terms): ``plan_index_changes``."""
         k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
         op = operand if type(operand) is bytes and len(operand) <= MAX_VALUE_BYTES else check_value(operand)
         if not self._merge_recorded:
             self._check_merges()
+        if self._indexed:  # folded at write time to keep the index exact (plan_index_changes)
+            return self._write_indexed(WriteBatch().merge(k, op), durable)
         n = len(k) + len(op) + ENTRY_OVERHEAD
         with self._lock:
             if (
@@ -534,36 +538,44 @@ class Db(MappingWrites, DbExtras):
                 or self._unflushed > self.settings.max_unflushed_bytes
             ):
                 self._admit_locked()
-            if self._indexed:
-                raise InvalidArgument("merge is not supported on a database with index terms")
-            mem = self._mem
-            e = stack(stack_base(mem, k), self._seq + 1, [op])
-            if stack_size(e) >= MAX_STACK:  # fold the stack (may raise: then nothing is applied)
-                floor = covering_seq(self._view, self.tables, k, None) if has_range_dels(self._view) else 0
-                full = complete(self._imms, self._view.l0, self._view.runs, self.tables, k, None, e, floor)
-                e = (e[0], 0, self.vis.value(k, full[1], full[2]) or b"")
-            if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
-                self._txn_log.admit(self._seq + 1, (k,))
-            if self._history is not None:
-                self._history.note(self._seq + 1, int(self.clock.now() * 1000))
-            seq = self._seq = self._seq + 1
-            self._m_puts += 1
-            self._m_put_bytes += n - ENTRY_OVERHEAD
-            mem.put(k, e)
-            wal = self.wal
-            wal.keys.append(k)
-            wal.ents.append((seq, KIND_MERGE, one_operand(op)))
-            mem.nbytes += n
-            wal.nbytes += n
-            self._unflushed += n
-            latch = wal.pending
-            if wal.nbytes >= wal.max_buffer_bytes:
-                wal.request_flush()
-            if mem.nbytes >= self.settings.l0_sst_size_bytes:
-                self._freeze_locked()
+            if self._indexed:  # the first indexed write raced with this one
+                seq = -1
+            else:
+                seq, latch = self._merge_locked(k, op, n)
+        if seq < 0:
+            return self._write_indexed(WriteBatch().merge(k, op), durable)
         if durable:
             self.wal.wait_durable(seq, latch=latch)
         return WriteHandle(self.wal, seq)
+
+    def _merge_locked(self, k: bytes, op: bytes, n: int) -> tuple[int, threading.Event]:
+        """``merge`` under the write lock on a database without index terms: (seq, latch)."""
+        mem = self._mem
+        e = stack(stack_base(mem, k), self._seq + 1, [op])
+        if stack_size(e) >= MAX_STACK:  # fold the stack (may raise: then nothing is applied)
+            floor = covering_seq(self._view, self.tables, k, None) if has_range_dels(self._view) else 0
+            full = complete(self._imms, self._view.l0, self._view.runs, self.tables, k, None, e, floor)
+            e = (e[0], 0, self.vis.value(k, full[1], full[2]) or b"")
+        if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
+            self._txn_log.admit(self._seq + 1, (k,))
+        if self._history is not None:
+            self._history.note(self._seq + 1, int(self.clock.now() * 1000))
+        seq = self._seq = self._seq + 1
+        self._m_puts += 1
+        self._m_put_bytes += n - ENTRY_OVERHEAD
+        mem.put(k, e)
+        wal = self.wal
+        wal.keys.append(k)
+        wal.ents.append((seq, KIND_MERGE, one_operand(op)))
+        mem.nbytes += n
+        wal.nbytes += n
+        self._unflushed += n
+        latch = wal.pending
+        if wal.nbytes >= wal.max_buffer_bytes:
+            wal.request_flush()
+        if mem.nbytes >= self.settings.l0_sst_size_bytes:
+            self._freeze_locked()
+        return seq, latch
 
     def _check_merges(self) -> None:
         """Merges need an operator; the first one records its name in the manifest."""
@@ -955,6 +967,8 @@ class Db(MappingWrites, DbExtras):
                 dict(batch._extras or ()),
                 lambda k: current_terms(db._view, tables, vis, k),
                 int(db.clock.now() * 1000),
+                old_value=lambda k: current_value(db._view, tables, vis, k),
+                fold=vis.folder.fold,  # merges fold at write time (plan_index_changes)
             )
             n = sum(map(len, plan.keys)) + sum(map(len, plan.index_keys))
             n += sum(map(len, plan.payloads)) + sum(map(len, plan.index_payloads))

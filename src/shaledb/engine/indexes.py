@@ -35,9 +35,11 @@ from typing import Any
 
 from ..errors import CorruptionError, InvalidArgument
 from ..format.journal import decode_index_key, decode_pointer, index_key, index_prefix, index_term_prefix
+from ..format.merge import decode_merge
 from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import (
     FLAG_TERMS,
+    KIND_MERGE,
     KIND_POINTER,
     KIND_TOMBSTONE,
     KIND_VALUE,
@@ -110,6 +112,12 @@ def current_terms(view: ReadView, tables: TableCache, vis: Visibility, key: byte
     return {} if e is None else entry_terms(e[1], e[2], vis)
 
 
+def current_value(view: ReadView, tables: TableCache, vis: Visibility, key: bytes) -> bytes | None:
+    """The key's value as a read sees it now (merges folded, journal pointers followed)."""
+    e = lookup(view, tables, key, None)
+    return None if e is None else vis.value(key, e[1], e[2])
+
+
 @dataclass
 class IndexedBatch:
     """A batch with its index changes worked out (see :func:`plan_index_changes`)."""
@@ -129,14 +137,26 @@ def plan_index_changes(
     extras: Mapping[int, Mapping[str, Any]],
     old_terms: Any,
     now_ms: int,
+    *,
+    old_value: Callable[[bytes], bytes | None] | None = None,
+    fold: Callable[[bytes, bytes | None, list[bytes]], bytes] | None = None,
 ) -> IndexedBatch:
     """Data entries with their terms recorded, plus the index-tree entries.
 
-    ``types`` are the entries' kinds (VALUE or TOMBSTONE), ``payloads`` the
-    plain values, ``extras`` the rich entries' value/metadata/ttl/indexes by
-    position, ``old_terms(key)`` the key's terms before the batch.
+    ``types`` are the entries' kinds (VALUE, TOMBSTONE, a range tombstone or
+    MERGE), ``payloads`` the plain values (a merge: its one-operand payload),
+    ``extras`` the rich entries' value/metadata/ttl/indexes by position,
+    ``old_terms(key)`` the key's terms before the batch.
+
+    A merge is *folded here*, at write time (:func:`fold_merge`): ``old_value(key)``
+    is the key's value before the batch (merges folded, journal pointers followed),
+    ``fold(key, existing, operands)`` the merge operator. The data entry becomes a
+    plain put of the folded value that keeps the key's terms (as a put without
+    ``indexes=`` does), so the index tree stays exact for it.
     """
     overlay: dict[bytes, Terms] = {}
+    values: dict[bytes, bytes | None] = {}  # the value of a key this batch wrote (None: deleted)
+    ranges: list[tuple[bytes, bytes]] = []  # this batch's range deletes so far
     out_kinds: list[int] = []
     out_pays: list[bytes] = []
     ik: list[bytes] = []
@@ -151,6 +171,27 @@ def plan_index_changes(
             ranged = types[i] == KIND_RANGE_DEL
             out_kinds.append(KIND_RANGE_DEL if ranged else KIND_TOMBSTONE)
             out_pays.append(payloads[i] if ranged else b"")
+            values[k] = None
+            if ranged:
+                end = payloads[i]
+                ranges.append((k, end))
+                for wk in [wk for wk in values if k <= wk < end]:
+                    values[wk] = None
+        elif types[i] == KIND_MERGE:
+            if old_value is None or fold is None:
+                raise InvalidArgument("a merge on an indexed database needs the merge operator")
+            if k in values:
+                existing = values[k]
+            elif any(a <= k < b for a, b in ranges):
+                existing = None  # an earlier range delete of this batch deleted it
+            else:
+                existing = old_value(k)
+            value = fold_merge(k, existing, payloads[i], fold)
+            values[k] = value
+            new = dict(old)
+            flags, payload = encode_payload(value, None, None, encode_terms(new) if new else None)
+            out_kinds.append(KIND_VALUE | flags)
+            out_pays.append(payload)
         else:
             x = extras.get(i)
             value = payloads[i] if x is None else x["value"]
@@ -167,6 +208,7 @@ def plan_index_changes(
             flags, payload = encode_payload(value, meta, expires, encode_terms(new) if new else None)
             out_kinds.append(KIND_VALUE | flags)
             out_pays.append(payload)
+            values[k] = value
         ikind, ipay = KIND_TOMBSTONE, b""
         if new:
             iflags, ipay = encode_payload(b"", None, expires)
@@ -177,6 +219,21 @@ def plan_index_changes(
             ip.append(ipay if live else b"")
         overlay[k] = new
     return IndexedBatch(keys, out_kinds, out_pays, ik, it, ip)
+
+
+def fold_merge(
+    key: bytes,
+    existing: bytes | None,
+    operand_payload: bytes,
+    fold: Callable[[bytes, bytes | None, list[bytes]], bytes],
+) -> bytes:
+    """The value after merging a batch's merge entry into ``existing`` (indexed databases
+    fold at write time: the cost is one lookup of the key, which an indexed write pays for
+    its old terms anyway, plus the operator call and, for a value in the journal, its read)."""
+    base, ops = decode_merge(operand_payload)
+    if base is not None:
+        raise CorruptionError("a batch's merge entry carries a base")
+    return fold(key, existing, ops)
 
 
 def term_changes(
@@ -371,7 +428,9 @@ __all__ = [
     "IndexedBatch",
     "check_query",
     "current_terms",
+    "current_value",
     "entry_terms",
+    "fold_merge",
     "index_query",
     "index_view",
     "make_head",

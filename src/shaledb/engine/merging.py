@@ -32,7 +32,7 @@ docs/format/block.md and docs/transactions.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from ..errors import CorruptionError, MergeOperatorFailed, MergeOperatorMismatch, MergeOperatorMissing
@@ -265,6 +265,54 @@ def complete(
     return (first[0], KIND_MERGE, encode_merge(all_ops, found))
 
 
+def chain_floor(
+    mems: Sequence[Memtable],
+    l0: Sequence[Any],
+    runs: Sequence[_Run],
+    tables: _Tables,
+    key: bytes,
+    floor: int = 0,
+) -> int:
+    """The sequence number of the oldest version ``key``'s newest merge chain still
+    needs: the seq of the base a read folds onto (``floor`` when a range tombstone is
+    the base), 0 when every older version may be needed (no base at all, or a
+    self-contained merge whose base entry's own seq is no longer known).
+
+    The value journal's compaction keeps the entries at or above it (a merge over a
+    journal value points into the journal through its base, ``journal/scoring.py``)."""
+    for e in _versions(mems, l0, runs, tables, key):
+        if e[0] < floor:
+            return floor
+        if e[1] != KIND_MERGE:
+            return int(e[0])
+        if decode_merge(e[2])[0] is not None:
+            return 0
+    return 0
+
+
+def _versions(
+    mems: Sequence[Memtable], l0: Sequence[Any], runs: Sequence[_Run], tables: _Tables, key: bytes
+) -> Iterator[tuple[int, int, bytes]]:
+    """Every stored version of ``key``, newest first (one per sequence number)."""
+    cap: int | None = None
+    for m in mems:
+        e = m.get(key, cap)
+        if e is not None:
+            yield e
+            cap = e[0] - 1
+    infos = [i for i in l0 if i.first_key <= key <= i.last_key]
+    infos += [i for i in (r.find(key) for r in runs) if i is not None]
+    for info in infos:
+        if cap is not None and cap < 0:
+            return
+        r = tables.reader(info)
+        e2 = r.find(key, cap)
+        while e2 is not None:
+            yield e2
+            cap = e2[0] - 1
+            e2 = r.find(key, cap) if cap >= 0 else None
+
+
 # ------------------------------------------------------------------ flush
 
 
@@ -335,10 +383,16 @@ def complete_columns(cols: Sequence[Columns], frags: Fragments | None = None) ->
     return keys, seqs, bytes(kinds), pays
 
 
-def fold_columns(cols: Columns, *, bottom: bool, folder: Folder | None, base_value: BaseValue) -> Columns:
+def fold_columns(
+    cols: Columns, *, bottom: bool, folder: Folder | None, base_value: BaseValue, journal: bool = False
+) -> Columns:
     """Merge entries folded into plain values where that is safe: self-contained ones,
-    and (``bottom``: nothing lies below) all of them. Bases in the value journal stay
-    (the compactor does not read it), and so does everything without an operator."""
+    and (``bottom``: nothing lies below) all of them; nothing without an operator.
+
+    Bases in the value journal (POINTER) are folded only with ``journal`` (``base_value``
+    then follows pointers: bulk reads). Compaction keeps such a merge self-contained
+    instead: it reads no journal, and a folded value written into the ledger would
+    undo the value separation (a put of the value puts it back in the journal)."""
     keys, seqs, kinds, pays = cols
     if folder is None or folder.op is None or KIND_MERGE not in kinds:
         return cols
@@ -350,7 +404,7 @@ def fold_columns(cols: Columns, *, bottom: bool, folder: Folder | None, base_val
         base, ops = decode_merge(pays[i])
         if base is None and not bottom:
             continue
-        if base is not None and base[0] & TYPE_MASK == KIND_POINTER:
+        if base is not None and base[0] & TYPE_MASK == KIND_POINTER and not journal:
             continue
         existing = None if base is None else base_value(keys[i], base[0], base[1])
         out[i] = folder.fold(keys[i], existing, ops)
@@ -358,8 +412,9 @@ def fold_columns(cols: Columns, *, bottom: bool, folder: Folder | None, base_val
     return keys, seqs, bytes(kb), out
 
 
-def plain_base_value(now_ms: int) -> BaseValue:
-    """A base entry's value without a journal: tombstones and expired values are None."""
+def plain_base_value(now_ms: int, resolve: Callable[[bytes, bytes], bytes] | None = None) -> BaseValue:
+    """A base entry's value: tombstones and expired values are None; ``resolve(key,
+    pointer)`` reads a journal value (None: the caller never passes POINTER bases)."""
 
     def value(key: bytes, kind: int, payload: bytes) -> bytes | None:
         if kind & TYPE_MASK == KIND_TOMBSTONE:
@@ -367,6 +422,12 @@ def plain_base_value(now_ms: int) -> BaseValue:
         body, _meta, expires, _terms = decode_extras(kind, payload)
         if expires is not None and expires <= now_ms:
             return None
+        if kind & TYPE_MASK == KIND_POINTER:
+            if resolve is None:
+                raise CorruptionError(
+                    "a merge's base points into the value journal, which this read cannot follow"
+                )
+            return resolve(key, body)
         return body
 
     return value
@@ -376,6 +437,7 @@ __all__ = [
     "MAX_STACK",
     "OPT_MERGE_OPERATOR",
     "Folder",
+    "chain_floor",
     "check_operator",
     "complete",
     "complete_columns",

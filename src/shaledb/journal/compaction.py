@@ -68,15 +68,18 @@ from typing import Any
 
 from ..compaction.compactor import JobLease
 from ..engine.host import WriterHost
+from ..engine.merging import OPT_MERGE_OPERATOR
 from ..engine.sstable import put_new_journal, put_new_sst
 from ..errors import ClosedError, CorruptionError, InvalidArgument, ShaleError
 from ..format import paths
 from ..format.coding import CODECS
 from ..format.journal import decode_pointer
+from ..format.merge import decode_merge, encode_merge
 from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import (
     FLAG_INDEX_TREE,
     FLAG_INDEXED,
+    KIND_MERGE,
     KIND_POINTER,
     KIND_TOMBSTONE,
     KIND_VALUE,
@@ -357,22 +360,47 @@ class _Repoint:
         self.replaced: dict[str, SstInfo] = {}
         self.bytes_written = 0
 
-    def overlaps(self, s: SstInfo) -> bool:
+    def overlaps(self, s: SstInfo, merges: bool = False) -> bool:
+        """Whether ``s`` may point into the run. With merges, a merge entry newer than the
+        run may carry a base pointing into it (compaction made it self-contained), so
+        every SST not older than the run is scanned: the cost of merges over journal values."""
+        if merges:
+            return s.entries > 0 and any(s.max_seq >= lo for lo, _hi in self.spans)
         return s.entries > 0 and any(s.min_seq <= hi and s.max_seq >= lo for lo, hi in self.spans)
 
     def scan(self, m: Manifest) -> None:
         """Repoint every SST of ``m``'s data tree not yet scanned that may point into the run."""
+        merges = m.option(OPT_MERGE_OPERATOR) is not None
         present = {s.id for s in m.data.ssts()}
         for old in [k for k in self.replaced if k not in present]:
             self._discard(self.replaced.pop(old))
         for s in m.data.ssts():
-            if s.id in self.scanned or not self.overlaps(s):
+            if s.id in self.scanned or not self.overlaps(s, merges):
                 continue
             self.host.check_open()
             new = self._rewrite(s)
             self.scanned.add(s.id)
             if new is not None:
                 self.replaced[s.id] = new
+
+    def _moved(self, kind: int, payload: bytes) -> bytes | None:
+        """A POINTER entry's payload with its new pointer, or None if it does not move."""
+        body = decode_payload(kind, payload)[0]
+        ptr = decode_pointer(body)
+        if ptr.ref not in self.refs:
+            return None
+        new = self.moves.get((ptr.ref, ptr.block_off, ptr.index))
+        if new is None:
+            return None
+        return payload[: len(payload) - len(body)] + new
+
+    def _moved_base(self, payload: bytes) -> bytes | None:
+        """A merge entry's payload with its base's pointer moved, or None."""
+        base, ops = decode_merge(payload)
+        if base is None or base[0] & TYPE_MASK != KIND_POINTER:
+            return None
+        moved = self._moved(base[0], base[1])
+        return None if moved is None else encode_merge(ops, (base[0], moved))
 
     def _rewrite(self, s: SstInfo) -> SstInfo | None:
         path = paths.sst_path(s.id)
@@ -392,17 +420,19 @@ class _Repoint:
             seqs += b.seqs.tolist()
             kb = list(b.kinds)
             for i, t in enumerate(kb):
+                if t == KIND_MERGE:  # a merge over a journal value: its base points here
+                    moved = self._moved_base(bp[i])
+                    if moved is not None:
+                        bp[i] = moved
+                        changed += 1
+                    continue
                 if t & TYPE_MASK != KIND_POINTER:
                     continue
                 p = bp[i]
-                body = decode_payload(t, p)[0]
-                ptr = decode_pointer(body)
-                if ptr.ref not in self.refs:
-                    continue
-                new = self.moves.get((ptr.ref, ptr.block_off, ptr.index))
-                if new is None:
-                    continue  # a superseded version: never read through this manifest
-                bp[i] = p[: len(p) - len(body)] + new
+                moved = self._moved(t, p)
+                if moved is None:
+                    continue  # not in the run, or a superseded version never read through this manifest
+                bp[i] = moved
                 changed += 1
             kinds += kb
             pays += bp
@@ -452,8 +482,9 @@ class _Repoint:
         present = {s.id for s in cur.data.ssts()}
         if any(old not in present for old in self.replaced):
             raise _Restart("a repointed SST was replaced meanwhile")
+        merges = cur.option(OPT_MERGE_OPERATOR) is not None
         for s in cur.data.ssts():
-            if s.id not in self.scanned and self.overlaps(s):
+            if s.id not in self.scanned and self.overlaps(s, merges):
                 raise _Restart(f"SST {s.id} appeared meanwhile and may point into the run")
         rep = self.replaced
         data = cur.data.map_ssts(lambda s: rep.get(s.id, s))

@@ -40,15 +40,18 @@ from dataclasses import replace
 from typing import Any
 
 from ..engine.host import WriterHost
+from ..engine.merging import stack
 from ..engine.sstable import put_new_sst
 from ..errors import CorruptionError, InvalidArgument, InvalidDbState
 from ..format import paths
 from ..format.coding import CODECS
 from ..format.journal import Pointer, decode_index_key, encode_pointer
+from ..format.merge import decode_merge
 from ..format.range_dels import KIND_RANGE_DEL, Fragments
 from ..format.row import (
     EXTRA_FLAGS,
     FLAG_INDEX_TREE,
+    KIND_MERGE,
     KIND_POINTER,
     KIND_TOMBSTONE,
     KIND_VALUE,
@@ -91,6 +94,9 @@ def replay_journal(db: WriterHost, m: Manifest) -> tuple[dict[bytes, Entry], dic
                 old = data.get(k)
                 if old is not None and old[0] > s:
                     continue
+                if t == KIND_MERGE:  # stacks onto what the key had (shaledb.engine.merging)
+                    data[k] = stack(_merge_base(old, k, s, rdels), s, decode_merge(p)[1])
+                    continue
                 if thr is not None and t & TYPE_MASK == KIND_VALUE and len(p) >= thr:
                     try:
                         body = decode_payload(t, p)[0] if t & EXTRA_FLAGS else p
@@ -102,12 +108,25 @@ def replay_journal(db: WriterHost, m: Manifest) -> tuple[dict[bytes, Entry], dic
                         p = p[: len(p) - len(body)] + ptr
                 data[k] = (s, t, p)
     if rdels:  # range deletes: the keys they cover, written before them, are gone
+        # (a merge after a range delete of its key stacked onto a tombstone: _merge_base)
         frags = Fragments.build(rdels)
         for k in [k for k, e in data.items() if frags.covering(k) > e[0]]:
             del data[k]
         for ik in [ik for ik, e in index.items() if frags.covering(decode_index_key(ik)[2]) > e[0]]:
             del index[ik]
     return data, index, len(m.journal), entries
+
+
+def _merge_base(
+    old: Entry | None, key: bytes, seq: int, rdels: list[tuple[bytes, bytes, int]]
+) -> Entry | None:
+    """What a merge at ``seq`` stacks onto: the key's entry so far, or a tombstone when a
+    range delete replayed between them covers the key (it folds onto nothing then)."""
+    floor = old[0] if old is not None else -1
+    top = max((q for a, b, q in rdels if a <= key < b and floor < q < seq), default=None)
+    if top is not None:
+        return (top, KIND_TOMBSTONE, b"")
+    return old
 
 
 def _write_run(db: WriterHost, entries: dict[bytes, Entry], now_ms: int) -> list[SstInfo]:

@@ -15,12 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..engine.memtable import Memtable
+from ..engine.merging import chain_floor
+from ..engine.range_tombstones import covering_seq, has_range_dels
 from ..engine.reads import ReadView, Visibility, lookup
 from ..engine.sstable import read_object_meta
 from ..errors import CorruptionError, ObjectNotFound
 from ..format import paths
 from ..format.coding import CODEC_NONE, TRAILER_SIZE, u32_array, u64_array
-from ..format.row import FLAG_INDEX_TREE, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
+from ..format.row import FLAG_INDEX_TREE, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
 from ..format.sst import SstMeta, decode_data_block
 from ..manifest.model import JournalFile, Manifest
 from ..settings import JournalOptions
@@ -99,10 +101,16 @@ class _Ledger:
         if e is None:
             return _MISSING
         if e[0] != seq:
+            if e[1] == KIND_MERGE and seq < e[0] and seq >= self._chain_floor(view, key):
+                return _CURRENT  # the base or an operand of the current merge: reads need it
             return _REPLACED
         if e[1] & TYPE_MASK == KIND_TOMBSTONE or self.vis.alive(e[1], e[2]):
             return _CURRENT
         return _EXPIRED
+
+    def _chain_floor(self, view: ReadView, key: bytes) -> int:
+        floor = covering_seq(view, self.tables, key, None) if has_range_dels(view) else 0
+        return chain_floor(view.memtables(), view.l0, view.runs, self.tables, key, floor)
 
 
 # ----------------------------------------------------------------- scoring
