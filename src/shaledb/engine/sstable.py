@@ -295,6 +295,9 @@ class SstReader:
         if keys[j] != key:
             return None
         if seq is None or b.seqs[j] <= seq:
+            pays = b.pays
+            if pays is not None:
+                return b.seqs[j], b.kinds[j], pays[j]
             vo = b.val_off
             return b.seqs[j], b.kinds[j], b.vals[vo[j] : vo[j + 1]]
         return self.find(key, seq)
