@@ -39,7 +39,7 @@ from ..format.row import (
     decode_extras,
 )
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
-from ..numbers import check_int
+from ..numbers import MAX_INT, check_int
 from .history import has_versions
 from .memtable import Memtable
 from .merging import Folder, complete, fold_payload
@@ -160,8 +160,8 @@ class ReadView:
 
 def check_limit(limit: object) -> None:
     """A scan or query limit is None or a non-negative int (bool is not a count)."""
-    if limit is not None:
-        check_int("limit", limit, minimum=0)
+    if limit is not None and not (type(limit) is int and 0 <= limit <= MAX_INT):
+        check_int("limit", limit, minimum=0)  # (raises: it builds its message up front, per call)
 
 
 class Visibility:
