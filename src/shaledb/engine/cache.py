@@ -25,6 +25,14 @@ class LruCache:
         self.misses = 0
 
     @property
+    def entries(self) -> OrderedDict[Hashable, tuple[Any, int]]:
+        """The entries ``(value, nbytes)`` in recency order, for a hot path that reads
+        them in place (``SstReader.get``) the way :meth:`get` does: ``get`` then
+        ``move_to_end``, tolerating a ``KeyError`` from a concurrent eviction, and
+        counting ``hits``. Writes go through :meth:`put` and :meth:`discard` only."""
+        return self._data
+
+    @property
     def capacity_bytes(self) -> int:
         return self._capacity
 

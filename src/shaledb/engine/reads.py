@@ -39,7 +39,7 @@ from ..format.row import (
     decode_extras,
 )
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
-from ..numbers import check_int
+from ..numbers import MAX_INT, check_int
 from .history import has_versions
 from .memtable import Memtable
 from .merging import Folder, complete, fold_payload
@@ -160,8 +160,8 @@ class ReadView:
 
 def check_limit(limit: object) -> None:
     """A scan or query limit is None or a non-negative int (bool is not a count)."""
-    if limit is not None:
-        check_int("limit", limit, minimum=0)
+    if limit is not None and not (type(limit) is int and 0 <= limit <= MAX_INT):
+        check_int("limit", limit, minimum=0)  # (raises: it builds its message up front, per call)
 
 
 class Visibility:
@@ -220,7 +220,13 @@ def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> t
         if floor > found[0]:
             return (floor, KIND_TOMBSTONE, b"")
         return complete(view.memtables(), view.l0, view.runs, tables, key, seq, found, floor)
-    e = view.mem.get(key, seq)
+    # The hot path of every get: calls are the cost here, so the memtable's dict, the
+    # pinned readers and the runs' bisection are used in place (Memtable.get,
+    # TableCache.reader, RunIndex.find say the same thing at length).
+    mem = view.mem
+    e = mem.d.get(key)
+    if e is not None and seq is not None and e[0] > seq:
+        e = mem.get(key, seq)
     if e is not None:
         return e if e[1] != KIND_MERGE else _complete(view, tables, key, seq, e)
     for imm in view.imms:
@@ -228,17 +234,24 @@ def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> t
         if e is not None:
             return e if e[1] != KIND_MERGE else _complete(view, tables, key, seq, e)
     queries: dict[int, tuple[int, int]] = {}  # the key's (hash, probe mask) per kind of filter
+    pinned = tables.pinned
     for info in view.l0:
         if key < info.first_key or key > info.last_key:
             continue
-        found = _probe(tables, info, key, seq, queries)
+        r = pinned.get(info.id) or tables.reader(info)
+        found = r.get(key, seq, queries)
         if found is not None:
             return found if found[1] != KIND_MERGE else _complete(view, tables, key, seq, found)
     for run in view.runs:
-        found_info = run.find(key)
-        if found_info is None:
+        ssts = run.ssts
+        i = bisect_left(run.last_keys, key)
+        if i == len(ssts):
             continue
-        found = _probe(tables, found_info, key, seq, queries)
+        info = ssts[i]
+        if info.first_key > key:
+            continue
+        r = pinned.get(info.id) or tables.reader(info)
+        found = r.get(key, seq, queries)
         if found is not None:
             return found if found[1] != KIND_MERGE else _complete(view, tables, key, seq, found)
     return None
@@ -312,15 +325,7 @@ def _probe(
     ``queries`` caches the key's hash and probe mask per kind of filter
     (``BloomFilter.mask_key``) across the SSTs of one lookup.
     """
-    r = tables.reader(info)
-    bloom = r.bloom
-    if bloom is not None:
-        q = queries.get(bloom.mask_key)
-        if q is None:
-            q = queries[bloom.mask_key] = bloom.query(key)
-        if not bloom.may_contain(*q):
-            return None
-    return r.find(key, seq)
+    return tables.reader(info).get(key, seq, queries)
 
 
 def _lazy_rows(

@@ -174,6 +174,7 @@ class SstReader:
         "bloom",
         "cache",
         "data_end",
+        "entries",
         "id",
         "index",
         "info",
@@ -197,6 +198,7 @@ class SstReader:
         self.range_dels = meta.range_dels
         self.data_end = meta.footer.meta_start
         self.cache = cache
+        self.entries = cache.entries
         self.read_ahead = read_ahead
 
     @property
@@ -250,6 +252,55 @@ class SstReader:
         return chunk[start - cs : end - cs]
 
     # ------------------------------------------------------------------ reads
+
+    def get(
+        self, key: bytes, seq: int | None, queries: dict[int, tuple[int, int]]
+    ) -> tuple[int, int, bytes] | None:
+        """:meth:`find` for point lookups, with the filter consulted only on a block-cache miss.
+
+        A cached block answers faster than the filter (one bisect against a
+        hash and a 512-bit mask in Python), so the filter is only asked when
+        the alternative is a read from the store. ``queries`` caches the key's
+        hash and probe mask per kind of filter (``BloomFilter.mask_key``)
+        across the SSTs of one lookup. The cache's entries are read in place
+        (one tuple, two C calls): this runs once per SST a lookup visits.
+        """
+        ikeys = self.index.keys
+        i = bisect_left(ikeys, key)
+        if i == len(ikeys):
+            return None
+        ck = (self.id, i)
+        entries = self.entries
+        item = entries.get(ck)
+        if item is not None:
+            try:
+                entries.move_to_end(ck)
+            except KeyError:  # evicted meanwhile: still ours to read, once
+                pass
+            self.cache.hits += 1
+            b: Block = item[0]
+        else:
+            bloom = self.bloom
+            if bloom is not None:
+                q = queries.get(bloom.mask_key)
+                if q is None:
+                    q = queries[bloom.mask_key] = bloom.query(key)
+                if not bloom.may_contain(*q):
+                    return None
+            b = self.block(i)
+        keys = b.keys
+        j = bisect_left(keys, key)
+        if j == len(keys):
+            return self.find(key, seq)  # (not for a table SST's block: its index key is its last key)
+        if keys[j] != key:
+            return None
+        if seq is None or b.seqs[j] <= seq:
+            pays = b.pays
+            if pays is not None:
+                return b.seqs[j], b.kinds[j], pays[j]
+            vo = b.val_off
+            return b.seqs[j], b.kinds[j], b.vals[vo[j] : vo[j + 1]]
+        return self.find(key, seq)
 
     def find(self, key: bytes, seq: int | None = None) -> tuple[int, int, bytes] | None:
         """``(seq, kind, payload)`` of the newest version of ``key`` visible at ``seq``."""
