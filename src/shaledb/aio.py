@@ -71,6 +71,14 @@ class DbOpenOptions(TypedDict, total=False):
     store_options: Mapping[str, object] | None
 
 
+class PutExtras(TypedDict, total=False):
+    """The rich-entry keywords of :meth:`Db.put`, as :meth:`shaledb.Db.put` takes them."""
+
+    ttl: timedelta | float | str | None
+    metadata: BytesLike | None
+    indexes: IndexTerms | None
+
+
 class ReaderOpenOptions(TypedDict, total=False):
     """The keywords :meth:`DbReader.open` passes on to :meth:`shaledb.DbReader.open`."""
 
@@ -368,23 +376,14 @@ class Db(_Reads):
         return handle
 
     async def put(
-        self,
-        key: BytesLike,
-        value: BytesLike,
-        *,
-        durable: bool = True,
-        ttl: timedelta | float | str | None = None,
-        metadata: BytesLike | None = None,
-        indexes: IndexTerms | None = None,
+        self, key: BytesLike, value: BytesLike, *, durable: bool = True, **extras: Unpack[PutExtras]
     ) -> WriteHandle:
         """Set ``key`` to ``value``; durable when it returns unless ``durable=False``.
 
-        ``ttl``, ``metadata`` and ``indexes`` as in :meth:`shaledb.Db.put`.
+        ``extras`` (``ttl``, ``metadata``, ``indexes``) as in :meth:`shaledb.Db.put`.
         """
-        if ttl is not None or metadata is not None or indexes is not None or self._may_block():
-            h = await self._executor.run(
-                self.sync.put, key, value, durable=False, ttl=ttl, metadata=metadata, indexes=indexes
-            )
+        if extras or self._may_block():
+            h = await self._executor.run(self.sync.put, key, value, durable=False, **extras)
         else:
             h = self.sync.put(key, value, durable=False)
         return await self._durable(h, durable)
@@ -528,4 +527,13 @@ class DbReader(_Reads):
         await self.close()
 
 
-__all__ = ["AsyncChanges", "AsyncScan", "Db", "DbOpenOptions", "DbReader", "ReaderOpenOptions", "Snapshot"]
+__all__ = [
+    "AsyncChanges",
+    "AsyncScan",
+    "Db",
+    "DbOpenOptions",
+    "DbReader",
+    "PutExtras",
+    "ReaderOpenOptions",
+    "Snapshot",
+]
