@@ -28,15 +28,28 @@ import asyncio
 import heapq
 import itertools
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack
 
 from .db import reader as _db_reader
 from .db import writer as _db
-from .db.batch import WriteBatch, WriteHandle
+from .db.batch import IndexTerms, WriteBatch, WriteHandle
 from .errors import ClosedError, InvalidArgument
+from .keys import BytesLike
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .db.queries import Queries, SnapshotQueries
+    from .engine.changes import Change, ChangeFeed, Cursor, FeedOptions
+    from .engine.parents import StoreFactory
+    from .engine.reads import Scan
+    from .manifest.model import Checkpoint
+    from .settings import DbReaderOptions, Settings
+    from .store.base import ObjectStore
 
 T = TypeVar("T")
 
@@ -45,6 +58,41 @@ DEFAULT_WORKERS = 16
 
 SCAN_CHUNK = 256
 """Rows a scan fetches per executor call."""
+
+
+class DbOpenOptions(TypedDict, total=False):
+    """The keywords :meth:`Db.open` passes on to :meth:`shaledb.Db.open`."""
+
+    settings: Settings | None
+    store: ObjectStore | None
+    clock: Clock | None
+    seed: int | None
+    create_if_missing: bool
+    store_options: Mapping[str, object] | None
+
+
+class PutExtras(TypedDict, total=False):
+    """The rich-entry keywords of :meth:`Db.put`, as :meth:`shaledb.Db.put` takes them."""
+
+    ttl: timedelta | float | str | None
+    metadata: BytesLike | None
+    indexes: IndexTerms | None
+
+
+class ReaderOpenOptions(TypedDict, total=False):
+    """The keywords :meth:`DbReader.open` passes on to :meth:`shaledb.DbReader.open`."""
+
+    options: DbReaderOptions | None
+    manifest_poll_interval_s: timedelta | float | str | None
+    checkpoint_lifetime_s: timedelta | float | str | None
+    manifest_poll_interval: timedelta | float | str | None
+    checkpoint_lifetime: timedelta | float | str | None
+    max_memtable_bytes: int | None
+    store: ObjectStore | None
+    clock: Clock | None
+    seed: int | None
+    store_options: Mapping[str, object] | None
+    store_factory: StoreFactory | None
 
 
 class _DurabilityWaiter:
@@ -150,28 +198,28 @@ class _Executor:
         self.pool.shutdown(wait=False)
 
 
-class AsyncScan:
+class AsyncScan(Generic[T]):
     """``async for key, value in scan``: rows fetched in chunks on the executor.
 
     The scan's snapshot is pinned until the rows run out or :meth:`aclose`
     (``async with`` closes it too).
     """
 
-    def __init__(self, executor: _Executor, start: Callable[[], Any], chunk: int = SCAN_CHUNK) -> None:
+    def __init__(self, executor: _Executor, start: Callable[[], Scan[T]], chunk: int = SCAN_CHUNK) -> None:
         self._executor = executor
         self._start = start
-        self._scan: Any = None
-        self._rows: Iterator[Any] = iter(())
+        self._scan: Scan[T] | None = None
+        self._rows: Iterator[T] = iter(())
         self._chunk = chunk
         self._done = False
 
-    def __aiter__(self) -> AsyncScan:
+    def __aiter__(self) -> AsyncScan[T]:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> T:
         row = next(self._rows, _END)
         if row is not _END:
-            return row
+            return row  # type: ignore[return-value]  # (not the _END marker)
         if self._done:
             raise StopAsyncIteration
         rows = await self._executor.run(self._fetch)
@@ -181,7 +229,7 @@ class AsyncScan:
         self._rows = iter(rows)
         return next(self._rows)
 
-    def _fetch(self) -> list[Any]:
+    def _fetch(self) -> list[T]:
         if self._scan is None:
             self._scan = self._start()
         rows = list(itertools.islice(self._scan, self._chunk))
@@ -196,7 +244,7 @@ class AsyncScan:
         if self._scan is not None:
             self._scan.close()
 
-    async def __aenter__(self) -> AsyncScan:
+    async def __aenter__(self) -> AsyncScan[T]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -211,27 +259,27 @@ class AsyncChanges:
     read in chunks on the executor; when caught up it sleeps ``poll_interval_s`` on the
     loop (``follow=False``: stops instead). ``cursor`` is where it stands."""
 
-    def __init__(self, executor: _Executor, feed: Any, *, chunk: int = 1000) -> None:
+    def __init__(self, executor: _Executor, feed: ChangeFeed, *, chunk: int = 1000) -> None:
         self._executor = executor
         self._feed = feed
         self._chunk = chunk
-        self._buffer: Iterator[Any] = iter(())
+        self._buffer: Iterator[Change] = iter(())
         self._closed = False
-        self._start: Any = feed.cursor
-        self._last: Any = None
+        self._start: Cursor = feed.cursor
+        self._last: Cursor | None = None
 
     @property
-    def cursor(self) -> Any:
+    def cursor(self) -> Cursor:
         """The position after the last change handed out (``str()`` stores it)."""
         return self._last if self._last is not None else self._start
 
     def __aiter__(self) -> AsyncChanges:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> Change:
         while not self._closed:
-            change: Any = next(self._buffer, _END)
-            if change is not _END:
+            change = next(self._buffer, None)
+            if change is not None:
                 self._last = change.cursor
                 return change
             got = await self._executor.run(self._feed.read, self._chunk)
@@ -252,14 +300,14 @@ class _Reads:
     """Reads shared by handles and snapshots: every one on the executor."""
 
     _executor: _Executor
-    _target: Any
+    _target: Queries
 
-    async def get(self, key: bytes) -> bytes | None:
+    async def get(self, key: BytesLike) -> bytes | None:
         """The value of ``key``, or None."""
         value: bytes | None = await self._executor.run(self._target.get, key)
         return value
 
-    async def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]:
+    async def get_many(self, keys: Iterable[BytesLike]) -> list[bytes | None]:
         """Values of ``keys`` from one view (None for absent keys), read in parallel."""
         keys = list(keys)
         values: list[bytes | None] = await self._executor.run(self._target.get_many, keys)
@@ -267,13 +315,13 @@ class _Reads:
 
     def scan(
         self,
-        start: bytes | None = None,
-        end: bytes | None = None,
+        start: BytesLike | None = None,
+        end: BytesLike | None = None,
         *,
-        prefix: bytes | None = None,
+        prefix: BytesLike | None = None,
         reverse: bool = False,
         limit: int | None = None,
-    ) -> AsyncScan:
+    ) -> AsyncScan[tuple[bytes, bytes]]:
         """``async for key, value in ...`` over ``start <= key < end`` (one snapshot)."""
         target = self._target
         return AsyncScan(
@@ -284,13 +332,13 @@ class _Reads:
 class Snapshot(_Reads):
     """A consistent view at one sequence number (``async with db.snapshot() as snap``)."""
 
-    def __init__(self, executor: _Executor, snap: Any) -> None:
+    def __init__(self, executor: _Executor, snap: SnapshotQueries) -> None:
         self._executor = executor
-        self._target = snap
+        self._target = self._snap = snap
         self.seq: int = snap.seq
 
     async def close(self) -> None:
-        self._target.close()
+        self._snap.close()
 
 
 class Db(_Reads):
@@ -305,7 +353,9 @@ class Db(_Reads):
         self._waiter = _DurabilityWaiter(db.wal)
 
     @classmethod
-    async def open(cls, url: str | None = None, *, workers: int = DEFAULT_WORKERS, **kwargs: Any) -> Db:
+    async def open(
+        cls, url: str | None = None, *, workers: int = DEFAULT_WORKERS, **kwargs: Unpack[DbOpenOptions]
+    ) -> Db:
         """Open (or create) the database at ``url``; keywords as :meth:`shaledb.Db.open`."""
         executor = _Executor(workers)
         try:
@@ -326,7 +376,9 @@ class Db(_Reads):
             await self._waiter.wait(handle.seq)
         return handle
 
-    async def put(self, key: bytes, value: bytes, *, durable: bool = True, **extras: Any) -> WriteHandle:
+    async def put(
+        self, key: BytesLike, value: BytesLike, *, durable: bool = True, **extras: Unpack[PutExtras]
+    ) -> WriteHandle:
         """Set ``key`` to ``value``; durable when it returns unless ``durable=False``.
 
         ``extras`` (``ttl``, ``metadata``, ``indexes``) as in :meth:`shaledb.Db.put`.
@@ -337,15 +389,15 @@ class Db(_Reads):
             h = self.sync.put(key, value, durable=False)
         return await self._durable(h, durable)
 
-    async def delete(self, key: bytes, *, durable: bool = True) -> WriteHandle:
+    async def delete(self, key: BytesLike, *, durable: bool = True) -> WriteHandle:
         """Remove ``key``."""
         return await self.write(WriteBatch().delete(key), durable=durable)
 
-    async def delete_range(self, start: bytes, end: bytes, *, durable: bool = True) -> WriteHandle:
+    async def delete_range(self, start: BytesLike, end: BytesLike, *, durable: bool = True) -> WriteHandle:
         """Remove every key in ``[start, end)`` (one range tombstone, as ``Db.delete_range``)."""
         return await self.write(WriteBatch().delete_range(start, end), durable=durable)
 
-    async def merge(self, key: bytes, operand: bytes, *, durable: bool = True) -> WriteHandle:
+    async def merge(self, key: BytesLike, operand: BytesLike, *, durable: bool = True) -> WriteHandle:
         """Merge ``operand`` into ``key``'s value (:meth:`shaledb.Db.merge`). In the pool:
         a merge may fold a long stack, which reads below the memtable."""
         h = await self._executor.run(self.sync.merge, key, operand, durable=False)
@@ -377,13 +429,13 @@ class Db(_Reads):
         finally:
             await snap.close()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, int]:
         return self.sync.stats()
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> dict[str, object]:
         return self.sync.metrics()
 
-    def changes(self, since: Any = None, **options: Any) -> AsyncChanges:
+    def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> AsyncChanges:
         """``async for change in db.changes(since)`` (see :meth:`shaledb.Db.changes`)."""
         return AsyncChanges(self._executor, self.sync.changes(since, **options))
 
@@ -427,7 +479,12 @@ class DbReader(_Reads):
 
     @classmethod
     async def open(
-        cls, url: str | None = None, checkpoint: Any = None, *, workers: int = DEFAULT_WORKERS, **kwargs: Any
+        cls,
+        url: str | None = None,
+        checkpoint: uuid.UUID | str | Checkpoint | None = None,
+        *,
+        workers: int = DEFAULT_WORKERS,
+        **kwargs: Unpack[ReaderOpenOptions],
     ) -> DbReader:
         """Open a reader; arguments as :meth:`shaledb.DbReader.open`."""
         executor = _Executor(workers)
@@ -446,7 +503,7 @@ class DbReader(_Reads):
         finally:
             await snap.close()
 
-    def changes(self, since: Any = None, **options: Any) -> AsyncChanges:
+    def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> AsyncChanges:
         """``async for change in reader.changes(since)`` (see :meth:`shaledb.DbReader.changes`)."""
         return AsyncChanges(self._executor, self.sync.changes(since, **options))
 
@@ -471,4 +528,13 @@ class DbReader(_Reads):
         await self.close()
 
 
-__all__ = ["AsyncChanges", "AsyncScan", "Db", "DbReader", "Snapshot"]
+__all__ = [
+    "AsyncChanges",
+    "AsyncScan",
+    "Db",
+    "DbOpenOptions",
+    "DbReader",
+    "PutExtras",
+    "ReaderOpenOptions",
+    "Snapshot",
+]

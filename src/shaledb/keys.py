@@ -15,6 +15,10 @@ from collections.abc import Sequence
 
 from .errors import InvalidArgument
 
+BytesLike = bytes | bytearray | memoryview
+"""What a key, value or range bound may be; stored as ``bytes`` (:func:`check_key`,
+:func:`check_value` and :func:`scan_bounds` copy the others)."""
+
 
 def key_after(key: bytes) -> bytes:
     """The smallest key greater than ``key``: an exclusive bound that includes ``key``."""
@@ -33,7 +37,7 @@ def prefix_end(prefix: bytes) -> bytes | None:
 
 
 def scan_bounds(
-    start: bytes | None, end: bytes | None, prefix: bytes | None
+    start: BytesLike | None, end: BytesLike | None, prefix: BytesLike | None
 ) -> tuple[bytes | None, bytes | None]:
     """Validate and intersect ``[start, end)`` with a prefix range."""
     for name, v in (("start", start), ("end", end), ("prefix", prefix)):
@@ -124,6 +128,7 @@ def check_value(value: object) -> bytes:
 
 
 __all__ = [
+    "BytesLike",
     "MAX_KEY_BYTES",
     "MAX_VALUE_BYTES",
     "check_field",

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
 from ..clock import Clock
 from ..manifest.model import Checkpoint, Manifest
@@ -44,7 +43,7 @@ def create_checkpoint(
     name: str | None = None,
     metadata: Mapping[str, str] | None = None,
     store: ObjectStore | None = None,
-    store_options: Mapping[str, Any] | None = None,
+    store_options: Mapping[str, object] | None = None,
     clock: Clock | None = None,
     seed: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -76,7 +75,7 @@ def refresh_checkpoint(
     *,
     lifetime: _cp.Lifetime = None,
     store: ObjectStore | None = None,
-    store_options: Mapping[str, Any] | None = None,
+    store_options: Mapping[str, object] | None = None,
     clock: Clock | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Checkpoint:
@@ -97,7 +96,7 @@ def delete_checkpoint(
     *,
     missing_ok: bool = False,
     store: ObjectStore | None = None,
-    store_options: Mapping[str, Any] | None = None,
+    store_options: Mapping[str, object] | None = None,
     clock: Clock | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> bool:
@@ -112,7 +111,7 @@ def list_checkpoints(
     name: str | None = None,
     include_expired: bool = True,
     store: ObjectStore | None = None,
-    store_options: Mapping[str, Any] | None = None,
+    store_options: Mapping[str, object] | None = None,
     clock: Clock | None = None,
 ) -> list[Checkpoint]:
     """The database's checkpoints, oldest first (only those named ``name`` if given).
@@ -134,7 +133,7 @@ def read_manifest(
     manifest_id: int | None = None,
     *,
     store: ObjectStore | None = None,
-    store_options: Mapping[str, Any] | None = None,
+    store_options: Mapping[str, object] | None = None,
 ) -> Manifest:
     """A manifest version (default: the latest). NotFound if there is none."""
     with AdminHandle(url, store, store_options, None, None, "admin") as h:
@@ -146,7 +145,7 @@ def destroy(
     soft: bool = True,
     *,
     store: ObjectStore | None = None,
-    store_options: Mapping[str, Any] | None = None,
+    store_options: Mapping[str, object] | None = None,
     clock: Clock | None = None,
     seed: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -168,7 +167,7 @@ def collect_lifecycle(
     *,
     grace_s: float = 86400.0,
     store: ObjectStore | None = None,
-    store_options: Mapping[str, Any] | None = None,
+    store_options: Mapping[str, object] | None = None,
     clock: Clock | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> DestroyStatus:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
@@ -402,7 +402,7 @@ def open_clone(
     parent_store: ObjectStore | None,
     clock: Clock | None,
     seed: int | None,
-    store_options: dict[str, Any] | None,
+    store_options: Mapping[str, Any] | None,
 ) -> T:
     """``Db.open_from_checkpoint``: initialize the clone if needed, then open it as a writer."""
     if settings is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from typing import Any
+from typing import Any, cast
 
 from ..clock import SYSTEM_CLOCK
 from ..db.reader import DbReader, DbReaderOptions
@@ -160,5 +160,6 @@ def index_query_cmd(args: argparse.Namespace, out: Output) -> int | None:
             term_regex=args.regex,
             limit=args.limit,
         )
-    stream_rows(out, ({"term": render_bytes(t), "key": render_bytes(k)} for t, k in rows), ["term", "key"])
+    pairs = cast("list[tuple[bytes, bytes]]", rows)  # (return_terms=True)
+    stream_rows(out, ({"term": render_bytes(t), "key": render_bytes(k)} for t, k in pairs), ["term", "key"])
     return None

@@ -16,7 +16,7 @@ from ..errors import InvalidArgument
 from ..format.merge import encode_merge
 from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import KIND_MERGE, KIND_TOMBSTONE, KIND_VALUE, encode_payload
-from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, check_field, check_key, check_value
+from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, BytesLike, check_field, check_key, check_value
 from ..numbers import check_seconds
 
 
@@ -38,7 +38,7 @@ def ttl_ms(ttl: timedelta | float | int | str | None) -> int | None:
     return ms
 
 
-IndexTerms = Mapping[str, Iterable[bytes]]
+IndexTerms = Mapping[str, Iterable[BytesLike]]
 
 
 class WriteBatch:
@@ -62,11 +62,11 @@ class WriteBatch:
 
     def put(
         self,
-        key: bytes,
-        value: bytes,
+        key: BytesLike,
+        value: BytesLike,
         *,
         ttl: timedelta | float | str | None = None,
-        metadata: bytes | None = None,
+        metadata: BytesLike | None = None,
         indexes: IndexTerms | None = None,
     ) -> WriteBatch:
         k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
@@ -84,7 +84,7 @@ class WriteBatch:
         k: bytes,
         v: bytes,
         ttl: timedelta | float | str | None,
-        metadata: bytes | None,
+        metadata: BytesLike | None,
         indexes: IndexTerms | None,
     ) -> None:
         extra: dict[str, Any] = {"value": v}
@@ -98,7 +98,7 @@ class WriteBatch:
             terms: dict[str, list[bytes]] = {}
             for fld, ts in indexes.items():
                 check_field(fld)
-                if isinstance(ts, (bytes, str)):
+                if isinstance(ts, (bytes, bytearray, memoryview, str)):
                     raise InvalidArgument(f"index terms for {fld!r} must be a list of bytes")
                 terms[fld] = sorted({check_key(t) for t in ts})
             extra["indexes"] = terms
@@ -111,7 +111,7 @@ class WriteBatch:
             self._extras = []
         self._extras.append((len(self._keys) - 1, extra))
 
-    def merge(self, key: bytes, operand: bytes) -> WriteBatch:
+    def merge(self, key: BytesLike, operand: BytesLike) -> WriteBatch:
         """Merge ``operand`` into ``key``'s value (``Db.merge``); in order with the batch's
         other writes to the key (a put then a merge folds onto the put)."""
         self._keys.append(check_key(key))
@@ -119,14 +119,14 @@ class WriteBatch:
         self._payloads.append(encode_merge([check_value(operand)]))
         return self
 
-    def delete(self, key: bytes) -> WriteBatch:
+    def delete(self, key: BytesLike) -> WriteBatch:
         k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
         self._keys.append(k)
         self._kinds.append(KIND_TOMBSTONE)
         self._payloads.append(b"")
         return self
 
-    def delete_range(self, start: bytes, end: bytes) -> WriteBatch:
+    def delete_range(self, start: BytesLike, end: BytesLike) -> WriteBatch:
         """Remove every key ``k`` with ``start <= k < end``: one range tombstone.
 
         The batch applies in the order it was built: puts and deletes added

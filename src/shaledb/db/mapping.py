@@ -1,9 +1,10 @@
 """Dict habits on database handles: ``db[k]``, ``k in db``, ``del db[k]``, iteration.
 
 Users arrive from ``dict``, ``dbm``, plyvel and lmdb and type what those
-taught them; these mixins give :class:`~shaledb.Db`, its
-:class:`~shaledb.Snapshot`, :class:`~shaledb.DbReader` and its
-:class:`~shaledb.ReaderSnapshot` the same meaning:
+taught them; :class:`~shaledb.Db`, its :class:`~shaledb.Snapshot`,
+:class:`~shaledb.DbReader` and its :class:`~shaledb.ReaderSnapshot` give it the
+same meaning (the reads are :class:`shaledb.db.queries.Queries`', the writes
+``Db``'s own; this module holds their helpers):
 
 * ``h[key]`` is the value, or ``KeyError`` when the key is absent
   (``h.get(key, default)`` returns ``default`` instead);
@@ -29,93 +30,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any, NoReturn, overload
+from typing import NoReturn, overload
 
 
-class MappingReads:
-    """Read-side dict habits over ``get`` and ``scan`` (see module docstring)."""
-
-    def get(self, key: bytes, default: Any = None) -> Any:  # pragma: no cover - every handle defines it
-        raise NotImplementedError
-
-    def scan(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - every handle defines it
-        raise NotImplementedError
-
-    def __getitem__(self, key: bytes) -> bytes:
-        value = self.get(key)
-        if value is None:
-            raise KeyError(key)
-        return value  # type: ignore[no-any-return]
-
-    def __contains__(self, key: object) -> bool:
-        return self.get(key) is not None  # type: ignore[arg-type]
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self.keys()
-
-    def keys(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-        reverse: bool = False,
-    ) -> Iterator[bytes]:
-        """Keys in ``[start, end)`` (or under ``prefix``) in key order, from one consistent view."""
-        return (k for k, _ in self._pairs(start, end, prefix, reverse))
-
-    def values(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-        reverse: bool = False,
-    ) -> Iterator[bytes]:
-        """Values of the keys :meth:`keys` would give, in the same order."""
-        return (v for _, v in self._pairs(start, end, prefix, reverse))
-
-    def items(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-        reverse: bool = False,
-    ) -> Iterator[tuple[bytes, bytes]]:
-        """``(key, value)`` pairs as :meth:`keys` orders them (``scan`` with dict's name)."""
-        return self._pairs(start, end, prefix, reverse)
-
-    def _pairs(
-        self, start: bytes | None, end: bytes | None, prefix: bytes | None, reverse: bool
-    ) -> Iterator[tuple[bytes, bytes]]:
-        # Validate and pin now (not at the first next()), so bad bounds raise at the call.
-        it = self.scan(start, end, prefix=prefix, reverse=reverse)
-        return _closing(it)
-
-    def __reduce_ex__(self, protocol: Any) -> NoReturn:
-        refuse_pickle(self)
-
-
-class MappingWrites(MappingReads):
-    """The writer's ``h[key] = value`` and ``del h[key]``."""
-
-    def put(self, key: bytes, value: bytes) -> Any:  # pragma: no cover - Db defines it
-        raise NotImplementedError
-
-    def delete(self, key: bytes) -> Any:  # pragma: no cover - Db defines it
-        raise NotImplementedError
-
-    def __setitem__(self, key: bytes, value: bytes) -> None:
-        self.put(key, value)
-
-    def __delitem__(self, key: bytes) -> None:
-        if self.get(key) is None:
-            raise KeyError(key)
-        self.delete(key)
-
-
-def _closing(it: Any) -> Iterator[tuple[bytes, bytes]]:
+def closing(it: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
     """Iterate ``it``, closing it (releasing its pinned view) when done or abandoned."""
     try:
         yield from it

@@ -60,11 +60,10 @@ import os
 import random
 import threading
 import uuid
-import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..admin.checkpoint import (
     as_checkpoint_id,
@@ -78,29 +77,30 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..duration import to_seconds
 from ..engine.cache import LruCache
 from ..engine.history import HISTORY_PIN, OPT_RETENTION, manifest_seq, to_millis
-from ..engine.indexes import Head
 from ..engine.memtable import ENTRY_OVERHEAD, Memtable, new_memtable
 from ..engine.merging import OPT_MERGE_OPERATOR, Folder
 from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
 from ..engine.range_tombstones import apply_to_memtable
-from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
+from ..engine.reads import ReadView, Visibility, lookup
 from ..engine.sstable import TableCache
 from ..engine.wal import decode_wal_object, fetch_wal_objects
 from ..errors import ClosedError, DatabaseDestroyed, InvalidArgument, ObjectNotFound, ShaleError
 from ..format import paths
 from ..format.row import FLAG_INDEX_TREE
 from ..journal.resolver import JournalResolver
-from ..keys import check_key, scan_bounds, split_points
+from ..keys import split_points
 from ..manifest.model import Checkpoint, Manifest, SstInfo
 from ..manifest.store import ManifestStore
 from ..merge import as_operator
 from ..option_names import renamed
 from ..settings import DbReaderOptions, Settings
 from ..store.base import ObjectStore
-from ..store.parallel import DEFAULT_WORKERS
 from ..store.stack import close_quietly, open_stack
-from .extras import ReaderReads, checked_keys
-from .mapping import MappingReads, as_url
+from .mapping import as_url
+from .queries import Queries, SnapshotQueries
+
+if TYPE_CHECKING:
+    from ..engine.changes import ChangeFeed, Cursor, FeedOptions
 
 log = logging.getLogger("shaledb.reader")
 
@@ -128,75 +128,18 @@ def _sst_key(m: Manifest) -> tuple[Any, ...]:
     )
 
 
-class ReaderSnapshot(MappingReads):
-    """A consistent view of a reader at one sequence number; close it when done."""
-
-    def __init__(self, reader: DbReader, view: ReadView, seq: int, cp: uuid.UUID | None) -> None:
-        self._reader = reader
-        self._view = view
-        self.seq = seq
-        self._finalizer = weakref.finalize(self, reader._unpin, view.mem, seq, cp)
-
-    def get(self, key: bytes, default: Any = None) -> Any:
-        """The value of ``key`` at the snapshot, or ``default``."""
-        k = key if type(key) is bytes else check_key(key)
-        if not self._finalizer.alive:
-            raise ClosedError("snapshot is closed")
-        r = self._reader
-        e = lookup(self._view, r._tables, k, self.seq)
-        return default if e is None else r._vis.value(k, e[1], e[2])
-
-    def scan(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> Iterator[tuple[bytes, bytes]]:
-        if not self._finalizer.alive:
-            raise ClosedError("snapshot is closed")
-        s, e = scan_bounds(start, end, prefix)
-        r = self._reader
-        return scan_items(self._view, r._tables, r._vis, s, e, self.seq, bool(reverse), limit)
-
-    def get_many(self, keys: Iterable[bytes], *, workers: int = DEFAULT_WORKERS) -> list[bytes | None]:
-        """As ``DbReader.get_many``, at the snapshot."""
-        ks = checked_keys(keys, workers)
-        if not self._finalizer.alive:
-            raise ClosedError("snapshot is closed")
-        return self._reader._get_many_at(self._view, self.seq, ks, workers)
-
-    def head(self, key: bytes) -> Head | None:
-        """The key's :class:`~shaledb.engine.indexes.Head` at the snapshot (no journal read)."""
-        if not self._finalizer.alive:
-            raise ClosedError("snapshot is closed")
-        return self._reader._head_at(self._view, self.seq, key)
-
-    def index_query(
-        self, field: str, start: bytes | None = None, end: bytes | None = None, **kw: Any
-    ) -> list[Any]:
-        """As ``Db.index_query``, at the snapshot."""
-        if not self._finalizer.alive:
-            raise ClosedError("snapshot is closed")
-        return self._reader._index_query_at(self._view, self.seq, field, start, end, **kw)
-
-    def close(self) -> None:
-        self._finalizer()
-
-    def __enter__(self) -> ReaderSnapshot:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class ReaderSnapshot(SnapshotQueries):
+    """A consistent view of a reader at one sequence number; close it when done.
+    Its reads are :class:`~shaledb.db.queries.Queries`'."""
 
 
-class DbReader(MappingReads, ReaderReads):
+class DbReader(Queries):
     """A read-only client of one database (see module docstring). Thread-safe.
 
-    Heads, index queries and head scans: :class:`~shaledb.db.extras.ReaderReads`.
+    Its reads are :class:`~shaledb.db.queries.Queries`', on the current view.
     """
+
+    _closed_message = "reader is closed"
 
     # ------------------------------------------------------------------ open
 
@@ -215,7 +158,7 @@ class DbReader(MappingReads, ReaderReads):
         store: ObjectStore | None = None,
         clock: Clock | None = None,
         seed: int | None = None,
-        store_options: Mapping[str, Any] | None = None,
+        store_options: Mapping[str, object] | None = None,
         store_factory: StoreFactory | None = None,
     ) -> DbReader:
         """Open a reader of the database at ``url`` (or ``store``).
@@ -360,37 +303,13 @@ class DbReader(MappingReads, ReaderReads):
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, key: bytes, default: Any = None) -> Any:
-        """The value of ``key`` in the reader's current view, or ``default`` (None)."""
-        if type(key) is not bytes:
-            key = check_key(key)
-        self._check_open()
-        try:
-            e = lookup(self._view, self._tables, key, None)
-        except ObjectNotFound:
-            if self._mode == "pinned":
-                raise
-            # The view's SSTs were collected (e.g. our checkpoint expired): move to the latest version.
-            log.warning("reader %s: an SST of its view is gone; re-establishing", self._where)
-            self._poll(force=True)
-            e = lookup(self._view, self._tables, key, None)
-        return default if e is None else self._vis.value(key, e[1], e[2])
-
-    def scan(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> Scan[tuple[bytes, bytes]]:
-        """``(key, value)`` pairs with ``start <= key < end`` in key order, from one consistent view."""
-        s, e = scan_bounds(start, end, prefix)
-        check_limit(limit)
-        view, seq, cp = self._pin()
-        it = scan_items(view, self._tables, self._vis, s, e, seq, bool(reverse), limit)
-        return Scan(it, lambda: self._unpin(view.mem, seq, cp))
+    def _lost(self, key: bytes, exc: ObjectNotFound) -> tuple[int, int, bytes] | None:
+        if self._mode == "pinned":
+            raise exc
+        # The view's SSTs were collected (e.g. our checkpoint expired): move to the latest version.
+        log.warning("reader %s: an SST of its view is gone; re-establishing", self._where)
+        self._poll(force=True)
+        return lookup(self._view, self._tables, key, None)
 
     def snapshot(self, *, at_seq: int | None = None, at_time: datetime | None = None) -> ReaderSnapshot:
         """A consistent view that keeps its version pinned until closed.
@@ -830,7 +749,7 @@ class DbReader(MappingReads, ReaderReads):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, int | str]:
         """Counters for monitoring and tests."""
         with self._lock:
             tables = list(self._wal_tables)
@@ -849,7 +768,7 @@ class DbReader(MappingReads, ReaderReads):
             **self.counters,
         }
 
-    def changes(self, since: Any = None, **options: Any) -> Any:
+    def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> ChangeFeed:
         """A :class:`~shaledb.engine.changes.ChangeFeed` of committed writes after ``since``
         (a cursor or its string; None: from the start; "latest": only new writes)."""
         from ..engine.changes import open_feed

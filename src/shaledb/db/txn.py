@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ..engine.reads import check_limit
 from ..errors import ClosedError, InvalidArgument, MergeOperatorMissing, TransactionConflict
-from ..keys import check_key, check_value, scan_bounds
+from ..keys import BytesLike, check_key, check_value, scan_bounds
 from .batch import WriteBatch, check_range
 
 if TYPE_CHECKING:
@@ -264,7 +264,7 @@ class Transaction:
             raise ClosedError("the transaction has finished (committed or rolled back)")
         return snap
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: BytesLike) -> bytes | None:
         """The value of ``key``: this transaction's own write, else the snapshot's."""
         k = check_key(key)
         snap = self._live()
@@ -282,7 +282,7 @@ class Transaction:
     def _in_rdels(self, k: bytes) -> bool:
         return any(s <= k < e for s, e in self._rdels)
 
-    def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]:
+    def get_many(self, keys: Iterable[BytesLike]) -> list[bytes | None]:
         """The values of ``keys`` in order (None where absent), as :meth:`get` would give."""
         ks = [check_key(k) for k in keys]
         snap = self._live()
@@ -298,10 +298,10 @@ class Transaction:
 
     def scan(
         self,
-        start: bytes | None = None,
-        end: bytes | None = None,
+        start: BytesLike | None = None,
+        end: BytesLike | None = None,
         *,
-        prefix: bytes | None = None,
+        prefix: BytesLike | None = None,
         reverse: bool = False,
         limit: int | None = None,
     ) -> Iterator[tuple[bytes, bytes]]:
@@ -328,21 +328,21 @@ class Transaction:
 
     # ----------------------------------------------------------------- writes
 
-    def put(self, key: bytes, value: bytes) -> None:
+    def put(self, key: BytesLike, value: BytesLike) -> None:
         """Set ``key`` to ``value`` when the transaction commits."""
         k, v = check_key(key), check_value(value)
         self._live()
         self._writes[k] = v
         self._merges.pop(k, None)
 
-    def delete(self, key: bytes) -> None:
+    def delete(self, key: BytesLike) -> None:
         """Remove ``key`` when the transaction commits."""
         k = check_key(key)
         self._live()
         self._writes[k] = None
         self._merges.pop(k, None)
 
-    def merge(self, key: bytes, operand: bytes) -> None:
+    def merge(self, key: BytesLike, operand: BytesLike) -> None:
         """Merge ``operand`` into ``key`` when the transaction commits (``Db.merge``; a
         write for conflicts, see the module docstring)."""
         k, v = check_key(key), check_value(operand)
@@ -370,7 +370,7 @@ class Transaction:
             existing = snap.get(k)
         return self._db.vis.folder.fold(k, existing, list(self._merges[k]))
 
-    def delete_range(self, start: bytes, end: bytes) -> None:
+    def delete_range(self, start: BytesLike, end: BytesLike) -> None:
         """Remove every key in ``[start, end)`` when the transaction commits (one range
         tombstone); this transaction's earlier writes in the range are dropped."""
         s, e = check_range(start, end)

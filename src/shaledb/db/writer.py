@@ -21,11 +21,10 @@ import os
 import random
 import threading
 import uuid
-import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..admin.checkpoint import create_writer_checkpoint
 from ..admin.clone import open_clone
@@ -53,7 +52,7 @@ from ..engine.merging import (
 from ..engine.parents import ExternalStores, canonical_url, default_factory
 from ..engine.pins import ViewPins
 from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
-from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
+from ..engine.reads import ReadView, Scan, Visibility
 from ..engine.recovery import claim_writer_epoch, replay_wal, write_fence
 from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
@@ -71,8 +70,8 @@ from ..journal.compaction import (
 )
 from ..journal.rebuild import rebuild_ledger
 from ..journal.resolver import JournalResolver
-from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, check_key, check_value, scan_bounds
-from ..manifest.model import Manifest
+from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, BytesLike, check_key, check_value
+from ..manifest.model import Checkpoint, Manifest
 from ..manifest.options import OPT_INDEXED
 from ..manifest.store import ManifestStore
 from ..merge import as_operator
@@ -83,10 +82,11 @@ from ..store.new_root import check_new_root
 from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
-from .extras import DbExtras, SnapshotExtras
-from .mapping import MappingReads, MappingWrites, as_url
+from .mapping import as_url
+from .queries import Queries, SnapshotQueries
 
 if TYPE_CHECKING:
+    from ..engine.changes import ChangeFeed, Cursor, FeedOptions
     from .txn import ConflictLog, Transaction
 
 log = logging.getLogger("shaledb.db")
@@ -94,61 +94,18 @@ log = logging.getLogger("shaledb.db")
 _OPEN, _CLOSING, _CLOSED = 0, 1, 2
 
 
-class Snapshot(MappingReads, SnapshotExtras):
-    """A consistent, read-only view of the database at one sequence number.
-
-    Besides ``get`` and ``scan``: ``head``, ``index_query``, ``scan_heads``,
-    ``fold_keys`` and ``fold_objects`` (see :class:`~shaledb.db.extras.SnapshotExtras`).
-    """
-
-    def __init__(self, db: Db, view: ReadView, seq: int, cp: uuid.UUID | None = None) -> None:
-        self._db = db
-        self._reads = db._host
-        self._view = view
-        self.seq = seq
-        self._finalizer = weakref.finalize(self, db._unpin, view.mem, seq, cp)
-
-    def get(self, key: bytes, default: Any = None) -> Any:
-        """The value of ``key`` at the snapshot, or ``default``."""
-        k = key if type(key) is bytes else check_key(key)
-        self._check()
-        e = lookup(self._view, self._db.tables, k, self.seq)
-        return default if e is None else self._db.vis.value(k, e[1], e[2])
-
-    def scan(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> Iterator[tuple[bytes, bytes]]:
-        self._check()
-        s, e = scan_bounds(start, end, prefix)
-        return scan_items(self._view, self._db.tables, self._db.vis, s, e, self.seq, reverse, limit)
-
-    def _check(self) -> None:
-        if not self._finalizer.alive:
-            raise ClosedError("snapshot is closed")
-
-    def close(self) -> None:
-        self._finalizer()
-
-    def __enter__(self) -> Snapshot:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class Snapshot(SnapshotQueries):
+    """A consistent, read-only view of the database at one sequence number; close it
+    (or use ``with``) when done. Its reads are :class:`~shaledb.db.queries.Queries`'."""
 
 
-class Db(MappingWrites, DbExtras):
+class Db(Queries):
     """A database opened for writing (the single writer). Thread-safe.
 
-    Key/value separation, heads, secondary indexes, folds, journal compaction,
-    ledger rebuild and backups are in :class:`~shaledb.db.extras.DbExtras`;
-    ``db[k]``, ``k in db``, ``del db[k]`` and ordered iteration in
-    :class:`~shaledb.db.mapping.MappingWrites`.
+    Reads -- ``get``, ``scan``, heads, secondary indexes, folds, ``db[k]``,
+    ``k in db`` and ordered iteration -- are :class:`~shaledb.db.queries.Queries`';
+    writes, snapshots, transactions, checkpoints, journal maintenance and
+    backups are the writer's own.
     """
 
     _txn_log: ConflictLog | None = None
@@ -168,7 +125,7 @@ class Db(MappingWrites, DbExtras):
         clock: Clock | None = None,
         seed: int | None = None,
         create_if_missing: bool = True,
-        store_options: dict[str, Any] | None = None,
+        store_options: Mapping[str, object] | None = None,
     ) -> Db:
         """Open (or create) the database at ``url`` and fence any older writer.
 
@@ -217,14 +174,14 @@ class Db(MappingWrites, DbExtras):
         cls,
         url: str | os.PathLike[str] | None,
         parent_url: str | os.PathLike[str],
-        parent_checkpoint: Any = None,
+        parent_checkpoint: uuid.UUID | str | Checkpoint | None = None,
         *,
         settings: Settings | None = None,
         store: ObjectStore | None = None,
         parent_store: ObjectStore | None = None,
         clock: Clock | None = None,
         seed: int | None = None,
-        store_options: dict[str, Any] | None = None,
+        store_options: Mapping[str, object] | None = None,
     ) -> Db:
         """Open the clone at ``url`` of the database at ``parent_url``, creating it if needed.
 
@@ -294,6 +251,7 @@ class Db(MappingWrites, DbExtras):
         self._merge_recorded = False
         """Whether the manifest names the operator (checked once, by the first merge)."""
         self.vis = Visibility(lambda: int(self.clock.now() * 1000), self.journal.resolve)
+        self._tables, self._vis, self._journal = self.tables, self.vis, self.journal  # (Queries reads these)
         self._index_lock = threading.Lock()
         self._journal_lock = threading.Lock()
         self.manifests = ManifestStore(store, clock, rng, author="writer")
@@ -442,12 +400,12 @@ class Db(MappingWrites, DbExtras):
     def create_checkpoint(
         self,
         lifetime: timedelta | float | None = None,
-        source: Any = None,
+        source: uuid.UUID | str | Checkpoint | None = None,
         name: str | None = None,
         scope: str = "all",
         *,
-        metadata: dict[str, str] | None = None,
-    ) -> Any:
+        metadata: Mapping[str, str] | None = None,
+    ) -> Checkpoint:
         """Pin the current version: a :class:`~shaledb.manifest.model.Checkpoint`.
 
         ``scope="all"`` includes every write issued before the call (the WAL is
@@ -464,12 +422,12 @@ class Db(MappingWrites, DbExtras):
 
     def put(
         self,
-        key: bytes,
-        value: bytes,
+        key: BytesLike,
+        value: BytesLike,
         *,
         durable: bool = True,
         ttl: timedelta | float | str | None = None,
-        metadata: bytes | None = None,
+        metadata: BytesLike | None = None,
         indexes: IndexTerms | None = None,
     ) -> WriteHandle:
         """Set ``key`` to ``value``; durable when it returns unless ``durable=False``."""
@@ -519,7 +477,7 @@ class Db(MappingWrites, DbExtras):
             self.wal.wait_durable(seq, latch=latch)
         return WriteHandle(self.wal, seq)
 
-    def merge(self, key: bytes, operand: bytes, *, durable: bool = True) -> WriteHandle:
+    def merge(self, key: BytesLike, operand: BytesLike, *, durable: bool = True) -> WriteHandle:
         """Merge ``operand`` into ``key``'s value with ``Settings.merge_operator``, without
         reading it: reads and compaction fold it in later (``shaledb.engine.merging``).
         On a database with index terms the merge is folded now instead (one lookup of the
@@ -595,11 +553,22 @@ class Db(MappingWrites, DbExtras):
         opts = tuple(sorted({**dict(m.options), OPT_MERGE_OPERATOR: name}.items()))
         return self._decorate_manifest(dataclasses.replace(m, options=opts))
 
-    def delete(self, key: bytes, *, durable: bool = True) -> WriteHandle:
+    def delete(self, key: BytesLike, *, durable: bool = True) -> WriteHandle:
         """Remove ``key`` (a tombstone; absent keys are fine)."""
         return self.write(WriteBatch().delete(key), durable=durable)
 
-    def delete_range(self, start: bytes, end: bytes, *, durable: bool = True) -> WriteHandle:
+    def __setitem__(self, key: BytesLike, value: BytesLike) -> None:
+        """``db[key] = value``: a durable :meth:`put`."""
+        self.put(key, value)
+
+    def __delitem__(self, key: BytesLike) -> None:
+        """``del db[key]``: a durable :meth:`delete`, or KeyError when the key is absent
+        (a lookup first: not atomic with concurrent writers of the key)."""
+        if self.get(key) is None:
+            raise KeyError(key)
+        self.delete(key)
+
+    def delete_range(self, start: BytesLike, end: BytesLike, *, durable: bool = True) -> WriteHandle:
         """Remove every key in ``[start, end)``: one range tombstone, however many keys
         it covers (see ``docs/format/range-dels.md``)."""
         return self.write(WriteBatch().delete_range(start, end), durable=durable)
@@ -849,40 +818,6 @@ class Db(MappingWrites, DbExtras):
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, key: bytes, default: Any = None) -> Any:
-        """The value of ``key``, or ``default`` (None) when it is absent."""
-        if type(key) is not bytes or not 0 < len(key) <= MAX_KEY_BYTES:
-            key = check_key(key)
-        if self._state == _CLOSED:
-            raise ClosedError("database is closed")
-        self._m_gets += 1
-        e = lookup(self._view, self.tables, key, None)
-        if e is None:
-            return default
-        if e[1] == 0:
-            return e[2]
-        return self.vis.value(key, e[1], e[2])
-
-    def scan(
-        self,
-        start: bytes | None = None,
-        end: bytes | None = None,
-        *,
-        prefix: bytes | None = None,
-        reverse: bool = False,
-        limit: int | None = None,
-    ) -> Scan[tuple[bytes, bytes]]:
-        """``(key, value)`` pairs with ``start <= key < end`` in key order.
-
-        The scan reads one consistent snapshot taken when it is called.
-        """
-        s, e = scan_bounds(start, end, prefix)
-        check_limit(limit)
-        self._m_scans += 1
-        view, seq, cp = self._pin()
-        it = scan_items(view, self.tables, self.vis, s, e, seq, bool(reverse), limit)
-        return Scan(it, lambda: self._unpin(view.mem, seq, cp))
-
     def snapshot(self, *, at_seq: int | None = None, at_time: datetime | None = None) -> Snapshot:
         """A consistent read-only view; close it (or use ``with``) when done.
 
@@ -1004,7 +939,7 @@ class Db(MappingWrites, DbExtras):
             raise ClosedError("database is closed")
         return compact_journal(EmbeddedHost(self._host), max_runs=max_runs, objects=objects)
 
-    def rebuild_ledger(self, *, force: bool = False) -> dict[str, Any]:
+    def rebuild_ledger(self, *, force: bool = False) -> dict[str, int]:
         """Rebuild the ledger (data and index trees) from the value journal (see
         ``shaledb.journal.rebuild``); exact when the journal is complete and
         compacted under the ``retain`` strategy."""
@@ -1014,7 +949,7 @@ class Db(MappingWrites, DbExtras):
         self,
         dest_url: str,
         *,
-        store_options: dict[str, Any] | None = None,
+        store_options: Mapping[str, object] | None = None,
         prune: bool = True,
         lifetime: timedelta | float = 3600.0,
         workers: int = 8,
@@ -1080,6 +1015,7 @@ class Db(MappingWrites, DbExtras):
             self._release_pins()
         with self._lock:
             self._state = _CLOSED
+            self._closed = True
         writers.release(getattr(self, "_writer_claim", None), self)
         self.cache.clear()
         close_quietly(self.external, self.store if self.owns_store else None)
@@ -1109,7 +1045,7 @@ class Db(MappingWrites, DbExtras):
     def closed(self) -> bool:
         return self._state == _CLOSED
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, int]:
         """Counters for monitoring and tests."""
         m = self.manifest
         return {
@@ -1132,13 +1068,13 @@ class Db(MappingWrites, DbExtras):
             "journal_block_reads": self.journal.reads,
         }
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> dict[str, object]:
         """Counters, gauges and histograms for monitoring (``shaledb.store.metrics``; exporters there)."""
         from ..store.metrics import collect
 
         return collect(self)
 
-    def changes(self, since: Any = None, **options: Any) -> Any:
+    def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> ChangeFeed:
         """A :class:`~shaledb.engine.changes.ChangeFeed` of committed writes after ``since``
         (a cursor or its string; None: from the start; "latest": only new writes)."""
         from ..engine.changes import open_feed
@@ -1153,9 +1089,8 @@ __all__ = ["Db", "Scan", "Snapshot", "WriteHandle"]
 
 
 class _WriterHost:
-    """What ``Db`` lets its roles use (``shaledb.engine.host.FlushHost`` and the
-    queries' ``WriterReads``): the roles hold this, never the ``Db``, so the writer's
-    hooks stay off its public surface."""
+    """What ``Db`` lets its roles use (the protocols of ``shaledb.engine.host``): the
+    roles hold this, never the ``Db``, so the writer's hooks stay off its public surface."""
 
     def __init__(self, db: Db) -> None:
         self._db = db
@@ -1189,10 +1124,6 @@ class _WriterHost:
         return self._db.manifest
 
     @property
-    def view(self) -> ReadView:
-        return self._db._view
-
-    @property
     def closed(self) -> bool:
         return self._db.closed
 
@@ -1216,8 +1147,3 @@ class _WriterHost:
         if self._db._state != _OPEN:
             raise ClosedError("the database is closing: journal compaction stops")
         self._db._check_failure()
-
-    def pin(self) -> tuple[ReadView, int, Callable[[], None]]:
-        db = self._db
-        view, seq, cp = db._pin()
-        return view, seq, lambda: db._unpin(view.mem, seq, cp)

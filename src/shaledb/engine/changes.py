@@ -34,7 +34,7 @@ import random
 import re
 import threading
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CursorExpired, InvalidArgument, NotFound
@@ -300,7 +300,17 @@ def _start_near_end(store: ObjectStore, clock: Clock | None) -> Cursor:
     return Cursor(last if last is not None else 1, 0, 0)
 
 
-def open_feed(store: ObjectStore, since: Cursor | str | None, clock: Clock, **options: Any) -> ChangeFeed:
+class FeedOptions(TypedDict, total=False):
+    """The keywords ``Db.changes`` and ``DbReader.changes`` pass on to :class:`ChangeFeed`."""
+
+    follow: bool
+    poll_interval_s: float
+    read_ahead: int
+
+
+def open_feed(
+    store: ObjectStore, since: Cursor | str | None, clock: Clock, **options: Unpack[FeedOptions]
+) -> ChangeFeed:
     """``Db.changes`` and ``DbReader.changes``: a feed over the handle's store ("latest": from now)."""
     if since == "latest":
         since = latest_cursor(store, clock)
@@ -325,4 +335,13 @@ def open_changes(
     return ChangeFeed(store, since, follow=follow, poll_interval_s=poll_interval_s, owns_store=True)
 
 
-__all__ = ["Change", "ChangeFeed", "Cursor", "CursorExpired", "latest_cursor", "open_changes", "open_feed"]
+__all__ = [
+    "Change",
+    "ChangeFeed",
+    "Cursor",
+    "CursorExpired",
+    "FeedOptions",
+    "latest_cursor",
+    "open_changes",
+    "open_feed",
+]

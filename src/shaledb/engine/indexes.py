@@ -52,7 +52,7 @@ from ..format.row import (
 from ..keys import check_field
 from .memtable import Memtable
 from .range_tombstones import covering_seq, has_range_dels
-from .reads import ReadView, Visibility, check_limit, lookup, scan_items, visible_rows
+from .reads import ReadAt, ReadView, Span, Visibility, check_limit, lookup, scan_items, visible, visible_rows
 from .sstable import TableCache
 
 Terms = dict[str, tuple[bytes, ...]]
@@ -332,7 +332,7 @@ def index_query(
     if data is not None and has_range_dels(data):  # ``data``: the data tree's view
         hits: Iterator[tuple[bytes, Any]] = _not_range_deleted(view, tables, vis, lo, hi, seq, data)
     else:
-        hits = scan_items(view, tables, vis, lo, hi, seq, False, None)
+        hits = scan_items(ReadAt(view, tables, vis, seq), Span(lo, hi))
     for ik, _ in hits:
         try:
             _f, term, key = decode_index_key(ik)
@@ -365,27 +365,20 @@ def _not_range_deleted(
 
 
 def scan_heads(
-    view: ReadView,
-    tables: TableCache,
-    vis: Visibility,
-    start: bytes | None,
-    end: bytes | None,
-    seq: int | None,
-    reverse: bool,
-    limit: int | None,
-    journal_check: Callable[[str], bool] | None = None,
+    at: ReadAt, span: Span, journal_check: Callable[[str], bool] | None = None
 ) -> Iterator[tuple[bytes, Head]]:
-    """``(key, Head)`` of live keys in ``[start, end)``: the ledger only, no journal read.
+    """``(key, Head)`` of live keys in ``span``: the ledger only, no journal read.
 
     ``journal_check(ref)`` (Leveled's JournalCheck) skips keys whose value
     lives in a journal object it says is missing.
     """
+    limit = span.limit
     if limit is not None and limit <= 0:
         return
-    rows = visible_rows(view, tables, start, end, seq, reverse)
     n = 0
-    for k, s, kind, payload in rows:
-        h = make_head(s, kind, payload, vis.now_ms)
+    now_ms = at.vis.now_ms
+    for k, s, kind, payload in visible(at, span):
+        h = make_head(s, kind, payload, now_ms)
         if h is None:
             continue
         if journal_check is not None and h.in_journal:
@@ -398,23 +391,14 @@ def scan_heads(
             return
 
 
-def scan_keys(
-    view: ReadView,
-    tables: TableCache,
-    vis: Visibility,
-    start: bytes | None,
-    end: bytes | None,
-    seq: int | None,
-    reverse: bool,
-    limit: int | None,
-) -> Iterator[bytes]:
-    """Live keys in ``[start, end)`` (no value or metadata decoded beyond expiry)."""
+def scan_keys(at: ReadAt, span: Span) -> Iterator[bytes]:
+    """Live keys in ``span`` (no value or metadata decoded beyond expiry)."""
+    limit = span.limit
     if limit is not None and limit <= 0:
         return
-    rows = visible_rows(view, tables, start, end, seq, reverse)
+    alive = at.vis.alive
     n = 0
-    alive = vis.alive
-    for k, _s, kind, payload in rows:
+    for k, _s, kind, payload in visible(at, span):
         if kind and not alive(kind, payload):
             continue
         yield k

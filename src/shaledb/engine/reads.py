@@ -25,7 +25,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from itertools import islice
 from operator import itemgetter
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from ..errors import CorruptionError
 from ..format.range_dels import Fragments
@@ -67,12 +67,17 @@ class Scan(Generic[T]):
     ``iter(scan)`` hands out the underlying generator itself, so a ``for``
     loop pays no wrapper call per row; the pin is released when the rows run
     out, on ``close()`` / ``with``, or when the generator is garbage collected
-    (even if it never started).
+    (even if it never started). Without ``release`` (a snapshot's scan: the
+    snapshot holds the pin) the rows are handed out as they are.
     """
 
     __slots__ = ("_finalizer", "_gen")
 
-    def __init__(self, it: Iterator[T], release: Callable[[], None]) -> None:
+    def __init__(self, it: Iterator[T], release: Callable[[], None] | None = None) -> None:
+        if release is None:
+            self._finalizer: weakref.finalize[Any, Any] | None = None
+            self._gen: Iterator[T] = it
+            return
         holder: list[weakref.finalize[Any, Any]] = []
         gen = _released_after(it, holder)
         self._finalizer = weakref.finalize(gen, release)
@@ -86,8 +91,11 @@ class Scan(Generic[T]):
         return next(self._gen)
 
     def close(self) -> None:
-        self._gen.close()
-        self._finalizer()
+        close = getattr(self._gen, "close", None)
+        if close is not None:
+            close()
+        if self._finalizer is not None:
+            self._finalizer()
 
     def __enter__(self) -> Scan[T]:
         return self
@@ -206,6 +214,27 @@ class Visibility:
             expires = decode_extras(kind, payload)[2]
             return expires is None or expires > self.now_ms()
         return True
+
+
+class ReadAt(NamedTuple):
+    """What a read reads: one view through a table cache and visibility rules, at
+    ``seq`` (None: the newest version). A handle builds one per read; the read
+    functions below take it instead of four arguments each."""
+
+    view: ReadView
+    tables: TableCache
+    vis: Visibility
+    seq: int | None
+
+
+class Span(NamedTuple):
+    """Which keys a range read visits: ``[start, end)`` (None: unbounded), in
+    ``reverse`` order or not, at most ``limit`` of them (None: all)."""
+
+    start: bytes | None
+    end: bytes | None
+    reverse: bool = False
+    limit: int | None = None
 
 
 def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> tuple[int, int, bytes] | None:
@@ -382,6 +411,11 @@ def visible_rows(
     return rows
 
 
+def visible(at: ReadAt, span: Span) -> Iterator[Row]:
+    """:func:`visible_rows` of a handle's read (``span``'s limit is the caller's to apply)."""
+    return visible_rows(at.view, at.tables, span.start, span.end, at.seq, span.reverse)
+
+
 def newest_rows(rows: Iterable[Row], seq: int | None) -> Iterator[Row]:
     """The first (newest) version of each key visible at ``seq``, tombstones included."""
     prev = None
@@ -400,17 +434,10 @@ def newest_rows(rows: Iterable[Row], seq: int | None) -> Iterator[Row]:
         yield row
 
 
-def scan_items(
-    view: ReadView,
-    tables: TableCache,
-    vis: Visibility,
-    start: bytes | None,
-    end: bytes | None,
-    seq: int | None,
-    reverse: bool,
-    limit: int | None,
-) -> Iterator[tuple[bytes, bytes]]:
-    """``(key, value)`` pairs in ``[start, end)`` visible at ``seq``."""
+def scan_items(at: ReadAt, span: Span) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` pairs in ``span`` visible in ``at``."""
+    view, tables, vis, seq = at
+    start, end, reverse, limit = span
     if limit is not None and limit <= 0:
         return iter(())
     frags = scan_fragments(view, tables, start, end, seq) if has_range_dels(view) else None

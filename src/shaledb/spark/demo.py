@@ -442,7 +442,9 @@ def read_rows(db: Db, keys: list[bytes]) -> list[bytes | None]:
 
 
 def _store_requests(db: Db) -> int:
-    return sum(db.metrics().get("store_requests_total", {}).values())
+    requests = db.metrics().get("store_requests_total", {})
+    assert isinstance(requests, dict)
+    return sum(requests.values())
 
 
 def reader_main(url: str, work: Path, seed: int) -> int:
