@@ -51,7 +51,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -307,9 +306,10 @@ def main() -> int:
         "median": med,
     }
     if "base" in med:
-        ratio: Callable[[str], float] = lambda k: (
-            round(med["this"][k] / med["base"][k], 2) if med["base"][k] else 0.0
-        )  # noqa: E731
+
+        def ratio(k: str) -> float:
+            return round(med["this"][k] / med["base"][k], 2) if med["base"][k] else 0.0
+
         report["ratio_this_over_base"] = {k: ratio(k) for k in med["this"]}
     print(json.dumps(report, indent=2))
     return 0

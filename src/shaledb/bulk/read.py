@@ -51,7 +51,7 @@ from ..engine.cache import LruCache
 from ..engine.history import has_versions
 from ..engine.parents import default_factory
 from ..engine.sstable import read_sst_meta
-from ..engine.wal import decode_wal_object, fetch_wal_objects
+from ..engine.wal import EpochGate, decode_wal_object, fetch_wal_objects
 from ..errors import CorruptionError, InvalidArgument, NotSupported
 from ..format import paths
 from ..format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
@@ -397,10 +397,13 @@ def _wal_newest(
     store: ObjectStore, wal_ids: Sequence[int], last_l0_seq: int, lo: bytes | None, hi: bytes | None
 ) -> Columns:
     newest: dict[bytes, tuple[int, int, bytes]] = {}
+    gate = EpochGate()
     with fetch_wal_objects(store, wal_ids, WAL_READ_AHEAD) as fetched:
         for path, data in fetched:
             if data is None:
                 continue  # a slot a crashed writer never filled
+            if not gate.admit(data, path):
+                continue  # a crashed writer's object after the next writer's fence
             keys, ents = decode_wal_object(data, path)
             for k, e in zip(keys, ents):
                 if e[1] & FLAG_INDEX_TREE:

@@ -290,7 +290,7 @@ class Db(MappingWrites, DbExtras):
         replay = replay_wal(
             store,
             m,
-            fence_id,
+            fence_rec.id,
             verify=settings.track_and_verify_wals,
             mode=settings.wal_recovery_mode,
             threshold=threshold,
@@ -349,6 +349,7 @@ class Db(MappingWrites, DbExtras):
             block_size=settings.block_size_bytes,
             on_failure=self._fail,
             threshold=threshold,
+            max_in_flight=settings.wal_max_in_flight,
         )
         self.wal.sink = mem.locs
         self.wal.note_written([*replay.objects, fence_rec])

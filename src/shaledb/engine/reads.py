@@ -33,6 +33,7 @@ from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
 from ..numbers import check_int
 from .history import has_versions
 from .memtable import Memtable
+from .prefetch import prefetch_points
 from .sstable import Row, TableCache
 
 PointerResolver = Callable[[bytes, bytes], bytes]
@@ -256,6 +257,7 @@ def get_many(
         return run(keys)
     step = -(-len(keys) // n)
     pool = _get_pool()
+    prefetch_points(view, tables, keys, pool)  # the blocks the lookups read, in a few parallel GETs
     futures = [pool.submit(run, keys[i : i + step]) for i in range(0, len(keys), step)]
     wait(futures)  # all of them, even after a failure: none may outlive the caller's pin
     return [v for f in futures for v in f.result()]
