@@ -29,7 +29,7 @@ WAL_READ_AHEAD = 16
 
 WAL_MAX_IN_FLIGHT = 4
 """Default WAL PUTs in flight at once (``Settings.wal_max_in_flight``)."""
-WAL_MAX_IN_FLIGHT_LIMIT = 8
+WAL_MAX_IN_FLIGHT_LIMIT = 4
 """The most WAL PUTs one writer may have in flight. Opening fences this many slots
 (``engine.recovery.write_fence``), so a crashed writer's PUTs still on the wire can
 never land where the next writer's objects go."""
@@ -322,7 +322,7 @@ class Settings:
       ``wal_read_ahead`` -- replaying the WAL (opening after a crash) keeps up
       to this many GETs of WAL objects in flight, each up to ``wal_max_bytes``:
       about one round trip per this many objects instead of one per object.
-      ``wal_max_in_flight`` -- WAL PUTs in flight at once (1 to 8): durable
+      ``wal_max_in_flight`` -- WAL PUTs in flight at once (1 to 4): durable
       writes that arrive while a PUT is in flight go out at once in the next
       object instead of waiting for it. Ids stay contiguous and a write is
       acknowledged only once its object and every earlier one are written.
