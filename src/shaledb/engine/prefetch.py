@@ -33,6 +33,8 @@ MAX_SPAN_BYTES = 1 << 20
 """Largest ranged GET of neighbouring blocks (one S3 request, about one round trip)."""
 MAX_GAP_BYTES = 64 << 10
 """Blocks this close are read in one GET, the bytes between them read and dropped."""
+SAMPLE_KEYS = 16
+"""Keys looked at first: if all their blocks are cached, nothing is prefetched."""
 
 
 def candidate_ssts(view: ReadView, keys: Iterable[bytes]) -> dict[str, tuple[SstInfo, list[bytes]]]:
@@ -53,6 +55,17 @@ def candidate_ssts(view: ReadView, keys: Iterable[bytes]) -> dict[str, tuple[Sst
             if found is not None:
                 out.setdefault(found.id, (found, []))[1].append(k)
     return out
+
+
+def _any_missing(view: ReadView, tables: TableCache, sample: list[bytes]) -> bool:
+    """True if a lookup of some key of ``sample`` would read a block that is not cached
+    (or open an SST that is not)."""
+    for info, ks in candidate_ssts(view, sample).values():
+        if tables.cache.get((info.id, "meta")) is None:
+            return True
+        if _blocks(tables.reader(info), ks):
+            return True
+    return False
 
 
 def _blocks(r: SstReader, keys: list[bytes]) -> list[int]:
@@ -104,6 +117,9 @@ def prefetch_points(view: ReadView, tables: TableCache, keys: list[bytes], pool:
     """Read into the cache, in parallel, the blocks the lookups of ``keys`` will read;
     returns how many ranged GETs it made. Nothing is read when the blocks would not
     fit in half the cache (the lookups would evict each other's blocks)."""
+    step = max(1, len(keys) // SAMPLE_KEYS)
+    if not _any_missing(view, tables, keys[::step]):
+        return 0  # a warm cache: the lookups need no store reads, so spend no time here
     groups = candidate_ssts(view, keys)
     if not groups:
         return 0
