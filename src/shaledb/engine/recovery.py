@@ -114,6 +114,10 @@ def write_fence(
     """
     data = encode_wal([], [], epoch=epoch, nonce=nonce, created_at_ms=now_ms, codec=codec, block_size=4096)
     free, top = first_free_wal_id(store, m.replay_after_wal_id)
+    tracked = max((w.id for w in m.tracked_wals), default=0)
+    if free <= top and (top - free >= WAL_MAX_IN_FLIGHT_LIMIT or free <= tracked):
+        free = top + 1  # a tracked object, or objects beyond any window of PUTs in flight: a
+        # lost object, not a crash's hole; the fence goes after them and verification names it
     wal_id, rec = _fence_at(store, max(m.next_wal_id, free), data, epoch)
     if epoch <= 1 and wal_id >= top:
         return wal_id, rec  # the first writer: nobody's PUTs can be on the wire
