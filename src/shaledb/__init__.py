@@ -28,6 +28,10 @@ from .errors import (
     FencedError,
     InvalidArgument,
     InvalidDbState,
+    MergeError,
+    MergeOperatorFailed,
+    MergeOperatorMismatch,
+    MergeOperatorMissing,
     NotFound,
     PermissionDenied,
     ShaleError,
@@ -37,6 +41,7 @@ from .errors import (
 from .journal.backup import BackupReport
 from .journal.compaction import JournalCompactionReport
 from .manifest.model import Checkpoint
+from .merge import MergeOperator
 from .settings import CompactorOptions, GcOptions, JournalOptions, RetryOptions, Settings
 
 open = Db.open
@@ -71,6 +76,11 @@ __all__ = [
     "JournalOptions",
     "InvalidArgument",
     "InvalidDbState",
+    "MergeError",
+    "MergeOperator",
+    "MergeOperatorFailed",
+    "MergeOperatorMismatch",
+    "MergeOperatorMissing",
     "NotFound",
     "PermissionDenied",
     "ReaderSnapshot",

@@ -340,6 +340,16 @@ class Db(_Reads):
         """Remove ``key``."""
         return await self.write(WriteBatch().delete(key), durable=durable)
 
+    async def delete_range(self, start: bytes, end: bytes, *, durable: bool = True) -> WriteHandle:
+        """Remove every key in ``[start, end)`` (one range tombstone, as ``Db.delete_range``)."""
+        return await self.write(WriteBatch().delete_range(start, end), durable=durable)
+
+    async def merge(self, key: bytes, operand: bytes, *, durable: bool = True) -> WriteHandle:
+        """Merge ``operand`` into ``key``'s value (:meth:`shaledb.Db.merge`). In the pool:
+        a merge may fold a long stack, which reads below the memtable."""
+        h = await self._executor.run(self.sync.merge, key, operand, durable=False)
+        return await self._durable(h, durable)
+
     async def write(self, batch: WriteBatch, *, durable: bool = True) -> WriteHandle:
         """Apply ``batch`` atomically under one sequence number."""
         if self._may_block() or (isinstance(batch, WriteBatch) and batch._extras):

@@ -95,7 +95,8 @@ class BucketNotFound(NotFound):
 
 
 class PermissionDenied(ShaleError):
-    """The store refused the credentials (HTTP 401/403), or none were found.
+    """The store refused the credentials (HTTP 401/403), or none were found; or the
+    operating system refused access to a local directory (EACCES, EPERM).
 
     A set-up mistake, not an outage: nothing is retried. The message names the
     store and what to set (``AWS_*``, ``GOOGLE_*`` or ``AZURE_*`` variables, or
@@ -162,6 +163,26 @@ class NotSupported(ShaleError):
     """The store cannot do this operation (e.g. conditional writes)."""
 
 
+class MergeError(ShaleError):
+    """A merge could not be folded (``shaledb.merge``): no operator, another operator,
+    or the operator failed. Nothing stored was changed."""
+
+
+class MergeOperatorMissing(MergeError):
+    """The key holds merge operands not yet folded and this handle has no merge operator:
+    open it with ``merge_operator=`` (the message names the one the database uses)."""
+
+
+class MergeOperatorMismatch(MergeError):
+    """The database records another merge operator than the one given: folding its
+    operands with this one would give wrong values."""
+
+
+class MergeOperatorFailed(MergeError):
+    """The merge operator raised, or returned something that is not bytes (the
+    original exception is the ``__cause__``)."""
+
+
 __all__ = [
     "AlreadyExists",
     "BucketNotFound",
@@ -173,6 +194,10 @@ __all__ = [
     "EndpointUnreachable",
     "FencedError",
     "InvalidArgument",
+    "MergeError",
+    "MergeOperatorFailed",
+    "MergeOperatorMismatch",
+    "MergeOperatorMissing",
     "InvalidDbState",
     "InvalidPathError",
     "NotFound",

@@ -3,9 +3,11 @@
 Every duration option is stored in seconds in a field whose name ends in
 ``_s`` (``flush_interval_s``, ``manifest_poll_interval_s``...). Users may give
 any of them as a number of seconds, a ``datetime.timedelta`` or a duration
-string (``"250ms"``, ``"1h30m"``, ``"7days"``; ``shaledb.duration``):
-:func:`seconds_fields` converts them when an options object is built, so the
-rest of the code only sees floats.
+string (``"250ms"``, ``"1h30m"``, ``"7days"``; ``shaledb.duration``). The
+settings dataclasses declare such fields as :class:`Seconds` (a descriptor), so
+type checkers accept every :data:`Duration` in the constructor while reading
+the field gives a ``float``; the value is converted to seconds when it is
+assigned. :func:`seconds_fields` does the same for plain dataclasses.
 
 :func:`renamed` maps an old keyword spelling to its documented name with a
 ``DeprecationWarning`` (one convention: the ``_s`` names of the options
@@ -17,25 +19,72 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from datetime import timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from .duration import to_seconds
 from .errors import InvalidArgument
+
+Duration = timedelta | float | str
+"""What a duration option accepts: seconds (an int or a float), a timedelta, or a
+duration string such as ``"250ms"`` or ``"1h30m"``."""
+
+T = TypeVar("T")
+
+
+def _field_seconds(owner: str, name: str, value: Any) -> Any:
+    """``value`` in seconds if it is text or a timedelta; other values as given (the
+    dataclass's ``__post_init__`` checks them, with its own messages)."""
+    if not isinstance(value, (str, timedelta)):
+        return value
+    what = f"{owner}.{name}"
+    try:
+        return to_seconds(value, what)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{what}: {exc}") from None
+
+
+class Seconds(Generic[T]):
+    """A dataclass field in seconds that accepts any :data:`Duration`.
+
+    ``flush_interval_s: Seconds[float] = Seconds(0.1)`` (or ``Seconds[float |
+    None]``). Why a descriptor: type checkers take a descriptor field's
+    constructor argument type from ``__set__`` and its read type from
+    ``__get__``, so ``Settings(flush_interval_s="1h")`` or a ``timedelta``
+    type-checks under ``mypy --strict`` while every reader still sees a
+    number of seconds. The value is converted on assignment (in the
+    dataclass's ``__init__``) and kept in the instance's ``__dict__`` under
+    the field's name; the owner must therefore not use ``slots=True``.
+    """
+
+    def __init__(self, default: T) -> None:
+        self._default: T = default
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> T: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> T:
+        if obj is None:  # class access: dataclasses read the field's default here
+            return self._default
+        value: T = obj.__dict__[self._name]
+        return value
+
+    def __set__(self, obj: object, value: Duration | T) -> None:
+        obj.__dict__[self._name] = _field_seconds(type(obj).__name__, self._name, value)
 
 
 def seconds_fields(obj: Any) -> None:
     """Convert ``str``/``timedelta`` values of ``obj``'s ``*_s`` fields to seconds (in place, frozen ok)."""
     for f in dataclasses.fields(obj):
-        if not f.name.endswith("_s"):
-            continue
-        v = getattr(obj, f.name)
-        if isinstance(v, (str, timedelta)):
-            what = f"{type(obj).__name__}.{f.name}"
-            try:
-                secs = to_seconds(v, what)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"{what}: {exc}") from None
-            object.__setattr__(obj, f.name, secs)
+        if f.name.endswith("_s"):
+            v = getattr(obj, f.name)
+            secs = _field_seconds(type(obj).__name__, f.name, v)
+            if secs is not v:
+                object.__setattr__(obj, f.name, secs)
 
 
 def renamed(kwargs: dict[str, Any], old: str, new: str, where: str) -> None:

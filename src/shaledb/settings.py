@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import InvalidArgument
+from .merge import MergeFunction, MergeOperator, as_operator
 from .numbers import check_int, check_number
-from .option_names import seconds_fields
+from .option_names import Seconds
 
 MAX_MMAP_THRESHOLD_BYTES = 32 << 20
 """The largest mmap threshold glibc accepts (HEAP_MAX_SIZE / 2 on 64-bit)."""
@@ -59,12 +60,32 @@ def _integer(name: str, value: int, *, minimum: int = 0, maximum: int | None = N
     check_int(name, value, minimum=minimum, maximum=maximum)
 
 
+MIN_DISK_CACHE_BYTES = 1 * MiB
+"""Smallest disk cache bound: its SQLite index alone takes tens of KiB."""
+
+
+def _disk_cache(options: Any, prefix: str) -> None:
+    """``disk_cache_dir`` is None or a usable path (a ``PathLike`` becomes its text);
+    ``disk_cache_bytes`` at least 1 MiB."""
+    check_int(f"{prefix}disk_cache_bytes", options.disk_cache_bytes, minimum=MIN_DISK_CACHE_BYTES)
+    directory = options.disk_cache_dir
+    if directory is None:
+        return
+    if isinstance(directory, os.PathLike):
+        directory = os.fspath(directory)
+        object.__setattr__(options, "disk_cache_dir", directory)
+    if not isinstance(directory, str) or not directory or "\0" in directory:
+        raise InvalidArgument(
+            f"{prefix}disk_cache_dir must be a non-empty path without NUL, or None; got {directory!r}"
+        )
+
+
 def _boolean(name: str, value: bool) -> None:
     if not isinstance(value, bool):
         raise InvalidArgument(f"{name} must be True or False, got {value!r}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RetryOptions:
     """How the store wrapper retries transient failures.
 
@@ -74,19 +95,18 @@ class RetryOptions:
     """
 
     max_attempts: int = 10
-    initial_backoff_s: float = 0.05
-    max_backoff_s: float = 2.0
-    timeout_s: float = 60.0
+    initial_backoff_s: Seconds[float] = Seconds(0.05)
+    max_backoff_s: Seconds[float] = Seconds(2.0)
+    timeout_s: Seconds[float] = Seconds(60.0)
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _integer("RetryOptions.max_attempts", self.max_attempts, minimum=1)
         _positive("RetryOptions.initial_backoff_s", self.initial_backoff_s, allow_zero=True)
         _positive("RetryOptions.max_backoff_s", self.max_backoff_s, allow_zero=True)
         _positive("RetryOptions.timeout_s", self.timeout_s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CompactorOptions:
     """The size-tiered compactor (embedded in the writer or standalone).
 
@@ -113,7 +133,7 @@ class CompactorOptions:
     fresh, so a job may run longer than the GC's ``min_age_s``.
     """
 
-    poll_interval_s: float = 1.0
+    poll_interval_s: Seconds[float] = Seconds(1.0)
     min_l0_ssts: int = 4
     max_sources: int = 8
     min_merge_runs: int = 4
@@ -121,11 +141,10 @@ class CompactorOptions:
     max_space_amplification: float | None = 0.25
     max_sst_size_bytes: int = 64 * MiB
     max_subcompactions: int = 1
-    manifest_update_timeout_s: float = 300.0
-    job_lease_s: float = 600.0
+    manifest_update_timeout_s: Seconds[float] = Seconds(300.0)
+    job_lease_s: Seconds[float] = Seconds(600.0)
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("CompactorOptions.poll_interval_s", self.poll_interval_s)
         _integer("CompactorOptions.min_l0_ssts", self.min_l0_ssts, minimum=1)
         _integer("CompactorOptions.max_sources", self.max_sources, minimum=2)
@@ -143,7 +162,7 @@ class CompactorOptions:
         _positive("CompactorOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class GcOptions:
     """The garbage collector (embedded in the writer or standalone).
 
@@ -156,14 +175,13 @@ class GcOptions:
     behind by up to this long can catch up instead of hitting ``CursorExpired``.
     """
 
-    interval_s: float = 60.0
-    min_age_s: float = 300.0
-    db_delete_grace_s: float = 86400.0
+    interval_s: Seconds[float] = Seconds(60.0)
+    min_age_s: Seconds[float] = Seconds(300.0)
+    db_delete_grace_s: Seconds[float] = Seconds(86400.0)
     dry_run: bool = False
-    wal_retention_s: float = 0.0
+    wal_retention_s: Seconds[float] = Seconds(0.0)
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("GcOptions.interval_s", self.interval_s)
         _positive("GcOptions.min_age_s", self.min_age_s, allow_zero=True)
         _positive("GcOptions.db_delete_grace_s", self.db_delete_grace_s, allow_zero=True)
@@ -174,7 +192,7 @@ class GcOptions:
 RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class JournalOptions:
     """The value journal's recovery strategy and journal compaction (docs/design/value-journal.md).
 
@@ -200,10 +218,9 @@ class JournalOptions:
     single_file_target_pct: float = 30.0
     max_run_target_pct: float = 70.0
     sample_entries: int = 192
-    compaction_interval_s: float | None = None
+    compaction_interval_s: Seconds[float | None] = Seconds(None)
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         if self.recovery_strategy is not None and self.recovery_strategy not in RECOVERY_STRATEGIES:
             raise InvalidArgument(
                 f"JournalOptions.recovery_strategy must be one of {RECOVERY_STRATEGIES} or None, "
@@ -221,7 +238,7 @@ class JournalOptions:
             _positive("JournalOptions.compaction_interval_s", self.compaction_interval_s)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DbReaderOptions:
     """Options of a :class:`DbReader` (units in the names; validated on construction).
 
@@ -242,6 +259,8 @@ class DbReaderOptions:
     ``block_cache_bytes``, ``sst_read_ahead_bytes`` -- as in :class:`Settings`:
     the decoded-block cache's byte budget, and how much of an SST a block-cache
     miss fetches.
+    ``disk_cache_dir``, ``disk_cache_bytes`` -- as in :class:`Settings`: the
+    host-local disk cache (a reader may share the writer's directory).
     ``manifest_update_timeout_s`` -- how long one checkpoint change (a manifest
     CAS, retried on conflicts) may take before it raises ``Unavailable``.
     ``wal_read_ahead`` -- as in :class:`Settings`: GETs of WAL objects in flight
@@ -249,20 +268,25 @@ class DbReaderOptions:
     ``retry`` -- how the reader's store calls retry transient failures.
     """
 
-    manifest_poll_interval_s: float = 1.0
-    checkpoint_lifetime_s: float | None = 600.0
+    manifest_poll_interval_s: Seconds[float] = Seconds(1.0)
+    checkpoint_lifetime_s: Seconds[float | None] = Seconds(600.0)
     max_memtable_bytes: int = 64 * MiB
     establish_checkpoint: bool = True
     background_poll: bool = True
     checkpoint_name: str | None = "reader"
     block_cache_bytes: int = 64 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
-    manifest_update_timeout_s: float = 60.0
+    disk_cache_dir: str | None = None
+    disk_cache_bytes: int = 1 * GiB
+    manifest_update_timeout_s: Seconds[float] = Seconds(60.0)
     wal_read_ahead: int = WAL_READ_AHEAD
     retry: RetryOptions = field(default_factory=RetryOptions)
+    merge_operator: MergeOperator | MergeFunction | str | None = None
+    """As ``Settings.merge_operator``; None folds the ready operator the database records
+    (``shaledb.merge``), and a key needing any other refuses to be read."""
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
+        object.__setattr__(self, "merge_operator", as_operator(self.merge_operator))
         _positive("DbReaderOptions.manifest_poll_interval_s", self.manifest_poll_interval_s)
         if self.checkpoint_lifetime_s is not None:
             _positive("DbReaderOptions.checkpoint_lifetime_s", self.checkpoint_lifetime_s)
@@ -274,6 +298,7 @@ class DbReaderOptions:
         _integer("DbReaderOptions.max_memtable_bytes", self.max_memtable_bytes, minimum=1)
         _integer("DbReaderOptions.block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _disk_cache(self, "DbReaderOptions.")
         _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
         _integer("DbReaderOptions.wal_read_ahead", self.wal_read_ahead, minimum=1)
         _boolean("DbReaderOptions.establish_checkpoint", self.establish_checkpoint)
@@ -286,7 +311,7 @@ class DbReaderOptions:
             raise InvalidArgument("DbReaderOptions.retry must be a RetryOptions")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Settings:
     """Settings of a writer (``Db``).
 
@@ -304,6 +329,12 @@ class Settings:
     Read path:
       ``block_cache_bytes`` -- byte budget of the decoded-block cache.
       ``sst_read_ahead_bytes`` -- a block-cache miss fetches this much of the SST.
+      ``disk_cache_dir`` -- a local directory that keeps parts of SSTs and journal
+      objects read from the store, across restarts and shared by the processes
+      of a host (``shaledb.store.disk_cache``; needs the ``cache`` extra). None
+      (the default): off.
+      ``disk_cache_bytes`` -- the disk cache's bound (index and files); older
+      parts are evicted beyond it.
     Memory:
       ``malloc_mmap_threshold_bytes`` -- on glibc, fix malloc's mmap threshold at
       this size when the database opens, so freed SST and WAL buffers go back
@@ -334,7 +365,7 @@ class Settings:
       ``journal`` -- recovery strategy and journal compaction (:class:`JournalOptions`).
     """
 
-    flush_interval_s: float = 0.1
+    flush_interval_s: Seconds[float] = Seconds(0.1)
     wal_max_bytes: int = 4 * MiB
     l0_sst_size_bytes: int = 64 * MiB
     max_unflushed_bytes: int = 256 * MiB
@@ -344,9 +375,11 @@ class Settings:
     compression: Compression = "none"
     block_cache_bytes: int = 128 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
+    disk_cache_dir: str | None = None
+    disk_cache_bytes: int = 1 * GiB
     malloc_mmap_threshold_bytes: int | None = None
-    manifest_poll_interval_s: float = 1.0
-    manifest_update_timeout_s: float = 300.0
+    manifest_poll_interval_s: Seconds[float] = Seconds(1.0)
+    manifest_update_timeout_s: Seconds[float] = Seconds(300.0)
     track_and_verify_wals: bool = True
     wal_recovery_mode: WalRecoveryMode = "absolute_consistency"
     wal_read_ahead: int = WAL_READ_AHEAD
@@ -357,14 +390,18 @@ class Settings:
     retry: RetryOptions = field(default_factory=RetryOptions)
     compactor: CompactorOptions | None = field(default_factory=CompactorOptions)
     garbage_collector: GcOptions | None = field(default_factory=GcOptions)
-    history_retention_s: float = 0.0
+    history_retention_s: Seconds[float] = Seconds(0.0)
     """Keep old versions this long for ``Db.snapshot(at_seq=/at_time=)`` (0: off; see
     ``shaledb.engine.history``)."""
+    merge_operator: MergeOperator | MergeFunction | str | None = None
+    """What ``Db.merge`` operands are folded with: a function ``(key, existing, operands)
+    -> bytes``, a :class:`~shaledb.merge.MergeOperator`, or a ready one's name
+    (``"add_u64"``, ``"append"``, ``"max_u64"``); see ``shaledb.merge``."""
 
     def __post_init__(self) -> None:
-        seconds_fields(self)  # durations as text or timedelta (shaledb.option_names)
         _positive("flush_interval_s", self.flush_interval_s)
         _positive("history_retention_s", self.history_retention_s, allow_zero=True)
+        object.__setattr__(self, "merge_operator", as_operator(self.merge_operator))
         _integer("wal_max_bytes", self.wal_max_bytes, minimum=1)
         _integer("l0_sst_size_bytes", self.l0_sst_size_bytes, minimum=4 * KiB)
         _integer("max_unflushed_bytes", self.max_unflushed_bytes, minimum=1)
@@ -383,6 +420,7 @@ class Settings:
             raise InvalidArgument(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
         _integer("block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _disk_cache(self, "")
         if self.malloc_mmap_threshold_bytes is not None:
             _integer("malloc_mmap_threshold_bytes", self.malloc_mmap_threshold_bytes, minimum=1)
             if self.malloc_mmap_threshold_bytes > MAX_MMAP_THRESHOLD_BYTES:

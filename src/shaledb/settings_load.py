@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import InvalidArgument
+from .merge import MergeOperator
+from .option_names import Seconds
 
 T = TypeVar("T")
 
@@ -67,7 +69,9 @@ def _did_you_mean(name: str, known: list[str], render: typing.Callable[[str], st
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """Field types, a duration field (``Seconds[float]``) as the type it reads back as."""
+    hints = typing.get_type_hints(cls)
+    return {k: typing.get_args(v)[0] if typing.get_origin(v) is Seconds else v for k, v in hints.items()}
 
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
@@ -310,6 +314,8 @@ def from_file(cls: type[T], path: str | os.PathLike[str]) -> T:
 def _toml_value(v: Any) -> str:
     if v is None:
         return f'"{NONE_TEXT}"'
+    if isinstance(v, MergeOperator):  # by name: the ready ones read back (shaledb.merge)
+        v = v.name
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):

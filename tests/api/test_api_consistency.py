@@ -58,3 +58,34 @@ def test_durations_as_strings_or_timedelta_everywhere(tmp_path: Path) -> None:
         assert h is not None and h.expires_at is not None
         with pytest.raises(InvalidArgument, match="duration"):
             db.put(b"k", b"v", ttl="an hour or so")
+
+
+TYPED_USER_CODE = """
+import datetime as dt
+from shaledb import DbReaderOptions, Settings
+from shaledb.settings import CompactorOptions, GcOptions, RetryOptions
+s = Settings(flush_interval_s="250ms", history_retention_s=dt.timedelta(hours=1))
+r = DbReaderOptions(checkpoint_lifetime_s="10min", manifest_poll_interval_s=0.5)
+g = GcOptions(min_age_s=dt.timedelta(minutes=5), interval_s=30)
+c = CompactorOptions(poll_interval_s="2s", job_lease_s=dt.timedelta(minutes=10))
+t = RetryOptions(timeout_s="1min")
+seconds: float = s.flush_interval_s + g.min_age_s + c.job_lease_s + t.timeout_s
+lifetime: float | None = r.checkpoint_lifetime_s
+"""
+
+
+def test_duration_fields_type_check_with_text_and_timedelta(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mypy --strict accepts a user's "1h" or timedelta for a duration field and
+    reads it back as float (before: the fields were typed float, so both were errors)."""
+    api = pytest.importorskip("mypy.api")
+    import shaledb
+
+    user = tmp_path / "user_code.py"
+    user.write_text(TYPED_USER_CODE)
+    monkeypatch.setenv("MYPYPATH", str(Path(shaledb.__file__).parents[1]))  # the shaledb under test
+    out, err, status = api.run(
+        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "c"), str(user)]
+    )
+    assert status == 0, out + err

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
+from shaledb import Db, Settings, WriteBatch
+from shaledb.spark.demo import _store_requests, read_rows
 from shaledb.spark.demo_progress import RowProgress, expected_duration
 
 
 def test_the_demo_states_its_duration_by_store() -> None:
-    assert "S3 run takes" in expected_duration("s3://bucket/db") and "950 s" in expected_duration("s3://b/d")
+    assert "S3 run takes" in expected_duration("s3://bucket/db")
+    assert "1,086 s" in expected_duration("s3://b/d")
+    assert "load average" in expected_duration("s3://b/d") and "load average" in expected_duration(None)
     assert "local run takes about a minute" in expected_duration(None)
     assert "local run" in expected_duration("/tmp/x") and "local run" in expected_duration("file:///tmp/x")
 
@@ -23,3 +30,29 @@ def test_row_progress_prints_rows_rate_and_time_left_every_interval() -> None:
         "    live updates: 4,000/20,000 rows, 400 rows/s, about 40s left",
         "    live updates: 8,000/20,000 rows, 400 rows/s, about 30s left",
     ]
+
+
+def test_the_demo_reads_its_update_rows_with_few_store_requests(tmp_path: Path) -> None:
+    """Issue 30 item 4: the live step read each of its random rows with a lookup of its own
+    (one GET per row on S3); one scan per sorted chunk reads ahead and needs far fewer."""
+    url = str(tmp_path / "db")
+    quiet = Settings(compactor=None, garbage_collector=None)
+    keys = [b"k%06d" % i for i in range(20_000)]
+    with Db.open(url, settings=quiet) as db:
+        for i in range(0, len(keys), 1000):
+            batch = WriteBatch()
+            for k in keys[i : i + 1000]:
+                batch.put(k, k * 10)
+            db.write(batch, durable=False)
+        db.flush()
+    wanted = [*sorted(random.Random(7).sample(keys, 300)), b"k999999"]  # the last one is absent
+    with Db.open(url, settings=quiet) as db:
+        before = _store_requests(db)
+        looked_up = db.get_many(wanted)
+        by_lookup = _store_requests(db) - before
+    with Db.open(url, settings=quiet) as db:
+        before = _store_requests(db)
+        scanned = read_rows(db, wanted)
+        by_scan = _store_requests(db) - before
+    assert scanned == looked_up and scanned[-1] is None and scanned[0] == wanted[0] * 10
+    assert by_scan * 10 < by_lookup, (by_scan, by_lookup)

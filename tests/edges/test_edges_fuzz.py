@@ -214,6 +214,7 @@ COMMANDS: dict[str, list[str]] = {
     "verify": [],
     "bench": ["--keys=50"],
     "delete": ["k0"],
+    "delete-range": ["k0", "k1"],
     "settings": [],
     "stats": [],  # its default (100,000 keys) is a long run, not an edge
 }

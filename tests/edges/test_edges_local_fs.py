@@ -5,7 +5,13 @@ database creates anything unless it creates the database."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,9 +19,9 @@ import pytest
 from shaledb import Db, DbReader, InvalidArgument, NotFound, Settings, admin
 from shaledb.cli import main
 from shaledb.cli.output import EXIT_NOT_FOUND
-from shaledb.errors import InvalidPathError, ObjectNotFound
+from shaledb.errors import InvalidPathError, ObjectNotFound, PermissionDenied, Unavailable
 from shaledb.store import open_store
-from shaledb.store.local_fs import make_dirs
+from shaledb.store.local_fs import embedded_errno, make_dirs, os_error
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 
@@ -47,14 +53,118 @@ def test_a_file_in_the_path_is_invalid_path(tmp_path: Path, below: str) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
-def test_permission_refused_is_invalid_argument(tmp_path: Path) -> None:
+def test_permission_refused_is_permission_denied(tmp_path: Path) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
     try:
-        with pytest.raises(InvalidArgument, match="permission"):
+        with pytest.raises(PermissionDenied, match="permissions"):
             Db.open(str(locked / "db"), settings=QUIET)
     finally:
         locked.chmod(0o700)
+
+
+def test_os_errors_map_to_the_error_tree() -> None:
+    """EACCES and EPERM are PermissionDenied (as a cloud store's 401/403), not InvalidArgument;
+    obstore's local errors carry the code only in their text, which is read too."""
+    for code in (errno.EACCES, errno.EPERM):
+        exc = OSError(code, os.strerror(code), "/x/y")
+        assert isinstance(exc, PermissionError)  # what the OS raises
+        err = os_error(exc, "wal/1.sst", "file:///x", "write")
+        assert type(err) is PermissionDenied and f"errno {code}" in str(err), err
+    assert type(os_error(OSError(errno.EROFS, "ro"), "p", "w")) is InvalidArgument
+    assert type(os_error(OSError(errno.ENOENT, "gone"), "p", "w")) is ObjectNotFound
+    assert type(os_error(OSError(errno.ENOSPC, "full"), "p", "w")) is Unavailable
+    text = "Generic LocalFileSystem error: Unable to open file /x/a#1: Permission denied (os error 13)"
+    assert embedded_errno(Exception(text)) == errno.EACCES
+    assert embedded_errno(Exception(text.replace("13", "1"))) == errno.EPERM
+    assert embedded_errno(Exception(text.replace("13", "28"))) is None  # ENOSPC: the usual mapping
+    assert embedded_errno(Exception("no code here")) is None
+
+
+@pytest.fixture
+def immutable(tmp_path: Path) -> Iterator[Callable[[Path], None]]:
+    """Sets the immutable attribute (chattr +i) on directories, which refuses changes
+    inside them with EPERM even to root; cleared afterwards. Skips where chattr cannot."""
+    done: list[Path] = []
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    if (
+        shutil.which("chattr") is None
+        or subprocess.run(["chattr", "+i", str(probe)], check=False, capture_output=True).returncode
+    ):
+        pytest.skip("chattr +i is not available here (needs CAP_LINUX_IMMUTABLE and ext4/xfs/btrfs)")
+    done.append(probe)
+
+    def make(p: Path) -> None:
+        subprocess.run(["chattr", "+i", str(p)], check=True)
+        done.append(p)
+
+    try:
+        yield make
+    finally:
+        for p in done:
+            subprocess.run(["chattr", "-i", str(p)], check=False)
+
+
+def test_an_immutable_directory_gives_permission_denied_even_to_root(
+    tmp_path: Path, immutable: Callable[[Path], None]
+) -> None:
+    """A real EPERM from the OS (root is not exempt from the immutable attribute): every
+    store call that changes the directory, through obstore's local store or shaledb's own
+    create-if-absent, and the writer's open, raise PermissionDenied at once (not retried
+    as Unavailable, not InvalidArgument)."""
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"k", b"v", durable=True)
+    st = open_store(url)
+    st.put("tmp/x", b"1")
+    immutable(tmp_path / "db" / "tmp")
+    for what, call in (
+        ("put", lambda: st.put("tmp/y", b"1")),
+        ("overwrite", lambda: st.put("tmp/x", b"2")),
+        ("create", lambda: st.put("tmp/z", b"1", create=True)),
+        ("delete", lambda: st.delete("tmp/x")),
+    ):
+        with pytest.raises(PermissionDenied, match="Operation not permitted"):
+            call()
+        assert what
+    immutable(tmp_path / "db" / "manifest")
+    started = time.monotonic()
+    with pytest.raises(PermissionDenied, match=r"manifest.*errno 1"):
+        Db.open(url, settings=QUIET)
+    assert time.monotonic() - started < 5  # a set-up mistake: no retries until the timeout
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to drop to another user",
+)
+def test_a_directory_another_user_may_not_enter_gives_permission_denied(tmp_path: Path) -> None:
+    """A real EACCES as root's tests can get it: a child process running as ``nobody``
+    opens a database in a directory only root may enter. (It said ``NotFound``: the
+    local store asked ``os.path.isdir``, which answers False for a root it may not reach.)"""
+    locked = tmp_path / "locked"
+    with Db.open(str(locked / "db"), settings=QUIET) as db:
+        db.put(b"k", b"v", durable=True)
+    locked.chmod(0o700)
+    tmp_path.chmod(0o755)
+    code = (
+        "import shaledb, sys\n"
+        "try:\n"
+        f"    shaledb.DbReader.open({str(locked / 'db')!r})\n"
+        "except shaledb.errors.PermissionDenied as exc:\n"
+        "    print('PermissionDenied', exc); sys.exit(0)\n"
+        "sys.exit(3)\n"
+    )
+    res = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Permission denied (errno 13)" in res.stdout
 
 
 def test_make_dirs_removes_what_it_created_when_a_later_step_fails(tmp_path: Path) -> None:

@@ -151,6 +151,8 @@ def test_scrub_filter_cleans_log_records(caplog: pytest.LogCaptureFixture) -> No
 
 def test_store_description_is_scrubbed() -> None:
     st = open_store(
-        "s3://bucket/db?endpoint=http://127.0.0.1:9&region=x", access_key_id=AKID, secret_access_key=SECRET
+        "s3://bucket/db?endpoint=http://127.0.0.1:9&region=x&allow_http=true",
+        access_key_id=AKID,
+        secret_access_key=SECRET,
     )
     assert SECRET not in st.describe() and SECRET not in repr(st) and AKID not in repr(st)

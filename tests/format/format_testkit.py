@@ -35,12 +35,15 @@ from shaledb.format.block import decode_block, encode_block
 from shaledb.format.bloom import WORDMIX, build_filter, key_hash, key_hash_wordmix
 from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZE, frame_block
 from shaledb.format.manifest import encode_manifest_body
+from shaledb.format.merge import encode_merge
+from shaledb.format.range_dels import KIND_RANGE_DEL, Fragments
 from shaledb.format.row import (
     FLAG_EXPIRY,
     FLAG_INDEX_TREE,
     FLAG_INDEXED,
     FLAG_META,
     FLAG_TERMS,
+    KIND_MERGE,
     KIND_POINTER,
     KIND_TOMBSTONE,
     KIND_VALUE,
@@ -137,6 +140,37 @@ def wal_rows() -> list[Row]:
         (b"k2", 10, KIND_VALUE, b"v2"),
         (b"k1", 11, KIND_TOMBSTONE, b""),
         (b"k3", 12, KIND_VALUE | FLAG_EXPIRY, k3),
+    ]
+
+
+def range_del_list() -> list[tuple[bytes, bytes, int]]:
+    """Two overlapping range tombstones ``(start, end, seq)``: three fragments."""
+    return [(b"b", b"d", 8), (b"c", b"f", 6)]
+
+
+def wal_range_rows() -> list[Row]:
+    """A put, then a batch of a range delete of ``[a, m)`` and a put inside it."""
+    return [
+        (b"k1", 20, KIND_VALUE, b"v1"),
+        (b"a", 21, KIND_RANGE_DEL, b"m"),
+        (b"c", 21, KIND_VALUE, b"v2"),
+    ]
+
+
+def build_table_with_range_dels(rows: list[Row]) -> bytes:
+    b = SstBuilder(kind=SST_TABLE, writer_epoch=WRITER_EPOCH, created_at_ms=CREATED_AT_MS, nonce=NONCE)
+    b.add_many([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])
+    frags = Fragments.build(range_del_list())
+    b.set_range_dels(frags, frags.starts[0], frags.ends[-1])
+    return b.finish()[0]
+
+
+def merge_rows() -> list[Row]:
+    """Merge entries (SST format version 2): operands alone, and operands over a base."""
+    return [
+        (b"count", 12, KIND_MERGE, encode_merge([struct.pack("<Q", 1), struct.pack("<Q", 2)])),
+        (b"list", 11, KIND_MERGE, encode_merge([b"c"], (KIND_VALUE, b"ab"))),
+        (b"plain", 10, KIND_VALUE, b"v"),
     ]
 
 
@@ -251,7 +285,18 @@ GOLDENS: dict[str, Golden] = {
         Golden("table_lz4.sst", lambda: build_table(many_rows(), codec=CODEC_LZ4, block_size=512), "lz4"),
         Golden("table_zstd.sst", lambda: build_table(many_rows(), codec=CODEC_ZSTD, block_size=512), "zstd"),
         Golden("wal.sst", lambda: build_wal(wal_rows()), "WAL SST, 3 batches, one a block"),
+        Golden(
+            "table_merge.sst", lambda: build_table(merge_rows()), "table SST with merge entries (version 2)"
+        ),
         Golden("fence.sst", lambda: build_wal([]), "fencing object: an empty WAL SST"),
+        Golden(
+            "table_range_dels.sst",
+            lambda: build_table_with_range_dels(small_rows()),
+            "version-2 table SST: 5 entries and a range-del block of 3 fragments",
+        ),
+        Golden(
+            "wal_range_del.sst", lambda: build_wal(wal_range_rows()), "version-2 WAL SST with a range delete"
+        ),
         Golden("manifest_small.manifest", lambda: manifest_bytes(small_manifest()), "Manifest(id=1)"),
         Golden("manifest_full.manifest", lambda: manifest_bytes(full_manifest()), "every field set"),
     )
@@ -287,7 +332,7 @@ def _u64s(b: bytes) -> list[int]:
     return list(struct.unpack(f"<{len(b) // 8}Q", b))
 
 
-_KIND_NAMES = {KIND_VALUE: "VALUE", KIND_TOMBSTONE: "TOMBSTONE", KIND_POINTER: "POINTER"}
+_KIND_NAMES = {KIND_VALUE: "VALUE", KIND_TOMBSTONE: "TOMBSTONE", KIND_POINTER: "POINTER", KIND_MERGE: "MERGE"}
 _FLAG_NAMES = (
     (FLAG_META, "META"),
     (FLAG_EXPIRY, "EXPIRY"),
@@ -298,6 +343,8 @@ _FLAG_NAMES = (
 
 
 def _kind_name(k: int) -> str:
+    if k == KIND_RANGE_DEL:
+        return "RANGE_DEL"
     parts = [_KIND_NAMES.get(k & TYPE_MASK, "?")] + [name for bit, name in _FLAG_NAMES if k & bit]
     return "|".join(parts)
 
@@ -419,6 +466,17 @@ def fields_props(buf: bytes, base: int = 0) -> list[Field]:
     return c.done()
 
 
+def fields_range_dels(buf: bytes, base: int = 0) -> list[Field]:
+    c = _Cursor(buf, base)
+    n = c.u("<I", "n (fragments)")
+    koff = _u32s(c.take(4 * (2 * n + 1), lambda b: f"key_off[0..{2 * n}] = {' '.join(map(str, _u32s(b)))}"))
+    soff = _u32s(c.take(4 * (n + 1), lambda b: f"seq_off[0..{n}] = {' '.join(map(str, _u32s(b)))}"))
+    c.take(8 * soff[-1], lambda b: f"seq[0..{soff[-1] - 1}] = {' '.join(map(str, _u64s(b)))}")
+    for i in range(2 * n):
+        c.take(koff[i + 1] - koff[i], _shown(f"{'end' if i % 2 else 'start'}[{i // 2}]"))
+    return c.done()
+
+
 def fields_footer(buf: bytes, base: int = 0) -> list[Field]:
     c = _Cursor(buf, base)
     for name, fmt in FOOTER_FIELDS:
@@ -444,6 +502,9 @@ def fields_sst(data: bytes, *, data_blocks: bool = True) -> list[Field]:
     if f.filter_len:
         out += fields_stored(data[f.filter_off : f.filter_off + f.filter_len], f.filter_off, fields_bloom)
     out += fields_stored(idx_stored, f.index_off, fields_index)
+    rd_off = f.index_off + f.index_len
+    if rd_off < f.props_off:  # version 2: the range-del block
+        out += fields_stored(data[rd_off : f.props_off], rd_off, fields_range_dels)
     out += fields_stored(data[f.props_off : f.props_off + f.props_len], f.props_off, fields_props)
     out += fields_footer(data[-FOOTER_SIZE:], len(data) - FOOTER_SIZE)
     return out
@@ -535,6 +596,37 @@ def _dump_wal() -> str:
     return render(fields_sst(golden_bytes("wal.sst")))
 
 
+def _dump_table_range_dels() -> str:
+    return render(fields_sst(golden_bytes("table_range_dels.sst")))
+
+
+def _dump_wal_range_del() -> str:
+    return render(fields_sst(golden_bytes("wal_range_del.sst")))
+
+
+def fields_merge(buf: bytes, base: int = 0) -> list[Field]:
+    """A merge entry's payload (docs/format/block.md, "Merge entries")."""
+    c = _Cursor(buf, base)
+    flags = c.u("<B", "flags")
+    if flags & 1:
+        c.u("<B", "base_kind")
+        n = c.u("<I", "base_len")
+        c.take(n, _shown("base payload"))
+    count = c.u("<I", "n (operands)")
+    for i in range(count):
+        n = c.u("<I", f"len[{i}]")
+        c.take(n, lambda b, i=i: f"operand[{i}] = {_show(b)}")  # type: ignore[misc]
+    return c.done()
+
+
+def _dump_table_merge() -> str:
+    return render(fields_sst(golden_bytes("table_merge.sst")))
+
+
+def _dump_merge_payloads() -> str:
+    return "\n\n".join(render(fields_merge(r[3])) for r in merge_rows() if r[2] == KIND_MERGE)
+
+
 def _dump_fence() -> str:
     return render(fields_sst(golden_bytes("fence.sst")))
 
@@ -567,6 +659,10 @@ DOC_DUMPS: dict[str, Callable[[], str]] = {
     "table_small": _dump_table_small,
     "wal": _dump_wal,
     "fence": _dump_fence,
+    "table_range_dels": _dump_table_range_dels,
+    "wal_range_del": _dump_wal_range_del,
+    "table_merge": _dump_table_merge,
+    "merge_payloads": _dump_merge_payloads,
     "manifest_small": _dump_manifest,
     "manifest_small_body": _dump_manifest_body,
     "manifest_full_json": _dump_manifest_json,

@@ -25,7 +25,7 @@ from format_testkit import (
     golden_bytes,
 )
 
-DOCS = ["README.md", "block.md", "bloom.md", "sst.md", "wal.md", "manifest.md"]
+DOCS = ["README.md", "block.md", "bloom.md", "sst.md", "wal.md", "manifest.md", "range-dels.md"]
 MARKER = re.compile(r"<!-- golden:([a-z0-9_]+) -->\n```text\n(.*?)```\n", re.DOTALL)
 
 

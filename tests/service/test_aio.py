@@ -145,7 +145,7 @@ def test_no_store_call_or_durability_wait_runs_on_the_loop_thread(
             assert len([kv async for kv in db.scan()]) == 100
             async with db.snapshot() as snap:
                 assert await snap.get(b"a") == b"1"
-        async with await aio.DbReader.open(store=store, checkpoint_lifetime=None) as r:
+        async with await aio.DbReader.open(store=store, checkpoint_lifetime_s=None) as r:
             assert await r.get(b"a") == b"1"
         return loop_thread
 
@@ -246,7 +246,7 @@ def test_async_api_matches_the_sync_model(url: str) -> None:
             model[b"zz"] = b"1"
             assert [kv async for kv in db.scan()] == sorted(model.items())
             await db.flush()
-            async with await aio.DbReader.open(url, checkpoint_lifetime=None) as reader:
+            async with await aio.DbReader.open(url, checkpoint_lifetime_s=None) as reader:
                 assert [kv async for kv in reader.scan()] == sorted(model.items())
                 assert await reader.get(b"zz") == b"1"
 
@@ -316,7 +316,7 @@ def test_async_change_feed_follows_new_writes(mem_url: str) -> None:
             assert got == [("put", b"a"), ("delete", b"a"), ("put", b"b")]
             rest = [c.key async for c in db.changes(str(feed.cursor), follow=False)]
             assert rest == []
-            async with await aio.DbReader.open(mem_url, checkpoint_lifetime=None) as r:
+            async with await aio.DbReader.open(mem_url, checkpoint_lifetime_s=None) as r:
                 assert [c.seq async for c in r.changes(follow=False)] == [1, 2, 3]
 
     asyncio.run(main())

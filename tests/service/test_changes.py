@@ -70,7 +70,7 @@ def test_feed_from_latest_and_from_a_reader(mem_url: str) -> None:
         assert feed.read() == []
         db.put(b"new", b"2")
         assert [c.key for c in feed.read()] == [b"new"]
-        with DbReader.open(mem_url, checkpoint_lifetime=None) as r:
+        with DbReader.open(mem_url, checkpoint_lifetime_s=None) as r:
             assert [c.key for c in r.changes(follow=False).read()] == [b"old", b"new"]
 
 

@@ -386,7 +386,14 @@ def test_invalid_index_and_journal_options_fail_before_any_task(spark, tmp_path)
         ({"index_columns": "nums"}, "index column 'nums' must be string, binary .* not array<int>"),
         ({"index_columns": "dest,nope"}, "index column 'nope' is not in the DataFrame"),
         ({"index_columns": "dest,dest"}, "names a column twice"),
-        ({"value_separation_threshold": "0"}, "value_separation_threshold must be >= 1"),
+        (
+            {"value_separation_threshold": "0"},
+            "value_separation_threshold must be an integer number of bytes, >= 1",
+        ),
+        (
+            {"value_separation_threshold": "nan"},
+            "value_separation_threshold must be an integer number of bytes",
+        ),
         ({"value_separation_threshold": "big"}, "value_separation_threshold must be an integer"),
         ({"index_columns": "tags", "ingest_behind": "true"}, "behind existing data cannot write index terms"),
     ]

@@ -50,3 +50,63 @@ def test_unknown_names_are_refused_with_the_closest_and_bad_values_name_the_opti
         WriteOptions.parse({"path": "/tmp/x", "save_mode": "replace"}, COLUMNS)
     # Spark's catalog keys and store options pass.
     ReadOptions.parse({"path": "/tmp/x", "store.endpoint": "e", "owner": "me", "option.key_type": "binary"})
+
+
+WRITE_NUMBERS = (
+    "value_separation_threshold",
+    "block_size_bytes",
+    "bloom_bits_per_key",
+    "max_sst_size_bytes",
+    "lease_s",
+    "testing.fail_partition",
+)
+READ_NUMBERS = ("version", "checkpoint_lifetime_s", "partitions")
+BAD_NUMBERS = ("nan", "NaN", "inf", "-inf", "1e400", "-1", "-0.5", str(2**63), "9" * 40, "1e300", "big", "")
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS)
+def test_every_numeric_option_goes_through_the_one_numeric_check(value: str) -> None:
+    """NaN, infinities, negatives and huge values are an InvalidArgument naming the option
+    and its range (shaledb.numbers.check_number), as in every option class and the CLI;
+    before, ``lease_s=inf`` and ``checkpoint_lifetime_s=1e400`` passed, and integer options
+    had no upper bound."""
+    from shaledb.spark.schema import ReadOptions
+
+    for name in WRITE_NUMBERS:
+        with pytest.raises(InvalidArgument, match=rf"^option {name} must be .*>=? .* and <= .*; got "):
+            WriteOptions.parse({"path": "/tmp/x", name: value}, COLUMNS)
+    for name in READ_NUMBERS:
+        with pytest.raises(InvalidArgument, match=rf"^option {name} must be .*>=? .* and <= .*; got "):
+            ReadOptions.parse({"path": "/tmp/x", name: value})
+
+
+def test_numeric_options_in_range_parse_and_messages_carry_units() -> None:
+    from shaledb.spark.schema import ReadOptions
+
+    w = WriteOptions.parse(
+        {"path": "/tmp/x", "block_size_bytes": " 8192 ", "lease_s": "1.5", "bloom_bits_per_key": "0"}, COLUMNS
+    )
+    assert (w.block_size_bytes, w.lease_s, w.bloom_bits_per_key) == (8192, 1.5, 0)
+    r = ReadOptions.parse({"path": "/tmp/x", "checkpoint_lifetime_s": "never", "partitions": "3"})
+    assert (r.checkpoint_lifetime_s, r.partitions) == (None, 3)
+    with pytest.raises(InvalidArgument, match=r"option lease_s must be a finite number of seconds, > 0"):
+        WriteOptions.parse({"path": "/tmp/x", "lease_s": "none"}, COLUMNS)
+    with pytest.raises(
+        InvalidArgument, match=r"block_size_bytes must be an integer number of bytes, >= 256 and <= 16777216"
+    ):
+        WriteOptions.parse({"path": "/tmp/x", "block_size_bytes": "17000000"}, COLUMNS)
+    with pytest.raises(
+        InvalidArgument, match=r"max_sst_size_bytes must be an integer number of bytes, >= 4096"
+    ):
+        WriteOptions.parse({"path": "/tmp/x", "max_sst_size_bytes": "4095"}, COLUMNS)
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS)
+def test_the_change_streams_max_changes_per_trigger_goes_through_the_numeric_check(value: str) -> None:
+    pytest.importorskip("pyspark")
+    from shaledb.spark.stream import CHANGES_SCHEMA, ShaleChangeStream
+
+    with pytest.raises(
+        InvalidArgument, match=r"^option maxChangesPerTrigger must be an integer, >= 1 and <= "
+    ):
+        ShaleChangeStream({"path": "/tmp/x", "maxChangesPerTrigger": value}, CHANGES_SCHEMA)

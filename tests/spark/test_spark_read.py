@@ -181,3 +181,29 @@ def test_a_default_read_plans_one_part_per_task_slot(spark, tmp_path):
     assert df.count() == len(keys)
     sizes = df.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()
     assert sum(sizes) == len(keys) and min(sizes) > len(keys) // 3  # even halves, to a few blocks
+
+
+def test_merges_and_range_deletes_read_as_the_writer_sees_them(spark, tmp_path):
+    """Merges over range-deleted keys fold onto nothing, and range-deleted merge operands
+    stay hidden, in an L0 SST, the WAL and after a flush (issue 31)."""
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=QUIET.replace(merge_operator="append"))
+    try:
+        for i in range(40):
+            db.put(b"k%02d" % i, b"old", durable=False)
+        db.merge(b"k05", b"+a", durable=False)
+        db.flush(memtable=True)
+        db.delete_range(b"k00", b"k10", durable=False)  # hides k05's operand and base
+        db.merge(b"k05", b"+b", durable=False)  # onto nothing
+        db.flush(memtable=True)
+        db.delete_range(b"k30", b"k40", durable=False)  # WAL only
+        db.merge(b"k35", b"+c", durable=False)
+        db.merge(b"k20", b"+d", durable=False)
+        db.flush()
+        want = dict(db.scan())
+        assert want[b"k05"] == b"+b" and want[b"k35"] == b"+c" and want[b"k20"] == b"old+d"
+        assert b"k01" not in want and b"k31" not in want
+        df = spark.read.format("shaledb").load(url)
+        assert {r.key: r.value for r in df.collect()} == want
+    finally:
+        db.close()

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from spark_kit import contents, kv_frame, latest
@@ -151,6 +152,33 @@ def test_a_sql_table_is_created_inserted_into_queried_and_described(spark, tmp_p
     assert contents(url) == {b"y": b"25", b"z": b"26"}  # dropping the table leaves the database
 
 
+def test_save_as_table_of_a_new_table_needs_the_table_created_first(spark, tmp_path):
+    """saveAsTable of a table the catalog does not know: Spark hands the writer the user's
+    options only. Without a path nothing is written anywhere and no catalog entry is made;
+    with one the rows go to that database only, but Spark's new entry keeps no path. Both
+    errors say to CREATE TABLE ... OPTIONS (path ...) first."""
+    advice = "CREATE TABLE name USING shaledb OPTIONS (path 'URL')"
+    warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+    before = sorted(warehouse.rglob("*"))
+    df = spark.createDataFrame([("a", "1")], "key string, value string")
+    for mode in ("append", "overwrite"):
+        with pytest.raises(Exception) as err:
+            df.write.format("shaledb").mode(mode).saveAsTable("brand_new")
+        assert advice in first_line(err.value)
+        assert not spark.catalog.tableExists("brand_new")
+    assert sorted(warehouse.rglob("*")) == before  # no data landed in the warehouse either
+    url = str(tmp_path / "db")
+    try:
+        df.write.format("shaledb").mode("append").option("path", url).saveAsTable("pathless")
+        assert contents(url) == {b"a": b"1"}
+        with pytest.raises(Exception) as err:
+            spark.sql("SELECT * FROM pathless").collect()
+        assert advice in first_line(err.value)
+    finally:
+        spark.sql("DROP TABLE IF EXISTS pathless")
+    assert contents(url) == {b"a": b"1"}  # dropping the entry leaves the database
+
+
 # ------------------------------------------------------------------ strict options
 
 
@@ -166,7 +194,11 @@ def test_a_misspelled_option_is_refused_with_the_closest_name(spark, tmp_path):
     assert "did you mean 'prefix'?" in first_line(err.value)
     with pytest.raises(Exception) as err:
         df.write.format("shaledb").mode("append").option("max_sst_size_bytes", "big").save(url)
-    assert "option max_sst_size_bytes must be an integer, got 'big'" in first_line(err.value)
+    assert "option max_sst_size_bytes must be an integer number of bytes, >= 4096" in first_line(err.value)
+    assert "got 'big' (str)" in first_line(err.value)
+    with pytest.raises(Exception) as err:  # the one numeric check, end to end (no NaN, inf, huge)
+        df.write.format("shaledb").mode("append").option("lease_s", "inf").save(url)
+    assert "InvalidArgument: option lease_s must be a finite number of seconds, > 0" in first_line(err.value)
     with pytest.raises(Exception) as err:
         df.write.format("shaledb").mode("append").option("compression", "gzip").save(url)
     assert "option compression must be one of" in first_line(err.value)
@@ -178,7 +210,13 @@ def test_errors_reach_the_user_as_one_line_at_the_head(spark, tmp_path):
     with pytest.raises(Exception) as err:
         spark.read.format("shaledb").option("partitions", "0").load(url)
     line = first_line(err.value)
-    assert "InvalidArgument: option partitions must be >= 1, got 0" in line, str(err.value)
+    assert "InvalidArgument: option partitions must be an integer, >= 1 and <= " in line, str(err.value)
+    assert "got 0" in line, line
+    with pytest.raises(Exception) as err:
+        spark.read.format("shaledb").option("checkpoint_lifetime_s", "nan").load(url)
+    assert "InvalidArgument: option checkpoint_lifetime_s must be a finite number of seconds" in first_line(
+        err.value
+    ), str(err.value)
     assert "Traceback" not in str(err.value)
     df = kv_frame(spark, [(b"a", b"1"), (b"a", b"2")], partitions=1)
     with pytest.raises(Exception) as err:  # raised in a task

@@ -174,6 +174,7 @@ def test_credentials_never_leak(caplog: pytest.LogCaptureFixture) -> None:
     st = open_store(
         "s3://bucket/db",
         endpoint="http://127.0.0.1:9",  # nothing listens on the discard port
+        allow_http=True,
         access_key_id="AKIA" + SECRET,
         secret_access_key=SECRET,
         session_token="tok-" + SECRET,
@@ -189,6 +190,53 @@ def test_credentials_never_leak(caplog: pytest.LogCaptureFixture) -> None:
         exc = exc.__cause__ or exc.__context__
     texts.append(caplog.text)
     assert all(SECRET not in t for t in texts), [t for t in texts if SECRET in t]
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "environ"),
+    [
+        ("s3://b/db", {"endpoint": "http://127.0.0.1:9"}, {}),
+        ("s3://b/db?endpoint=http://127.0.0.1:9", {}, {}),
+        ("s3://b/db", {"endpoint": "http://127.0.0.1:9", "allow_http": "false"}, {"AWS_ALLOW_HTTP": "true"}),
+        ("s3://b/db", {}, {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}),
+        ("s3://b/db", {}, {"AWS_ENDPOINT_URL": "HTTP://127.0.0.1:9", "AWS_ALLOW_HTTP": "false"}),
+        ("az://c/db", {"account_name": "acct", "endpoint": "http://127.0.0.1:9/acct"}, {}),
+    ],
+)
+def test_plain_http_endpoint_needs_allow_http(
+    url: str, options: dict[str, Any], environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An http:// endpoint without allow_http is refused at open with the fix named
+    (before: the first request failed as Unavailable "builder error")."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ALLOW_HTTP", "AZURE_ALLOW_HTTP"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(InvalidArgument, match="plain HTTP") as info:
+        open_store(url, access_key_id="AKIA" + SECRET, secret_access_key=SECRET, **options)
+    assert "127.0.0.1:9" in str(info.value) and "allow_http=True" in str(info.value)
+    assert ("AWS_ALLOW_HTTP" if url.startswith("s3") else "AZURE_ALLOW_HTTP") in str(info.value)
+    assert SECRET not in repr(info.value) and info.value.__cause__ is None
+
+
+@pytest.mark.parametrize(
+    ("options", "environ"),
+    [
+        ({"endpoint": "http://127.0.0.1:9", "allow_http": True}, {}),
+        ({"endpoint": "http://127.0.0.1:9"}, {"AWS_ALLOW_HTTP": "1"}),
+        ({"endpoint": "http://127.0.0.1:9", "client_options": {"allow_http": "true"}}, {}),
+        ({}, {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ALLOW_HTTP": "true"}),
+        ({"endpoint": "https://127.0.0.1:9"}, {}),
+    ],
+)
+def test_plain_http_endpoint_with_allow_http_opens(
+    options: dict[str, Any], environ: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ALLOW_HTTP"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    open_store("s3://b/db", access_key_id="x", secret_access_key="y", **options)
 
 
 def test_bad_cloud_option_does_not_echo_secrets() -> None:

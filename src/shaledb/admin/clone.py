@@ -68,6 +68,7 @@ from ..manifest.model import ExternalDb, Manifest, ParentRef, SstInfo, Tree
 from ..manifest.store import ManifestStore
 from ..settings import WAL_READ_AHEAD, Settings
 from ..store.base import ObjectStore
+from ..store.new_root import check_new_root
 from ..store.parallel import run_bounded
 from ..store.roots import check_disjoint
 from ..store.stack import close_quietly, wrap_store
@@ -163,15 +164,31 @@ def init_clone(
     rng: random.Random,
     timeout_s: float,
     external: ExternalStores,
+    before_create: Callable[[], None] | None = None,
 ) -> Manifest:
-    """Run the initialization protocol (module docstring); the initialized clone manifest."""
+    """Run the initialization protocol (module docstring); the initialized clone manifest.
+
+    ``before_create`` runs before the clone's first manifest is written (only then):
+    the check that its root does not nest with another database's
+    (:mod:`shaledb.store.new_root`)."""
     parent_url = canonical_url(parent_url)
     ms = ManifestStore(store, clock, rng, author="clone")
     pms = ManifestStore(parent_store, clock, rng, author="clone")
     deadline = clock.monotonic() + timeout_s
     while True:
         try:
-            return _attempt(ms, pms, own_url, parent_url, parent_checkpoint, clock, rng, timeout_s, external)
+            return _attempt(
+                ms,
+                pms,
+                own_url,
+                parent_url,
+                parent_checkpoint,
+                clock,
+                rng,
+                timeout_s,
+                external,
+                before_create,
+            )
         except (_Restart, ConflictError) as exc:
             if clock.monotonic() > deadline:
                 raise Unavailable(f"clone initialization did not settle within {timeout_s}s: {exc}") from None
@@ -189,6 +206,7 @@ def _attempt(
     rng: random.Random,
     timeout_s: float,
     external: ExternalStores,
+    before_create: Callable[[], None] | None = None,
 ) -> Manifest:
     # Steps 1-2.
     m = ms.read_latest()
@@ -243,6 +261,8 @@ def _attempt(
         for e in mc.external_dbs
     }
     if m is None:
+        if before_create is not None:
+            before_create()
         try:
             m = ms.create_initial(build_clone_manifest(mc, parent_url, cp_id, ancestors, None))
         except ConflictError:
@@ -421,6 +441,7 @@ def open_clone(
             rng=rng,
             timeout_s=settings.manifest_update_timeout_s,
             external=external,
+            before_create=lambda: check_new_root(url, wrapped, store_options, settings, clock),
         )
         db = cls(wrapped, settings, clock, rng, False, external=external)
     except BaseException:

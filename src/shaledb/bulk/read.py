@@ -47,19 +47,41 @@ from ..admin.checkpoint import (
 )
 from ..clock import SYSTEM_CLOCK, Clock
 from ..compaction.executor import SourceCursor, chunk_cuts, drop_dead, merge_columns
+from ..compaction.range_dels import drop_covered
 from ..engine.cache import LruCache
 from ..engine.history import has_versions
+from ..engine.merging import (
+    OPT_MERGE_OPERATOR,
+    Folder,
+    complete_columns,
+    fold_columns,
+    has_merges,
+    plain_base_value,
+    stack,
+)
 from ..engine.parents import default_factory
 from ..engine.sstable import read_sst_meta
 from ..engine.wal import EpochGate, decode_wal_object, fetch_wal_objects
-from ..errors import CorruptionError, InvalidArgument, NotSupported
+from ..errors import CorruptionError, InvalidArgument, MergeOperatorMissing, NotSupported
 from ..format import paths
-from ..format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, KIND_POINTER, KIND_VALUE, TYPE_MASK, decode_payload
+from ..format.merge import decode_merge
+from ..format.range_dels import KIND_RANGE_DEL, Fragments, RangeDel, merge_fragments
+from ..format.row import (
+    EXTRA_FLAGS,
+    FLAG_INDEX_TREE,
+    KIND_MERGE,
+    KIND_POINTER,
+    KIND_TOMBSTONE,
+    KIND_VALUE,
+    TYPE_MASK,
+    decode_payload,
+)
 from ..format.sst import SstMeta
 from ..journal.resolver import JournalResolver
 from ..keys import key_after
 from ..manifest.model import Manifest, SstInfo
 from ..manifest.store import ManifestStore
+from ..merge import BUILTIN
 from ..settings import WAL_READ_AHEAD, MiB, Settings
 from ..store.base import ObjectStore
 from ..store.stack import open_stack
@@ -103,6 +125,8 @@ class ReadPart:
     the WAL for every part (``inline_wal_bytes``); None: the task reads ``wal_ids`` itself."""
     versions: bool = False
     """An SST may hold several versions of a key (a history window, ``shaledb.engine.history``)."""
+    merge_operator: str | None = None
+    """The merge operator the database records (``shaledb.merge``): merges fold with it."""
 
     @property
     def bytes(self) -> int:
@@ -146,7 +170,8 @@ def intersect(
 
 
 def _overlaps(s: SstInfo, lo: bytes | None, hi: bytes | None) -> bool:
-    return (hi is None or s.first_key < hi) and (lo is None or s.last_key >= lo) and s.entries > 0
+    has_data = s.entries > 0 or s.range_dels > 0  # (an SST of range tombstones only counts)
+    return (hi is None or s.first_key < hi) and (lo is None or s.last_key >= lo) and has_data
 
 
 def split_range(
@@ -311,7 +336,9 @@ def plan_read(
         ranges = split_range(ssts, start, end, partitions, inner)
         wal = None
         if wal_ids and inline_wal_bytes > 0 and _wal_bytes(st, wal_ids) <= inline_wal_bytes:
-            wal = _wal_newest(st, wal_ids, m.last_l0_seq, start, end)
+            wal, rdels = _wal_scan(st, wal_ids, m.last_l0_seq, start, end)
+            if rdels:
+                wal = None  # range deletes in the WAL: each task reads it (read_part)
         parts = tuple(
             ReadPart(
                 i,
@@ -327,6 +354,7 @@ def plan_read(
                 journal,
                 None if wal is None else _slice_columns(wal, lo, hi),
                 has_versions(m),
+                m.option(OPT_MERGE_OPERATOR),
             )
             for i, (lo, hi) in enumerate(ranges)
         )
@@ -388,16 +416,22 @@ def ensure_checkpoint(
 
 def _wal_columns(store: ObjectStore, part: ReadPart) -> Columns:
     """The checkpoint's WAL entries in the part's range: newest version per key, in key order."""
+    return _wal_part(store, part)[0]
+
+
+def _wal_part(store: ObjectStore, part: ReadPart) -> tuple[Columns, list[RangeDel]]:
+    """:func:`_wal_columns` and the WAL's range deletes that overlap the part's range."""
     if part.wal is not None:
-        return part.wal
-    return _wal_newest(store, part.wal_ids, part.last_l0_seq, part.lo, part.hi)
+        return part.wal, []
+    return _wal_scan(store, part.wal_ids, part.last_l0_seq, part.lo, part.hi)
 
 
-def _wal_newest(
+def _wal_scan(
     store: ObjectStore, wal_ids: Sequence[int], last_l0_seq: int, lo: bytes | None, hi: bytes | None
-) -> Columns:
+) -> tuple[Columns, list[RangeDel]]:
     newest: dict[bytes, tuple[int, int, bytes]] = {}
     gate = EpochGate()
+    rdels: list[RangeDel] = []
     with fetch_wal_objects(store, wal_ids, WAL_READ_AHEAD) as fetched:
         for path, data in fetched:
             if data is None:
@@ -408,11 +442,19 @@ def _wal_newest(
             for k, e in zip(keys, ents):
                 if e[1] & FLAG_INDEX_TREE:
                     continue  # a secondary-index entry (the index tree)
+                if e[1] == KIND_RANGE_DEL:
+                    if e[0] > last_l0_seq and (hi is None or k < hi) and (lo is None or e[2] > lo):
+                        rdels.append((k, e[2], e[0]))
+                        # a later merge of a covered key stacks onto the deletion, not the old entry
+                        for ck in [ck for ck in newest if k <= ck < e[2]]:
+                            newest[ck] = (e[0], KIND_TOMBSTONE, b"")
+                    continue
                 if e[0] > last_l0_seq and (lo is None or k >= lo) and (hi is None or k < hi):
-                    newest[k] = e  # WAL order is sequence order: later entries win
+                    # WAL order is sequence order: later entries win, merges stack
+                    newest[k] = e if e[1] != KIND_MERGE else stack(newest.get(k), e[0], decode_merge(e[2])[1])
     ks = sorted(newest)
     ents = [newest[k] for k in ks]
-    return ks, [e[0] for e in ents], bytes(e[1] for e in ents), [e[2] for e in ents]
+    return (ks, [e[0] for e in ents], bytes(e[1] for e in ents), [e[2] for e in ents]), rdels
 
 
 def sst_meta_cache(store_for: Callable[[SstInfo], ObjectStore]) -> Callable[[SstInfo], SstMeta]:
@@ -470,7 +512,14 @@ def read_part(
             SourceCursor(ssts, part.lo, part.hi, meta=meta, store_for=store_for, read_ahead=read_ahead_bytes)
             for ssts in part.sources
         ]
-        wal = _wal_columns(st, part) if part.wal_ids else None
+        wal, wal_rdels = _wal_part(st, part) if part.wal_ids else (None, [])
+        # Range tombstones of the checkpoint (SSTs' range-del blocks, WAL range deletes).
+        frags = merge_fragments(
+            [
+                *(meta(s).range_dels for src in part.sources for s in src if s.range_dels),
+                Fragments.build(wal_rdels),
+            ]
+        ).clip(part.lo, part.hi)
         cuts = chunk_cuts([b for s in srcs for b in s.blocks()], chunk_bytes, part.lo, part.hi)
         wal_keys = wal[0] if wal is not None else []
         wpos = 0
@@ -480,7 +529,12 @@ def read_part(
                 wend = len(wal_keys) if upto is None else bisect_left(wal_keys, upto, wpos)
                 cols.append((wal[0][wpos:wend], wal[1][wpos:wend], wal[2][wpos:wend], wal[3][wpos:wend]))
                 wpos = wend
-            merged = drop_dead(merge_columns(cols), bottom=True, now_ms=now)
+            if has_merges(cols):  # (a range tombstone below a merge is its base)
+                cols = [_folded(complete_columns(cols, frags), part, now)]
+            merged = merge_columns(cols)
+            if frags:
+                merged = drop_covered(merged, frags, None)
+            merged = drop_dead(merged, bottom=True, now_ms=now)
             if merged[0]:
                 if _POINTER_BYTE in merged[2].translate(_IS_POINTER):
                     if journal is None:
@@ -488,6 +542,23 @@ def read_part(
                         journal.note_files(part.journal)
                     merged = resolve_pointers(merged, journal)
                 yield merged
+
+
+def _folded(cols: Columns, part: ReadPart, now_ms: int) -> Columns:
+    """Every merge entry of ``cols`` (all of a version's sources) folded into a value with
+    the ready operator the database records; other operators are refused, not guessed."""
+    out = fold_columns(
+        cols, bottom=True, folder=Folder(None, part.merge_operator), base_value=plain_base_value(now_ms)
+    )
+    if KIND_MERGE in out[2]:
+        if part.merge_operator is None or part.merge_operator in BUILTIN:
+            raise NotSupported("a bulk read of a merge over a value in the value journal")
+        raise MergeOperatorMissing(
+            f"the database's merges need merge operator {part.merge_operator!r}, which a bulk read "
+            "cannot fold (only the ready ones of shaledb.merge): compact the database first, or read "
+            "it with DbReader(options=DbReaderOptions(merge_operator=...))"
+        )
+    return out
 
 
 _IS_POINTER = bytes(int(k & TYPE_MASK == KIND_POINTER) for k in range(256))

@@ -43,7 +43,15 @@ from ..errors import CorruptionError
 from ..format import paths
 from ..format.block import _BAD_KIND, MAX_ENTRIES, decode_block
 from ..format.coding import TRAILER_SIZE, crc32c, unframe_block
-from ..format.row import FLAG_EXPIRY, FLAG_INDEX_TREE, FLAG_META, FLAG_TERMS, KIND_POINTER, TYPE_MASK
+from ..format.row import (
+    FLAG_EXPIRY,
+    FLAG_INDEX_TREE,
+    FLAG_META,
+    FLAG_TERMS,
+    KIND_MERGE,
+    KIND_POINTER,
+    TYPE_MASK,
+)
 from ..format.sst import SstMeta
 from ..manifest.model import SstInfo
 from ..settings import MiB
@@ -54,7 +62,7 @@ from .read import (
     _overlaps,
     _slice_columns,
     _stack,
-    _wal_columns,
+    _wal_part,
     read_part,
     sst_meta_cache,
     values_and_metadata,
@@ -64,7 +72,8 @@ _U32 = struct.Struct("<I")
 # 1 for a kind the fast path leaves to the general one: an expiry needs the clock, a
 # pointer the journal; the index-tree bit belongs in WAL and journal objects only.
 _GENERAL = bytes(
-    int(bool(k & (FLAG_EXPIRY | FLAG_INDEX_TREE)) or (k & TYPE_MASK) == KIND_POINTER) for k in range(256)
+    int(bool(k & (FLAG_EXPIRY | FLAG_INDEX_TREE)) or (k & TYPE_MASK) in (KIND_POINTER, KIND_MERGE))
+    for k in range(256)
 )
 _EXTRAS = bytes(int(bool(k & (FLAG_META | FLAG_TERMS))) for k in range(256))
 
@@ -470,11 +479,15 @@ def read_part_arrow(
     """Live entries of ``part`` as Arrow arrays, in key order (see module docstring)."""
     clock = clock or SYSTEM_CLOCK
     with _stack(url, store, store_options, clock) as st:
-        if any(s.db for src in part.sources for s in src):  # a clone's parent's SSTs: other stores
+        # A clone's parent's SSTs (other stores), or range tombstones: the general path.
+        if any(s.db or s.range_dels for src in part.sources for s in src):
             yield from _general(part, url, st, store_options, clock)
             return
         # The WAL range usually holds only writers' empty fencing objects; anything in it is newer data.
-        wal = _wal_columns(st, part) if part.wal_ids else None
+        wal, wal_rdels = _wal_part(st, part) if part.wal_ids else (None, [])
+        if wal_rdels:
+            yield from _general(part, url, st, store_options, clock)
+            return
         if (wal is not None and wal[0]) or len(part.sources) != 1 or part.l0_count or part.versions:
             yield from _merged(part, url, st, store_options, clock, chunk_bytes, wal)
             return

@@ -1,4 +1,4 @@
-"""CLI commands added for the first hour of a new user: ``delete``."""
+"""CLI commands added for the first hour of a new user: ``delete``, ``delete-range``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,28 @@ def delete(args: argparse.Namespace, out: Output) -> int | None:
     with Db.open(args.path, settings=Settings(compactor=None, garbage_collector=None)) as db:
         h = db.delete(parse_bytes(args.key))
     out.emit({"key": args.key, "deleted": True, "seq": h.seq})
+    return None
+
+
+def _delete_range_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "start", metavar="START", help="first key removed (UTF-8; 0x... for hex; text:... for literal text)"
+    )
+    p.add_argument("end", metavar="END", help="end of the range, not removed itself (same spelling)")
+
+
+@command(
+    "delete-range",
+    "delete every key in [START, END) durably, one range tombstone (opens the writer: fences a running one)",
+)(_delete_range_args)
+def delete_range(args: argparse.Namespace, out: Output) -> int | None:
+    from ..db.writer import Db
+    from ..settings import Settings
+
+    start, end = parse_bytes(args.start), parse_bytes(args.end)
+    with Db.open(args.path, settings=Settings(compactor=None, garbage_collector=None)) as db:
+        h = db.delete_range(start, end)
+    out.emit({"start": args.start, "end": args.end, "deleted_range": True, "seq": h.seq})
     return None
 
 

@@ -43,12 +43,14 @@ from typing import TYPE_CHECKING, Any
 from ..clock import SYSTEM_CLOCK, Clock
 from ..engine.history import manifest_floor
 from ..engine.host import ManifestHost, WriterHost
+from ..engine.merging import OPT_MERGE_OPERATOR, Folder
 from ..engine.parents import ExternalStores, default_factory
 from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError
 from ..format import paths
 from ..format.coding import CODECS
 from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.store import ManifestStore, Mutator
+from ..merge import as_operator
 from ..settings import CompactorOptions, MiB, Settings
 from ..store.base import ObjectStore
 from ..store.parallel import Progress
@@ -318,11 +320,19 @@ class Compactor:
             read_ahead_bytes=read_ahead,
             resolve=self._resolve_store,
         )
+        self.executor.folder_for = self._merge_folder
         self.epoch: int | None = None
         self.manifest: Manifest | None = None
         self._polls = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
+
+    def _merge_folder(self) -> Folder:
+        """The merge operator of these settings, checked against the manifest's record."""
+        m = self.manifest
+        if m is None:
+            m = self.host.manifest if self.host is not None else self.manifests.require_latest()
+        return Folder(as_operator(self.settings.merge_operator), m.option(OPT_MERGE_OPERATOR))
 
     def _resolve_store(self, index: int) -> ObjectStore:
         m = self.manifest

@@ -60,11 +60,13 @@ from operator import add, eq
 
 from ..clock import Clock
 from ..engine.history import merge_history
+from ..engine.merging import Folder, complete_columns, fold_columns, has_merges, plain_base_value, uncumulate
 from ..engine.sstable import SstSplitter, put_new_sst, read_sst_meta
 from ..errors import CorruptionError
 from ..format import paths
 from ..format.block import Block
-from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
+from ..format.range_dels import EMPTY
+from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
 from ..format.sst import (
     ENTRY_OVERHEAD,
     SST_TABLE,
@@ -77,6 +79,7 @@ from ..keys import key_after
 from ..manifest.model import SstInfo
 from ..store.base import ObjectStore
 from ..store.parallel import Progress
+from .range_dels import Placer, drop_covered, has_range_dels, retained, source_fragments
 from .scheduler import CompactionSpec
 
 log = logging.getLogger("shaledb.compaction")
@@ -304,6 +307,20 @@ def merge_columns(cols: list[Columns]) -> Columns:
     )
 
 
+def own_operands(cols: Columns) -> Columns:
+    """Versions kept by a history window: a merge without a base holds only the operands
+    its next older kept version does not (``complete_columns`` made them cumulative)."""
+    keys, seqs, kinds, pays = cols
+    kl, pl = list(kinds), list(pays)
+    uncumulate(keys, kl, pl)
+    return keys, seqs, bytes(kl), pl
+
+
+def fold_merges(folder: Folder | None, cols: Columns, bottom: bool, now_ms: int) -> Columns:
+    """Merge entries of ``cols`` (made self-contained) folded into values where safe."""
+    return fold_columns(cols, bottom=bottom, folder=folder, base_value=plain_base_value(now_ms))
+
+
 def drop_dead(cols: Columns, *, bottom: bool, now_ms: int) -> Columns:
     """Drop tombstones (bottom only) and expired entries (tombstones elsewhere)."""
     keys, seqs, kinds, pays = cols
@@ -347,10 +364,13 @@ def drop_dead(cols: Columns, *, bottom: bool, now_ms: int) -> Columns:
 class _Output:
     """The output SSTs of one range, cut at the size limit (:class:`SstSplitter`)."""
 
-    def __init__(self, ex: Executor, res: RangeResult) -> None:
+    def __init__(self, ex: Executor, res: RangeResult, placer: Placer | None = None) -> None:
         self.ex = ex
         self.res = res
         self.ssts = SstSplitter(ex.max_sst_size_bytes, ex.new_builder, self._emit)
+        self.placer = placer
+        """Range tombstones to hand the SSTs (``range_dels.py``); None: the sources have none."""
+        self._final = False
 
     def add(self, cols: Columns) -> None:
         keys, seqs, kinds, pays = cols
@@ -366,9 +386,14 @@ class _Output:
         self.res.entries_written += n
 
     def finish(self) -> None:
+        self._final = True
         self.ssts.finish()
+        if self.placer is not None and self.placer.pending:
+            self._emit(self.ex.new_builder())  # an SST of range tombstones only
 
     def _emit(self, b: SstBuilder) -> None:
+        if self.placer is not None:
+            self.placer.attach(b, b.last_key, self._final)
         data, props = b.finish_buffer()
         self.res.ssts.append(self.ex.write_sst(data, props))
         self.res.bytes_written += len(data)
@@ -409,6 +434,8 @@ class Executor:
         self.read_ahead_bytes = read_ahead_bytes
         self._metas: dict[str, SstMeta] = {}
         self._meta_lock = threading.Lock()
+        self.folder_for: Callable[[], Folder | None] = lambda: None
+        """The merge operator to fold merge entries with (``shaledb.engine.merging``)."""
 
     # --------------------------------------------------------------- helpers
 
@@ -472,7 +499,7 @@ class Executor:
 
     def plan_ranges(self, spec: CompactionSpec, n: int) -> list[KeyRange]:
         """Up to ``n`` key ranges of similar input size covering the whole key space."""
-        if n <= 1:
+        if n <= 1 or has_range_dels(spec):  # (range tombstones: one range, see range_dels.py)
             return [(None, None)]
         blocks = self._blocks(self.cursors(spec, None, None))
         total = sum(s for _, s in blocks)
@@ -502,15 +529,24 @@ class Executor:
         res = RangeResult(lo, hi)
         now_ms = int(self.clock.now() * 1000)
         cursors = self.cursors(spec, lo, hi)
-        out = _Output(self, res)
+        frags = source_fragments(spec, self.meta).clip(lo, hi) if has_range_dels(spec) else EMPTY
+        placer = Placer(retained(frags, spec.history_floor, spec.bottom)) if frags else None
+        out = _Output(self, res, placer)
         try:
             cuts = chunk_cuts(self._blocks(cursors), self.chunk_bytes, lo, hi)
             for upto in [*cuts, None]:
                 cols = [c.take(upto) for c in cursors]
+                if has_merges(cols):  # every merge version self-contained, then folded where safe
+                    cols = [complete_columns(cols, frags)]  # (a range tombstone is a base)
+                    folded = fold_merges(self.folder_for(), cols[0], spec.bottom, now_ms)
+                    cols = [folded]
                 if spec.history_floor is not None:
-                    out.add(merge_history(cols, spec.history_floor, bottom=spec.bottom, now_ms=now_ms))
+                    merged = merge_history(cols, spec.history_floor, bottom=spec.bottom, now_ms=now_ms)
+                    if KIND_MERGE in merged[2]:
+                        merged = own_operands(merged)
                 else:
-                    out.add(drop_dead(merge_columns(cols), bottom=spec.bottom, now_ms=now_ms))
+                    merged = drop_dead(merge_columns(cols), bottom=spec.bottom, now_ms=now_ms)
+                out.add(drop_covered(merged, frags, spec.history_floor) if frags else merged)
                 if heartbeat is not None:
                     heartbeat()
                 if progress is not None:

@@ -1,4 +1,4 @@
-"""WriteBatch: an atomic group of puts and deletes, validated as it is built.
+"""WriteBatch: an atomic group of puts, deletes and merges, validated as it is built.
 
 A batch is applied under one sequence number and lands in one WAL object, so
 it is all-or-nothing across crashes. Columns are kept as parallel lists so
@@ -13,7 +13,9 @@ from typing import Any
 
 from ..engine.wal import WalWriter
 from ..errors import InvalidArgument
-from ..format.row import KIND_TOMBSTONE, KIND_VALUE, encode_payload
+from ..format.merge import encode_merge
+from ..format.range_dels import KIND_RANGE_DEL
+from ..format.row import KIND_MERGE, KIND_TOMBSTONE, KIND_VALUE, encode_payload
 from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, check_field, check_key, check_value
 from ..numbers import check_seconds
 
@@ -42,13 +44,15 @@ IndexTerms = Mapping[str, Iterable[bytes]]
 class WriteBatch:
     """Puts and deletes applied atomically by ``Db.write`` (chainable)."""
 
-    __slots__ = ("_extras", "_keys", "_kinds", "_payloads")
+    __slots__ = ("_extras", "_keys", "_kinds", "_payloads", "_ranged")
 
     def __init__(self) -> None:
         self._keys: list[bytes] = []
         self._kinds: list[int] = []
         self._payloads: list[bytes] = []
         self._extras: list[tuple[int, dict[str, Any]]] | None = None
+        self._ranged = False
+        """Whether the batch holds a range tombstone (``delete_range``)."""
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -107,6 +111,14 @@ class WriteBatch:
             self._extras = []
         self._extras.append((len(self._keys) - 1, extra))
 
+    def merge(self, key: bytes, operand: bytes) -> WriteBatch:
+        """Merge ``operand`` into ``key``'s value (``Db.merge``); in order with the batch's
+        other writes to the key (a put then a merge folds onto the put)."""
+        self._keys.append(check_key(key))
+        self._kinds.append(KIND_MERGE)
+        self._payloads.append(encode_merge([check_value(operand)]))
+        return self
+
     def delete(self, key: bytes) -> WriteBatch:
         k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
         self._keys.append(k)
@@ -114,14 +126,51 @@ class WriteBatch:
         self._payloads.append(b"")
         return self
 
+    def delete_range(self, start: bytes, end: bytes) -> WriteBatch:
+        """Remove every key ``k`` with ``start <= k < end``: one range tombstone.
+
+        The batch applies in the order it was built: puts and deletes added
+        before this call inside the range are dropped from the batch, those
+        added after it stand (they share the batch's sequence number, which a
+        range tombstone does not hide). ``start == end`` is an empty range.
+        """
+        s, e = check_range(start, end)
+        if s == e:
+            return self
+        keys = self._keys
+        drop = [i for i, k in enumerate(keys) if s <= k < e and self._kinds[i] != KIND_RANGE_DEL]
+        if drop:
+            gone = set(drop)
+            keep = [i for i in range(len(keys)) if i not in gone]
+            self._keys = [keys[i] for i in keep]
+            self._kinds = [self._kinds[i] for i in keep]
+            self._payloads = [self._payloads[i] for i in keep]
+            if self._extras:
+                where = {old: new for new, old in enumerate(keep)}
+                self._extras = [(where[i], x) for i, x in self._extras if i in where] or None
+        self._keys.append(s)
+        self._kinds.append(KIND_RANGE_DEL)
+        self._payloads.append(e)
+        self._ranged = True
+        return self
+
     def clear(self) -> None:
         self._keys.clear()
         self._kinds.clear()
         self._payloads.clear()
         self._extras = None
+        self._ranged = False
 
     def __repr__(self) -> str:
         return f"WriteBatch({len(self._keys)} ops)"
+
+
+def check_range(start: object, end: object) -> tuple[bytes, bytes]:
+    """``(start, end)`` of a range delete: two keys with ``start <= end``."""
+    s, e = check_key(start), check_key(end)
+    if s > e:
+        raise InvalidArgument(f"delete_range start {s!r} is after its end {e!r}")
+    return s, e
 
 
 class WriteHandle:

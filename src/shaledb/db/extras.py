@@ -123,6 +123,7 @@ class _ViewReads:
                 term_regex=pattern,
                 start_key=start_key,
                 limit=limit,
+                data=view,
             )
         )
 

@@ -80,7 +80,9 @@ from ..engine.cache import LruCache
 from ..engine.history import HISTORY_PIN, OPT_RETENTION, manifest_seq, to_millis
 from ..engine.indexes import Head
 from ..engine.memtable import ENTRY_OVERHEAD, Memtable, new_memtable
+from ..engine.merging import OPT_MERGE_OPERATOR, Folder
 from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
+from ..engine.range_tombstones import apply_to_memtable
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from ..engine.sstable import TableCache
 from ..engine.wal import EpochGate, decode_wal_object, fetch_wal_objects
@@ -91,6 +93,7 @@ from ..journal.resolver import JournalResolver
 from ..keys import check_key, scan_bounds, split_points
 from ..manifest.model import Checkpoint, Manifest, SstInfo
 from ..manifest.store import ManifestStore
+from ..merge import as_operator
 from ..option_names import renamed
 from ..settings import DbReaderOptions, Settings
 from ..store.base import ObjectStore
@@ -259,7 +262,13 @@ class DbReader(MappingReads, ReaderReads):
         url = as_url(url)
         clock = clock or SYSTEM_CLOCK
         rng = random.Random(seed)
-        settings = Settings(retry=opts.retry, compactor=None, garbage_collector=None)
+        settings = Settings(
+            retry=opts.retry,
+            compactor=None,
+            garbage_collector=None,
+            disk_cache_dir=opts.disk_cache_dir,
+            disk_cache_bytes=opts.disk_cache_bytes,
+        )
         cp_id = None if checkpoint is None else as_checkpoint_id(checkpoint)
         wrapped = open_stack(url, store, store_options, settings, clock, rng)
         factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options)
@@ -628,7 +637,11 @@ class DbReader(MappingReads, ReaderReads):
             self._wal_tables = tables or [_Table(self._next_wal)]
             self._seq = max(self._seq, m.last_l0_seq)
             self._view = self._make_view(m)
+            op = as_operator(self.options.merge_operator)
+            self._vis.folder = Folder(op, m.option(OPT_MERGE_OPERATOR))  # checks the name
         self._journal.note(m)
+        self._tables.retain(m.all_ssts())
+        self._tables.pin(m.all_ssts())  # index and filter of new SSTs, in parallel, off the read path
 
     def _make_view(self, m: Manifest) -> ReadView:
         tables = self._wal_tables
@@ -771,7 +784,7 @@ class DbReader(MappingReads, ReaderReads):
             if keys:
                 if HISTORY_PIN not in mem.pins and self._view.manifest.option(OPT_RETENTION) is not None:
                     mem.pin(HISTORY_PIN)  # the writer keeps history: so do the replayed tables
-                mem.put_many(keys, ents)
+                apply_to_memtable(mem, keys, ents)  # range tombstones, then points (merges stack)
                 mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
                 self._seq = max(self._seq, *(e[0] for e in ents))
             t.last_wal = wid

@@ -22,8 +22,23 @@ When the oldest transaction ends, entries no open transaction can conflict
 with are dropped; when none is open the log is dropped and plain writes pay
 nothing.
 
+Range deletes (``txn.delete_range``) follow the same rules with the range in
+place of a key: under both isolations a transaction's range delete conflicts
+with any key inside the range written after its snapshot, and another commit's
+range delete conflicts with a transaction that writes (or, serializable, read
+or scanned) a key inside that range. Inside the transaction a range delete
+drops its own earlier writes in the range; later writes stand.
+
 A transaction object is for one thread; run transactions from many threads
 by giving each its own.
+
+``txn.merge(key, operand)`` counts as a write of ``key`` for conflicts (like a
+put: first committer wins), not as a read, even though the operand is folded
+onto whatever value the key has at commit: merges of two transactions to one
+key therefore conflict, which keeps the rule simple and the same for every
+operator (one that is not commutative would otherwise depend on commit
+order). Reads inside the transaction see its own merges folded onto the
+snapshot's value (with the database's merge operator).
 """
 
 from __future__ import annotations
@@ -37,9 +52,9 @@ from itertools import islice
 from typing import TYPE_CHECKING, Literal
 
 from ..engine.reads import check_limit
-from ..errors import ClosedError, InvalidArgument, TransactionConflict
+from ..errors import ClosedError, InvalidArgument, MergeOperatorMissing, TransactionConflict
 from ..keys import check_key, check_value, scan_bounds
-from .batch import WriteBatch
+from .batch import WriteBatch, check_range
 
 if TYPE_CHECKING:
     from .writer import Db, Snapshot, WriteHandle
@@ -62,11 +77,13 @@ class ConflictLog:
         self.open: Counter[int] = Counter()
         self.last: dict[bytes, int] = {}
         self.entries: deque[tuple[int, tuple[bytes, ...]]] = deque()
+        self.ranged: deque[tuple[int, tuple[tuple[bytes, bytes], ...]]] = deque()
+        """Range deletes ``(seq, ((start, end), ...))`` since the oldest open transaction."""
         self.local = threading.local()
 
     # called by the writer, under its lock ---------------------------------
 
-    def admit(self, seq: int, keys: Iterable[bytes]) -> None:
+    def admit(self, seq: int, keys: Iterable[bytes], ranges: Iterable[tuple[bytes, bytes]] = ()) -> None:
         """A write is about to take ``seq``: validate this thread's committing
         transaction (raises :class:`TransactionConflict`, nothing applied), then record it."""
         txn: Transaction | None = getattr(self.local, "txn", None)
@@ -77,11 +94,63 @@ class ConflictLog:
         for k in ks:
             last[k] = seq
         self.entries.append((seq, ks))
+        rs = tuple(ranges)
+        if rs:
+            self.ranged.append((seq, rs))
+
+    def _range_deleted(self, key: bytes, snap: int) -> bool:
+        for seq, rs in reversed(self.ranged):
+            if seq <= snap:
+                return False
+            if any(s <= key < e for s, e in rs):
+                return True
+        return False
+
+    def _validate_ranges(self, txn: Transaction, snap: int) -> None:
+        """Conflicts that involve range deletes (this transaction's or other commits')."""
+        ranged = self.ranged
+        if ranged and ranged[-1][0] > snap:
+            keys = [*txn._writes, *txn._reads] if txn.isolation == "serializable" else list(txn._writes)
+            for k in keys:
+                if self._range_deleted(k, snap):
+                    raise TransactionConflict(k, f"key {k!r} was deleted by another commit's range delete")
+            if txn.isolation == "serializable":
+                for seq, rs in reversed(ranged):
+                    if seq <= snap:
+                        break
+                    for s, e in txn._ranges:
+                        for a, b in rs:
+                            if (s is None or s < b) and (e is None or a < e):
+                                raise TransactionConflict(
+                                    a, "a range scanned by this transaction was range-deleted"
+                                )
+        if not txn._rdels:
+            return
+        for seq, ks in reversed(self.entries):
+            if seq <= snap:
+                break
+            for s, e in txn._rdels:
+                i = bisect_left(ks, s)
+                if i < len(ks) and ks[i] < e:
+                    raise TransactionConflict(
+                        ks[i], f"key {ks[i]!r} in a range this transaction deletes was written since it began"
+                    )
+        for seq, rs in reversed(ranged):
+            if seq <= snap:
+                break
+            for s, e in txn._rdels:
+                for a, b in rs:
+                    if s < b and a < e:
+                        raise TransactionConflict(
+                            s, "a range this transaction deletes was range-deleted since it began"
+                        )
 
     def validate(self, txn: Transaction) -> None:
         snap = txn.snapshot_seq
+        if self.ranged or txn._rdels:
+            self._validate_ranges(txn, snap)
         last = self.last
-        for k in txn._writes:
+        for k in txn._own():  # merges are writes for conflicts (module docstring)
             if last.get(k, 0) > snap:
                 raise TransactionConflict(
                     k, f"key {k!r} was written by another commit after this transaction began"
@@ -115,8 +184,11 @@ class ConflictLog:
         if not self.open:
             self.last.clear()
             self.entries.clear()
+            self.ranged.clear()
             return True
         oldest = min(self.open)
+        while self.ranged and self.ranged[0][0] <= oldest:
+            self.ranged.popleft()
         entries, last = self.entries, self.last
         while entries and entries[0][0] <= oldest:
             seq0, ks = entries.popleft()
@@ -175,8 +247,12 @@ class Transaction:
         self.commit_seq: int | None = None
         """The commit's sequence number (None until committed; the snapshot's for a read-only one)."""
         self._writes: dict[bytes, bytes | None] = {}
+        self._merges: dict[bytes, list[bytes]] = {}
+        """Operands merged into a key after its entry in ``_writes`` (or the snapshot's value)."""
         self._reads: set[bytes] = set()
         self._ranges: list[_Range] = []
+        self._rdels: list[tuple[bytes, bytes]] = []
+        """This transaction's range deletes, in order (applied before its writes at commit)."""
         # A transaction dropped unfinished still leaves the conflict log (like a snapshot's pin).
         self._unregister = weakref.finalize(self, _unregister, db, floor)
 
@@ -192,21 +268,32 @@ class Transaction:
         """The value of ``key``: this transaction's own write, else the snapshot's."""
         k = check_key(key)
         snap = self._live()
+        if k in self._merges:
+            return self._merged(k)
         if k in self._writes:
             return self._writes[k]
         if self.isolation == "serializable":
             self._reads.add(k)
+        if self._rdels and self._in_rdels(k):
+            return None
         value: bytes | None = snap.get(k)
         return value
+
+    def _in_rdels(self, k: bytes) -> bool:
+        return any(s <= k < e for s, e in self._rdels)
 
     def get_many(self, keys: Iterable[bytes]) -> list[bytes | None]:
         """The values of ``keys`` in order (None where absent), as :meth:`get` would give."""
         ks = [check_key(k) for k in keys]
         snap = self._live()
+        if self._merges and any(k in self._merges for k in ks):
+            return [self.get(k) for k in ks]
         missing = [k for k in ks if k not in self._writes]
         if self.isolation == "serializable":
             self._reads.update(missing)
         found = dict(zip(missing, snap.get_many(missing))) if missing else {}
+        if self._rdels:
+            found = {k: None if self._in_rdels(k) else v for k, v in found.items()}
         return [self._writes[k] if k in self._writes else found[k] for k in ks]
 
     def scan(
@@ -227,11 +314,15 @@ class Transaction:
         if self.isolation == "serializable":
             self._ranges.append((s, e))
         mine = sorted(
-            (k, v) for k, v in self._writes.items() if (s is None or k >= s) and (e is None or k < e)
+            (k, self._merged(k) if k in self._merges else v)
+            for k, v in self._own().items()
+            if (s is None or k >= s) and (e is None or k < e)
         )
         if reverse:
             mine.reverse()
-        base = snap.scan(s, e, reverse=bool(reverse))
+        base: Iterable[tuple[bytes, bytes]] = snap.scan(s, e, reverse=bool(reverse))
+        if self._rdels:
+            base = (kv for kv in base if not self._in_rdels(kv[0]))
         rows = _overlay(base, mine, bool(reverse))
         return rows if limit is None else islice(rows, limit)
 
@@ -242,12 +333,55 @@ class Transaction:
         k, v = check_key(key), check_value(value)
         self._live()
         self._writes[k] = v
+        self._merges.pop(k, None)
 
     def delete(self, key: bytes) -> None:
         """Remove ``key`` when the transaction commits."""
         k = check_key(key)
         self._live()
         self._writes[k] = None
+        self._merges.pop(k, None)
+
+    def merge(self, key: bytes, operand: bytes) -> None:
+        """Merge ``operand`` into ``key`` when the transaction commits (``Db.merge``; a
+        write for conflicts, see the module docstring)."""
+        k, v = check_key(key), check_value(operand)
+        self._live()
+        if self._db.merge_operator is None:
+            raise MergeOperatorMissing("merge needs Settings(merge_operator=...) (see shaledb.merge)")
+        self._merges.setdefault(k, []).append(v)
+
+    def _own(self) -> dict[bytes, bytes | None]:
+        """Every key this transaction wrote (merged-only keys map to None here)."""
+        if not self._merges:
+            return self._writes
+        return {**dict.fromkeys(self._merges), **self._writes}
+
+    def _merged(self, k: bytes) -> bytes:
+        """``k``'s value with this transaction's operands folded on (reads its snapshot)."""
+        snap = self._live()
+        if k in self._writes:
+            existing = self._writes[k]
+        elif self._rdels and self._in_rdels(k):
+            existing = None  # this transaction's range delete came first: no base
+        else:
+            if self.isolation == "serializable":
+                self._reads.add(k)
+            existing = snap.get(k)
+        return self._db.vis.folder.fold(k, existing, list(self._merges[k]))
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """Remove every key in ``[start, end)`` when the transaction commits (one range
+        tombstone); this transaction's earlier writes in the range are dropped."""
+        s, e = check_range(start, end)
+        self._live()
+        if s == e:
+            return
+        for k in [k for k in self._writes if s <= k < e]:
+            del self._writes[k]
+        for k in [k for k in self._merges if s <= k < e]:
+            del self._merges[k]  # merges before the range delete go with it; later ones fold onto None
+        self._rdels.append((s, e))
 
     # ------------------------------------------------------------ completion
 
@@ -257,11 +391,17 @@ class Transaction:
         self._live()
         db = self._db
         batch = WriteBatch()
-        for k, v in sorted(self._writes.items()):
-            if v is None:
-                batch.delete(k)
-            else:
-                batch.put(k, v)
+        for s, e in self._rdels:
+            batch.delete_range(s, e)
+        for k in sorted(self._own()):
+            if k in self._writes:
+                v = self._writes[k]
+                if v is None:
+                    batch.delete(k)
+                else:
+                    batch.put(k, v)
+            for op in self._merges.get(k, ()):
+                batch.merge(k, op)
         log = db._txn_log
         assert log is not None  # registered while this transaction is open
         try:
@@ -286,8 +426,10 @@ class Transaction:
             return
         snap.close()
         self._writes.clear()
+        self._merges.clear()
         self._reads.clear()
         self._ranges.clear()
+        self._rdels.clear()
         self._unregister()
 
     @property

@@ -15,6 +15,7 @@ one, writes raise (``FencedError`` if another writer took over, else
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -37,15 +38,30 @@ from ..engine.flush import MemtableFlusher
 from ..engine.history import HISTORY_PIN, History, to_millis
 from ..engine.indexes import current_terms, plan_index_changes
 from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
+from ..engine.merging import (
+    MAX_STACK,
+    OPT_MERGE_OPERATOR,
+    Folder,
+    check_operator,
+    complete,
+    put_entries,
+    put_entry,
+    stack,
+    stack_base,
+    stack_size,
+)
 from ..engine.parents import ExternalStores, canonical_url, default_factory
 from ..engine.pins import ViewPins
+from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from ..engine.recovery import claim_writer_epoch, replay_wal, write_fence
 from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
-from ..errors import ClosedError, FencedError, InvalidArgument, ShaleError
+from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMissing, ShaleError
 from ..format.coding import CODECS
-from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, encode_payload
+from ..format.merge import one_operand
+from ..format.range_dels import KIND_RANGE_DEL
+from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, KIND_MERGE, encode_payload
 from ..journal.backup import BackupReport, backup_from_writer
 from ..journal.compaction import (
     EmbeddedHost,
@@ -59,9 +75,11 @@ from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, check_key, check_value, scan_
 from ..manifest.model import Manifest
 from ..manifest.options import OPT_INDEXED
 from ..manifest.store import ManifestStore
+from ..merge import as_operator
 from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.metrics import WriterMetrics
+from ..store.new_root import check_new_root
 from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
@@ -152,7 +170,11 @@ class Db(MappingWrites, DbExtras):
         create_if_missing: bool = True,
         store_options: dict[str, Any] | None = None,
     ) -> Db:
-        """Open (or create) the database at ``url`` and fence any older writer."""
+        """Open (or create) the database at ``url`` and fence any older writer.
+
+        Creating a database whose root would lie inside another database's, or
+        contain one, raises InvalidArgument naming the other
+        (:mod:`shaledb.store.new_root`; checked only when creating)."""
         if settings is None:
             settings = Settings()
         elif not isinstance(settings, Settings):
@@ -166,8 +188,20 @@ class Db(MappingWrites, DbExtras):
             external = ExternalStores(
                 default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
             )
+
+            def check_root() -> None:
+                check_new_root(url, wrapped, store_options, settings, clock)
+
             try:
-                db = cls(wrapped, settings, clock, rng, create_if_missing, external=external)
+                db = cls(
+                    wrapped,
+                    settings,
+                    clock,
+                    rng,
+                    create_if_missing,
+                    external=external,
+                    before_create=check_root,
+                )
             except BaseException:
                 close_quietly(external, wrapped if store is None else None)
                 raise
@@ -232,6 +266,7 @@ class Db(MappingWrites, DbExtras):
         create_if_missing: bool,
         *,
         external: ExternalStores | None = None,
+        before_create: Callable[[], None] | None = None,
     ) -> None:
         if settings.malloc_mmap_threshold_bytes is not None:
             fix_mmap_threshold(settings.malloc_mmap_threshold_bytes)
@@ -255,6 +290,9 @@ class Db(MappingWrites, DbExtras):
         self.cache = LruCache(settings.block_cache_bytes)
         self.tables = TableCache(self._resolve_store, self.cache, settings.sst_read_ahead_bytes)
         self.journal = JournalResolver(self._resolve_store, self.cache, lambda: self.manifest)
+        self.merge_operator = as_operator(settings.merge_operator)
+        self._merge_recorded = False
+        """Whether the manifest names the operator (checked once, by the first merge)."""
         self.vis = Visibility(lambda: int(self.clock.now() * 1000), self.journal.resolve)
         self._index_lock = threading.Lock()
         self._journal_lock = threading.Lock()
@@ -270,9 +308,11 @@ class Db(MappingWrites, DbExtras):
             timeout_s=settings.manifest_update_timeout_s,
             create_if_missing=create_if_missing,
             extra=self.pins.on_claim,
+            before_create=before_create,
         )
         self.pins.confirm(m)
         self.epoch = m.writer_epoch
+        self.vis.folder = Folder(self.merge_operator, m.option(OPT_MERGE_OPERATOR))  # checks the name
         fence_id, fence_rec = write_fence(
             store,
             m,
@@ -323,8 +363,10 @@ class Db(MappingWrites, DbExtras):
                 if e[1] & FLAG_INDEX_TREE:
                     sub.put(k, (e[0], e[1] & ~FLAG_INDEX_TREE, e[2]))
                     self._indexed = True
+                elif e[1] == KIND_RANGE_DEL:
+                    mem.add_range_del(k, e[2], e[0])
                 else:
-                    mem.put(k, e)
+                    put_entry(mem, k, e)  # a merge stacks (shaledb.engine.merging)
                     if e[1] & FLAG_TERMS:
                         self._indexed = True
                 mem.nbytes += len(k) + len(e[2]) + ENTRY_OVERHEAD
@@ -335,6 +377,7 @@ class Db(MappingWrites, DbExtras):
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
         self._view = ReadView(self._mem, self._imms, m)
+        self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel
         self.wal = WalWriter(
             store=store,
             clock=clock,
@@ -477,9 +520,78 @@ class Db(MappingWrites, DbExtras):
             self.wal.wait_durable(seq, latch=latch)
         return WriteHandle(self.wal, seq)
 
+    def merge(self, key: bytes, operand: bytes, *, durable: bool = True) -> WriteHandle:
+        """Merge ``operand`` into ``key``'s value with ``Settings.merge_operator``, without
+        reading it: reads and compaction fold it in later (``shaledb.engine.merging``)."""
+        k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
+        op = operand if type(operand) is bytes and len(operand) <= MAX_VALUE_BYTES else check_value(operand)
+        if not self._merge_recorded:
+            self._check_merges()
+        n = len(k) + len(op) + ENTRY_OVERHEAD
+        with self._lock:
+            if (
+                self._state
+                or self._failure is not None
+                or self._unflushed > self.settings.max_unflushed_bytes
+            ):
+                self._admit_locked()
+            if self._indexed:
+                raise InvalidArgument("merge is not supported on a database with index terms")
+            mem = self._mem
+            e = stack(stack_base(mem, k), self._seq + 1, [op])
+            if stack_size(e) >= MAX_STACK:  # fold the stack (may raise: then nothing is applied)
+                floor = covering_seq(self._view, self.tables, k, None) if has_range_dels(self._view) else 0
+                full = complete(self._imms, self._view.l0, self._view.runs, self.tables, k, None, e, floor)
+                e = (e[0], 0, self.vis.value(k, full[1], full[2]) or b"")
+            if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
+                self._txn_log.admit(self._seq + 1, (k,))
+            if self._history is not None:
+                self._history.note(self._seq + 1, int(self.clock.now() * 1000))
+            seq = self._seq = self._seq + 1
+            self._m_puts += 1
+            self._m_put_bytes += n - ENTRY_OVERHEAD
+            mem.put(k, e)
+            wal = self.wal
+            wal.keys.append(k)
+            wal.ents.append((seq, KIND_MERGE, one_operand(op)))
+            mem.nbytes += n
+            wal.nbytes += n
+            self._unflushed += n
+            latch = wal.pending
+            if wal.nbytes >= wal.max_buffer_bytes:
+                wal.request_flush()
+            if mem.nbytes >= self.settings.l0_sst_size_bytes:
+                self._freeze_locked()
+        if durable:
+            self.wal.wait_durable(seq, latch=latch)
+        return WriteHandle(self.wal, seq)
+
+    def _check_merges(self) -> None:
+        """Merges need an operator; the first one records its name in the manifest."""
+        op = self.merge_operator
+        if op is None:
+            raise MergeOperatorMissing("merge needs Settings(merge_operator=...) (see shaledb.merge)")
+        if not self._merge_recorded:
+            if self.manifest.option(OPT_MERGE_OPERATOR) is None:
+                self._update_manifest(lambda cur: self._record_operator(cur, op.name))
+            self._merge_recorded = True
+
+    def _record_operator(self, m: Manifest, name: str) -> Manifest | None:
+        recorded = m.option(OPT_MERGE_OPERATOR)
+        if recorded is not None:
+            check_operator(self.merge_operator, recorded)
+            return None
+        opts = tuple(sorted({**dict(m.options), OPT_MERGE_OPERATOR: name}.items()))
+        return self._decorate_manifest(dataclasses.replace(m, options=opts))
+
     def delete(self, key: bytes, *, durable: bool = True) -> WriteHandle:
         """Remove ``key`` (a tombstone; absent keys are fine)."""
         return self.write(WriteBatch().delete(key), durable=durable)
+
+    def delete_range(self, start: bytes, end: bytes, *, durable: bool = True) -> WriteHandle:
+        """Remove every key in ``[start, end)``: one range tombstone, however many keys
+        it covers (see ``docs/format/range-dels.md``)."""
+        return self.write(WriteBatch().delete_range(start, end), durable=durable)
 
     def write(self, batch: WriteBatch, *, durable: bool = True) -> WriteHandle:
         """Apply ``batch`` atomically under one sequence number."""
@@ -490,6 +602,8 @@ class Db(MappingWrites, DbExtras):
             with self._lock:
                 self._admit_locked(check_space=False)
                 return WriteHandle(self.wal, self._seq)
+        if KIND_MERGE in batch._kinds:
+            self._check_merges()
         if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
             return self._write_indexed(batch, durable)
         kinds = list(batch._kinds)
@@ -507,7 +621,7 @@ class Db(MappingWrites, DbExtras):
                 ):
                     self._admit_locked()
                 latch = self.wal.pending  # before _apply_locked, which may seal the buffer
-                seq = self._apply_locked(keys, kinds, payloads, n)
+                seq = self._apply_locked(keys, kinds, payloads, n, ranged=batch._ranged)
         if indexed:  # the first indexed write raced with this one: take the indexed path
             return self._write_indexed(batch, durable)
         if durable:
@@ -521,10 +635,16 @@ class Db(MappingWrites, DbExtras):
         payloads: list[bytes],
         n: int,
         index: tuple[list[bytes], list[int], list[bytes]] | None = None,
+        *,
+        ranged: bool = False,
     ) -> int:
-        """Apply one batch under the write lock (admission already checked); its seq."""
+        """Apply one batch under the write lock (admission already checked); its seq.
+        ``ranged``: the batch holds range tombstones (``engine/range_tombstones.py``)."""
         if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
-            self._txn_log.admit(self._seq + 1, keys)
+            if ranged:
+                self._txn_log.admit(self._seq + 1, *batch_ranges(keys, kinds, payloads))
+            else:
+                self._txn_log.admit(self._seq + 1, keys)
         if self._history is not None:
             self._history.note(self._seq + 1, int(self.clock.now() * 1000))
         seq = self._seq = self._seq + 1
@@ -532,7 +652,12 @@ class Db(MappingWrites, DbExtras):
         self._m_put_bytes += n - ENTRY_OVERHEAD * len(keys)
         ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
         mem = self._mem
-        mem.put_many(keys, ents)
+        if ranged:
+            apply_to_memtable(mem, keys, ents)  # (merges stack onto the batch's range tombstones)
+        elif KIND_MERGE in kinds:
+            put_entries(mem, keys, ents)  # merges stack on the memtable's entries, in order
+        else:
+            mem.put_many(keys, ents)
         wal = self.wal
         wal.keys.extend(keys)
         wal.ents.extend(ents)
@@ -588,7 +713,7 @@ class Db(MappingWrites, DbExtras):
 
     def _freeze_locked(self, *, even_if_empty: bool = False) -> None:
         mem = self._mem
-        if not mem.d and not even_if_empty:
+        if not mem.d and not mem.rdels and not even_if_empty:
             return
         mem.wal_id = self.wal.seal_locked()
         mem.last_seq = self._seq
@@ -629,6 +754,7 @@ class Db(MappingWrites, DbExtras):
         self.journal.note(m)
         self.manifest = m
         self._view = ReadView(self._mem, self._imms, m, runs=runs)
+        self.tables.retain(m.all_ssts())
 
     def refresh_manifest(self) -> Manifest:
         """Pick up manifest changes by other processes; fail if fenced."""
@@ -844,6 +970,7 @@ class Db(MappingWrites, DbExtras):
                     plan.payloads,
                     n,
                     (plan.index_keys, plan.index_kinds, plan.index_payloads),
+                    ranged=batch._ranged,
                 )
         if durable:
             db.wal.wait_durable(seq, latch=latch)

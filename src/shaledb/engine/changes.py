@@ -39,7 +39,9 @@ from typing import Any, NamedTuple
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CursorExpired, InvalidArgument, NotFound
 from ..format import paths
-from ..format.row import FLAG_INDEX_TREE, KIND_TOMBSTONE, TYPE_MASK, decode_payload
+from ..format.merge import merge_operand
+from ..format.range_dels import KIND_RANGE_DEL
+from ..format.row import FLAG_INDEX_TREE, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK, decode_payload
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
@@ -84,7 +86,9 @@ class Cursor(NamedTuple):
 
 
 class Change(NamedTuple):
-    """One committed write: ``kind`` "put" (``value`` set) or "delete" (``value`` None).
+    """One committed write: ``kind`` "put" (``value`` set), "delete" (``value`` None) or
+    "delete_range" (every key in ``[key, end)`` removed; ``value`` None) or "merge"
+    (``value`` the operand given to ``Db.merge``, not the folded value).
 
     ``seq`` is its batch's sequence number (every write of a batch shares it);
     ``batch_index`` its place in the batch and ``batch_size`` the batch's
@@ -102,6 +106,8 @@ class Change(NamedTuple):
     wal_id: int
     metadata: bytes | None = None
     expires_at_ms: int | None = None
+    end: bytes | None = None
+    """A range delete's end key (exclusive); None for other changes."""
 
 
 class ChangeFeed:
@@ -266,7 +272,11 @@ def _change(
     seq: int, kind: int, key: bytes, payload: bytes, idx: int, size: int, cursor: Cursor, wid: int
 ) -> Change:
     if kind & TYPE_MASK == KIND_TOMBSTONE:
+        if kind == KIND_RANGE_DEL:
+            return Change(seq, "delete_range", key, None, idx, size, cursor, wid, end=payload)
         return Change(seq, "delete", key, None, idx, size, cursor, wid)
+    if kind == KIND_MERGE:
+        return Change(seq, "merge", key, merge_operand(payload), idx, size, cursor, wid)
     body, meta, expires = decode_payload(kind, payload)
     return Change(seq, "put", key, body, idx, size, cursor, wid, meta, expires)
 

@@ -35,13 +35,14 @@ from dataclasses import replace
 
 from ..errors import ClosedError, FencedError
 from ..format import paths
-from ..format.row import KIND_POINTER, KIND_VALUE, TYPE_MASK
+from ..format.row import KIND_MERGE, KIND_POINTER, KIND_VALUE, TYPE_MASK
 from ..format.sst import SST_TABLE, SstBuilder, SstProps
 from ..manifest.model import JournalFile, Manifest, SstInfo, TrackedWal, Tree
 from ..manifest.options import OPT_COMPLETE, OPT_INDEXED, OPT_RECOVERY
 from .history import flush_history_options, memtable_versions
 from .host import FlushHost, WriterHost
 from .memtable import Memtable
+from .merging import uncumulate
 from .sstable import put_new_sst
 
 log = logging.getLogger("shaledb.flush")
@@ -49,10 +50,12 @@ log = logging.getLogger("shaledb.flush")
 
 def build_l0(db: WriterHost, mem: Memtable) -> tuple[bytearray, SstProps] | None:
     """Encode a memtable as a table SST (None if it is empty)."""
-    if not mem.d:
+    if not mem.d and not mem.rdels:
         return None
     history = db.history is not None and mem.hist
     keys, seqs, kinds, payloads = memtable_versions(mem) if history else mem.sorted_items()
+    if history and KIND_MERGE in kinds:
+        uncumulate(keys, kinds, payloads)  # each version's own operands (shaledb.engine.merging)
     if mem.locs:
         to_pointers(keys, seqs, kinds, payloads, mem.locs)
     s = db.settings
@@ -65,6 +68,9 @@ def build_l0(db: WriterHost, mem: Memtable) -> tuple[bytearray, SstProps] | None
         nonce=db.rng.getrandbits(128).to_bytes(16, "little"),
     )
     b.add_many(keys, seqs, kinds, payloads)
+    if mem.rdels:  # the range-del block; the SST's key range covers the tombstones
+        frags = mem.range_frags()
+        b.set_range_dels(frags, frags.starts[0], frags.ends[-1])
     return b.finish_buffer()
 
 

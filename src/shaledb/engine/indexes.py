@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import CorruptionError, InvalidArgument
 from ..format.journal import decode_index_key, decode_pointer, index_key, index_prefix, index_term_prefix
+from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import (
     FLAG_TERMS,
     KIND_POINTER,
@@ -48,7 +49,8 @@ from ..format.row import (
 )
 from ..keys import check_field
 from .memtable import Memtable
-from .reads import ReadView, Visibility, check_limit, lookup, merge_rows, newest_rows, scan_items, sources
+from .range_tombstones import covering_seq, has_range_dels
+from .reads import ReadView, Visibility, check_limit, lookup, scan_items, visible_rows
 from .sstable import TableCache
 
 Terms = dict[str, tuple[bytes, ...]]
@@ -145,9 +147,10 @@ def plan_index_changes(
         new: Terms
         expires: int | None = None
         if types[i] & TYPE_MASK == KIND_TOMBSTONE:
-            new = {}
-            out_kinds.append(KIND_TOMBSTONE)
-            out_pays.append(b"")
+            new = {}  # a range tombstone (start key ``k``) keeps its kind and end key
+            ranged = types[i] == KIND_RANGE_DEL
+            out_kinds.append(KIND_RANGE_DEL if ranged else KIND_TOMBSTONE)
+            out_pays.append(payloads[i] if ranged else b"")
         else:
             x = extras.get(i)
             value = payloads[i] if x is None else x["value"]
@@ -255,6 +258,7 @@ def index_query(
     term_regex: re.Pattern[bytes] | None = None,
     start_key: bytes | None = None,
     limit: int | None = None,
+    data: ReadView | None = None,
 ) -> Iterator[Any]:
     """Keys (or ``(term, key)``) with a term of ``fld`` in ``[start, end)``, in term then key order.
 
@@ -268,7 +272,11 @@ def index_query(
         return
     lo, hi = _bounds(fld, start, end, start_key)
     n = 0
-    for ik, _ in scan_items(view, tables, vis, lo, hi, seq, False, None):
+    if data is not None and has_range_dels(data):  # ``data``: the data tree's view
+        hits: Iterator[tuple[bytes, Any]] = _not_range_deleted(view, tables, vis, lo, hi, seq, data)
+    else:
+        hits = scan_items(view, tables, vis, lo, hi, seq, False, None)
+    for ik, _ in hits:
         try:
             _f, term, key = decode_index_key(ik)
         except CorruptionError:
@@ -279,6 +287,24 @@ def index_query(
         n += 1
         if limit is not None and n >= limit:
             return
+
+
+def _not_range_deleted(
+    view: ReadView, tables: TableCache, vis: Visibility, lo: bytes, hi: bytes, seq: int | None, data: ReadView
+) -> Iterator[tuple[bytes, None]]:
+    """Live index keys whose data key no range tombstone deleted after the index entry
+    was written (a range delete writes no index tombstones: the index keeps the terms,
+    the query drops them here)."""
+    for ik, s, kind, payload in visible_rows(view, tables, lo, hi, seq, False):
+        if kind and not vis.alive(kind, payload):
+            continue
+        try:
+            key = decode_index_key(ik)[2]
+        except CorruptionError:
+            yield ik, None  # the caller skips it
+            continue
+        if covering_seq(data, tables, key, seq) <= s:
+            yield ik, None
 
 
 def scan_heads(
@@ -299,7 +325,7 @@ def scan_heads(
     """
     if limit is not None and limit <= 0:
         return
-    rows = newest_rows(merge_rows(sources(view, tables, start, end, seq, reverse), reverse), seq)
+    rows = visible_rows(view, tables, start, end, seq, reverse)
     n = 0
     for k, s, kind, payload in rows:
         h = make_head(s, kind, payload, vis.now_ms)
@@ -328,7 +354,7 @@ def scan_keys(
     """Live keys in ``[start, end)`` (no value or metadata decoded beyond expiry)."""
     if limit is not None and limit <= 0:
         return
-    rows = newest_rows(merge_rows(sources(view, tables, start, end, seq, reverse), reverse), seq)
+    rows = visible_rows(view, tables, start, end, seq, reverse)
     n = 0
     alive = vis.alive
     for k, _s, kind, payload in rows:

@@ -30,6 +30,8 @@ import threading
 from bisect import bisect_left
 from collections.abc import Iterator
 
+from ..format.range_dels import EMPTY, Fragments
+
 Entry = tuple[int, int, bytes]
 
 ENTRY_OVERHEAD = 160
@@ -42,6 +44,7 @@ _MERGE_AT = 4096
 
 class Memtable:
     __slots__ = (
+        "_frags",
         "_merging",
         "_new",
         "_sorted",
@@ -52,6 +55,7 @@ class Memtable:
         "locs",
         "nbytes",
         "pins",
+        "rdels",
         "sub",
         "wal_id",
     )
@@ -69,6 +73,9 @@ class Memtable:
         """The index-tree memtable of the same generation (writers and readers)."""
         self.locs: dict[bytes, tuple[int, bytes, int]] = {}
         """key -> (seq, journal pointer, value length) of separated values."""
+        self.rdels: list[tuple[bytes, bytes, int]] = []
+        """Range tombstones ``(start, end, seq)`` in arrival order (``delete_range``)."""
+        self._frags: tuple[int, Fragments] = (0, EMPTY)
         self._sorted: list[bytes] = []
         self._new: list[bytes] = []
         self._merging = threading.Lock()
@@ -105,6 +112,21 @@ class Memtable:
             self._new.extend(fresh)
         elif added:  # a key repeats within the batch
             self._new.extend(dict.fromkeys(fresh))
+
+    def add_range_del(self, start: bytes, end: bytes, seq: int) -> None:
+        """A range tombstone: hides older versions of keys in ``[start, end)``."""
+        self.rdels.append((start, end, seq))
+
+    def range_frags(self) -> Fragments:
+        """The range tombstones, fragmented (rebuilt only after new ones arrived;
+        lock-free: a reader builds from the first ``n`` and labels the result ``n``)."""
+        n = len(self.rdels)
+        cached = self._frags
+        if cached[0] == n:
+            return cached[1]
+        frags = Fragments.build(self.rdels[:n])
+        self._frags = (n, frags)
+        return frags
 
     def _keep(self, key: bytes, old: Entry) -> None:
         if old[0] > max(self.pins):

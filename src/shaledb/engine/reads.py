@@ -28,12 +28,30 @@ from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 from ..errors import CorruptionError
-from ..format.row import EXTRA_FLAGS, FLAG_EXPIRY, KIND_POINTER, KIND_TOMBSTONE, TYPE_MASK, decode_extras
+from ..format.range_dels import Fragments
+from ..format.row import (
+    EXTRA_FLAGS,
+    FLAG_EXPIRY,
+    KIND_MERGE,
+    KIND_POINTER,
+    KIND_TOMBSTONE,
+    TYPE_MASK,
+    decode_extras,
+)
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
 from ..numbers import check_int
 from .history import has_versions
 from .memtable import Memtable
 from .prefetch import prefetch_points
+from .merging import Folder, complete, fold_payload
+from .range_tombstones import (
+    covering_seq,
+    drop_covered,
+    drop_covered_chunk,
+    has_range_dels,
+    ranged_lookup,
+    scan_fragments,
+)
 from .sstable import Row, TableCache
 
 PointerResolver = Callable[[bytes, bytes], bytes]
@@ -90,12 +108,13 @@ def _released_after(it: Iterator[T], holder: list[weakref.finalize[Any, Any]]) -
 class RunIndex:
     """A sorted run with its SSTs' last keys ready for bisection."""
 
-    __slots__ = ("last_keys", "run", "ssts")
+    __slots__ = ("last_keys", "rdels", "run", "ssts")
 
     def __init__(self, run: SortedRun) -> None:
         self.run = run
         self.ssts = run.ssts
         self.last_keys = [s.last_key for s in run.ssts]
+        self.rdels = any(s.range_dels for s in run.ssts)
 
     def find(self, key: bytes) -> SstInfo | None:
         i = bisect_left(self.last_keys, key)
@@ -116,7 +135,7 @@ class RunIndex:
 class ReadView:
     """Memtables plus one manifest version (see module docstring)."""
 
-    __slots__ = ("imms", "l0", "manifest", "mem", "runs", "tree_name")
+    __slots__ = ("imms", "l0", "manifest", "mem", "runs", "sst_rdels", "tree_name")
 
     def __init__(
         self,
@@ -133,6 +152,8 @@ class ReadView:
         t: Tree = manifest.tree(tree)
         self.l0 = t.l0
         self.runs = runs if runs is not None else tuple(RunIndex(r) for r in t.runs)
+        self.sst_rdels = any(s.range_dels for s in self.l0) or any(r.rdels for r in self.runs)
+        """Whether an SST of the view holds range tombstones (engine/range_tombstones.py)."""
 
     def memtables(self) -> tuple[Memtable, ...]:
         return (self.mem, *self.imms)
@@ -145,13 +166,17 @@ def check_limit(limit: object) -> None:
 
 
 class Visibility:
-    """Turns stored entries into user values: tombstones, expiry, pointers."""
+    """Turns stored entries into user values: tombstones, expiry, pointers, merges
+    (``folder``: the handle's merge operator, ``shaledb.engine.merging``)."""
 
-    __slots__ = ("now_ms", "resolve")
+    __slots__ = ("folder", "now_ms", "resolve")
 
-    def __init__(self, now_ms: Callable[[], int], resolve: PointerResolver | None) -> None:
+    def __init__(
+        self, now_ms: Callable[[], int], resolve: PointerResolver | None, folder: Folder | None = None
+    ) -> None:
         self.now_ms = now_ms
         self.resolve = resolve
+        self.folder = folder if folder is not None else Folder(None, None)
 
     def value(self, key: bytes, kind: int, payload: bytes) -> bytes | None:
         """The value, or None when the entry hides the key (tombstone, expired)."""
@@ -160,6 +185,8 @@ class Visibility:
         t = kind & TYPE_MASK
         if t == KIND_TOMBSTONE:
             return None
+        if t == KIND_MERGE:  # complete (``lookup``) or the oldest version there is
+            return fold_payload(self.folder, key, payload, self.value)
         if kind & EXTRA_FLAGS:
             body, _meta, expires, _terms = decode_extras(kind, payload)
             if expires is not None and expires <= self.now_ms():
@@ -183,29 +210,45 @@ class Visibility:
 
 
 def lookup(view: ReadView, tables: TableCache, key: bytes, seq: int | None) -> tuple[int, int, bytes] | None:
-    """The newest stored entry ``(seq, kind, payload)`` for ``key``, or None."""
+    """The newest stored entry ``(seq, kind, payload)`` for ``key``, or None. A merge
+    entry comes back self-contained: with every operand and the base below it (a range
+    tombstone between a merge and older versions is its base: ``existing`` None)."""
+    if view.sst_rdels or view.mem.rdels or (view.imms and has_range_dels(view)):
+        found = ranged_lookup(view, tables, key, seq, _probe)
+        if found is None or found[1] != KIND_MERGE:
+            return found
+        floor = covering_seq(view, tables, key, seq)
+        if floor > found[0]:
+            return (floor, KIND_TOMBSTONE, b"")
+        return complete(view.memtables(), view.l0, view.runs, tables, key, seq, found, floor)
     e = view.mem.get(key, seq)
     if e is not None:
-        return e
+        return e if e[1] != KIND_MERGE else _complete(view, tables, key, seq, e)
     for imm in view.imms:
         e = imm.get(key, seq)
         if e is not None:
-            return e
+            return e if e[1] != KIND_MERGE else _complete(view, tables, key, seq, e)
     queries: dict[int, tuple[int, int]] = {}  # the key's (hash, probe mask) per kind of filter
     for info in view.l0:
         if key < info.first_key or key > info.last_key:
             continue
         found = _probe(tables, info, key, seq, queries)
         if found is not None:
-            return found
+            return found if found[1] != KIND_MERGE else _complete(view, tables, key, seq, found)
     for run in view.runs:
         found_info = run.find(key)
         if found_info is None:
             continue
         found = _probe(tables, found_info, key, seq, queries)
         if found is not None:
-            return found
+            return found if found[1] != KIND_MERGE else _complete(view, tables, key, seq, found)
     return None
+
+
+def _complete(
+    view: ReadView, tables: TableCache, key: bytes, seq: int | None, e: tuple[int, int, bytes]
+) -> tuple[int, int, bytes]:
+    return complete(view.memtables(), view.l0, view.runs, tables, key, seq, e)
 
 
 GET_MANY_THREADS = 16
@@ -323,6 +366,19 @@ def merge_rows(srcs: list[Iterator[Row]], reverse: bool) -> Iterable[Row]:
     return heapq.merge(*srcs, key=itemgetter(0), reverse=reverse)
 
 
+def visible_rows(
+    view: ReadView, tables: TableCache, start: bytes | None, end: bytes | None, seq: int | None, reverse: bool
+) -> Iterator[Row]:
+    """The newest version of each key in ``[start, end)`` at ``seq`` (tombstones
+    included), without the keys a range tombstone deletes."""
+    rows = newest_rows(merge_rows(sources(view, tables, start, end, seq, reverse), reverse), seq)
+    if has_range_dels(view):
+        frags = scan_fragments(view, tables, start, end, seq)
+        if frags:
+            return drop_covered(rows, frags, reverse)
+    return rows
+
+
 def newest_rows(rows: Iterable[Row], seq: int | None) -> Iterator[Row]:
     """The first (newest) version of each key visible at ``seq``, tombstones included."""
     prev = None
@@ -354,9 +410,12 @@ def scan_items(
     """``(key, value)`` pairs in ``[start, end)`` visible at ``seq``."""
     if limit is not None and limit <= 0:
         return iter(())
+    frags = scan_fragments(view, tables, start, end, seq) if has_range_dels(view) else None
     only = _only_ssts(view, start, end)
     if only is not None:
-        return _scan_ssts(tables, vis, only, start, end, seq, reverse, limit)
+        return _scan_ssts(tables, vis, only, start, end, seq, reverse, limit, frags or None)
+    if frags:
+        return _scan_merged(view, tables, vis, start, end, seq, reverse, limit)
     return _scan_merged(view, tables, vis, start, end, seq, reverse, limit)
 
 
@@ -370,13 +429,17 @@ def _scan_merged(
     reverse: bool,
     limit: int | None,
 ) -> Iterator[tuple[bytes, bytes]]:
-    rows = newest_rows(merge_rows(sources(view, tables, start, end, seq, reverse), reverse), seq)
+    rows = visible_rows(view, tables, start, end, seq, reverse)
     n = 0
     value = vis.value
     for k, _s, kind, payload in rows:
         if kind == 0:
             yield k, payload
         else:
+            if kind == KIND_MERGE:  # the operands below this one are in other rows: look up
+                e = lookup(view, tables, k, seq)
+                assert e is not None
+                kind, payload = e[1], e[2]
             v = value(k, kind, payload)
             if v is None:
                 continue
@@ -416,14 +479,20 @@ def _scan_ssts(
     seq: int | None,
     reverse: bool,
     limit: int | None,
+    frags: Fragments | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
-    """Pairs from SSTs of one source, a block at a time (see ``_only_ssts``)."""
+    """Pairs from SSTs of one source, a block at a time (see ``_only_ssts``); ``frags``:
+    range tombstones to honour (``scan_fragments``), applied a fragment at a time."""
     left = limit
     value = vis.value
     for info in reversed(infos) if reverse else infos:
         r = tables.reader(info)
         capped = seq is not None and info.max_seq > seq
         for keys, seqs, kinds, payloads in r.chunks_reversed(start, end) if reverse else r.chunks(start, end):
+            if frags is not None:
+                keys, seqs, kinds, payloads = drop_covered_chunk(keys, seqs, kinds, payloads, frags)
+                if not keys:
+                    continue
             if reverse:
                 keys, seqs, kinds, payloads = keys[::-1], seqs[::-1], kinds[::-1], payloads[::-1]
             if not capped and kinds.count(0) == len(kinds):

@@ -62,11 +62,19 @@ def claim_writer_epoch(
     timeout_s: float,
     create_if_missing: bool,
     extra: Callable[[Manifest, int], Manifest] | None = None,
+    before_create: Callable[[], None] | None = None,
 ) -> Manifest:
-    """Bump ``writer_epoch`` by CAS; create the database if allowed."""
+    """Bump ``writer_epoch`` by CAS; create the database if allowed.
+
+    ``before_create`` runs only when there is no manifest yet, before the first
+    is written (the check that the new root does not nest with another
+    database's, :mod:`shaledb.store.new_root`): opening an existing database
+    pays nothing for it."""
     if ms.read_latest() is None:
         if not create_if_missing:
             raise NotFound(f"no database at {ms.store.describe()}")
+        if before_create is not None:
+            before_create()
         try:
             ms.create_initial(Manifest(id=1))
         except Exception as exc:

@@ -17,20 +17,26 @@ outputs, bulk ingest).
 
 from __future__ import annotations
 
+import logging
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from ..errors import AlreadyExists, CorruptionError
+from ..errors import AlreadyExists, CorruptionError, ShaleError
 from ..format import paths
 from ..format.block import Block
 from ..format.journal import pointers_into
 from ..format.sst import SstBuilder, SstMeta, SstProps, decode_data_block, decode_meta, parse_footer
 from ..manifest.model import JournalFile, SstInfo
 from ..store.base import ObjectStore
+from ..store.parallel import run_bounded
 from .cache import LruCache
 
+log = logging.getLogger(__name__)
+
 TAIL_READ_BYTES = 64 * 1024
+PIN_WORKERS = 16
+"""Tail reads in flight while :meth:`TableCache.pin` opens a database's SSTs."""
 
 Row = tuple[bytes, int, int, bytes]
 Chunk = tuple[list[bytes], "array[int]", bytes, list[bytes]]
@@ -91,6 +97,7 @@ def put_new_sst(
         entries=props.entries,
         min_seq=props.min_seq,
         max_seq=props.max_seq,
+        range_dels=props.range_dels,
     )
 
 
@@ -163,7 +170,19 @@ class SstSplitter:
 
 
 class SstReader:
-    __slots__ = ("bloom", "cache", "data_end", "id", "index", "info", "path", "props", "read_ahead", "store")
+    __slots__ = (
+        "bloom",
+        "cache",
+        "data_end",
+        "id",
+        "index",
+        "info",
+        "path",
+        "props",
+        "range_dels",
+        "read_ahead",
+        "store",
+    )
 
     def __init__(
         self, info: SstInfo, store: ObjectStore, meta: SstMeta, cache: LruCache, read_ahead: int
@@ -175,6 +194,7 @@ class SstReader:
         self.props = meta.props
         self.index = meta.index
         self.bloom = meta.bloom
+        self.range_dels = meta.range_dels
         self.data_end = meta.footer.meta_start
         self.cache = cache
         self.read_ahead = read_ahead
@@ -305,8 +325,26 @@ class SstReader:
         Versions of one key come newest first here too (callers merge on key
         and take the first version), so runs of equal keys are kept in order.
         """
+        held: list[Row] = []  # the versions of the smallest key so far: newer ones may be in the block before
         for keys, seqs, kinds, payloads in self.chunks_reversed(start, end):
-            yield from _reverse_keys_keep_versions(list(zip(keys, seqs, kinds, payloads)))
+            rows = list(zip(keys, seqs, kinds, payloads))
+            if held:
+                k = held[0][0]
+                j = len(rows)
+                while j > 0 and rows[j - 1][0] == k:
+                    j -= 1
+                held = rows[j:] + held
+                rows = rows[:j]
+                if not rows:
+                    continue
+                yield from held
+            k0 = rows[0][0]
+            j = 0
+            while j < len(rows) and rows[j][0] == k0:
+                j += 1
+            held = rows[:j]
+            yield from _reverse_keys_keep_versions(rows[j:])
+        yield from held
 
     def all_rows(self) -> Iterator[Row]:
         return self.rows(None, None)
@@ -325,23 +363,65 @@ def _reverse_keys_keep_versions(rows: list[Row]) -> Iterator[Row]:
 
 
 class TableCache:
-    """Opens SST readers on demand and keeps them in the shared LRU cache."""
+    """Opens SST readers on demand and keeps them pinned while their SSTs are live.
+
+    A reader holds an SST's index and filter, which every lookup in it needs:
+    they are pinned in memory (outside the block cache's budget, so data
+    blocks never push them out) from the first open until :meth:`retain` sees
+    the SST leave the database. :meth:`pin` opens many at once, their tail
+    reads in parallel: a database opened on S3 pays one round trip for all of
+    them instead of one per SST at its first lookup.
+    """
 
     def __init__(self, resolve: StoreResolver, cache: LruCache, read_ahead: int) -> None:
         self.resolve = resolve
         self.cache = cache
         self.read_ahead = read_ahead
+        self.pinned: dict[str, SstReader] = {}
 
     def reader(self, info: SstInfo) -> SstReader:
-        key = (info.id, "meta")
-        r: SstReader | None = self.cache.get(key)
+        r = self.pinned.get(info.id)
         if r is not None:
             return r
+        old: SstReader | None = self.cache.get((info.id, "meta"))  # unpinned, read by an older snapshot
+        if old is not None:
+            return old
         store = self.resolve(info.db)
         meta = read_sst_meta(store, info)
         r = SstReader(info, store, meta, self.cache, self.read_ahead)
-        self.cache.put(key, r, r.nbytes)
-        return r
+        return self.pinned.setdefault(info.id, r)
+
+    def pin(self, infos: Iterable[SstInfo], workers: int = PIN_WORKERS) -> None:
+        """Open the readers of ``infos`` not open yet, ``workers`` tail reads at a time.
+
+        Best effort: an SST whose metadata cannot be read now is left to its
+        first lookup, which raises the error where a read can report it.
+        """
+        todo = [i for i in infos if i.id not in self.pinned]
+        if not todo:
+            return
+
+        def open_one(info: SstInfo) -> None:
+            try:
+                self.reader(info)
+            except ShaleError as exc:
+                log.debug("could not pin SST %s on open: %s", info.id, exc)
+
+        for _ in run_bounded(open_one, todo, lambda _: TAIL_READ_BYTES, workers=workers, name="shaledb-pin"):
+            pass
+
+    def retain(self, infos: Iterable[SstInfo]) -> None:
+        """Unpin readers of SSTs not in ``infos`` (the live set after a manifest change).
+
+        An unpinned reader moves to the block cache, where a snapshot or
+        checkpoint still reading its SST finds it until it ages out.
+        """
+        live = {i.id for i in infos}
+        for sst_id in [k for k in list(self.pinned) if k not in live]:
+            r = self.pinned.pop(sst_id, None)
+            if r is not None:
+                self.cache.put((sst_id, "meta"), r, r.nbytes)
 
     def evict(self, sst_id: str) -> None:
+        self.pinned.pop(sst_id, None)
         self.cache.discard_where(lambda k: isinstance(k, tuple) and k and k[0] == sst_id)

@@ -25,12 +25,18 @@ from itertools import accumulate
 
 from ..errors import CorruptionError
 from .coding import check_offsets, pack_u32s, pack_u64s, u32_array, u64_array
+from .range_dels import KIND_RANGE_DEL
 from .row import KNOWN_BITS, TYPE_MASK
 
 _U32 = struct.Struct("<I")
 MAX_ENTRIES = 1 << 24
 # 1 for every byte that is not a valid entry kind: one C-level translate checks a block.
-_BAD_KIND = bytes(int(bool(k & ~KNOWN_BITS) or (k & TYPE_MASK) == 3) for k in range(256))
+# A range tombstone (KIND_RANGE_DEL, only in WAL SSTs of format version 2) is the one use of bit 0x40;
+# a merge entry (type 3, ``format/merge.py``) carries no flag bits.
+_BAD_KIND = bytes(
+    int(k != KIND_RANGE_DEL and (bool(k & ~KNOWN_BITS) or ((k & TYPE_MASK) == 3 and k != 3)))
+    for k in range(256)
+)
 
 
 class Block:

@@ -6,6 +6,8 @@ Every stored entry is ``(key, seq, kind, payload)``. The low two bits of
     kind & 0x03 == 0  VALUE      payload is the value
     kind & 0x03 == 1  TOMBSTONE  payload is empty (or extras only)
     kind & 0x03 == 2  POINTER    payload is a value-journal pointer
+    kind & 0x03 == 3  MERGE      payload is merge operands, maybe over a base entry
+                                 (``format/merge.py``; SST format version 2 only)
     kind & 0x04       META       payload starts with u32 len + user metadata
     kind & 0x08       EXPIRY     then u64 expires_at_ms
     kind & 0x10       INDEXED    the writer recorded index terms for this key
@@ -27,6 +29,7 @@ from ..errors import CorruptionError
 KIND_VALUE = 0
 KIND_TOMBSTONE = 1
 KIND_POINTER = 2
+KIND_MERGE = 3
 TYPE_MASK = 0x03
 FLAG_META = 0x04
 FLAG_EXPIRY = 0x08
@@ -42,7 +45,7 @@ _U64 = struct.Struct("<Q")
 
 
 def check_kind(kind: int) -> None:
-    if kind & ~KNOWN_BITS or (kind & TYPE_MASK) == 3:
+    if kind & ~KNOWN_BITS or ((kind & TYPE_MASK) == KIND_MERGE and kind != KIND_MERGE):
         raise CorruptionError(f"unknown entry kind 0x{kind:02x}")
 
 

@@ -27,7 +27,7 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate, islice, pairwise
 from operator import add
 
@@ -46,11 +46,21 @@ from .coding import (
     u64_array,
     unframe_block,
 )
-from .row import KIND_TOMBSTONE, TYPE_MASK
+from .range_dels import EMPTY, KIND_RANGE_DEL, Fragments, decode_range_dels, encode_range_dels
+from .row import KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK
 
 MAGIC = b"SHALESST"
 FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+FORMAT_VERSION_2 = 2
+"""Written only by SSTs that need it; every other SST stays version 1, readable by older
+code. Version 2 may hold either or both of: range tombstones (docs/format/range-dels.md: a
+table SST with a range-del block, footer flag ``FLAG_RANGE_DEL_BLOCK``, or a WAL SST with
+range-tombstone entries) and merge entries (kind 3, ``format/merge.py``)."""
+FORMAT_VERSION_RANGE_DELS = FORMAT_VERSION_2
+MERGE_FORMAT_VERSION = FORMAT_VERSION_2
+SUPPORTED_VERSIONS = (1, 2)
+FLAG_RANGE_DEL_BLOCK = 0x0001
+"""Footer flag (version 2): a range-del block lies between the index and the properties."""
 SST_TABLE = 0
 SST_WAL = 1
 SST_JOURNAL = 2
@@ -62,6 +72,7 @@ _PROPS = struct.Struct("<BBHQQQQQQQQ16s")
 _U32 = struct.Struct("<I")
 _U64BE = struct.Struct(">Q")
 ENTRY_OVERHEAD = 21  # two u32 offsets, u64 seq, u8 kind
+_RANGE_KIND = bytes((KIND_RANGE_DEL,))
 _IS_TOMBSTONE = bytes(int(k & TYPE_MASK == KIND_TOMBSTONE) for k in range(256))
 
 
@@ -74,6 +85,7 @@ class Footer:
     props_off: int
     props_len: int
     version: int
+    flags: int = 0
 
     @property
     def meta_start(self) -> int:
@@ -98,6 +110,8 @@ class SstProps:
     nonce: bytes
     first_key: bytes
     last_key: bytes
+    range_dels: int = 0
+    """Fragment-seq pairs in the range-del block (not stored in the properties block)."""
 
 
 class SstIndex:
@@ -217,7 +231,10 @@ def parse_footer(tail: bytes, object_size: int) -> Footer:
         raise CorruptionError("SST footer checksum mismatch")
     if f[6] not in SUPPORTED_VERSIONS:
         raise CorruptionError(f"unsupported SST format version {f[6]}")
-    footer = Footer(f[0], f[1], f[2], f[3], f[4], f[5], f[6])
+    flags = f[7] if f[6] >= FORMAT_VERSION_RANGE_DELS else 0
+    if flags & ~FLAG_RANGE_DEL_BLOCK:
+        raise CorruptionError(f"unknown SST footer flags 0x{flags:04x}")
+    footer = Footer(f[0], f[1], f[2], f[3], f[4], f[5], f[6], flags)
     body_end = object_size - FOOTER_SIZE
     spans = [(footer.index_off, footer.index_len), (footer.props_off, footer.props_len)]
     if footer.filter_len:
@@ -232,7 +249,8 @@ def parse_footer(tail: bytes, object_size: int) -> Footer:
     # final upload part) ends with a valid footer and would otherwise decode.
     if (
         (footer.filter_len and footer.filter_off + footer.filter_len != footer.index_off)
-        or footer.index_off + footer.index_len != footer.props_off
+        or (footer.index_off + footer.index_len != footer.props_off) != bool(flags)
+        or footer.index_off + footer.index_len > footer.props_off
         or footer.props_off + footer.props_len != body_end
     ):
         raise CorruptionError("SST metadata blocks do not tile the object's tail")
@@ -241,7 +259,16 @@ def parse_footer(tail: bytes, object_size: int) -> Footer:
 
 def encode_footer(f: Footer) -> bytes:
     head = _FOOTER.pack(
-        f.index_off, f.index_len, f.filter_off, f.filter_len, f.props_off, f.props_len, f.version, 0, 0, MAGIC
+        f.index_off,
+        f.index_len,
+        f.filter_off,
+        f.filter_len,
+        f.props_off,
+        f.props_len,
+        f.version,
+        f.flags,
+        0,
+        MAGIC,
     )
     crc = crc32c(head[: FOOTER_SIZE - 12])
     return head[: FOOTER_SIZE - 12] + struct.pack("<I", crc) + MAGIC
@@ -284,6 +311,7 @@ class SstBuilder:
         self._digests = bytearray()
         self._entries = 0
         self._tombstones = 0
+        self._merges = 0
         self._raw_k = 0
         self._raw_v = 0
         self._min_seq: int | None = None
@@ -296,10 +324,28 @@ class SstBuilder:
         self._pt: list[int] = []
         self._pv: list[bytes] = []
         self._pbytes = 0
+        self._range_dels: Fragments = EMPTY
+        self._rd_first: bytes | None = None
+        self._rd_last: bytes | None = None
+        self._has_range_entries = False
+
+    def set_range_dels(self, frags: Fragments, first_key: bytes | None, last_key: bytes | None) -> None:
+        """Table SSTs: the range tombstones this SST carries (its range-del block), and the
+        key range it claims (``first_key``/``last_key``, covering the tombstones)."""
+        self._range_dels = frags
+        self._rd_first = first_key
+        self._rd_last = last_key
 
     @property
     def entries(self) -> int:
         return self._entries + len(self._pk)
+
+    @property
+    def last_key(self) -> bytes | None:
+        """The last key added to a table SST (None before the first)."""
+        if self._pk:
+            return self._pk[-1]
+        return None if self._first is None else self._last
 
     @property
     def estimated_size(self) -> int:
@@ -376,6 +422,9 @@ class SstBuilder:
             sum(map(len, payloads)),
         )
         self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
+        if self.kind != SST_TABLE and not self._has_range_entries:
+            self._has_range_entries = _RANGE_KIND in kinds_b
+        self._merges += kinds_b.count(KIND_MERGE)
 
     def append_blocks(
         self,
@@ -481,6 +530,22 @@ class SstBuilder:
         index_off = pos
         data += index
         pos += len(index)
+        version, flags = FORMAT_VERSION, 0
+        first, last = self._first or b"", self._last
+        if self._range_dels:
+            rd = frame_block(encode_range_dels(self._range_dels), CODEC_NONE)
+            data += rd
+            pos += len(rd)
+            version, flags = FORMAT_VERSION_2, FLAG_RANGE_DEL_BLOCK
+            if self._rd_first is not None and (self._first is None or self._rd_first < first):
+                first = self._rd_first
+            if self._rd_last is not None and self._rd_last > last:
+                last = self._rd_last
+            rd_seqs = [q for ss in self._range_dels.seqs for q in ss]
+            lo_seq = min(rd_seqs) if self._min_seq is None else min(self._min_seq, *rd_seqs)
+            self._min_seq, self._max_seq = lo_seq, max(self._max_seq, *rd_seqs)
+        elif self._has_range_entries or self._merges:
+            version = FORMAT_VERSION_2
         props = SstProps(
             kind=self.kind,
             codec=self.codec,
@@ -493,14 +558,15 @@ class SstBuilder:
             raw_key_bytes=self._raw_k,
             raw_value_bytes=self._raw_v,
             nonce=self.nonce,
-            first_key=self._first or b"",
-            last_key=self._last,
+            first_key=first,
+            last_key=last,
+            range_dels=self._range_dels.count,
         )
         pstored = frame_block(_encode_props(props), CODEC_NONE)
         props_off = pos
         data += pstored
         data += encode_footer(
-            Footer(index_off, len(index), filter_off, filter_len, props_off, len(pstored), FORMAT_VERSION)
+            Footer(index_off, len(index), filter_off, filter_len, props_off, len(pstored), version, flags)
         )
         return data, props
 
@@ -513,6 +579,7 @@ class SstMeta:
     props: SstProps
     index: SstIndex
     bloom: BloomFilter | None
+    range_dels: Fragments = EMPTY
 
 
 def decode_meta(tail: bytes, object_size: int) -> SstMeta:
@@ -539,6 +606,12 @@ def decode_meta(tail: bytes, object_size: int) -> SstMeta:
         bloom = BloomFilter(unframe_block(stored(footer.filter_off, footer.filter_len), "SST filter"))
     if (props.entries == 0) != (len(index) == 0):
         raise CorruptionError("SST entry count disagrees with its index")
+    if footer.flags & FLAG_RANGE_DEL_BLOCK:
+        rd_off = footer.index_off + footer.index_len
+        frags = decode_range_dels(
+            unframe_block(stored(rd_off, footer.props_off - rd_off), "SST range-del block")
+        )
+        return SstMeta(footer, replace(props, range_dels=frags.count), index, bloom, frags)
     return SstMeta(footer, props, index, bloom)
 
 
@@ -560,4 +633,6 @@ def decode_sst(data: bytes) -> tuple[SstMeta, list[Block]]:
     total = sum(len(b) for b in blocks)
     if total != meta.props.entries:
         raise CorruptionError(f"SST blocks hold {total} entries, properties say {meta.props.entries}")
+    if meta.footer.version < MERGE_FORMAT_VERSION and any(KIND_MERGE in b.kinds for b in blocks):
+        raise CorruptionError(f"SST format version {meta.footer.version} holds a merge entry")
     return meta, blocks

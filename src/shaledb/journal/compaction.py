@@ -73,6 +73,7 @@ from ..errors import ClosedError, CorruptionError, InvalidArgument, ShaleError
 from ..format import paths
 from ..format.coding import CODECS
 from ..format.journal import decode_pointer
+from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import (
     FLAG_INDEX_TREE,
     FLAG_INDEXED,
@@ -93,7 +94,7 @@ from ..format.sst import (
 from ..manifest.model import JournalFile, Manifest, SstInfo
 from .folds import last_of_batch
 from .hosts import CompactionHost, EmbeddedHost, StandaloneHost
-from .scoring import DROP, TOMB, FileScore, _Ledger, best_run, block_head, plan_runs, score_file
+from .scoring import DROP, KEEP, TOMB, FileScore, _Ledger, best_run, block_head, plan_runs, score_file
 
 log = logging.getLogger("shaledb.journal")
 
@@ -312,6 +313,8 @@ def rewrite_run(
                 k, s, t = b.keys[i], b.seqs[i], b.kinds[i]
                 p = b.payload(i)
                 action = ledger.decide(k, s, t, p) if last[i] else DROP
+                if t == KIND_RANGE_DEL:
+                    action = KEEP  # a range delete stays as it is: a rebuild replays it
                 if action == DROP:
                     res.dropped += 1
                     continue

@@ -107,6 +107,7 @@ class StandaloneHost:
 
     def latest(self) -> Manifest:
         self._manifest = self.manifests.require_latest()
+        self.tables.retain(self._manifest.all_ssts())
         return self._manifest
 
     def update(self, mutate: Mutator) -> Manifest:

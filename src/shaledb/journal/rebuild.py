@@ -44,7 +44,8 @@ from ..engine.sstable import put_new_sst
 from ..errors import CorruptionError, InvalidArgument, InvalidDbState
 from ..format import paths
 from ..format.coding import CODECS
-from ..format.journal import Pointer, encode_pointer
+from ..format.journal import Pointer, decode_index_key, encode_pointer
+from ..format.range_dels import KIND_RANGE_DEL, Fragments
 from ..format.row import (
     EXTRA_FLAGS,
     FLAG_INDEX_TREE,
@@ -70,6 +71,7 @@ def replay_journal(db: WriterHost, m: Manifest) -> tuple[dict[bytes, Entry], dic
     data: dict[bytes, Entry] = {}
     index: dict[bytes, Entry] = {}
     entries = 0
+    rdels: list[tuple[bytes, bytes, int]] = []
     for jf in m.journal:
         path = paths.journal_object_path(jf.id)
         raw = db.store_for(jf.db).get(path)
@@ -82,6 +84,9 @@ def replay_journal(db: WriterHost, m: Manifest) -> tuple[dict[bytes, Entry], dic
                     old = index.get(k)
                     if old is None or old[0] <= s:
                         index[k] = (s, t & ~FLAG_INDEX_TREE, p)
+                    continue
+                if t == KIND_RANGE_DEL:
+                    rdels.append((k, p, s))
                     continue
                 old = data.get(k)
                 if old is not None and old[0] > s:
@@ -96,6 +101,12 @@ def replay_journal(db: WriterHost, m: Manifest) -> tuple[dict[bytes, Entry], dic
                         t = (t & ~TYPE_MASK) | KIND_POINTER
                         p = p[: len(p) - len(body)] + ptr
                 data[k] = (s, t, p)
+    if rdels:  # range deletes: the keys they cover, written before them, are gone
+        frags = Fragments.build(rdels)
+        for k in [k for k, e in data.items() if frags.covering(k) > e[0]]:
+            del data[k]
+        for ik in [ik for ik, e in index.items() if frags.covering(decode_index_key(ik)[2]) > e[0]]:
+            del index[ik]
     return data, index, len(m.journal), entries
 
 

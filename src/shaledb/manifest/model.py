@@ -40,6 +40,9 @@ class SstInfo:
     min_seq: int
     max_seq: int
     db: int = 0
+    range_dels: int = 0
+    """Range tombstones (fragment-seq pairs) in the SST's range-del block: reads open
+    only the SSTs that have some to learn them (docs/format/range-dels.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +237,8 @@ def _sst_to(s: SstInfo) -> dict[str, Any]:
     }
     if s.db:
         d["db"] = s.db
+    if s.range_dels:
+        d["range_dels"] = s.range_dels
     return d
 
 
@@ -408,6 +413,7 @@ def _sst_from(r: _Reader, raw: Any, n_external: int) -> SstInfo:
         min_seq=r.int_(d, "min_seq"),
         max_seq=r.int_(d, "max_seq"),
         db=db,
+        range_dels=r.int_(d, "range_dels", 0),
     )
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionAborted, CompactionSpec, Compactor, RangeResult
 from ..errors import FencedError
+from ..numbers import check_int
 from ..settings import CompactorOptions, Settings
 from ..store.stack import open_stack
 
@@ -103,7 +104,7 @@ def compact(
     options = options or settings.compactor or CompactorOptions()
     sopts = dict(store_options or {})
     sc = spark.sparkContext
-    n = partitions or int(sc.defaultParallelism)
+    n = int(sc.defaultParallelism) if partitions is None else check_int("partitions", partitions, minimum=1)
     report = SparkCompactionReport()
     started = time.monotonic()
     c = Compactor.open(url, options, settings=settings, store_options=sopts)

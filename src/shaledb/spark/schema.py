@@ -48,7 +48,8 @@ from typing import Any
 from ..bulk.ingest import contiguous
 from ..errors import InvalidArgument
 from ..keys import check_field
-from ..settings import COMPRESSIONS
+from ..numbers import check_number, check_seconds
+from ..settings import COMPRESSIONS, MiB
 from .options import check_names
 
 READ_COLUMNS = ("key", "value", "seq", "metadata")
@@ -57,6 +58,8 @@ ON_DUPLICATE = ("error", "last", "first")
 TEXT_TYPES = ("binary", "string")
 INDEX_TYPES = (*TEXT_TYPES, *(f"array<{t}>" for t in TEXT_TYPES))
 """Column types an index column may have (as ``source._simple_type`` spells them)."""
+MAX_BLOCK_SIZE_BYTES = 16 * MiB
+"""Largest ``block_size_bytes`` (``Settings`` refuses more too)."""
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -73,16 +76,37 @@ def _bool(options: Mapping[str, str], name: str, default: bool = False) -> bool:
     raise InvalidArgument(f"option {name} must be true or false, got {raw!r}")
 
 
-def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
+def _number_text(raw: object) -> object:
+    """An option's text as an ``int`` or ``float`` if it reads as one, else as given (then
+    :func:`~shaledb.numbers.check_number` names its type). ``nan``, ``inf`` and ``1e400``
+    read as floats and are refused there, as in every option class."""
+    text = str(raw).strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return raw
+
+
+def int_option(
+    options: Mapping[str, str],
+    name: str,
+    default: int | None,
+    minimum: int = 1,
+    maximum: int | None = None,
+    unit: str | None = None,
+) -> int | None:
+    """An integer option through the one numeric check (finite, in range, unit in the message)."""
     raw = options.get(name)
     if raw is None:
         return default
-    try:
-        value = int(str(raw))
-    except ValueError:
-        raise InvalidArgument(f"option {name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise InvalidArgument(f"option {name} must be >= {minimum}, got {value}")
+    value = check_number(
+        f"option {name}", _number_text(raw), integer=True, minimum=minimum, maximum=maximum, unit=unit
+    )
+    assert isinstance(value, int)
     return value
 
 
@@ -99,29 +123,42 @@ def _key_option(options: Mapping[str, str], name: str, key_type: str) -> bytes |
     return raw.encode("utf-8")
 
 
-def _float(options: Mapping[str, str], name: str, default: float | None) -> float | None:
+def seconds_option(
+    options: Mapping[str, str], name: str, default: float | None, *, none_ok: bool
+) -> float | None:
+    """A duration option in seconds through the one numeric check: finite, > 0, at most
+    :data:`~shaledb.numbers.MAX_SECONDS`; ``none``/``never`` give None where ``none_ok``."""
     raw = options.get(name)
     if raw is None:
         return default
-    if str(raw).strip().lower() in ("none", "never"):
+    if none_ok and str(raw).strip().lower() in ("none", "never"):
         return None
-    try:
-        value = float(str(raw))
-    except ValueError:
-        raise InvalidArgument(f"option {name} must be a number of seconds, got {raw!r}") from None
-    if not value > 0:
-        raise InvalidArgument(f"option {name} must be positive, got {raw!r}")
-    return value
+    return check_seconds(f"option {name}", _number_text(raw))
 
 
 def _names(raw: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (raw or "").split(",") if n.strip())
 
 
+NO_URL = (
+    'give the database URL: .save(url) / .load(url) (or option "path"). For a SQL table, create it '
+    "first with CREATE TABLE name USING shaledb OPTIONS (path 'URL'), then saveAsTable or insertInto "
+    "it: saveAsTable cannot create a shaledb table (Spark keeps no path in the new catalog entry)"
+)
+
+
 def _url(options: Mapping[str, str]) -> str:
+    """The database URL; none given is refused before anything is written.
+
+    A write through ``saveAsTable`` of a table the catalog does not know yet
+    gets the user's options only (PySpark 4.3 adds no location), so without
+    ``path`` it lands here and nothing is written anywhere; with ``path`` the
+    rows go to that database but the catalog entry Spark creates keeps no
+    path, and every later query of the table lands here too.
+    """
     url = options.get("path")
     if not url:
-        raise InvalidArgument('give the database URL: .save(url) / .load(url) (or option "path")')
+        raise InvalidArgument(NO_URL)
     return str(url)
 
 
@@ -255,20 +292,24 @@ class WriteOptions:
             value_columns=value_columns,
             metadata=metadata,
             index_columns=index_columns,
-            value_separation_threshold=_int(options, "value_separation_threshold", None),
+            value_separation_threshold=int_option(options, "value_separation_threshold", None, unit="bytes"),
             ingest_id=options.get("ingest_id") or None,
             behind=_bool(options, "ingest_behind"),
             duplicates=duplicates,
             order_by=order_by,
             save_mode=save_mode,
-            block_size_bytes=_int(options, "block_size_bytes", None),
+            block_size_bytes=int_option(
+                options, "block_size_bytes", None, minimum=256, maximum=MAX_BLOCK_SIZE_BYTES
+            ),
             compression=compression,
-            bloom_bits_per_key=_int(options, "bloom_bits_per_key", None, minimum=0),
-            max_sst_size_bytes=_int(options, "max_sst_size_bytes", None, minimum=4096),
-            lease_s=_float(options, "lease_s", 3600.0) or 3600.0,
+            bloom_bits_per_key=int_option(
+                options, "bloom_bits_per_key", None, minimum=0, unit="bits per key"
+            ),
+            max_sst_size_bytes=int_option(options, "max_sst_size_bytes", None, minimum=4096),
+            lease_s=seconds_option(options, "lease_s", 3600.0, none_ok=False) or 3600.0,
             keep_page_cache=_bool(options, "keep_page_cache"),
             store=store_options(options),
-            fail_partition=_int(options, "testing.fail_partition", None, minimum=0),
+            fail_partition=int_option(options, "testing.fail_partition", None, minimum=0),
             duplicate_attempt=_bool(options, "testing.duplicate_attempt"),
         )
 
@@ -306,9 +347,9 @@ class ReadOptions:
         return cls(
             url=_url(options),
             checkpoint=options.get("checkpoint") or None,
-            version=_int(options, "version", None),
-            checkpoint_lifetime_s=_float(options, "checkpoint_lifetime_s", 3600.0),
-            partitions=_int(options, "partitions", None),
+            version=int_option(options, "version", None),
+            checkpoint_lifetime_s=seconds_option(options, "checkpoint_lifetime_s", 3600.0, none_ok=True),
+            partitions=int_option(options, "partitions", None),
             key_type=types["key_type"],
             value_type=types["value_type"],
             pushdown=_bool(options, "pushdown", False),
@@ -459,4 +500,13 @@ def _by_distinct(col: Any, text: Any) -> Any:
     return texts.take(enc.indices.fill_null(len(enc.dictionary)))
 
 
-__all__ = ["READ_COLUMNS", "ReadOptions", "WriteOptions", "json_column", "json_values", "store_options"]
+__all__ = [
+    "READ_COLUMNS",
+    "ReadOptions",
+    "WriteOptions",
+    "int_option",
+    "json_column",
+    "json_values",
+    "seconds_option",
+    "store_options",
+]

@@ -40,6 +40,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from ..engine.changes import Change, Cursor, latest_cursor, open_changes
 from ..errors import InvalidArgument
+from .schema import int_option
 
 CHANGES_SCHEMA = StructType(
     [
@@ -90,13 +91,7 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         self.url = url
         self.store_options = _store_options(options)
         self._target: Cursor | None = None
-        raw = options.get("maxChangesPerTrigger", str(MAX_CHANGES_PER_TRIGGER))
-        try:
-            self.max_changes = int(raw)
-        except ValueError:
-            raise InvalidArgument(f"maxChangesPerTrigger must be an integer, got {raw!r}") from None
-        if self.max_changes < 1:
-            raise InvalidArgument(f"maxChangesPerTrigger must be >= 1, got {raw!r}")
+        self.max_changes = int_option(options, "maxChangesPerTrigger", MAX_CHANGES_PER_TRIGGER) or 1
         self.starting = options.get("startingCursor")
         if self.starting not in (None, "latest"):
             Cursor.parse(self.starting)

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from ..errors import InvalidArgument
+from ..numbers import check_int
 
 
 def composite_key(
@@ -49,8 +50,11 @@ def composite_key(
 
 
 def shuffle_partitions(df: DataFrame, partitions: int | None = None) -> int:
-    """``partitions``, or by default the session's ``spark.sql.shuffle.partitions``."""
-    return partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
+    """``partitions`` (an integer >= 1, through the one numeric check), or by default the
+    session's ``spark.sql.shuffle.partitions``."""
+    if partitions is not None:
+        return check_int("partitions", partitions, minimum=1)
+    return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or "200")
 
 
 def range_partition(

@@ -14,17 +14,31 @@ wrong, the CLI's ``get``) created the database's empty root directory. So:
   listing a missing database create nothing), with :func:`make_dirs`, which
   removes what it created when a later component fails;
 * :func:`os_error` turns an ``OSError`` into the error a caller can act on:
-  a bad path is ``InvalidPathError`` (not worth retrying), a refused
-  permission ``InvalidArgument``, a missing object ``ObjectNotFound``, and only
-  what may pass (disk full, too many open files, I/O errors) ``Unavailable``.
+  a bad path is ``InvalidPathError`` (not worth retrying), a permission the
+  operating system refuses (``EACCES``, ``EPERM``: modes, ownership, an
+  immutable file) ``PermissionDenied`` -- the same error as a cloud store's
+  HTTP 401/403, so one ``except`` serves every store kind --, a read-only file
+  system ``InvalidArgument``, a missing object ``ObjectNotFound``, and only what
+  may pass (disk full, too many open files, I/O errors) ``Unavailable``;
+* :func:`embedded_errno` finds the OS error code inside an error of obstore's
+  local store, which reports it only in its message (``... (os error 13)``),
+  so those errors get the same mapping instead of being retried as outages.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 
-from ..errors import InvalidArgument, InvalidPathError, ObjectNotFound, ShaleError, Unavailable
+from ..errors import (
+    InvalidArgument,
+    InvalidPathError,
+    ObjectNotFound,
+    PermissionDenied,
+    ShaleError,
+    Unavailable,
+)
 
 _BAD_PATH = {
     errno.ENAMETOOLONG: "a name in it is too long for the file system",
@@ -34,7 +48,8 @@ _BAD_PATH = {
     errno.EINVAL: "the file system refuses the name",
     errno.EEXIST: "something else already exists at that name",
 }
-_REFUSED = {errno.EACCES, errno.EPERM, errno.EROFS}
+_DENIED = {errno.EACCES, errno.EPERM}
+_OS_ERROR_CODE = re.compile(r"\(os error (\d+)\)")
 
 
 def os_error(exc: OSError, path: str, where: str, action: str = "access") -> ShaleError:
@@ -45,12 +60,25 @@ def os_error(exc: OSError, path: str, where: str, action: str = "access") -> Sha
         return ObjectNotFound(path)
     if code in _BAD_PATH:
         return InvalidPathError(f"cannot {action} {path!r} in {where}: {_BAD_PATH[code]} ({reason})")
-    if code in _REFUSED:
-        return InvalidArgument(
-            f"cannot {action} {path!r} in {where}: {reason}; check the directory's permissions "
-            "(and that its file system is writable)"
+    if code in _DENIED:
+        return PermissionDenied(
+            f"cannot {action} {path!r} in {where}: {reason} (errno {code}); check the permissions "
+            "of the directory and its files for the user this process runs as (and immutable "
+            "attributes, lsattr)"
         )
+    if code == errno.EROFS:
+        return InvalidArgument(f"cannot {action} {path!r} in {where}: {reason}; the file system is read-only")
     return Unavailable(f"cannot {action} {path!r} in {where}: {reason}")
+
+
+def embedded_errno(exc: BaseException) -> int | None:
+    """The OS error code an obstore local-store error names in its message, if it is
+    one the mapping treats specially (a refused permission, a read-only file system)."""
+    m = _OS_ERROR_CODE.search(str(exc))
+    if m is None:
+        return None
+    code = int(m.group(1))
+    return code if code in _DENIED or code == errno.EROFS else None
 
 
 def _limits(existing: str) -> tuple[int, int]:
@@ -125,4 +153,4 @@ def make_dirs(directory: str, where: str) -> None:
         raise os_error(exc, directory, where, "create the directory") from None
 
 
-__all__ = ["check_root", "make_dirs", "os_error"]
+__all__ = ["check_root", "embedded_errno", "make_dirs", "os_error"]

@@ -213,6 +213,11 @@ def collect(db: Any) -> dict[str, Any]:
         out["store_errors_total"] = dict(s.errors)
         out["store_bytes_read_total"] = s.bytes_read
         out["store_bytes_written_total"] = s.bytes_written
+    from .disk_cache import DiskCachedStore
+
+    cached = find_wrapper(db.store, DiskCachedStore)
+    if cached is not None:
+        out.update(cached.stats())
     timed = find_wrapper(db.store, TimedStore)
     if timed is not None:
         out["store_request_seconds"] = {

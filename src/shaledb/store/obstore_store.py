@@ -25,6 +25,7 @@ import builtins
 import errno
 import logging
 import os
+import stat
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +47,7 @@ from ..errors import (
     InvalidPathError,
     NotSupported,
     ObjectNotFound,
+    PermissionDenied,
     PreconditionFailed,
     ShaleError,
     Unavailable,
@@ -53,7 +55,7 @@ from ..errors import (
 from ..format.paths import check_prefix, check_relative_path
 from .base import BULK_DELETE_OBJECTS, ObjectMeta
 from .http_errors import CloudService, bucket_missing, classify, http_status, is_bucket_missing
-from .local_fs import check_root, make_dirs, os_error
+from .local_fs import check_root, embedded_errno, make_dirs, os_error
 from .scrub import scrub, scrub_exception
 
 log = logging.getLogger(__name__)
@@ -172,7 +174,7 @@ class ObstoreStore:
         if isinstance(exc, (NotSupportedError, NotImplementedError)):
             return NotSupported(f"{self._description}: {path}: {self._scrub(str(exc))}")
         if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
-            return InvalidArgument(
+            return PermissionDenied(
                 f"{self._description} refused access to {path} ({type(exc).__name__}): "
                 "check the credentials and permissions configured for this store"
             )
@@ -484,6 +486,29 @@ class LocalObstoreStore(ObstoreStore):
     def directory(self) -> str:
         return self._real_root
 
+    def _root_exists(self) -> bool:
+        """Whether the root directory exists. ``os.path.isdir`` answers False when a
+        directory above it may not be searched, which made a database this process may
+        not read look missing (``NotFound``); that is PermissionDenied."""
+        try:
+            st = os.stat(self._real_root)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise os_error(exc, self._real_root, self._description, "open the directory") from exc
+        return stat.S_ISDIR(st.st_mode)
+
+    def _error(self, exc: BaseException, path: str) -> ShaleError:
+        """An OS error keeps its meaning (``shaledb.store.local_fs.os_error``): obstore's local
+        store reports a refused permission as a generic error naming ``(os error 13)``,
+        which would otherwise be retried as an outage."""
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return os_error(exc, path, self._description)
+        code = embedded_errno(exc)
+        if code is not None:
+            return os_error(OSError(code, os.strerror(code)), path, self._description)
+        return super()._error(exc, path)
+
     @property
     def _inner(self) -> Any:
         """obstore's LocalStore, made on first use: the root is created by the first
@@ -497,7 +522,7 @@ class LocalObstoreStore(ObstoreStore):
     def _open_root(self, *, create: bool) -> Any:
         with self._lazy_lock:
             if self._lazy is None:
-                if not os.path.isdir(self._real_root):
+                if not self._root_exists():
                     if not create:
                         raise FileNotFoundError(errno.ENOENT, "no database directory", self._real_root)
                     make_dirs(self._real_root, self._description)
@@ -506,7 +531,7 @@ class LocalObstoreStore(ObstoreStore):
 
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
         metas = super().list(prefix, offset=offset)  # the prefix is checked now
-        if self._lazy is None and not os.path.isdir(self._real_root):
+        if self._lazy is None and not self._root_exists():
             return iter(())  # nothing written yet: the root does not exist
         return self._inside(metas)
 

@@ -1,5 +1,9 @@
 """The store stack every role opens: retries (resolving ambiguous creates) over accounting.
 
+With ``Settings.disk_cache_dir`` the host-local disk cache sits between them
+(``shaledb.store.disk_cache``): a hit makes no request, a miss is counted as
+the GET it makes, and a failed miss is retried like any read.
+
 One place decides how a URL (or an already open store) becomes the store a
 writer, reader, compactor, garbage collector, ingest or admin call talks to,
 so they all retry and count requests the same way.
@@ -30,7 +34,12 @@ def wrap_store(store: ObjectStore, settings: Settings, clock: Clock, rng: random
     from .metrics import TimedStore
 
     timed = TimedStore(store)
-    return RetryingStore(InstrumentedStore(timed), settings.retry, clock, random.Random(rng.getrandbits(64)))
+    counted: ObjectStore = InstrumentedStore(timed)
+    if settings.disk_cache_dir is not None:
+        from .disk_cache import DiskCachedStore, acquire
+
+        counted = DiskCachedStore(counted, acquire(settings.disk_cache_dir, settings.disk_cache_bytes))
+    return RetryingStore(counted, settings.retry, clock, random.Random(rng.getrandbits(64)))
 
 
 def close_quietly(*resources: Any) -> None:

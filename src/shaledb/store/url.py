@@ -243,6 +243,41 @@ def _secret_values(options: Mapping[str, Any]) -> list[str]:
     return [s for s in found if len(s) >= 4]
 
 
+_ALLOW_HTTP_ENV = {"s3": "AWS_ALLOW_HTTP", "az": "AZURE_ALLOW_HTTP"}
+
+
+def _refuse_plain_http(
+    scheme: str,
+    endpoint: str | None,
+    client_options: Mapping[str, Any],
+    kwargs: Mapping[str, Any],
+    secrets: list[str],
+) -> None:
+    """An ``http://`` endpoint without ``allow_http`` is refused at open, naming the fix.
+
+    Why an error and not an implied ``allow_http``: a plain-HTTP endpoint sends
+    every request and its signature unencrypted, so it must be asked for; but
+    the backend (obstore's HTTP client) only says "builder error" on the first
+    request, which reads like an outage. Checking here gives the typed error at
+    once. GCS is left out: its client accepts an ``http://`` base URL itself.
+    """
+    env = _ALLOW_HTTP_ENV.get(scheme)
+    if env is None or not endpoint or not endpoint.lower().startswith("http://"):
+        return
+    allowed = client_options["allow_http"] if "allow_http" in client_options else os.environ.get(env, "")
+    if _truthy(allowed):
+        return
+    if scheme == "az" and _truthy(
+        kwargs.get("use_emulator") or os.environ.get("AZURE_STORAGE_USE_EMULATOR") or ""
+    ):
+        return  # the emulator flag allows HTTP itself
+    raise InvalidArgument(
+        f"the endpoint {scrub(endpoint, secrets)!r} is plain HTTP: set allow_http=True (store option, or "
+        f"?allow_http=true in the URL, or {env}=true in the environment) to allow unencrypted requests, "
+        "or use an https:// endpoint"
+    )
+
+
 def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str, Any]) -> ObjectStore:
     if not bucket:
         raise InvalidArgument(f"{scheme} URL needs a bucket: {scheme}://BUCKET/prefix, got {scrub(url)!r}")
@@ -272,6 +307,7 @@ def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str
         scheme
     ]
     service = cloud_service(scheme, bucket, kwargs)
+    _refuse_plain_http(scheme, service.endpoint, client_options, kwargs, secrets)
     kwargs = with_backend_defaults(kwargs)
     failure = None
     try:

@@ -22,6 +22,24 @@ and then, in this process:
    and a finished one still does; an interrupted backup can be re-run and
    opens with the source's contents, a finished one opens as recorded.
 
+After the checks every clone and backup the round made is destroyed
+(:func:`shaledb.admin.destroy`, hard): a clone pins its parent's objects with a
+checkpoint that never expires, and backups copy the whole database, so kept
+ones would make the database (and, on S3, the bucket the server lists by
+walking it) grow with every round and later rounds ever slower. Destroying a
+clone releases its checkpoint in the parent, so the parent's GC can collect
+again; what a kill can break is checked before. Then a garbage collector pass
+runs (``min_age_s=0``: nothing else runs between rounds), as an operator's GC
+would over a long life: without it the manifests and WAL objects of hundreds of
+short sessions pile up (writers are mostly killed before their embedded GC's
+first pass), and every open, reader poll and ``verify`` lists them -- on the S3
+server, a listing of 500 manifests took 1.7 s, and rounds slowed tenfold.
+What no GC may delete still grows: one fencing WAL object per writer open
+(kept forever, see :mod:`shaledb.admin.gc`), a few per round. So with
+``rotate_every`` a soak moves on to a fresh database (a sibling of the
+target's URL, ``<url>-g1``, ``-g2``, ...) every that many rounds of a
+database; each still lives through that many kills of every role.
+
 Every round's seed is printed; a failure names the round, seed and ledger, and
 ``SoakStats`` adds up the figures docs/reliability.md reports.
 """
@@ -73,6 +91,10 @@ class SoakStats:
     clones_reopened: int = 0
     backups_checked: int = 0
     checkpoints_checked: int = 0
+    released: int = 0
+    gc_passes: int = 0
+    gc_deleted: int = 0
+    rotations: int = 0
     seconds: float = 0.0
 
     def add(self, other: SoakStats) -> None:
@@ -88,6 +110,10 @@ class SoakStats:
             "clones_reopened",
             "backups_checked",
             "checkpoints_checked",
+            "released",
+            "gc_passes",
+            "gc_deleted",
+            "rotations",
             "seconds",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -100,7 +126,9 @@ class SoakStats:
             f"unacknowledged kept {self.unacknowledged_kept} / dropped {self.unacknowledged_lost}; "
             f"verify runs {self.verifies}, reader states {self.reader_states_checked}, "
             f"clones reopened {self.clones_reopened}, backups checked {self.backups_checked}, "
-            f"checkpoints checked {self.checkpoints_checked}; rounds took {self.seconds:.0f} s "
+            f"checkpoints checked {self.checkpoints_checked}, clones and backups destroyed after their "
+            f"check {self.released}; GC passes between rounds {self.gc_passes} (objects deleted "
+            f"{self.gc_deleted}), fresh databases {self.rotations}; rounds took {self.seconds:.0f} s "
             "(summed over the databases, which run in parallel)"
         )
 
@@ -120,11 +148,17 @@ class CrashSoak:
         vsep: bool,
         kill_after_s: tuple[float, float] = (0.05, 1.0),
         log: Callable[[str], None] = print,
+        rotate_every: int | None = None,
     ) -> None:
         self.target, self.workdir, self.vsep = target, workdir, vsep
         self.kill_after_s = kill_after_s
         self.log = log
         self.model = HistoryModel()
+        self.rotate_every = rotate_every
+        self.generation = 0
+        self.url = target.url
+        """The database now under test: ``target.url``, then a fresh sibling every
+        ``rotate_every`` rounds (see module docstring)."""
         self.stats = SoakStats()
         self.rounds = 0
         workdir.mkdir(parents=True, exist_ok=True)
@@ -138,7 +172,7 @@ class CrashSoak:
         import shaledb
 
         return shaledb.Db.open(
-            url or self.target.url, settings=settings_for(self.vsep), store_options=self._opts() or None
+            url or self.url, settings=settings_for(self.vsep), store_options=self._opts() or None
         )
 
     def _store(self, url: str) -> Any:
@@ -152,18 +186,24 @@ class CrashSoak:
         """Start a ``role`` process, kill it at a random moment, check everything."""
         r = self.rounds
         self.rounds += 1
+        if self.rotate_every and r and r % self.rotate_every == 0:
+            self.generation += 1
+            self.url = f"{self.target.url}-g{self.generation}"
+            self.model = HistoryModel()
+            self.stats.rotations += 1
         t0 = time.monotonic()
         ledger = self.workdir / f"{self.target.name}-{r}-{role}.jsonl"
         errlog = self.workdir / f"{self.target.name}-{r}-{role}.err"
         where = (
-            f"{self.target.name} vsep={int(self.vsep)} round {r} role {role} seed {seed} (ledger {ledger})"
+            f"{self.target.name} vsep={int(self.vsep)} round {r} role {role} seed {seed} at {self.url} "
+            f"(ledger {ledger})"
         )
         cmd = [
             sys.executable,
             "-m",
             "shaledb.testing.soak_worker",
             role,
-            self.target.url,
+            self.url,
             self.target.aux,
             str(ledger),
             str(seed),
@@ -224,7 +264,7 @@ class CrashSoak:
         self.stats.unacknowledged_lost += pending_before - kept
         from shaledb.admin.verify import verify
 
-        report = verify(self.target.url, deep=r % 4 == 0, store_options=self._opts() or None)
+        report = verify(self.url, deep=r % 4 == 0, store_options=self._opts() or None)
         if not report.ok:
             raise AssertionError(f"verify found problems: {report.problems[:10]}")
         self.stats.verifies += 1
@@ -239,17 +279,49 @@ class CrashSoak:
             self._check_checkpoints(records)
         elif role == "clone":
             self._check_clones(records)
+            self._release(records, "clone")
         elif role == "backup":
             self._check_backups(records)
+            self._release(records, "backup")
+        self._collect()
+
+    def _collect(self) -> None:
+        """A GC pass between rounds (see module docstring)."""
+        import shaledb
+
+        gc = shaledb.GarbageCollector.open(
+            self.url,
+            shaledb.GcOptions(min_age_s=0.0),
+            settings=settings_for(self.vsep),
+            store_options=self._opts() or None,
+        )
+        try:
+            self.stats.gc_passes += 1
+            self.stats.gc_deleted += sum(len(v) for v in gc.run_once().deleted.values())
+        finally:
+            gc.close()
+
+    def _release(self, records: list[dict[str, Any]], kind: str) -> None:
+        """Destroy the round's clones or backups once checked (see module docstring).
+
+        Every one of them is whole by now: only the last can have been interrupted,
+        and its check reopened (clone) or re-ran (backup) it."""
+        from shaledb import admin
+
+        seen: list[str] = []
+        for rec in records:
+            if kind in rec and rec[kind] not in seen:
+                seen.append(rec[kind])
+        for url in seen:
+            admin.destroy(url, soft=False, store_options=self._opts() or None)
+            self.stats.released += 1
 
     def _check_checkpoints(self, records: list[dict[str, Any]]) -> None:
         from shaledb import admin
 
         created = {rec["cp"] for rec in records if "cp" in rec}
         deleting = {rec["cp_del"] for rec in records if "cp_del" in rec}
-        listed = {
-            str(cp.id) for cp in admin.list_checkpoints(self.target.url, store_options=self._opts() or None)
-        }
+        listed = {str(cp.id) for cp in admin.list_checkpoints(self.url, store_options=self._opts() or None)}
         missing = created - deleting - listed
         if missing:
             raise AssertionError(f"checkpoints created and never deleted are gone: {sorted(missing)}")
@@ -266,10 +338,10 @@ class CrashSoak:
             curl = rec["clone"]
             with shaledb.Db.open_from_checkpoint(
                 curl,
-                self.target.url,
+                self.url,
                 settings=settings_for(self.vsep),
                 store=self._store(curl),
-                parent_store=self._store(self.target.url),
+                parent_store=self._store(self.url),
             ) as clone:
                 got = state_digest(clone.scan())
             if got != rec["digest"]:
@@ -326,18 +398,27 @@ def run_soak(
     kill_after_s: tuple[float, float] = (0.05, 1.0),
     max_seconds: float | None = None,
     weights: list[int] | None = None,
+    rotate_every: int | None = None,
 ) -> SoakStats:
     """Spread the kills over ``targets`` (each a location and whether value separation
     is on), round-robin; returns the combined figures. With ``max_seconds``, no new
     round starts after that long (the figures then say how many kills ran). ``weights``
-    (one per target) give some databases a larger share of the kills."""
+    (one per target) give some databases a larger share of the kills; ``rotate_every``
+    moves each on to a fresh database after that many rounds (see module docstring)."""
     log(
         f"crash soak: seed {seed}, {writer_kills} writer kills + {other_kills} other kills "
         f"over {len(targets)} databases"
     )
     rng = random.Random(seed)
     soaks = [
-        CrashSoak(t, workdir / f"{t.name}-v{int(v)}", vsep=v, kill_after_s=kill_after_s, log=log)
+        CrashSoak(
+            t,
+            workdir / f"{t.name}-v{int(v)}",
+            vsep=v,
+            kill_after_s=kill_after_s,
+            log=log,
+            rotate_every=rotate_every,
+        )
         for t, v in targets
     ]
     roles = plan_roles(writer_kills, other_kills, rng)

@@ -39,10 +39,17 @@ class Write:
     seq: int | None = None
 
 
+class MergeOperand(bytes):
+    """An op's value that is a merge with ``shaledb.merge.append``: the key's value
+    (empty if absent) followed by these bytes."""
+
+
 def apply_ops(state: dict[bytes, bytes], ops: Iterable[Op]) -> None:
     for key, value in ops:
         if value is None:
             state.pop(key, None)
+        elif type(value) is MergeOperand:
+            state[key] = state.get(key, b"") + bytes(value)
         else:
             state[key] = value
 

@@ -140,7 +140,16 @@ def begin_ingest(
     else:
         # Claim: fence any live writer, move what its WAL holds into L0, reserve a seq.
         claim = settings.replace(compactor=None, garbage_collector=None)
-        db = Db.open(store=st, settings=claim, clock=clock, seed=rng.getrandbits(64))
+        # The URL (with the store) lets a creating open check the new root against other
+        # databases' on cloud stores too (shaledb.store.new_root).
+        db = Db.open(
+            url,
+            store=st,
+            store_options=dict(store_options) if store_options is not None else None,
+            settings=claim,
+            clock=clock,
+            seed=rng.getrandbits(64),
+        )
         terms_cp: str | None = None
         try:
             db.flush(memtable=True)
@@ -495,7 +504,14 @@ def ingest_columns(
     """
     settings = settings or Settings()
     st = open_stack(url, store, store_options, settings, SYSTEM_CLOCK, random.Random())
-    plan = begin_ingest(store=st, settings=settings, index_fields=tuple(indexes or ()), **begin)
+    plan = begin_ingest(
+        url,
+        store=st,
+        store_options=store_options,
+        settings=settings,
+        index_fields=tuple(indexes or ()),
+        **begin,
+    )
     try:
         part = write_part(st, plan, 0, keys, values, metadata, indexes=indexes)
     except BaseException:
