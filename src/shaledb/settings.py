@@ -28,12 +28,14 @@ GiB = 1024 * MiB
 WAL_READ_AHEAD = 16
 """Default GETs of WAL objects in flight during replay (``Settings.wal_read_ahead``)."""
 
-WAL_MAX_IN_FLIGHT = 4
-"""Default WAL PUTs in flight at once (``Settings.wal_max_in_flight``)."""
+WAL_MAX_IN_FLIGHT = 1
+"""Default WAL PUTs in flight at once (``Settings.wal_max_in_flight``): one, the
+behaviour before pipelining; raise it for many durable writers on a store with long
+round trips (docs/benchmarks.md, "S3 profile")."""
 WAL_MAX_IN_FLIGHT_LIMIT = 4
-"""The most WAL PUTs one writer may have in flight. Opening fences this many slots
-(``engine.recovery.write_fence``), so a crashed writer's PUTs still on the wire can
-never land where the next writer's objects go."""
+"""The most WAL PUTs one writer may have in flight. A crashed writer's PUTs still on
+the wire can therefore only land in the slots this many ids after the next writer's
+fence, where its WAL writer steps over them (``engine.wal.WalWriter._collision``)."""
 
 WalRecoveryMode = Literal[
     "absolute_consistency",
@@ -353,7 +355,7 @@ class Settings:
       ``wal_read_ahead`` -- replaying the WAL (opening after a crash) keeps up
       to this many GETs of WAL objects in flight, each up to ``wal_max_bytes``:
       about one round trip per this many objects instead of one per object.
-      ``wal_max_in_flight`` -- WAL PUTs in flight at once (1 to 4): durable
+      ``wal_max_in_flight`` -- WAL PUTs in flight at once (1 to 4; default 1): durable
       writes that arrive while a PUT is in flight go out at once in the next
       object instead of waiting for it. Ids stay contiguous and a write is
       acknowledged only once its object and every earlier one are written.

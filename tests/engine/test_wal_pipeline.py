@@ -268,3 +268,37 @@ def test_sixteen_writers_share_a_window(mem: str) -> None:
 def test_wal_max_in_flight_is_checked(bad: object) -> None:
     with pytest.raises(InvalidArgument, match="wal_max_in_flight"):
         Settings(wal_max_in_flight=bad)  # type: ignore[arg-type]
+
+
+class WalPuts(StoreWrapper):
+    """Records the path of every WAL PUT."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.wal_puts: list[str] = []
+
+    def put(self, path: str, data: bytes | bytearray | memoryview, **kw: object) -> None:  # type: ignore[override]
+        if path.startswith(paths.WAL_DIR):
+            self.wal_puts.append(path)
+        self.inner.put(path, data, **kw)  # type: ignore[arg-type]
+
+
+def test_fence_slots_at_open_only_where_a_writer_pipelined(mem: str) -> None:
+    """With the default (one PUT in flight) an open writes one WAL object, its fence, as
+    before pipelining; once a writer claimed a window of 4, every later open also fences
+    the 3 slots after its fence (the GC deletes those later, tests/gc)."""
+    one = Settings(compactor=None, garbage_collector=None)
+    assert one.wal_max_in_flight == 1
+    for i in range(2):
+        counted = WalPuts(open_store(mem))
+        with Db.open(store=counted, settings=one) as db:
+            db.put(b"a%d" % i, b"1")
+        assert len(counted.wal_puts) == 2, counted.wal_puts  # the fence and the put
+    counted = WalPuts(open_store(mem))
+    with Db.open(store=counted, settings=settings()):
+        pass  # claims the window: no writer before it pipelined, but it fences for itself
+    for s in (one, settings()):
+        counted = WalPuts(open_store(mem))
+        with Db.open(store=counted, settings=s) as db:
+            assert dump(db) == {b"a0": b"1", b"a1": b"1"}
+        assert len(counted.wal_puts) == WINDOW, counted.wal_puts

@@ -54,7 +54,7 @@ from ..engine.parents import ExternalStores, canonical_url, default_factory
 from ..engine.pins import ViewPins
 from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
-from ..engine.recovery import claim_writer_epoch, replay_wal, write_fence
+from ..engine.recovery import claim_wal_window, claim_writer_epoch, replay_wal, write_fence
 from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
 from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMissing, ShaleError
@@ -307,7 +307,7 @@ class Db(MappingWrites, DbExtras):
             self.manifests,
             timeout_s=settings.manifest_update_timeout_s,
             create_if_missing=create_if_missing,
-            extra=self.pins.on_claim,
+            extra=lambda nxt, e: claim_wal_window(self.pins.on_claim(nxt, e), settings.wal_max_in_flight),
             before_create=before_create,
         )
         self.pins.confirm(m)

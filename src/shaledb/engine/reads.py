@@ -42,8 +42,8 @@ from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
 from ..numbers import check_int
 from .history import has_versions
 from .memtable import Memtable
-from .prefetch import prefetch_points
 from .merging import Folder, complete, fold_payload
+from .prefetch import prefetch_points
 from .range_tombstones import (
     covering_seq,
     drop_covered,

@@ -9,9 +9,10 @@
    The first free id is the first hole: a writer with several PUTs in flight
    can crash with object N+1 written and N not (nothing in N+1 was
    acknowledged). The fence then goes at N, and the slots after it, as many
-   as the largest window of PUTs in flight (``WAL_MAX_IN_FLIGHT_LIMIT``), are
-   fenced too (in parallel: one more round trip), so none of the old writer's
-   PUTs still on the wire -- seen or not -- can land where ours go, and every
+   as the largest window of PUTs in flight any writer of the database claimed
+   (``OPT_WAL_WINDOW``, none if no writer pipelined), are fenced too (in
+   parallel: one more round trip), so none of the old writer's PUTs still on
+   the wire -- seen or not -- can land where ours go, and every
    reader skips the older epoch's objects after the first fence (``EpochGate``).
 3. Re-read the manifest: we must still own the epoch.
 4. Verify the WAL (docs/design/wal.md) and replay every object after
@@ -47,6 +48,7 @@ from ..format.coding import crc32c
 from ..format.journal import wal_ref
 from ..format.sst import decode_data_block, decode_meta
 from ..manifest.model import JournalFile, Manifest, TrackedWal
+from ..manifest.options import OPT_WAL_WINDOW
 from ..manifest.store import ManifestStore
 from ..settings import WAL_MAX_IN_FLIGHT_LIMIT, WAL_READ_AHEAD
 from ..store.base import ObjectStore
@@ -114,22 +116,23 @@ def write_fence(
 ) -> tuple[int, TrackedWal]:
     """Fence older writers: the last WAL id we fenced and the first fence's tracking record.
 
-    The first fence goes at the first free slot; the ``WAL_MAX_IN_FLIGHT_LIMIT - 1``
+    The first fence goes at the first free slot; the ``wal_window(m) - 1``
     slots after it (and any up to the highest object present, after a crash
     that left a hole) are fenced too (see the module docstring). The returned id
     is the last of them: our objects start after it. Replay stops at the first
     (the record's id): nothing after it belongs to the log.
     """
     data = encode_wal([], [], epoch=epoch, nonce=nonce, created_at_ms=now_ms, codec=codec, block_size=4096)
+    window = wal_window(m)
     free, top = first_free_wal_id(store, m.replay_after_wal_id)
     tracked = max((w.id for w in m.tracked_wals), default=0)
-    if free <= top and (top - free >= WAL_MAX_IN_FLIGHT_LIMIT or free <= tracked):
+    if free <= top and (top - free >= window or free <= tracked):
         free = top + 1  # a tracked object, or objects beyond any window of PUTs in flight: a
         # lost object, not a crash's hole; the fence goes after them and verification names it
     wal_id, rec = _fence_at(store, max(m.next_wal_id, free), data, epoch)
-    if epoch <= 1 and wal_id >= top:
-        return wal_id, rec  # the first writer: nobody's PUTs can be on the wire
-    last = max(top, wal_id + WAL_MAX_IN_FLIGHT_LIMIT - 1)
+    if (epoch <= 1 or window <= 1) and wal_id >= top:
+        return wal_id, rec  # the first writer, or no writer pipelined: nobody's PUTs can land above
+    last = max(top, wal_id + window - 1)
     if wal_id < top:
         log.warning(
             "WAL slot %d was empty below objects up to %d (a writer crashed with PUTs in flight); "
@@ -149,6 +152,22 @@ def write_fence(
     for _ in run_bounded(fill, range(wal_id + 1, last + 1), lambda _: 0, workers=WAL_MAX_IN_FLIGHT_LIMIT):
         pass
     return last, rec
+
+
+def wal_window(m: Manifest) -> int:
+    """The largest window of WAL PUTs in flight a writer of ``m``'s database claimed (``OPT_WAL_WINDOW``)."""
+    raw = m.option(OPT_WAL_WINDOW, "1") or "1"
+    return max(1, min(int(raw) if raw.isdigit() else WAL_MAX_IN_FLIGHT_LIMIT, WAL_MAX_IN_FLIGHT_LIMIT))
+
+
+def claim_wal_window(m: Manifest, max_in_flight: int) -> Manifest:
+    """``m`` recording that a writer with ``max_in_flight`` PUTs in flight claims it (the
+    epoch-bump CAS, before its first PUT): the option only grows."""
+    if max_in_flight <= wal_window(m):
+        return m
+    opts = dict(m.options)
+    opts[OPT_WAL_WINDOW] = str(max_in_flight)
+    return replace(m, options=tuple(sorted(opts.items())))
 
 
 def _fence_at(store: ObjectStore, wal_id: int, data: bytes, epoch: int) -> tuple[int, TrackedWal]:
