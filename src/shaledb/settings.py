@@ -33,9 +33,9 @@ WAL_MAX_IN_FLIGHT = 1
 behaviour before pipelining; raise it for many durable writers on a store with long
 round trips (docs/benchmarks.md, "S3 profile")."""
 WAL_MAX_IN_FLIGHT_LIMIT = 4
-"""The most WAL PUTs one writer may have in flight. A crashed writer's PUTs still on
-the wire can therefore only land in the slots this many ids after the next writer's
-fence, where its WAL writer steps over them (``engine.wal.WalWriter._collision``)."""
+"""The most WAL PUTs one writer may have in flight. An open after a writer that
+pipelined fences that writer's window of slots (``engine.recovery.write_fence``), so its
+PUTs still on the wire can never land where the next writer's objects go."""
 
 WalRecoveryMode = Literal[
     "absolute_consistency",

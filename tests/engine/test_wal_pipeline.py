@@ -21,9 +21,9 @@ import pytest
 from engine_support import dump
 
 from shaledb import Db, DbReader, Settings
-from shaledb.engine.wal import encode_wal
 from shaledb.errors import FencedError, InvalidArgument, ShaleError
 from shaledb.format import paths
+from shaledb.format.wal import encode_wal
 from shaledb.settings import DbReaderOptions
 from shaledb.store import ObjectStore, StoreWrapper, drop_memory_store, open_store
 from shaledb.testing import SimulatedCrash

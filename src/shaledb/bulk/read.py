@@ -61,7 +61,7 @@ from ..engine.merging import (
 )
 from ..engine.parents import default_factory
 from ..engine.sstable import read_sst_meta
-from ..engine.wal import EpochGate, decode_wal_object, fetch_wal_objects
+from ..engine.wal_read import fetch_wal_objects
 from ..errors import CorruptionError, InvalidArgument, MergeOperatorMissing, NotSupported
 from ..format import paths
 from ..format.merge import decode_merge
@@ -77,6 +77,7 @@ from ..format.row import (
     decode_payload,
 )
 from ..format.sst import SstMeta
+from ..format.wal import EpochGate, decode_wal_object
 from ..journal.resolver import JournalResolver
 from ..keys import key_after
 from ..manifest.model import Manifest, SstInfo

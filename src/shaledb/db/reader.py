@@ -85,10 +85,11 @@ from ..engine.parents import ExternalStores, StoreFactory, canonical_url, defaul
 from ..engine.range_tombstones import apply_to_memtable
 from ..engine.reads import ReadView, Scan, Visibility, check_limit, lookup, scan_items
 from ..engine.sstable import TableCache
-from ..engine.wal import EpochGate, decode_wal_object, fetch_wal_objects
+from ..engine.wal_read import fetch_wal_objects
 from ..errors import ClosedError, DatabaseDestroyed, InvalidArgument, ObjectNotFound, ShaleError
 from ..format import paths
 from ..format.row import FLAG_INDEX_TREE
+from ..format.wal import EpochGate, decode_wal_object
 from ..journal.resolver import JournalResolver
 from ..keys import check_key, scan_bounds, split_points
 from ..manifest.model import Checkpoint, Manifest, SstInfo

@@ -42,10 +42,11 @@ from ..format import paths
 from ..format.merge import merge_operand
 from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import FLAG_INDEX_TREE, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK, decode_payload
+from ..format.wal import EpochGate, decode_wal_object
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
-from .wal import EpochGate, decode_wal_object, fetch_wal_objects
+from .wal_read import fetch_wal_objects
 
 _CURSOR = re.compile(r"^c1\.(\d+)\.(\d+)\.(\d+)$")
 

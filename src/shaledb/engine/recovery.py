@@ -47,13 +47,14 @@ from ..format import paths
 from ..format.coding import crc32c
 from ..format.journal import wal_ref
 from ..format.sst import decode_data_block, decode_meta
+from ..format.wal import EpochGate, Locations, encode_wal, locate_values, wal_object_epoch
 from ..manifest.model import JournalFile, Manifest, TrackedWal
 from ..manifest.options import OPT_WAL_WINDOW
 from ..manifest.store import ManifestStore
 from ..settings import WAL_MAX_IN_FLIGHT_LIMIT, WAL_READ_AHEAD
 from ..store.base import ObjectStore
 from ..store.parallel import run_bounded
-from .wal import EpochGate, Locations, encode_wal, fetch_wal_objects, locate_values, wal_object_epoch
+from .wal_read import fetch_wal_objects
 
 log = logging.getLogger("shaledb.recovery")
 

@@ -1,4 +1,5 @@
-"""The write-ahead log: buffered writes become immutable WAL SST objects.
+"""The write-ahead log's writer: buffered writes become immutable WAL SST objects
+(the object codec is :mod:`shaledb.format.wal`).
 
 Writers append to an in-memory buffer under the database's write lock (so WAL
 order is sequence order). One flusher thread cuts the buffer into *segments*
@@ -39,32 +40,25 @@ that is not written is acknowledged.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..clock import Clock
 from ..errors import AlreadyExists, ClosedError, CorruptionError, FencedError, ShaleError
 from ..format import paths
 from ..format.coding import crc32c_of
-from ..format.journal import wal_pointer, wal_ref
-from ..format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, TYPE_MASK, decode_payload
-from ..format.sst import SST_WAL, SstBuilder, decode_data_block, decode_meta
+from ..format.journal import wal_ref
+from ..format.wal import Locations, encode_wal_layout, is_empty_wal, locate_values, wal_object_epoch
 from ..manifest.model import JournalFile, TrackedWal
 from ..settings import Settings
 from ..store.base import ObjectStore
-from ..store.parallel import get_in_order
 from .memtable import Entry
 
 log = logging.getLogger("shaledb.wal")
-
-
-Locations = dict[bytes, tuple[int, bytes, int]]
-"""key -> (seq, pointer, value length): ``Memtable.locs``."""
 
 
 class WalSegment:
@@ -92,166 +86,6 @@ def wal_object_bytes(settings: Settings) -> int:
     built in memory beside the memtables, so a small write budget shrinks it too;
     the defaults (4 MiB of 256 MiB) are unchanged."""
     return min(settings.wal_max_bytes, max(256 * 1024, settings.max_unflushed_bytes // 16))
-
-
-def encode_wal_layout(
-    keys: list[bytes],
-    ents: list[Entry],
-    *,
-    epoch: int,
-    nonce: bytes,
-    created_at_ms: int,
-    codec: int,
-    block_size: int,
-) -> tuple[bytearray, list[int], list[int]]:
-    """:func:`encode_wal` plus the block layout (``SstBuilder.block_layout``), as the
-    builder's own buffer: the object only goes to the store, so no copy into bytes."""
-    b = SstBuilder(
-        kind=SST_WAL,
-        block_size=block_size,
-        codec=codec,
-        writer_epoch=epoch,
-        created_at_ms=created_at_ms,
-        nonce=nonce,
-    )
-    if keys:
-        seqs, kinds, payloads = zip(*ents)
-        b.add_many(keys, seqs, kinds, payloads)
-    offsets, ends = b.block_layout()
-    return b.finish_buffer()[0], offsets, ends
-
-
-def locate_values(
-    wal_id: int,
-    keys: list[bytes],
-    ents: list[Entry],
-    offsets: list[int],
-    ends: list[int],
-    threshold: int,
-    sink: Locations,
-) -> None:
-    """Record a pointer for every data-tree value of at least ``threshold`` bytes.
-
-    Only a key's newest entry in the object is its value (a batch may write a
-    key twice, and a later batch may overwrite or delete it), so entries are
-    visited last to first and every earlier entry of a key already seen is
-    skipped: a value a later tombstone deleted gets no location.
-    """
-    b = len(ends) - 1
-    seen: set[bytes] = set()
-    for j in range(len(ents) - 1, -1, -1):
-        e = ents[j]
-        k = keys[j]
-        if k in seen:
-            continue
-        seen.add(k)
-        p = e[2]
-        if len(p) < threshold:
-            continue
-        kind = e[1]
-        if kind & (TYPE_MASK | FLAG_INDEX_TREE):
-            continue  # tombstones, pointers and index entries stay where they are
-        vlen = len(decode_payload(kind, p)[0]) if kind & EXTRA_FLAGS else len(p)
-        if vlen < threshold:
-            continue
-        while b > 0 and ends[b - 1] > j:
-            b -= 1
-        first = ends[b - 1] if b else 0
-        if sink.get(k, (-1,))[0] > e[0]:
-            continue  # a newer write of the key was located already (replay of several objects)
-        sink[k] = (e[0], wal_pointer(wal_id, offsets[b], offsets[b + 1] - offsets[b], j - first, vlen), vlen)
-
-
-def encode_wal(
-    keys: list[bytes],
-    ents: list[Entry],
-    *,
-    epoch: int,
-    nonce: bytes,
-    created_at_ms: int,
-    codec: int,
-    block_size: int,
-) -> bytes:
-    """A WAL SST for entries in sequence order (empty: a fencing object)."""
-    return bytes(
-        encode_wal_layout(
-            keys,
-            ents,
-            epoch=epoch,
-            nonce=nonce,
-            created_at_ms=created_at_ms,
-            codec=codec,
-            block_size=block_size,
-        )[0]
-    )
-
-
-def wal_object_epoch(data: bytes) -> int | None:
-    """The writer epoch recorded in a WAL object (None for a zero-length fence)."""
-    if not data:
-        return None
-    return decode_meta(data, len(data)).props.writer_epoch
-
-
-class EpochGate:
-    """Tells which WAL objects, read in id order, belong to the log.
-
-    A writer with up to ``wal_max_in_flight`` PUTs in flight can crash with
-    object N+1 written and N not. Nothing in N+1 was acknowledged (N was not
-    written), and replaying it would keep later writes while losing earlier
-    ones. The next writer therefore writes its fence *at* the hole N
-    (``recovery.write_fence``), so every object of an older epoch that comes
-    after a newer epoch's object is such a dead object: this gate skips it.
-    In a log written one PUT at a time an older epoch never follows a newer
-    one except as an empty fence, so nothing else is skipped.
-    """
-
-    __slots__ = ("epoch",)
-
-    def __init__(self) -> None:
-        self.epoch = 0
-
-    def admit(self, data: bytes, path: str) -> bool:
-        """True if the object ``data`` (read in id order) belongs to the log."""
-        if not data:
-            return True
-        try:
-            epoch = decode_meta(data, len(data)).props.writer_epoch
-        except CorruptionError:
-            return True  # the caller's decoding reports the damage
-        if epoch < self.epoch:
-            log.info("skipping %s: written by epoch %d after epoch %d fenced it", path, epoch, self.epoch)
-            return False
-        self.epoch = epoch
-        return True
-
-
-def fetch_wal_objects(
-    store: ObjectStore, wal_ids: Sequence[int], read_ahead: int
-) -> contextlib.closing[Generator[tuple[str, bytes | None], None, None]]:
-    """``(path, data)`` of each WAL object in ``wal_ids``, in order (None: absent), fetched
-    ``read_ahead`` at a time; use it in a ``with`` so stopping early cancels the GETs ahead."""
-    return contextlib.closing(
-        get_in_order(store, [paths.wal_path(w) for w in wal_ids], read_ahead=read_ahead)
-    )
-
-
-def decode_wal_object(data: bytes, path: str) -> tuple[list[bytes], list[Entry]]:
-    """Keys and ``(seq, kind, payload)`` entries of a WAL object, in sequence order."""
-    keys: list[bytes] = []
-    ents: list[Entry] = []
-    if not data:
-        return keys, ents  # a zero-length fencing object
-    try:
-        meta = decode_meta(data, len(data))
-        offs = meta.index.offsets
-        for i in range(len(meta.index)):
-            block = decode_data_block(data[offs[i] : offs[i + 1]])
-            keys.extend(block.keys)
-            ents.extend(zip(block.seqs, block.kinds, block.payloads(0, len(block))))
-    except CorruptionError as exc:
-        raise exc.with_path(path) from exc
-    return keys, ents
 
 
 class _Flight:
@@ -594,7 +428,7 @@ class WalWriter:
             )
         if other is None:
             raise FencedError(f"a fencing object occupies {path}; another writer took over")
-        if other < self.epoch and _is_empty_wal(theirs):
+        if other < self.epoch and is_empty_wal(theirs):
             # An older writer's fence, written after ours: it claimed its epoch
             # before us but listed the WAL after our fence, and its open then
             # failed on our newer epoch. Its slot holds no writes; step over it
@@ -659,11 +493,6 @@ class WalWriter:
         latches.extend(f.seg.done for f in self._flights)
         for latch in latches:
             latch.set()
-
-
-def _is_empty_wal(data: bytes) -> bool:
-    """True for a fencing object: a WAL SST without entries."""
-    return decode_meta(data, len(data)).props.entries == 0
 
 
 def _surface(exc: BaseException) -> BaseException:
