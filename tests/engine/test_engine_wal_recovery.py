@@ -28,7 +28,6 @@ from shaledb import CorruptionError, Db
 from shaledb.format.paths import manifest_path, parse_wal_id, wal_path
 from shaledb.format.sst import decode_data_block, decode_meta
 from shaledb.manifest.store import ManifestStore
-from shaledb.settings import WAL_MAX_IN_FLIGHT_LIMIT
 from shaledb.store import ObjectStore
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock
@@ -154,9 +153,7 @@ def test_shortened_tracked_wal_fails_open_naming_it(store: ObjectStore, which: i
 
 
 def test_gap_in_untracked_wal_ids_names_the_first_missing(store: ObjectStore) -> None:
-    # Objects present beyond a window of PUTs in flight after the gap: lost objects, not the
-    # hole a crash with PUTs in flight leaves (that one is fenced, tests/engine/test_wal_pipeline.py).
-    layout = _crashed_db_with_tracked_wals(store, untracked=3 + WAL_MAX_IN_FLIGHT_LIMIT)
+    layout = _crashed_db_with_tracked_wals(store, untracked=4)
     untracked = [w for w in layout.wal_ids if w not in layout.tracked]
     store.delete(wal_path(untracked[1]))
     store.delete(wal_path(untracked[2]))
