@@ -39,6 +39,7 @@ run. Medians of ``--repeat``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -88,6 +89,10 @@ def child(args: argparse.Namespace) -> dict[str, float]:
     from shaledb.store.wrappers import InstrumentedStore, LatencyStore
 
     quiet = Settings(compactor=None, garbage_collector=None)
+    if args.wal_max_in_flight and "wal_max_in_flight" in {f.name for f in dataclasses.fields(Settings)}:
+        quiet = dataclasses.replace(
+            quiet, wal_max_in_flight=args.wal_max_in_flight
+        )  # a tree without it: its one
     latency = args.latency_ms / 1000
     rng = random.Random(args.seed)
     if args.child == "load":
@@ -229,6 +234,8 @@ def run_child(src: Path, workload: str, url: str, args: argparse.Namespace) -> d
         str(args.put_seconds),
         "--seed",
         str(args.seed),
+        "--wal-max-in-flight",
+        str(args.wal_max_in_flight),
     ]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if res.returncode != 0:
@@ -257,6 +264,12 @@ def main() -> int:
     ap.add_argument("--put-seconds", type=float, default=3.0)
     ap.add_argument("--only", default=None, help="regex: run only the workloads it matches")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--wal-max-in-flight",
+        type=int,
+        default=0,
+        help="Settings.wal_max_in_flight for trees that have it (0: the tree's default, 1 since the review)",
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -28,6 +28,15 @@ GiB = 1024 * MiB
 WAL_READ_AHEAD = 16
 """Default GETs of WAL objects in flight during replay (``Settings.wal_read_ahead``)."""
 
+WAL_MAX_IN_FLIGHT = 1
+"""Default WAL PUTs in flight at once (``Settings.wal_max_in_flight``): one, the
+behaviour before pipelining; raise it for many durable writers on a store with long
+round trips (docs/benchmarks.md, "S3 profile")."""
+WAL_MAX_IN_FLIGHT_LIMIT = 4
+"""The most WAL PUTs one writer may have in flight. An open after a writer that
+pipelined fences that writer's window of slots (``engine.recovery.write_fence``), so its
+PUTs still on the wire can never land where the next writer's objects go."""
+
 WalRecoveryMode = Literal[
     "absolute_consistency",
     "point_in_time",
@@ -49,8 +58,8 @@ def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
     check_number(name, value, minimum=0, above_minimum=not allow_zero)
 
 
-def _integer(name: str, value: int, *, minimum: int = 0) -> None:
-    check_int(name, value, minimum=minimum)
+def _integer(name: str, value: int, *, minimum: int = 0, maximum: int | None = None) -> None:
+    check_int(name, value, minimum=minimum, maximum=maximum)
 
 
 MIN_DISK_CACHE_BYTES = 1 * MiB
@@ -346,6 +355,10 @@ class Settings:
       ``wal_read_ahead`` -- replaying the WAL (opening after a crash) keeps up
       to this many GETs of WAL objects in flight, each up to ``wal_max_bytes``:
       about one round trip per this many objects instead of one per object.
+      ``wal_max_in_flight`` -- WAL PUTs in flight at once (1 to 4; default 1): durable
+      writes that arrive while a PUT is in flight go out at once in the next
+      object instead of waiting for it. Ids stay contiguous and a write is
+      acknowledged only once its object and every earlier one are written.
     Value journal (key/value separation, docs/journal.md):
       ``value_separation_threshold`` -- values of at least this many bytes stay
       in the value journal (the WAL objects, kept) and the LSM holds a pointer;
@@ -372,6 +385,7 @@ class Settings:
     track_and_verify_wals: bool = True
     wal_recovery_mode: WalRecoveryMode = "absolute_consistency"
     wal_read_ahead: int = WAL_READ_AHEAD
+    wal_max_in_flight: int = WAL_MAX_IN_FLIGHT
     value_separation_threshold: int | None = None
     journal_max_bytes: int = 64 * MiB
     journal: JournalOptions = field(default_factory=JournalOptions)
@@ -420,6 +434,7 @@ class Settings:
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)
         _boolean("track_and_verify_wals", self.track_and_verify_wals)
         _integer("wal_read_ahead", self.wal_read_ahead, minimum=1)
+        _integer("wal_max_in_flight", self.wal_max_in_flight, minimum=1, maximum=WAL_MAX_IN_FLIGHT_LIMIT)
         if self.wal_recovery_mode not in WAL_RECOVERY_MODES:
             raise InvalidArgument(
                 f"wal_recovery_mode must be one of {WAL_RECOVERY_MODES}, got {self.wal_recovery_mode!r}"

@@ -30,7 +30,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, seed, settings
 
-from shaledb.engine.wal import encode_wal
 from shaledb.format.block import decode_block, encode_block
 from shaledb.format.bloom import WORDMIX, build_filter, key_hash, key_hash_wordmix
 from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZE, frame_block
@@ -51,6 +50,7 @@ from shaledb.format.row import (
     encode_payload,
 )
 from shaledb.format.sst import FOOTER_SIZE, SST_TABLE, SstBuilder, parse_footer
+from shaledb.format.wal import encode_wal
 from shaledb.manifest.model import (
     Checkpoint,
     ExternalDb,

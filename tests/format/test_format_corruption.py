@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from format_testkit import FUZZ_SEED, WRITER_EPOCH, golden_bytes
 
-from shaledb.engine.wal import wal_object_epoch
 from shaledb.errors import CorruptionError
 from shaledb.format.manifest import decode_manifest_body
 from shaledb.format.sst import FOOTER_SIZE, decode_meta, decode_sst, parse_footer
+from shaledb.format.wal import wal_object_epoch
 from shaledb.manifest.model import from_body
 
 Decoder = Callable[[bytes], object]

@@ -35,12 +35,12 @@ from format_testkit import (
     wal_rows,
 )
 
-from shaledb.engine.wal import wal_object_epoch
 from shaledb.format.bloom import BloomFilter, key_hash, probe_mask
 from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER, unframe_block
 from shaledb.format.manifest import decode_manifest_body
 from shaledb.format.row import decode_payload
 from shaledb.format.sst import FOOTER_SIZE, SST_TABLE, SST_WAL, SstMeta, decode_sst
+from shaledb.format.wal import wal_object_epoch
 from shaledb.manifest.model import from_body, to_body
 
 

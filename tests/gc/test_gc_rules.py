@@ -272,3 +272,28 @@ def test_a_stalled_writer_cannot_resurrect_a_deleted_manifest_id() -> None:
         # The stray version (if the create landed) is not the head and GC removes it.
         GarbageCollector.open(store=store).run_once(min_age_s=0)
         assert stale_id + 1 not in manifest_ids(store)
+
+
+def test_fences_filling_a_pipelined_writers_window_go_first_fences_stay() -> None:
+    """Writers with WAL PUTs in flight fence the slots after their fence at open: those
+    further fences of an epoch go like other WAL objects below the replay point; each
+    epoch's first fence stays."""
+    piped = replace(NO_BG, wal_max_in_flight=4)
+    with memory_store() as store:
+        model: dict[bytes, bytes] = {}
+        for round_ in range(3):
+            with Db.open(store=store, settings=piped) as db:
+                model = fill(db, 120, tag=b"%d" % round_)
+        before = wal_ids(store)
+        latest = manifests(store).read_latest()
+        assert latest is not None
+        fences = {w: decode_meta(*_whole(store, w)).props.writer_epoch for w in before}
+        fences = {w: e for w, e in fences.items() if decode_meta(*_whole(store, w)).props.entries == 0}
+        firsts = {min(w for w, e in fences.items() if e == ep) for ep in set(fences.values())}
+        assert len(fences) == 1 + 2 * 4 and len(firsts) == 3  # epochs 2 and 3 fenced 3 slots more
+        report = GarbageCollector.open(store=store).run_once(min_age_s=0)
+        after = wal_ids(store)
+        assert report.fences_kept == 3
+        assert set(after) == firsts | {w for w in before if w > latest.replay_after_wal_id}
+        with Db.open(store=store, settings=piped) as db:
+            assert dict(db.scan()) == model

@@ -34,7 +34,6 @@ from format_testkit import (
 from hypothesis import HealthCheck, seed, settings
 from journal_kit import JOURNAL_SEED
 
-from shaledb.engine.wal import locate_values
 from shaledb.errors import CorruptionError
 from shaledb.format.journal import (
     POINTER_SIZE_JOURNAL,
@@ -56,6 +55,7 @@ from shaledb.format.row import (
     encode_terms,
 )
 from shaledb.format.sst import SST_JOURNAL, SstBuilder, decode_sst
+from shaledb.format.wal import locate_values
 from shaledb.journal.compaction import block_head
 
 
@@ -285,8 +285,8 @@ def test_block_heads_and_located_values_match_the_blocks(
     rows: list[tuple[bytes, int, bytes]], bs: int
 ) -> None:
     """The scoring's block-head parser and the WAL's value locations agree with full decoding."""
-    from shaledb.engine.wal import encode_wal_layout
     from shaledb.format.sst import decode_data_block
+    from shaledb.format.wal import encode_wal_layout
 
     keys = [r[0] for r in rows]
     ents = [

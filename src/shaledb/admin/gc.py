@@ -26,6 +26,11 @@ A pass (see docs/design/gc.md):
    its acknowledged write would be silently lost (SlateDB #352/#1622). Fences
    are a couple of hundred bytes, one per writer open; they are recognized by
    size and confirmed by reading their properties.
+   Only the first fence of each writer epoch is kept: the further fences of the
+   same epoch fill the slots after it (``recovery.write_fence``, when writers
+   pipeline WAL PUTs) and matter only while that writer's own objects follow;
+   a zombie's PUT into a deleted one cannot be acknowledged (its PUT of the
+   first fence's slot failed) and lands below the replay point.
 5. Delete SSTs under ``compacted/`` that no active manifest references, older
    than ``min_age_s``, and not created after the start of a live job lease of
    the current compactor epoch (outputs of a running compaction are
@@ -224,7 +229,8 @@ class GarbageCollector:
             retry=settings.retry,
             store_options=store_options,
         )
-        self._fences: set[int] = set()
+        self._fences: dict[int, int | None] = {}
+        """WAL id of a fence -> its writer epoch (None: unknown)."""
         self._stop = threading.Event()
         self.owned_store: ObjectStore | None = None
         """The store :meth:`open` opened, closed by :meth:`close` (a passed-in store stays theirs)."""
@@ -350,6 +356,7 @@ class GarbageCollector:
         upto = min(a.replay_after_wal_id for a in active.values())
         journal = {paths.journal_object_path(j.id) for a in active.values() for j in a.journal if j.db == 0}
         doomed = []
+        first_fence: dict[int, int] = {}
         for meta in list(self.store.list(paths.WAL_DIR)):
             wid = paths.parse_wal_id(meta.path)
             if wid is None:
@@ -359,26 +366,34 @@ class GarbageCollector:
             if meta.last_modified > cutoff or meta.path in journal:
                 continue
             if self._is_fence(wid, meta):
-                report.fences_kept += 1
-                continue
+                epoch = self._fences.get(wid)
+                if epoch is None or epoch not in first_fence:
+                    if epoch is not None:
+                        first_fence[epoch] = wid
+                    report.fences_kept += 1
+                    continue  # the epoch's first fence: kept forever
             doomed.append(meta)
         self._delete("wal", doomed, dry, report)
 
     def _is_fence(self, wid: int, meta: ObjectMeta) -> bool:
-        if wid in self._fences or meta.size == 0:
+        if wid in self._fences:
+            return True
+        if meta.size == 0:
+            self._fences[wid] = None
             return True
         if meta.size > FENCE_PROBE_BYTES:
             return False
         try:
             data = self.store.get(meta.path)
-            fence = len(data) == 0 or decode_meta(data, len(data)).props.entries == 0
+            props = decode_meta(data, len(data)).props if data else None
+            fence = props is None or props.entries == 0
         except ObjectNotFound:
             return True  # gone already: nothing to delete
         except CorruptionError as exc:
             log.warning("keeping unreadable small WAL object %s: %s", meta.path, exc)
             return True
         if fence:
-            self._fences.add(wid)
+            self._fences[wid] = None if props is None else props.writer_epoch
         return fence
 
     def _leases(

@@ -60,7 +60,7 @@ from ..engine.merging import (
 )
 from ..engine.parents import default_factory
 from ..engine.sstable import read_sst_meta
-from ..engine.wal import decode_wal_object, fetch_wal_objects
+from ..engine.wal_read import fetch_wal_objects
 from ..errors import CorruptionError, InvalidArgument, MergeOperatorMissing, NotSupported
 from ..format import paths
 from ..format.merge import decode_merge
@@ -76,6 +76,7 @@ from ..format.row import (
     decode_payload,
 )
 from ..format.sst import SstMeta
+from ..format.wal import EpochGate, decode_wal_object
 from ..journal.resolver import JournalResolver
 from ..keys import key_after
 from ..manifest.model import Manifest, SstInfo
@@ -428,11 +429,14 @@ def _wal_scan(
     store: ObjectStore, wal_ids: Sequence[int], last_l0_seq: int, lo: bytes | None, hi: bytes | None
 ) -> tuple[Columns, list[RangeDel]]:
     newest: dict[bytes, tuple[int, int, bytes]] = {}
+    gate = EpochGate()
     rdels: list[RangeDel] = []
     with fetch_wal_objects(store, wal_ids, WAL_READ_AHEAD) as fetched:
         for path, data in fetched:
             if data is None:
                 continue  # a slot a crashed writer never filled
+            if not gate.admit(data, path):
+                continue  # a crashed writer's object after the next writer's fence
             keys, ents = decode_wal_object(data, path)
             for k, e in zip(keys, ents):
                 if e[1] & FLAG_INDEX_TREE:

@@ -83,10 +83,11 @@ from ..engine.parents import ExternalStores, StoreFactory, canonical_url, defaul
 from ..engine.range_tombstones import apply_to_memtable
 from ..engine.reads import ReadView, Visibility, lookup
 from ..engine.sstable import TableCache
-from ..engine.wal import decode_wal_object, fetch_wal_objects
+from ..engine.wal_read import fetch_wal_objects
 from ..errors import ClosedError, DatabaseDestroyed, InvalidArgument, ObjectNotFound, ShaleError
 from ..format import paths
 from ..format.row import FLAG_INDEX_TREE
+from ..format.wal import EpochGate, decode_wal_object
 from ..journal.resolver import JournalResolver
 from ..keys import split_points
 from ..manifest.model import Checkpoint, Manifest, SstInfo
@@ -263,6 +264,8 @@ class DbReader(Queries):
         self._seq = 0
         self._next_wal = 1
         self._gap_checked: tuple[int, int] | None = None
+        self._gate = EpochGate()
+        """Skips a crashed writer's objects after the next writer's fence (WAL ids only grow)."""
         self.last_error: BaseException | None = None
         """The last failure of a background poll (polling carries on regardless)."""
         self.counters = {"polls": 0, "reestablished": 0, "refreshed": 0, "wal_objects": 0}
@@ -677,7 +680,10 @@ class DbReader(Queries):
         return False
 
     def _apply_wal(self, wid: int, data: bytes) -> None:
-        keys, ents = decode_wal_object(data, paths.wal_path(wid))
+        if self._gate.admit(data, paths.wal_path(wid)):
+            keys, ents = decode_wal_object(data, paths.wal_path(wid))
+        else:
+            keys, ents = [], []  # a dead writer's object after a newer fence: nothing to apply
         with self._lock:
             floor = self._view.manifest.last_l0_seq
             if ents and ents[0][0] <= floor:

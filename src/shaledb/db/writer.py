@@ -53,7 +53,7 @@ from ..engine.parents import ExternalStores, canonical_url, default_factory
 from ..engine.pins import ViewPins
 from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
 from ..engine.reads import ReadView, Scan, Visibility
-from ..engine.recovery import claim_writer_epoch, replay_wal, write_fence
+from ..engine.recovery import claim_wal_window, claim_writer_epoch, replay_wal, write_fence
 from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
 from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMissing, ShaleError
@@ -265,7 +265,7 @@ class Db(Queries):
             self.manifests,
             timeout_s=settings.manifest_update_timeout_s,
             create_if_missing=create_if_missing,
-            extra=self.pins.on_claim,
+            extra=lambda nxt, e: claim_wal_window(self.pins.on_claim(nxt, e), settings.wal_max_in_flight),
             before_create=before_create,
         )
         self.pins.confirm(m)
@@ -288,7 +288,7 @@ class Db(Queries):
         replay = replay_wal(
             store,
             m,
-            fence_id,
+            fence_rec.id,
             verify=settings.track_and_verify_wals,
             mode=settings.wal_recovery_mode,
             threshold=threshold,
@@ -350,6 +350,7 @@ class Db(Queries):
             block_size=settings.block_size_bytes,
             on_failure=self._fail,
             threshold=threshold,
+            max_in_flight=settings.wal_max_in_flight,
         )
         self.wal.sink = mem.locs
         self.wal.note_written([*replay.objects, fence_rec])

@@ -42,10 +42,11 @@ from ..format import paths
 from ..format.merge import merge_operand
 from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import FLAG_INDEX_TREE, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK, decode_payload
+from ..format.wal import EpochGate, decode_wal_object
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
-from .wal import decode_wal_object, fetch_wal_objects
+from .wal_read import fetch_wal_objects
 
 _CURSOR = re.compile(r"^c1\.(\d+)\.(\d+)\.(\d+)$")
 
@@ -147,6 +148,7 @@ class ChangeFeed:
         self._latest: Manifest | None = None
         self._closed = threading.Event()
         self.objects_read = 0
+        self._gate = EpochGate()
 
     # ------------------------------------------------------------- reading
 
@@ -196,6 +198,8 @@ class ChangeFeed:
                 return
 
     def _object(self, wid: int, path: str, data: bytes) -> Iterator[Change]:
+        if not self._gate.admit(data, path):
+            return  # a crashed writer's object after the next writer's fence
         keys, ents = decode_wal_object(data, path)
         rows = [(k, e) for k, e in zip(keys, ents) if not e[1] & FLAG_INDEX_TREE]
         i = 0

@@ -43,6 +43,7 @@ from ..numbers import MAX_INT, check_int
 from .history import has_versions
 from .memtable import Memtable
 from .merging import Folder, complete, fold_payload
+from .prefetch import prefetch_points
 from .range_tombstones import (
     covering_seq,
     drop_covered,
@@ -341,6 +342,7 @@ def get_many(
         return run(keys)
     step = -(-len(keys) // n)
     pool = _get_pool()
+    prefetch_points(view, tables, keys, pool)  # the blocks the lookups read, in a few parallel GETs
     futures = [pool.submit(run, keys[i : i + step]) for i in range(0, len(keys), step)]
     wait(futures)  # all of them, even after a failure: none may outlive the caller's pin
     return [v for f in futures for v in f.result()]

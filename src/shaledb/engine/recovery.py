@@ -6,6 +6,14 @@
    protocol's four outcomes): an older epoch means an old writer got there
    first, so try the next id; a newer epoch means we were fenced before we
    started; our own epoch cannot happen unless the manifest CAS was broken.
+   The first free id is the first hole: a writer with several PUTs in flight
+   can crash with object N+1 written and N not (nothing in N+1 was
+   acknowledged). The fence then goes at N, and the slots after it, as many
+   as the largest window of PUTs in flight any writer of the database claimed
+   (``OPT_WAL_WINDOW``, none if no writer pipelined), are fenced too (in
+   parallel: one more round trip), so none of the old writer's PUTs still on
+   the wire -- seen or not -- can land where ours go, and every
+   reader skips the older epoch's objects after the first fence (``EpochGate``).
 3. Re-read the manifest: we must still own the epoch.
 4. Verify the WAL (docs/design/wal.md) and replay every object after
    ``replay_after_wal_id`` into the memtable.
@@ -39,11 +47,14 @@ from ..format import paths
 from ..format.coding import crc32c
 from ..format.journal import wal_ref
 from ..format.sst import decode_data_block, decode_meta
+from ..format.wal import EpochGate, Locations, encode_wal, locate_values, wal_object_epoch
 from ..manifest.model import JournalFile, Manifest, TrackedWal
+from ..manifest.options import OPT_WAL_WINDOW
 from ..manifest.store import ManifestStore
-from ..settings import WAL_READ_AHEAD
+from ..settings import WAL_MAX_IN_FLIGHT_LIMIT, WAL_READ_AHEAD
 from ..store.base import ObjectStore
-from .wal import Locations, encode_wal, fetch_wal_objects, locate_values, wal_object_epoch
+from ..store.parallel import run_bounded
+from .wal_read import fetch_wal_objects
 
 log = logging.getLogger("shaledb.recovery")
 
@@ -87,22 +98,81 @@ def claim_writer_epoch(
     return ms.update(bump, timeout_s=timeout_s)
 
 
-def last_wal_id(store: ObjectStore, after: int) -> int:
-    """The highest WAL id present above ``after`` (``after`` if none)."""
-    best = after
+def first_free_wal_id(store: ObjectStore, after: int) -> tuple[int, int]:
+    """``(first id above after with no object, highest id present)``: one listing."""
+    free = after + 1
+    top = after
     for meta in store.list(paths.WAL_DIR, offset=paths.wal_path(after)):
         wid = paths.parse_wal_id(meta.path)
-        if wid is not None and wid > best:
-            best = wid
-    return best
+        if wid is None or wid <= after:
+            continue
+        if wid == free:
+            free += 1
+        top = max(top, wid)
+    return free, top
 
 
 def write_fence(
     store: ObjectStore, m: Manifest, epoch: int, *, nonce: bytes, now_ms: int, codec: int
 ) -> tuple[int, TrackedWal]:
-    """Fence older writers: the WAL id of our fencing object and its tracking record."""
+    """Fence older writers: the last WAL id we fenced and the first fence's tracking record.
+
+    The first fence goes at the first free slot; the ``wal_window(m) - 1``
+    slots after it (and any up to the highest object present, after a crash
+    that left a hole) are fenced too (see the module docstring). The returned id
+    is the last of them: our objects start after it. Replay stops at the first
+    (the record's id): nothing after it belongs to the log.
+    """
     data = encode_wal([], [], epoch=epoch, nonce=nonce, created_at_ms=now_ms, codec=codec, block_size=4096)
-    wal_id = max(m.next_wal_id, last_wal_id(store, m.replay_after_wal_id) + 1)
+    window = wal_window(m)
+    free, top = first_free_wal_id(store, m.replay_after_wal_id)
+    tracked = max((w.id for w in m.tracked_wals), default=0)
+    if free <= top and (top - free >= window or free <= tracked):
+        free = top + 1  # a tracked object, or objects beyond any window of PUTs in flight: a
+        # lost object, not a crash's hole; the fence goes after them and verification names it
+    wal_id, rec = _fence_at(store, max(m.next_wal_id, free), data, epoch)
+    if (epoch <= 1 or window <= 1) and wal_id >= top:
+        return wal_id, rec  # the first writer, or no writer pipelined: nobody's PUTs can land above
+    last = max(top, wal_id + window - 1)
+    if wal_id < top:
+        log.warning(
+            "WAL slot %d was empty below objects up to %d (a writer crashed with PUTs in flight); "
+            "fenced it and the slots up to %d",
+            wal_id,
+            top,
+            last,
+        )
+
+    def fill(wid: int) -> None:
+        try:
+            store.put(paths.wal_path(wid), data, create=True)
+        except AlreadyExists:
+            pass  # the old writer's object (skipped by EpochGate) or a newer writer's (the re-read of
+            # the manifest after fencing finds the newer epoch)
+
+    for _ in run_bounded(fill, range(wal_id + 1, last + 1), lambda _: 0, workers=WAL_MAX_IN_FLIGHT_LIMIT):
+        pass
+    return last, rec
+
+
+def wal_window(m: Manifest) -> int:
+    """The largest window of WAL PUTs in flight a writer of ``m``'s database claimed (``OPT_WAL_WINDOW``)."""
+    raw = m.option(OPT_WAL_WINDOW, "1") or "1"
+    return max(1, min(int(raw) if raw.isdigit() else WAL_MAX_IN_FLIGHT_LIMIT, WAL_MAX_IN_FLIGHT_LIMIT))
+
+
+def claim_wal_window(m: Manifest, max_in_flight: int) -> Manifest:
+    """``m`` recording that a writer with ``max_in_flight`` PUTs in flight claims it (the
+    epoch-bump CAS, before its first PUT): the option only grows."""
+    if max_in_flight <= wal_window(m):
+        return m
+    opts = dict(m.options)
+    opts[OPT_WAL_WINDOW] = str(max_in_flight)
+    return replace(m, options=tuple(sorted(opts.items())))
+
+
+def _fence_at(store: ObjectStore, wal_id: int, data: bytes, epoch: int) -> tuple[int, TrackedWal]:
+    """Write the fence ``data`` at ``wal_id`` or the first slot after it an older writer did not take."""
     for _ in range(100_000):
         path = paths.wal_path(wal_id)
         try:
@@ -182,6 +252,7 @@ def replay_wal(
                     paths.wal_path(gaps[0]),
                 )
     ids = sorted(present)
+    gate = EpochGate()
     gap = next((p for p in range(1, len(ids)) if ids[p - 1] != ids[p] - 1), None) if not verify else None
     replayed = ids if gap is None else ids[:gap]
     with fetch_wal_objects(store, replayed, read_ahead) as fetched:
@@ -195,6 +266,8 @@ def replay_wal(
                 damaged = f"checksum or size differs from the manifest's record ({tw.size} bytes)"
             else:
                 damaged = None
+            if not gate.admit(data, path):
+                continue  # a crashed writer's object after the hole the next writer fenced
             is_tail = functools.partial(_only_fences, store, ids[pos + 1 :])
             stop = _replay_object(res, path, data, damaged, mode, is_tail, wid, threshold)
             if stop:

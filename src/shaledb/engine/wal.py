@@ -1,9 +1,18 @@
-"""The write-ahead log: buffered writes become immutable WAL SST objects.
+"""The write-ahead log's writer: buffered writes become immutable WAL SST objects
+(the object codec is :mod:`shaledb.format.wal`).
 
 Writers append to an in-memory buffer under the database's write lock (so WAL
 order is sequence order). One flusher thread cuts the buffer into *segments*
-and writes each as ``wal/<id>.sst`` with create-if-absent, strictly in id
-order. A write is durable once the segment holding it is written.
+and writes each as ``wal/<id>.sst`` with create-if-absent. Ids are given in
+order when a segment is cut; up to ``max_in_flight`` PUTs run at once
+(``Settings.wal_max_in_flight``), so on a store with long round trips a durable
+write that arrives while a PUT is in flight goes out at once instead of waiting
+a round trip for it. A segment counts as written -- its waiters wake, its
+sequence numbers become durable -- only once it and every earlier segment are
+written, so acknowledgement order and what a crash keeps are those of one PUT
+at a time: a crash can leave object N+1 written and N not, and then nothing
+in N+1 was acknowledged; the next writer fences at the hole and never replays
+N+1 (``recovery.write_fence``, :class:`EpochGate`).
 
 When a segment is flushed:
 * on ``flush_interval_s`` for non-durable writes;
@@ -24,36 +33,32 @@ segment's *sink*), before the segment counts as durable.
 Fencing: if a create finds an object already at our id, the object's
 ``writer_epoch`` says who took the slot. A newer epoch means a newer writer
 fenced us: every later write fails with :class:`FencedError`. Any failure
-stops the flusher and is reported to every waiter and to the database.
+stops the flusher and is reported to every waiter and to the database; a
+failure of any PUT in flight fails the writer, and no segment after the first
+that is not written is acknowledged.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..clock import Clock
 from ..errors import AlreadyExists, ClosedError, CorruptionError, FencedError, ShaleError
 from ..format import paths
 from ..format.coding import crc32c_of
-from ..format.journal import wal_pointer, wal_ref
-from ..format.row import EXTRA_FLAGS, FLAG_INDEX_TREE, TYPE_MASK, decode_payload
-from ..format.sst import SST_WAL, SstBuilder, decode_data_block, decode_meta
+from ..format.journal import wal_ref
+from ..format.wal import Locations, encode_wal_layout, is_empty_wal, locate_values, wal_object_epoch
 from ..manifest.model import JournalFile, TrackedWal
 from ..settings import Settings
 from ..store.base import ObjectStore
-from ..store.parallel import get_in_order
 from .memtable import Entry
 
 log = logging.getLogger("shaledb.wal")
-
-
-Locations = dict[bytes, tuple[int, bytes, int]]
-"""key -> (seq, pointer, value length): ``Memtable.locs``."""
 
 
 class WalSegment:
@@ -83,131 +88,18 @@ def wal_object_bytes(settings: Settings) -> int:
     return min(settings.wal_max_bytes, max(256 * 1024, settings.max_unflushed_bytes // 16))
 
 
-def encode_wal_layout(
-    keys: list[bytes],
-    ents: list[Entry],
-    *,
-    epoch: int,
-    nonce: bytes,
-    created_at_ms: int,
-    codec: int,
-    block_size: int,
-) -> tuple[bytearray, list[int], list[int]]:
-    """:func:`encode_wal` plus the block layout (``SstBuilder.block_layout``), as the
-    builder's own buffer: the object only goes to the store, so no copy into bytes."""
-    b = SstBuilder(
-        kind=SST_WAL,
-        block_size=block_size,
-        codec=codec,
-        writer_epoch=epoch,
-        created_at_ms=created_at_ms,
-        nonce=nonce,
-    )
-    if keys:
-        seqs, kinds, payloads = zip(*ents)
-        b.add_many(keys, seqs, kinds, payloads)
-    offsets, ends = b.block_layout()
-    return b.finish_buffer()[0], offsets, ends
+class _Flight:
+    """A segment whose PUT was started: its encoded object and the PUT's outcome
+    (True: written; False: an older writer's fence holds the slot)."""
 
+    __slots__ = ("data", "ends", "fut", "offsets", "seg")
 
-def locate_values(
-    wal_id: int,
-    keys: list[bytes],
-    ents: list[Entry],
-    offsets: list[int],
-    ends: list[int],
-    threshold: int,
-    sink: Locations,
-) -> None:
-    """Record a pointer for every data-tree value of at least ``threshold`` bytes.
-
-    Only a key's newest entry in the object is its value (a batch may write a
-    key twice, and a later batch may overwrite or delete it), so entries are
-    visited last to first and every earlier entry of a key already seen is
-    skipped: a value a later tombstone deleted gets no location.
-    """
-    b = len(ends) - 1
-    seen: set[bytes] = set()
-    for j in range(len(ents) - 1, -1, -1):
-        e = ents[j]
-        k = keys[j]
-        if k in seen:
-            continue
-        seen.add(k)
-        p = e[2]
-        if len(p) < threshold:
-            continue
-        kind = e[1]
-        if kind & (TYPE_MASK | FLAG_INDEX_TREE):
-            continue  # tombstones, pointers and index entries stay where they are
-        vlen = len(decode_payload(kind, p)[0]) if kind & EXTRA_FLAGS else len(p)
-        if vlen < threshold:
-            continue
-        while b > 0 and ends[b - 1] > j:
-            b -= 1
-        first = ends[b - 1] if b else 0
-        if sink.get(k, (-1,))[0] > e[0]:
-            continue  # a newer write of the key was located already (replay of several objects)
-        sink[k] = (e[0], wal_pointer(wal_id, offsets[b], offsets[b + 1] - offsets[b], j - first, vlen), vlen)
-
-
-def encode_wal(
-    keys: list[bytes],
-    ents: list[Entry],
-    *,
-    epoch: int,
-    nonce: bytes,
-    created_at_ms: int,
-    codec: int,
-    block_size: int,
-) -> bytes:
-    """A WAL SST for entries in sequence order (empty: a fencing object)."""
-    return bytes(
-        encode_wal_layout(
-            keys,
-            ents,
-            epoch=epoch,
-            nonce=nonce,
-            created_at_ms=created_at_ms,
-            codec=codec,
-            block_size=block_size,
-        )[0]
-    )
-
-
-def wal_object_epoch(data: bytes) -> int | None:
-    """The writer epoch recorded in a WAL object (None for a zero-length fence)."""
-    if not data:
-        return None
-    return decode_meta(data, len(data)).props.writer_epoch
-
-
-def fetch_wal_objects(
-    store: ObjectStore, wal_ids: Sequence[int], read_ahead: int
-) -> contextlib.closing[Generator[tuple[str, bytes | None], None, None]]:
-    """``(path, data)`` of each WAL object in ``wal_ids``, in order (None: absent), fetched
-    ``read_ahead`` at a time; use it in a ``with`` so stopping early cancels the GETs ahead."""
-    return contextlib.closing(
-        get_in_order(store, [paths.wal_path(w) for w in wal_ids], read_ahead=read_ahead)
-    )
-
-
-def decode_wal_object(data: bytes, path: str) -> tuple[list[bytes], list[Entry]]:
-    """Keys and ``(seq, kind, payload)`` entries of a WAL object, in sequence order."""
-    keys: list[bytes] = []
-    ents: list[Entry] = []
-    if not data:
-        return keys, ents  # a zero-length fencing object
-    try:
-        meta = decode_meta(data, len(data))
-        offs = meta.index.offsets
-        for i in range(len(meta.index)):
-            block = decode_data_block(data[offs[i] : offs[i + 1]])
-            keys.extend(block.keys)
-            ents.extend(zip(block.seqs, block.kinds, block.payloads(0, len(block))))
-    except CorruptionError as exc:
-        raise exc.with_path(path) from exc
-    return keys, ents
+    def __init__(self, seg: WalSegment, data: bytearray, offsets: list[int], ends: list[int]) -> None:
+        self.seg = seg
+        self.data = data
+        self.offsets = offsets
+        self.ends = ends
+        self.fut: Future[bool] = Future()
 
 
 class WalWriter:
@@ -229,8 +121,10 @@ class WalWriter:
         block_size: int,
         on_failure: Callable[[BaseException], None],
         threshold: int | None = None,
+        max_in_flight: int = 1,
     ) -> None:
         self.store = store
+        self.max_in_flight = max(1, max_in_flight)
         self.threshold = threshold
         """Value-separation threshold (None: WAL objects are not journal files)."""
         self.sink: Locations | None = None
@@ -251,7 +145,16 @@ class WalWriter:
         self.pending = threading.Event()
         """The buffer's latch (becomes its segment's ``done``): a durable write waits on it."""
         self._sealed: deque[WalSegment] = deque()
-        self._writing: WalSegment | None = None
+        self._flights: deque[_Flight] = deque()
+        """PUTs started, in id order (only the flusher thread touches it)."""
+        self._asked = False
+        """A flush was asked for (durable write, ``flush()``, full buffer, seal): cut the buffer."""
+        self._last_cut = clock.monotonic()
+        self._pool = (
+            ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="shaledb-wal-put")
+            if self.max_in_flight > 1
+            else None
+        )
         self._next_id = next_id
         # Durability (guarded by ``_cv``).
         self._cv = threading.Condition(threading.Lock())
@@ -286,7 +189,7 @@ class WalWriter:
         seg = self.cut_locked()
         if seg is not None:
             self._sealed.append(seg)
-            self._wake.set()
+            self._ask()
         return self._next_id - 1
 
     @property
@@ -296,6 +199,10 @@ class WalWriter:
     # ------------------------------------------------------------- any thread
 
     def request_flush(self) -> None:
+        self._ask()
+
+    def _ask(self) -> None:
+        self._asked = True
         self._wake.set()
 
     def wait_durable(
@@ -313,7 +220,7 @@ class WalWriter:
         with self._cv:
             if self.durable_seq >= seq:
                 return True
-            self._wake.set()
+            self._ask()
             deadline = None if timeout is None else self.clock.monotonic() + timeout
             while self.durable_seq < seq:
                 if self.failure is not None:
@@ -329,7 +236,7 @@ class WalWriter:
     def _wait_latch(self, seq: int, timeout: float | None, latch: threading.Event) -> bool:
         if self.durable_seq >= seq:
             return True
-        self._wake.set()
+        self._ask()
         deadline = None if timeout is None else self.clock.monotonic() + timeout
         while True:
             remaining = None if deadline is None else deadline - self.clock.monotonic()
@@ -349,7 +256,7 @@ class WalWriter:
             while self.durable_wal_id < wal_id:
                 if self.failure is not None:
                     raise _surface(self.failure)
-                self._wake.set()
+                self._ask()
                 self._cv.wait(0.5)
 
     def drain_written(self) -> list[TrackedWal]:
@@ -380,38 +287,69 @@ class WalWriter:
     def stop(self) -> None:
         """Flush what is buffered and stop the thread."""
         self._stopping = True
-        self._wake.set()
+        self._ask()
         self._thread.join()
 
     # ----------------------------------------------------------- the thread
 
     def _run(self) -> None:
         wait = self.clock.wait
-        while True:
-            stopping = self._stopping
-            if not stopping:
-                wait(self._wake, self.flush_interval_s)
-            self._wake.clear()
-            try:
-                self._flush_all()
-            except BaseException as exc:  # noqa: BLE001 - every failure stops the WAL
-                self._fail(exc)
-                return
-            if stopping:
-                return
+        try:
+            while True:
+                stopping = self._stopping
+                idle = not self._flights
+                if not stopping:
+                    if idle:
+                        wait(self._wake, self.flush_interval_s)
+                    else:  # a PUT landing or a request wakes the thread
+                        self._wake.wait(self.flush_interval_s)
+                self._wake.clear()
+                try:
+                    self._pump(due=idle, drain=stopping)
+                except BaseException as exc:  # noqa: BLE001 - every failure stops the WAL
+                    self._fail(exc)
+                    return
+                if stopping:
+                    return
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
 
-    def _flush_all(self) -> None:
-        while True:
-            with self.lock:
-                seg = self._sealed.popleft() if self._sealed else self.cut_locked()
-            if seg is None:
-                return
-            self._writing = seg
-            self._write(seg)
-            self._writing = None
-            seg.done.set()
+    def _pump(self, *, due: bool, drain: bool) -> None:
+        """Acknowledge the written prefix, then start PUTs while the window has room.
 
-    def _write(self, seg: WalSegment) -> None:
+        Sealed segments always go out; the buffer is cut when a flush was asked
+        for, when ``flush_interval_s`` passed since the last cut, after an idle
+        wait, or when stopping (``drain``, which also waits for every PUT).
+        """
+        while True:
+            self._land_done()
+            while len(self._flights) < self.max_in_flight:
+                cut = due or drain or self._asked
+                if not cut and self.clock.monotonic() - self._last_cut >= self.flush_interval_s:
+                    cut = True
+                with self.lock:
+                    if self._sealed:
+                        seg: WalSegment | None = self._sealed.popleft()
+                    elif cut:
+                        self._asked = False
+                        self._last_cut = self.clock.monotonic()
+                        seg = self.cut_locked()
+                    else:
+                        seg = None
+                if seg is None:
+                    break
+                due = False  # one cut per wake-up: what arrives later waits for the next one
+                self._submit(seg)
+            if not self._flights:
+                return
+            if not drain and len(self._flights) < self.max_in_flight:
+                return
+            if not drain and not self._flights[0].fut.done():
+                return  # the window is full: the oldest PUT landing wakes the thread
+            self._flights[0].fut.exception()  # waits; the result is read by _land_done
+
+    def _submit(self, seg: WalSegment) -> None:
         data, offsets, ends = encode_wal_layout(
             seg.keys,
             seg.ents,
@@ -421,19 +359,43 @@ class WalWriter:
             codec=self.codec,
             block_size=self.block_size,
         )
-        while True:
+        f = _Flight(seg, data, offsets, ends)
+        self._flights.append(f)
+        if self._pool is None:
             try:
-                self.store.put(paths.wal_path(seg.id), data, create=True)
-                break
-            except AlreadyExists:
-                if self._collision(seg.id, data):
-                    break
-                self._skip_slot(seg)
+                f.fut.set_result(self._put(seg.id, data))
+            except BaseException as exc:  # noqa: BLE001 - raised in order by _land_done
+                f.fut.set_exception(exc)
+            return
+        f.fut = self._pool.submit(self._put, seg.id, data)
+        f.fut.add_done_callback(lambda _: self._wake.set())
+
+    def _put(self, wal_id: int, data: bytearray) -> bool:
+        """Create ``wal/<wal_id>``: True once it holds our object, False if an older
+        writer's fence holds the slot; raises if a newer writer fenced us."""
+        try:
+            self.store.put(paths.wal_path(wal_id), data, create=True)
+            return True
+        except AlreadyExists:
+            return self._collision(wal_id, data)
+
+    def _land_done(self) -> None:
+        """Acknowledge, in id order, every segment whose PUT and every earlier one landed."""
+        while self._flights and self._flights[0].fut.done():
+            f = self._flights.popleft()
+            if not f.fut.result():  # raises the PUT's failure: the writer stops
+                self._requeue(f)
+                continue
+            self._landed(f)
+
+    def _landed(self, f: _Flight) -> None:
+        seg = f.seg
+        data = f.data
         log.debug("wrote WAL object %d: %d entries, %d bytes", seg.id, len(seg.keys), len(data))
         tracked = TrackedWal(seg.id, len(data), crc32c_of(data))
         thr = self.threshold
         if thr is not None and seg.ents and seg.sink is not None:
-            locate_values(seg.id, seg.keys, seg.ents, offsets, ends, thr, seg.sink)
+            locate_values(seg.id, seg.keys, seg.ents, f.offsets, f.ends, thr, seg.sink)
         with self._cv:
             self.durable_wal_id = seg.id
             self.objects_written += 1
@@ -448,6 +410,7 @@ class WalWriter:
                     )
             self._written.append(tracked)
             self._cv.notify_all()
+        seg.done.set()
 
     def _collision(self, wal_id: int, ours: bytes | bytearray) -> bool:
         """Someone's object is at our slot: True if it is ours, False to skip the slot; else raise."""
@@ -465,7 +428,7 @@ class WalWriter:
             )
         if other is None:
             raise FencedError(f"a fencing object occupies {path}; another writer took over")
-        if other < self.epoch and _is_empty_wal(theirs):
+        if other < self.epoch and is_empty_wal(theirs):
             # An older writer's fence, written after ours: it claimed its epoch
             # before us but listed the WAL after our fence, and its open then
             # failed on our newer epoch. Its slot holds no writes; step over it
@@ -475,22 +438,44 @@ class WalWriter:
             f"WAL slot taken by epoch {other} while this writer holds epoch {self.epoch}", path
         )
 
-    def _skip_slot(self, seg: WalSegment) -> None:
-        """Move ``seg`` and every queued segment one WAL id up (ids stay contiguous).
+    def _requeue(self, first: _Flight) -> None:
+        """An older writer's fence holds ``first``'s slot: write it and every segment
+        after it again, in order, above the ones in flight (ids stay contiguous).
+
+        The later segments may have landed already at their ids; their copies
+        written again come after them, so replaying the log in id order ends
+        with every segment's writes in their order, and each is acknowledged
+        only once its new copy (and all before it) is written.
 
         A memtable frozen before the move keeps its recorded last WAL id, now
-        one lower than its last object: its L0 flush may then start before
-        that object is written (the write is still acknowledged only once it
-        is) and the next open replays one more object, whose entries are
-        already in L0 and skipped by sequence number. Both are harmless, and
-        skips happen only after a race of opening writers.
+        lower than its last object: its L0 flush may then start before that
+        object is written (the write is still acknowledged only once it is)
+        and the next open replays more objects, whose entries are already in
+        L0 and skipped by sequence number. Both are harmless, and skips
+        happen only after a race of opening writers.
         """
-        log.warning("WAL slot %d holds an older writer's fence; writing at %d", seg.id, seg.id + 1)
+        for f in self._flights:
+            f.fut.exception()  # wait for every PUT in flight
+        later = list(self._flights)
+        self._flights.clear()
+        for f in later:
+            f.fut.result()  # a later failure still stops the writer
+        segs = [first.seg] + [f.seg for f in later]
+        shift = len(segs)
+        log.warning(
+            "WAL slot %d holds an older writer's fence; writing %d object(s) again from %d",
+            first.seg.id,
+            shift,
+            first.seg.id + shift,
+        )
         with self.lock:
-            seg.id += 1
+            base = first.seg.id + shift
             for s in self._sealed:
-                s.id += 1
-            self._next_id += 1
+                s.id += shift
+            self._next_id += shift
+            for i, seg in enumerate(segs):
+                seg.id = base + i
+            self._sealed.extendleft(reversed(segs))
 
     def _fail(self, exc: BaseException) -> None:
         log.error("WAL flusher stopped: %s", exc)
@@ -505,15 +490,9 @@ class WalWriter:
             log.exception("failure callback raised")
         with self.lock:
             latches = [s.done for s in self._sealed] + [self.pending]
-        if self._writing is not None:
-            latches.append(self._writing.done)
+        latches.extend(f.seg.done for f in self._flights)
         for latch in latches:
             latch.set()
-
-
-def _is_empty_wal(data: bytes) -> bool:
-    """True for a fencing object: a WAL SST without entries."""
-    return decode_meta(data, len(data)).props.entries == 0
 
 
 def _surface(exc: BaseException) -> BaseException:

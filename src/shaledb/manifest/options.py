@@ -16,4 +16,10 @@ OPT_COMPLETE = "journal.complete"
 OPT_INDEXED = "index.enabled"
 """``"1"`` once secondary-index entries were written."""
 
-__all__ = ["OPT_COMPLETE", "OPT_INDEXED", "OPT_RECOVERY"]
+OPT_WAL_WINDOW = "wal.max_in_flight"
+"""The largest ``Settings.wal_max_in_flight`` any writer of the database claimed its
+epoch with (absent: 1). An opening writer fences that many slots minus one after its
+fence (``engine.recovery.write_fence``): a database whose writers never pipelined
+pays one fence PUT per open, as before pipelining."""
+
+__all__ = ["OPT_COMPLETE", "OPT_INDEXED", "OPT_RECOVERY", "OPT_WAL_WINDOW"]

@@ -1,0 +1,179 @@
+"""The WAL object codec: encoding and decoding the WAL SSTs the writer puts at
+``wal/<id>.sst`` (docs/format/wal.md), value locations inside them, and which
+objects read in id order belong to the log (:class:`EpochGate`).
+
+Pure codec, no I/O: the writer thread is :mod:`shaledb.engine.wal`, fetching
+objects in order :mod:`shaledb.engine.wal_read`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import CorruptionError
+from .journal import wal_pointer
+from .row import EXTRA_FLAGS, FLAG_INDEX_TREE, TYPE_MASK, decode_payload
+from .sst import SST_WAL, SstBuilder, decode_data_block, decode_meta
+
+log = logging.getLogger("shaledb.wal")
+
+Entry = tuple[int, int, bytes]
+"""``(seq, kind, payload)``: a WAL entry (as ``engine.memtable.Entry``)."""
+
+Locations = dict[bytes, tuple[int, bytes, int]]
+"""key -> (seq, pointer, value length): ``Memtable.locs``."""
+
+
+def encode_wal_layout(
+    keys: list[bytes],
+    ents: list[Entry],
+    *,
+    epoch: int,
+    nonce: bytes,
+    created_at_ms: int,
+    codec: int,
+    block_size: int,
+) -> tuple[bytearray, list[int], list[int]]:
+    """:func:`encode_wal` plus the block layout (``SstBuilder.block_layout``), as the
+    builder's own buffer: the object only goes to the store, so no copy into bytes."""
+    b = SstBuilder(
+        kind=SST_WAL,
+        block_size=block_size,
+        codec=codec,
+        writer_epoch=epoch,
+        created_at_ms=created_at_ms,
+        nonce=nonce,
+    )
+    if keys:
+        seqs, kinds, payloads = zip(*ents)
+        b.add_many(keys, seqs, kinds, payloads)
+    offsets, ends = b.block_layout()
+    return b.finish_buffer()[0], offsets, ends
+
+
+def locate_values(
+    wal_id: int,
+    keys: list[bytes],
+    ents: list[Entry],
+    offsets: list[int],
+    ends: list[int],
+    threshold: int,
+    sink: Locations,
+) -> None:
+    """Record a pointer for every data-tree value of at least ``threshold`` bytes.
+
+    Only a key's newest entry in the object is its value (a batch may write a
+    key twice, and a later batch may overwrite or delete it), so entries are
+    visited last to first and every earlier entry of a key already seen is
+    skipped: a value a later tombstone deleted gets no location.
+    """
+    b = len(ends) - 1
+    seen: set[bytes] = set()
+    for j in range(len(ents) - 1, -1, -1):
+        e = ents[j]
+        k = keys[j]
+        if k in seen:
+            continue
+        seen.add(k)
+        p = e[2]
+        if len(p) < threshold:
+            continue
+        kind = e[1]
+        if kind & (TYPE_MASK | FLAG_INDEX_TREE):
+            continue  # tombstones, pointers and index entries stay where they are
+        vlen = len(decode_payload(kind, p)[0]) if kind & EXTRA_FLAGS else len(p)
+        if vlen < threshold:
+            continue
+        while b > 0 and ends[b - 1] > j:
+            b -= 1
+        first = ends[b - 1] if b else 0
+        if sink.get(k, (-1,))[0] > e[0]:
+            continue  # a newer write of the key was located already (replay of several objects)
+        sink[k] = (e[0], wal_pointer(wal_id, offsets[b], offsets[b + 1] - offsets[b], j - first, vlen), vlen)
+
+
+def encode_wal(
+    keys: list[bytes],
+    ents: list[Entry],
+    *,
+    epoch: int,
+    nonce: bytes,
+    created_at_ms: int,
+    codec: int,
+    block_size: int,
+) -> bytes:
+    """A WAL SST for entries in sequence order (empty: a fencing object)."""
+    return bytes(
+        encode_wal_layout(
+            keys,
+            ents,
+            epoch=epoch,
+            nonce=nonce,
+            created_at_ms=created_at_ms,
+            codec=codec,
+            block_size=block_size,
+        )[0]
+    )
+
+
+def wal_object_epoch(data: bytes) -> int | None:
+    """The writer epoch recorded in a WAL object (None for a zero-length fence)."""
+    if not data:
+        return None
+    return decode_meta(data, len(data)).props.writer_epoch
+
+
+class EpochGate:
+    """Tells which WAL objects, read in id order, belong to the log.
+
+    A writer with up to ``wal_max_in_flight`` PUTs in flight can crash with
+    object N+1 written and N not. Nothing in N+1 was acknowledged (N was not
+    written), and replaying it would keep later writes while losing earlier
+    ones. The next writer therefore writes its fence *at* the hole N
+    (``recovery.write_fence``), so every object of an older epoch that comes
+    after a newer epoch's object is such a dead object: this gate skips it.
+    In a log written one PUT at a time an older epoch never follows a newer
+    one except as an empty fence, so nothing else is skipped.
+    """
+
+    __slots__ = ("epoch",)
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def admit(self, data: bytes, path: str) -> bool:
+        """True if the object ``data`` (read in id order) belongs to the log."""
+        if not data:
+            return True
+        try:
+            epoch = decode_meta(data, len(data)).props.writer_epoch
+        except CorruptionError:
+            return True  # the caller's decoding reports the damage
+        if epoch < self.epoch:
+            log.info("skipping %s: written by epoch %d after epoch %d fenced it", path, epoch, self.epoch)
+            return False
+        self.epoch = epoch
+        return True
+
+
+def decode_wal_object(data: bytes, path: str) -> tuple[list[bytes], list[Entry]]:
+    """Keys and ``(seq, kind, payload)`` entries of a WAL object, in sequence order."""
+    keys: list[bytes] = []
+    ents: list[Entry] = []
+    if not data:
+        return keys, ents  # a zero-length fencing object
+    try:
+        meta = decode_meta(data, len(data))
+        offs = meta.index.offsets
+        for i in range(len(meta.index)):
+            block = decode_data_block(data[offs[i] : offs[i + 1]])
+            keys.extend(block.keys)
+            ents.extend(zip(block.seqs, block.kinds, block.payloads(0, len(block))))
+    except CorruptionError as exc:
+        raise exc.with_path(path) from exc
+    return keys, ents
+
+
+def is_empty_wal(data: bytes) -> bool:
+    """True for a fencing object: a WAL SST without entries."""
+    return decode_meta(data, len(data)).props.entries == 0
