@@ -1,6 +1,7 @@
 """One writer per database per process.
 
-Opening a database's writer fences the previous one (seed 001), which is
+Opening a database's writer fences the previous one (docs/design/writer-open-and-recovery.md,
+"Claiming the writer epoch"), which is
 what a new process taking over wants -- but inside one process a second
 ``Db.open`` of the same database is almost always a mistake (two handles in
 one program, a forgotten ``close``), and its only visible effect was that the
