@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """shaledb beside SlateDB's binding on the local S3 server, both behind one delay proxy.
 
-    .venv/bin/python bench/s3_beside_slatedb.py [--latency-ms 20] [--repeat 3] [--keys 20000]
+    .venv/bin/python bench/s3_beside_slatedb.py [--latency-ms 20] [--repeat 3] [--keys 50000]
                                                 [--only REGEX]
 
 ``s3_profile.py`` adds its delay inside shaledb's store stack (``LatencyStore``); SlateDB's
@@ -14,7 +14,7 @@ process, the engines interleaved (order rotating each repeat). 16-byte keys, 100
 
 Workloads:
 
-* ``puts_<w>``: ``w`` writers (1, 16) of durable single puts into an empty database for
+* ``puts_<w>``: ``w`` writers (1, 4, 16, 64) of durable single puts into an empty database for
   ``--put-seconds`` (shaledb: threads; SlateDB: asyncio tasks, its binding is async):
   puts/s, p50 in ms and in round trips, requests per put. Both engines at their default
   settings (SlateDB's default ``flush_interval`` batches WAL writes every 100 ms).
@@ -45,7 +45,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ENGINES = ("shaledb", "slatedb")
-WRITERS = (1, 16)
+WRITERS = (1, 4, 16, 64)
 
 
 def workloads() -> list[str]:
@@ -289,9 +289,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--keys", type=int, default=20_000)
-    ap.add_argument("--gets", type=int, default=100)
-    ap.add_argument("--scans", type=int, default=50)
+    ap.add_argument("--keys", type=int, default=50_000)
+    ap.add_argument("--gets", type=int, default=200)
+    ap.add_argument("--scans", type=int, default=100)
     ap.add_argument("--put-seconds", type=float, default=3.0)
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--only", default=None, help="regex: run only the workloads it matches")
