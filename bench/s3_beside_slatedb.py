@@ -17,7 +17,8 @@ Workloads:
 * ``puts_<w>``: ``w`` writers (1, 4, 16, 64) of durable single puts into an empty database for
   ``--put-seconds`` (shaledb: threads; SlateDB: asyncio tasks, its binding is async):
   puts/s, p50 in ms and in round trips, requests per put. Both engines at their default
-  settings (SlateDB's default ``flush_interval`` batches WAL writes every 100 ms).
+  settings (SlateDB's default ``flush_interval`` batches WAL writes every 100 ms;
+  ``--slatedb-settings '{"flush_interval": "10ms"}'`` shortens it).
 * ``gets``: reopen a database of ``--keys`` rows (loaded straight to moto, flushed), then
   ``--gets`` random present keys one by one, cold: gets/s, p50, requests per get.
 * ``scans``: reopen, ``--scans`` 100-key scans from random present keys, cold: scans/s,
@@ -178,7 +179,13 @@ async def slatedb_child(args: argparse.Namespace, meter: Meter) -> None:
     w = args.child
 
     async def open_db() -> Any:
-        return await sdb.DbBuilder(path, store).build()
+        b = sdb.DbBuilder(path, store)
+        if args.slatedb_settings:
+            settings = sdb.Settings.default()
+            for name, value in json.loads(args.slatedb_settings).items():
+                settings.set(name, json.dumps(value))
+            b.with_settings(settings)
+        return await b.build()
 
     if w == "load":
         db = await open_db()
@@ -270,6 +277,7 @@ def run_child(
     cmd += ["--url", url, "--proxy", args.proxy_endpoint, "--latency-ms", str(args.latency_ms)]
     cmd += ["--keys", str(args.keys), "--gets", str(args.gets), "--scans", str(args.scans)]
     cmd += ["--put-seconds", str(args.put_seconds), "--seed", str(args.seed)]
+    cmd += ["--slatedb-settings", args.slatedb_settings]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(f"{engine} {workload} failed:\n{res.stderr[-4000:]}")
@@ -296,6 +304,11 @@ def main() -> int:
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--only", default=None, help="regex: run only the workloads it matches")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--slatedb-settings",
+        default="",
+        help='JSON object of SlateDB Settings over its defaults, e.g. \'{"flush_interval": "10ms"}\'',
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="shaledb", help=argparse.SUPPRESS)
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
@@ -335,6 +348,7 @@ def main() -> int:
         "latency_ms": args.latency_ms,
         "keys": args.keys,
         "repeat": args.repeat,
+        "slatedb_settings": args.slatedb_settings,
         "load_after": os.getloadavg(),
         "median": medians(runs),
     }
