@@ -18,7 +18,8 @@ Workloads:
   ``--put-seconds`` (shaledb: threads; SlateDB: asyncio tasks, its binding is async):
   puts/s, p50 in ms and in round trips, requests per put. Both engines at their default
   settings (SlateDB's default ``flush_interval`` batches WAL writes every 100 ms;
-  ``--slatedb-settings '{"flush_interval": "10ms"}'`` shortens it).
+  ``--slatedb-settings '{"flush_interval": "10ms"}'`` shortens it; ``--wal-max-in-flight N``
+  sets shaledb's WAL pipeline).
 * ``gets``: reopen a database of ``--keys`` rows (loaded straight to moto, flushed), then
   ``--gets`` random present keys one by one, cold: gets/s, p50, requests per get.
 * ``scans``: reopen, ``--scans`` 100-key scans from random present keys, cold: scans/s,
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -98,6 +100,8 @@ def shaledb_child(args: argparse.Namespace, meter: Meter) -> None:
     from shaledb.compaction import Compactor
 
     quiet = Settings(compactor=None, garbage_collector=None)
+    if args.wal_max_in_flight:
+        quiet = dataclasses.replace(quiet, wal_max_in_flight=args.wal_max_in_flight)
     w = args.child
     if w == "load":
         with Db.open(args.url, settings=quiet) as db:
@@ -277,7 +281,7 @@ def run_child(
     cmd += ["--url", url, "--proxy", args.proxy_endpoint, "--latency-ms", str(args.latency_ms)]
     cmd += ["--keys", str(args.keys), "--gets", str(args.gets), "--scans", str(args.scans)]
     cmd += ["--put-seconds", str(args.put_seconds), "--seed", str(args.seed)]
-    cmd += ["--slatedb-settings", args.slatedb_settings]
+    cmd += ["--slatedb-settings", args.slatedb_settings, "--wal-max-in-flight", str(args.wal_max_in_flight)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(f"{engine} {workload} failed:\n{res.stderr[-4000:]}")
@@ -304,6 +308,12 @@ def main() -> int:
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--only", default=None, help="regex: run only the workloads it matches")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--wal-max-in-flight",
+        type=int,
+        default=0,
+        help="shaledb's Settings.wal_max_in_flight (0: its default)",
+    )
     ap.add_argument(
         "--slatedb-settings",
         default="",
@@ -349,6 +359,7 @@ def main() -> int:
         "keys": args.keys,
         "repeat": args.repeat,
         "slatedb_settings": args.slatedb_settings,
+        "wal_max_in_flight": args.wal_max_in_flight,
         "load_after": os.getloadavg(),
         "median": medians(runs),
     }
