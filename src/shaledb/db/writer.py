@@ -71,6 +71,7 @@ from ..journal.compaction import (
 from ..journal.rebuild import rebuild_ledger
 from ..journal.resolver import JournalResolver
 from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, BytesLike, check_key, check_value
+from ..manifest.edits import Edit
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.options import OPT_INDEXED
 from ..manifest.store import ManifestStore
@@ -761,7 +762,7 @@ class Db(Queries):
         return self.pins.decorate(m)
 
     def _update_manifest(
-        self, mutate: Callable[[Manifest], Manifest | None], *, current: Manifest | None = None
+        self, mutate: Edit | Callable[[Manifest], Manifest | None], *, current: Manifest | None = None
     ) -> Manifest:
         """Write a manifest version from this process and make it the read view.
 

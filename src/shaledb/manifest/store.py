@@ -33,6 +33,7 @@ from ..format import paths
 from ..format.manifest import decode_manifest_body, encode_manifest_body
 from ..numbers import check_seconds
 from ..store.base import ObjectStore
+from .edits import Edit
 from .invariants import check_transition
 from .model import Manifest, from_body, to_body
 
@@ -213,17 +214,18 @@ class ManifestStore:
 
     def update(
         self,
-        mutate: Mutator,
+        edit: Edit | Mutator,
         *,
         timeout_s: float,
         current: Manifest | None = None,
     ) -> Manifest:
-        """Apply ``mutate`` to the latest manifest and write the result.
+        """Apply ``edit`` (``shaledb.manifest.edits``) to the latest manifest and write the result.
 
         ``current`` is a hint (the caller's last known version): the first
         attempt tries it, and a conflict refreshes. Returns the manifest
-        written, or the latest one unchanged when ``mutate`` returns None.
+        written, or the latest one unchanged when the edit returns None.
         """
+        mutate = edit.apply if isinstance(edit, Edit) else edit
         check_seconds("timeout_s", timeout_s)
         deadline = self.clock.monotonic() + timeout_s
         m = current if current is not None else self.require_latest()

@@ -11,11 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ...admin.checkpoint import delete_checkpoint, without_checkpoints
+from ...admin.checkpoint import delete_checkpoint
 from ...clock import SYSTEM_CLOCK, Clock
 from ...db.writer import Db
 from ...errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
 from ...format import paths
+from ...manifest.edits import without_checkpoints
 from ...manifest.model import IngestRecord, JournalFile, Manifest, SortedRun, SstInfo, Tree
 from ...manifest.options import OPT_COMPLETE, OPT_INDEXED
 from ...manifest.store import ManifestStore
