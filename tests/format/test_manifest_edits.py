@@ -25,7 +25,6 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "shaledb"
 
 NOT_YET_CONVERTED = frozenset(
     {
-        "bulk/ingest/commit.py",
         "compaction/compactor.py",
         "db/reader.py",
         "db/writer.py",
