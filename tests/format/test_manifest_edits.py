@@ -26,7 +26,6 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "shaledb"
 NOT_YET_CONVERTED = frozenset(
     {
         "compaction/compactor.py",
-        "db/reader.py",
         "db/writer.py",
         "engine/flush.py",
         "journal/compaction.py",

@@ -109,6 +109,18 @@ class DropCheckpoint(Edit):
 
 
 @dataclass(frozen=True)
+class DropCheckpoints(Edit):
+    """Remove every checkpoint in ``ids`` (a reader closing); nothing to do when none is left."""
+
+    ids: frozenset[uuid.UUID]
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if not any(c.id in self.ids for c in m.checkpoints):
+            return None
+        return replace(m, checkpoints=tuple(c for c in m.checkpoints if c.id not in self.ids))
+
+
+@dataclass(frozen=True)
 class DropExpiredCheckpoints(Edit):
     """GC: remove the checkpoints expired at ``now_s``; ``gone`` receives their ids (last attempt)."""
 
@@ -175,6 +187,7 @@ __all__ = [
     "ClaimWriterEpoch",
     "Decorated",
     "DropCheckpoint",
+    "DropCheckpoints",
     "DropExpiredCheckpoints",
     "Edit",
     "FenceForDestroy",
