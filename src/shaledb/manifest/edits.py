@@ -99,6 +99,14 @@ class ClaimWriterEpoch(Edit):
 
 
 @dataclass(frozen=True)
+class ClaimCompactorEpoch(Edit):
+    """A compactor starting takes the next compactor epoch, fencing older compactors' commits."""
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        return replace(m, compactor_epoch=m.compactor_epoch + 1)
+
+
+@dataclass(frozen=True)
 class DropCheckpoint(Edit):
     """Remove checkpoint ``cp_id`` if present (idempotent: nothing to do when it is gone)."""
 
@@ -184,6 +192,7 @@ class RemoveOption(Edit):
 
 
 __all__ = [
+    "ClaimCompactorEpoch",
     "ClaimWriterEpoch",
     "Decorated",
     "DropCheckpoint",

@@ -44,10 +44,6 @@ LIST_FALLBACK_PROBES = 16
 LIST_FALLBACK_INTERVAL_S = 60.0
 """When probing finds nothing newer, still list this often (seconds) to cross GC gaps."""
 
-Mutator = Callable[[Manifest], "Manifest | None"]
-"""Given the latest manifest, return the next one (its id is set for you) or
-None when no change is needed. It may raise (e.g. FencedError) to abort."""
-
 
 class ManifestStore:
     """Manifest I/O for one database root. Thread-safe."""
@@ -214,7 +210,7 @@ class ManifestStore:
 
     def update(
         self,
-        edit: Edit | Mutator,
+        edit: Edit | Callable[[Manifest], Manifest | None],
         *,
         timeout_s: float,
         current: Manifest | None = None,
@@ -224,14 +220,16 @@ class ManifestStore:
         ``current`` is a hint (the caller's last known version): the first
         attempt tries it, and a conflict refreshes. Returns the manifest
         written, or the latest one unchanged when the edit returns None.
+        A plain function is accepted too, for tests that stand in for another
+        process's ad hoc change; the package itself passes named edits.
         """
-        mutate = edit.apply if isinstance(edit, Edit) else edit
+        apply = edit.apply if isinstance(edit, Edit) else edit
         check_seconds("timeout_s", timeout_s)
         deadline = self.clock.monotonic() + timeout_s
         m = current if current is not None else self.require_latest()
         attempt = 0
         while True:
-            nxt = mutate(m)
+            nxt = apply(m)
             if nxt is None:
                 return m
             nxt = replace(nxt, id=m.id + 1)
