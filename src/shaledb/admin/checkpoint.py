@@ -33,7 +33,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from ..clock import Clock
@@ -49,6 +49,7 @@ from ..errors import (
     ObjectNotFound,
 )
 from ..format import paths
+from ..manifest.edits import Edit, with_checkpoint, without_checkpoints
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
@@ -145,57 +146,95 @@ def make_checkpoint(
     )
 
 
-def with_checkpoint(m: Manifest, cp: Checkpoint) -> Manifest:
-    """``m`` with ``cp`` added, or replacing the checkpoint with the same id."""
-    others = tuple(c for c in m.checkpoints if c.id != cp.id)
-    return replace(m, checkpoints=(*others, cp))
-
-
-def without_checkpoints(m: Manifest, ids: set[uuid.UUID]) -> Manifest:
-    return replace(m, checkpoints=tuple(c for c in m.checkpoints if c.id not in ids))
-
-
-def add_checkpoint_mutator(
-    *,
-    cp_id: uuid.UUID,
-    clock: Clock,
-    where: str,
-    lifetime_s: float | None,
-    source: uuid.UUID | None = None,
-    name: str | None = None,
-    metadata: tuple[tuple[str, str], ...] = (),
-    prepare: Callable[[Manifest], Manifest] | None = None,
-    result: list[Checkpoint] | None = None,
-) -> Callable[[Manifest], Manifest | None]:
-    """The mutation of the two creation procedures (see module docstring and
+@dataclass(frozen=True)
+class AddCheckpoint(Edit):
+    """Create checkpoint ``cp_id``: the two creation procedures (see module docstring and
     docs/design/checkpoints-readers-clones.md).
 
     ``prepare`` adjusts the manifest first (e.g. a writer extending the WAL
     range); the checkpoint is appended to ``result`` on every attempt, so the
-    last element is the one that was written.
+    last element is the one that was written. The id is fresh and random, so
+    finding it means an earlier attempt of ours landed: no change then.
     """
 
-    def mutate(m: Manifest) -> Manifest | None:
-        now = clock.now()
-        mine = m.checkpoint(cp_id)
+    cp_id: uuid.UUID
+    clock: Clock
+    where: str
+    lifetime_s: float | None
+    source: uuid.UUID | None = None
+    name: str | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+    prepare: Callable[[Manifest], Manifest] | None = None
+    result: list[Checkpoint] | None = None
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        now = self.clock.now()
+        mine = m.checkpoint(self.cp_id)
         if mine is not None:  # an earlier attempt of ours landed (the id is fresh and random)
-            if result is not None:
-                result.append(mine)
+            if self.result is not None:
+                self.result.append(mine)
             return None
-        if source is None:
-            check_usable(m, where)
+        if self.source is None:
+            check_usable(m, self.where)
             manifest_id = m.id + 1
         else:
-            check_usable(m, where, allow_uninitialized=True)
-            manifest_id = live_checkpoint(m, source, now, where).manifest_id
-        if prepare is not None:
-            m = prepare(m)
-        cp = make_checkpoint(cp_id, manifest_id, now, lifetime_s, name=name, metadata=metadata)
-        if result is not None:
-            result.append(cp)
+            check_usable(m, self.where, allow_uninitialized=True)
+            manifest_id = live_checkpoint(m, self.source, now, self.where).manifest_id
+        if self.prepare is not None:
+            m = self.prepare(m)
+        cp = make_checkpoint(
+            self.cp_id, manifest_id, now, self.lifetime_s, name=self.name, metadata=self.metadata
+        )
+        if self.result is not None:
+            self.result.append(cp)
         return with_checkpoint(m, cp)
 
-    return mutate
+
+@dataclass(frozen=True)
+class RefreshCheckpoint(Edit):
+    """Set the expiry of live checkpoint ``cp_id`` to now + ``lifetime_s`` (None: never).
+
+    An expired checkpoint cannot be refreshed (the GC may be deleting what it pinned).
+    The refreshed checkpoint is appended to ``result`` (last element: the one written).
+    """
+
+    cp_id: uuid.UUID
+    clock: Clock
+    where: str
+    lifetime_s: float | None
+    result: list[Checkpoint] = field(default_factory=list)
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.destroyed_at_s is not None:
+            raise DatabaseDestroyed(f"database at {self.where} was destroyed")
+        now = self.clock.now()
+        cp = live_checkpoint(m, self.cp_id, now, self.where)
+        new = replace(cp, expire_time_s=None if self.lifetime_s is None else now + self.lifetime_s)
+        self.result.append(new)
+        return with_checkpoint(m, new)
+
+
+@dataclass(frozen=True)
+class RemoveCheckpoint(Edit):
+    """Delete checkpoint ``cp_id`` (expired ones too).
+
+    ``found[0]`` records that an attempt saw it: a later attempt that finds it gone
+    (deleted by us or by the GC) is then no change rather than CheckpointNotFound,
+    which is also what ``missing_ok`` asks for.
+    """
+
+    cp_id: uuid.UUID
+    where: str
+    missing_ok: bool = False
+    found: list[bool] = field(default_factory=lambda: [False])
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.checkpoint(self.cp_id) is None:
+            if self.found[0] or self.missing_ok:
+                return None  # (gone since an earlier attempt of ours saw it: deleted by us or by GC)
+            raise CheckpointNotFound(f"no checkpoint {self.cp_id} in the database at {self.where}")
+        self.found[0] = True
+        return without_checkpoints(m, {self.cp_id})
 
 
 def create_checkpoint(
@@ -231,7 +270,7 @@ def create_checkpoint(
         def prepare(m: Manifest) -> Manifest:
             return extend_wal_range(m, durable_wal_tail(store, m.next_wal_id - 1))
 
-    mutate = add_checkpoint_mutator(
+    edit = AddCheckpoint(
         cp_id=new_checkpoint_id(rng),
         clock=clock,
         where=where,
@@ -242,7 +281,7 @@ def create_checkpoint(
         prepare=prepare,
         result=out,
     )
-    ms.update(mutate, timeout_s=timeout_s)
+    ms.update(edit, timeout_s=timeout_s)
     return out[-1]
 
 
@@ -253,19 +292,9 @@ def refresh_checkpoint(
     secs = lifetime_seconds(lifetime)
     cid = as_checkpoint_id(cp_id)
     where = ms.store.describe()
-    out: list[Checkpoint] = []
-
-    def mutate(m: Manifest) -> Manifest:
-        if m.destroyed_at_s is not None:
-            raise DatabaseDestroyed(f"database at {where} was destroyed")
-        now = clock.now()
-        cp = live_checkpoint(m, cid, now, where)
-        new = replace(cp, expire_time_s=None if secs is None else now + secs)
-        out.append(new)
-        return with_checkpoint(m, new)
-
-    ms.update(mutate, timeout_s=timeout_s)
-    return out[-1]
+    edit = RefreshCheckpoint(cid, clock, where, secs)
+    ms.update(edit, timeout_s=timeout_s)
+    return edit.result[-1]
 
 
 def delete_checkpoint(
@@ -274,18 +303,9 @@ def delete_checkpoint(
     """Remove a checkpoint (expired ones too); False if it was not there and ``missing_ok``."""
     cid = as_checkpoint_id(cp_id)
     where = ms.store.describe()
-    found = [False]
-
-    def mutate(m: Manifest) -> Manifest | None:
-        if m.checkpoint(cid) is None:
-            if found[0] or missing_ok:
-                return None  # (gone since an earlier attempt of ours saw it: deleted by us or by GC)
-            raise CheckpointNotFound(f"no checkpoint {cid} in the database at {where}")
-        found[0] = True
-        return without_checkpoints(m, {cid})
-
-    ms.update(mutate, timeout_s=timeout_s)
-    return found[0]
+    edit = RemoveCheckpoint(cid, where, missing_ok)
+    ms.update(edit, timeout_s=timeout_s)
+    return edit.found[0]
 
 
 def list_checkpoints(m: Manifest, name: str | None = None) -> list[Checkpoint]:
@@ -365,7 +385,7 @@ def create_writer_checkpoint(
         return db.decorate_manifest(extend_wal_range(m, durable_wal) if src is None else m)
 
     out: list[Checkpoint] = []
-    mutate = add_checkpoint_mutator(
+    edit = AddCheckpoint(
         cp_id=new_checkpoint_id(db.rng),
         clock=db.clock,
         where=db.store.describe(),
@@ -376,7 +396,7 @@ def create_writer_checkpoint(
         prepare=prepare,
         result=out,
     )
-    db.update_manifest(mutate)  # serialized with the writer's other manifest writes; adopts the result
+    db.update_manifest(edit)  # serialized with the writer's other manifest writes; adopts the result
     return out[-1]
 
 
@@ -392,6 +412,9 @@ def read_checkpoint_manifest(ms: ManifestStore, cp: Checkpoint) -> Manifest:
 
 __all__ = [
     "SCOPES",
+    "AddCheckpoint",
+    "RefreshCheckpoint",
+    "RemoveCheckpoint",
     "as_checkpoint_id",
     "check_usable",
     "create_checkpoint",

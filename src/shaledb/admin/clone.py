@@ -46,7 +46,7 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 from ..clock import SYSTEM_CLOCK, Clock
@@ -64,6 +64,7 @@ from ..errors import (
     Unavailable,
 )
 from ..format import paths
+from ..manifest.edits import DropCheckpoint, Edit, with_checkpoint
 from ..manifest.model import ExternalDb, Manifest, ParentRef, SstInfo, Tree
 from ..manifest.store import ManifestStore
 from ..settings import WAL_READ_AHEAD, Settings
@@ -79,8 +80,6 @@ from .checkpoint import (
     extend_wal_range,
     live_checkpoint,
     make_checkpoint,
-    with_checkpoint,
-    without_checkpoints,
 )
 
 T = TypeVar("T")
@@ -232,10 +231,7 @@ def _attempt(
     )
     # Step 4.
     if mp.destroyed_at_s is not None:
-        pms.update(
-            lambda cur: without_checkpoints(cur, {cp_id}) if cur.checkpoint(cp_id) else None,
-            timeout_s=timeout_s,
-        )
+        pms.update(DropCheckpoint(cp_id), timeout_s=timeout_s)
         raise DatabaseDestroyed(f"the parent {parent_url} was destroyed; it cannot be cloned")
     # Step 5.
     if parent_checkpoint is not None:
@@ -268,14 +264,7 @@ def _attempt(
         except ConflictError:
             raise _Restart("another process created the clone manifest") from None
     else:
-        base = m
-
-        def rewrite(cur: Manifest) -> Manifest:
-            if cur.initialized or cur.parent is None or cur.parent.checkpoint_id != cp_id:
-                raise _Restart("the clone manifest changed")
-            return build_clone_manifest(mc, parent_url, cp_id, ancestors, cur)
-
-        m = ms.update(rewrite, timeout_s=timeout_s, current=base)
+        m = ms.update(RewriteCloneManifest(mc, parent_url, cp_id, ancestors), timeout_s=timeout_s, current=m)
     # Step 7: pin M_c in the parent, then in every older ancestor.
     _pin_in_parent(pms, cp_id, mc, parent_checkpoint, own_url, parent_url, clock, timeout_s)
     for e in mc.external_dbs:
@@ -285,15 +274,7 @@ def _attempt(
     # Step 8.
     _copy_wal(pms.store, ms.store, mc)
     # Step 9.
-
-    def finish(cur: Manifest) -> Manifest | None:
-        if cur.initialized:
-            return None
-        if cur.parent is None or cur.parent.checkpoint_id != cp_id or cur.id != m.id:
-            raise _Restart("the clone manifest changed during initialization")
-        return replace(cur, initialized=True)
-
-    done = ms.update(finish, timeout_s=timeout_s, current=m)
+    done = ms.update(FinishCloneInit(cp_id, m.id), timeout_s=timeout_s, current=m)
     log.info("clone %s of %s (manifest %d) initialized", own_url, parent_url, mc.id)
     return done
 
@@ -308,28 +289,9 @@ def _pin_in_parent(
     clock: Clock,
     timeout_s: float,
 ) -> None:
-    def pin(cur: Manifest) -> Manifest | None:
-        if cur.destroyed_at_s is not None:
-            raise _Restart("the parent was destroyed")  # step 4 of the next attempt cleans up
-        now = clock.now()
-        existing = cur.checkpoint(cp_id)
-        if parent_checkpoint is not None:
-            manifest_id = live_checkpoint(cur, parent_checkpoint, now, parent_url).manifest_id
-            if manifest_id != mc.id:
-                raise _Restart("the parent checkpoint changed")
-        else:
-            manifest_id = mc.id
-            pinned = existing is not None and existing.manifest_id == mc.id
-            if not pinned and cur.id != mc.id - 1:
-                raise _Restart("the parent's current version changed before it was pinned")
-        if existing is not None and existing.manifest_id == manifest_id and existing.expire_time_s is None:
-            return None
-        if parent_checkpoint is None:
-            cur = extend_wal_range(cur, mc.next_wal_id - 1)
-        cp = make_checkpoint(cp_id, manifest_id, now, None, metadata=_clone_metadata(own_url))
-        return with_checkpoint(cur, cp)
-
-    pms.update(pin, timeout_s=timeout_s)
+    pms.update(
+        PinCloneInParent(cp_id, mc, parent_checkpoint, own_url, parent_url, clock), timeout_s=timeout_s
+    )
 
 
 def _pin_in_ancestor(
@@ -344,29 +306,110 @@ def _pin_in_ancestor(
     """The clone's own checkpoint in an older ancestor, on the version the parent pins there."""
     ams = ManifestStore(external.open_url(url), clock, random.Random(), author="clone")
 
-    def pin(cur: Manifest) -> Manifest | None:
-        now = clock.now()
-        existing = cur.checkpoint(cp_id)
-        src = cur.checkpoint(source)
+    ams.update(PinCloneInAncestor(cp_id, source, url, own_url, clock), timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class RewriteCloneManifest(Edit):
+    """Step 6 again: rebuild an unfinished clone's manifest from ``mc`` (an earlier attempt's
+    manifest exists); restart if another process changed or finished it meanwhile."""
+
+    mc: Manifest
+    parent_url: str
+    cp_id: uuid.UUID
+    ancestors: dict[str, uuid.UUID]
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.initialized or m.parent is None or m.parent.checkpoint_id != self.cp_id:
+            raise _Restart("the clone manifest changed")
+        return build_clone_manifest(self.mc, self.parent_url, self.cp_id, self.ancestors, m)
+
+
+@dataclass(frozen=True)
+class PinCloneInParent(Edit):
+    """Step 7 in the parent: checkpoint ``cp_id`` pins ``mc`` (the parent checkpoint's version,
+    or the parent's next version ``mc``, whose WAL range this write extends).
+
+    Restarts when the parent was destroyed, its checkpoint changed, or its current version
+    moved on before it was pinned; no change when an earlier attempt already pinned it.
+    """
+
+    cp_id: uuid.UUID
+    mc: Manifest
+    parent_checkpoint: uuid.UUID | None
+    own_url: str
+    parent_url: str
+    clock: Clock
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.destroyed_at_s is not None:
+            raise _Restart("the parent was destroyed")  # step 4 of the next attempt cleans up
+        now = self.clock.now()
+        existing = m.checkpoint(self.cp_id)
+        if self.parent_checkpoint is not None:
+            manifest_id = live_checkpoint(m, self.parent_checkpoint, now, self.parent_url).manifest_id
+            if manifest_id != self.mc.id:
+                raise _Restart("the parent checkpoint changed")
+        else:
+            manifest_id = self.mc.id
+            pinned = existing is not None and existing.manifest_id == self.mc.id
+            if not pinned and m.id != self.mc.id - 1:
+                raise _Restart("the parent's current version changed before it was pinned")
+        if existing is not None and existing.manifest_id == manifest_id and existing.expire_time_s is None:
+            return None
+        if self.parent_checkpoint is None:
+            m = extend_wal_range(m, self.mc.next_wal_id - 1)
+        cp = make_checkpoint(self.cp_id, manifest_id, now, None, metadata=_clone_metadata(self.own_url))
+        return with_checkpoint(m, cp)
+
+
+@dataclass(frozen=True)
+class PinCloneInAncestor(Edit):
+    """Step 7 in an older ancestor at ``url``: checkpoint ``cp_id`` pins the version the
+    parent's checkpoint ``source`` pins there (never expiring)."""
+
+    cp_id: uuid.UUID
+    source: uuid.UUID
+    url: str
+    own_url: str
+    clock: Clock
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        now = self.clock.now()
+        existing = m.checkpoint(self.cp_id)
+        src = m.checkpoint(self.source)
         if src is None or src.expired(now):
             if existing is not None:
                 return None  # pinned by an earlier attempt (the parent may have detached since)
             raise CheckpointNotFound(
-                f"the parent's checkpoint {source} in its ancestor {url} is gone; the parent no longer "
-                "pins the version it references there"
+                f"the parent's checkpoint {self.source} in its ancestor {self.url} is gone; the parent "
+                "no longer pins the version it references there"
             )
-        if cur.destroyed_at_s is not None and existing is None:
-            raise DatabaseDestroyed(f"ancestor {url} of the parent was destroyed")
+        if m.destroyed_at_s is not None and existing is None:
+            raise DatabaseDestroyed(f"ancestor {self.url} of the parent was destroyed")
         if (
             existing is not None
             and existing.manifest_id == src.manifest_id
             and existing.expire_time_s is None
         ):
             return None
-        cp = make_checkpoint(cp_id, src.manifest_id, now, None, metadata=_clone_metadata(own_url))
-        return with_checkpoint(cur, cp)
+        cp = make_checkpoint(self.cp_id, src.manifest_id, now, None, metadata=_clone_metadata(self.own_url))
+        return with_checkpoint(m, cp)
 
-    ams.update(pin, timeout_s=timeout_s)
+
+@dataclass(frozen=True)
+class FinishCloneInit(Edit):
+    """Step 9: mark the clone initialized, if its manifest is still ``manifest_id`` for ``cp_id``."""
+
+    cp_id: uuid.UUID
+    manifest_id: int
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.initialized:
+            return None
+        if m.parent is None or m.parent.checkpoint_id != self.cp_id or m.id != self.manifest_id:
+            raise _Restart("the clone manifest changed during initialization")
+        return replace(m, initialized=True)
 
 
 def _copy_wal(src: ObjectStore, dst: ObjectStore, mc: Manifest) -> None:

@@ -39,21 +39,21 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..clock import Clock
 from ..engine.parents import ExternalStores, default_factory
 from ..engine.recovery import write_fence
-from ..errors import CorruptionError, FencedError, InvalidDbState, NotFound, ObjectNotFound
+from ..errors import CorruptionError, InvalidDbState, NotFound, ObjectNotFound
 from ..format import paths
 from ..format.coding import CODECS
+from ..manifest.edits import DropCheckpoint, Edit, FenceForDestroy, MarkSoftDestroyed, RemoveOption
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..settings import RetryOptions
 from ..store.base import ObjectStore
-from .checkpoint import without_checkpoints
 
 log = logging.getLogger("shaledb.lifecycle")
 
@@ -68,6 +68,53 @@ def external_refs(m: Manifest) -> bool:
 
 def live_checkpoints(m: Manifest, now_s: float, *, include_writer: bool = True) -> list[Checkpoint]:
     return [c for c in m.checkpoints if not c.expired(now_s) and (include_writer or c.writer_epoch is None)]
+
+
+@dataclass(frozen=True)
+class MarkHardDestroyed(Edit):
+    """Hard destroy: fence the writer, drop its checkpoints and mark the database destroyed,
+    refused while a user checkpoint lives (its holder may still read the data)."""
+
+    where: str
+    clock: Clock
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        live = live_checkpoints(m, self.clock.now(), include_writer=False)
+        if live:
+            names = ", ".join(f"{c.id}{f' ({c.name})' if c.name else ''}" for c in live[:5])
+            raise InvalidDbState(
+                f"database at {self.where} has {len(live)} live checkpoint(s): {names}; delete them "
+                "(or let them expire) first, or destroy softly and let the garbage collector finish"
+            )
+        if m.destroyed_at_s is not None:
+            return None
+        keep = tuple(c for c in m.checkpoints if c.writer_epoch is None)
+        return replace(m, writer_epoch=m.writer_epoch + 1, checkpoints=keep, destroyed_at_s=self.clock.now())
+
+
+@dataclass(frozen=True)
+class DetachClone(Edit):
+    """Detach a clone that no longer references its parents' objects: drop ``parent`` and
+    ``external_dbs`` and record the checkpoints ``held`` elsewhere under ``PENDING_RELEASE``.
+
+    No change while it still references them, or while a live checkpoint pins a version
+    older than ``seen_id`` that was not ``checked`` (decided on a later run).
+    """
+
+    seen_id: int
+    checked: frozenset[int]
+    held: tuple[tuple[str, uuid.UUID], ...]
+    clock: Clock
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if external_refs(m) or (m.parent is None and not m.external_dbs):
+            return None
+        for cp in live_checkpoints(m, self.clock.now()):
+            if cp.manifest_id not in self.checked and cp.manifest_id < self.seen_id:
+                return None  # pins a version we did not check: decide next run
+        options = dict(m.options)
+        options[PENDING_RELEASE] = json.dumps([[u, str(c)] for u, c in self.held])
+        return replace(m, parent=None, external_dbs=(), options=tuple(sorted(options.items())))
 
 
 def _held_elsewhere(m: Manifest) -> list[tuple[str, uuid.UUID]]:
@@ -105,16 +152,9 @@ def release_checkpoints(
     for url, cid in held:
         try:
             ms = ManifestStore(external.open_url(url), clock, random.Random(), author="gc")
-            ms.update(_drop_checkpoint(cid), timeout_s=timeout_s)
+            ms.update(DropCheckpoint(cid), timeout_s=timeout_s)
         except NotFound:
             log.info("checkpoint %s in %s: that database no longer exists", cid, url)
-
-
-def _drop_checkpoint(cid: uuid.UUID) -> Callable[[Manifest], Manifest | None]:
-    def drop(m: Manifest) -> Manifest | None:
-        return without_checkpoints(m, {cid}) if m.checkpoint(cid) else None
-
-    return drop
 
 
 # ---------------------------------------------------------------- destroy
@@ -143,12 +183,7 @@ def _soft_destroy(ms: ManifestStore, m: Manifest, clock: Clock, rng: random.Rand
         return
 
     # 1. Claim write ownership: a new epoch, then a fencing WAL object.
-    def bump(cur: Manifest) -> Manifest | None:
-        if cur.destroyed_at_s is not None:
-            return None
-        return replace(cur, writer_epoch=cur.writer_epoch + 1)
-
-    m = ms.update(bump, timeout_s=timeout_s)
+    m = ms.update(FenceForDestroy(), timeout_s=timeout_s)
     if m.destroyed_at_s is not None:
         return
     epoch = m.writer_epoch
@@ -162,38 +197,12 @@ def _soft_destroy(ms: ManifestStore, m: Manifest, clock: Clock, rng: random.Rand
     )
 
     # 2-3. Delete the writer's checkpoint and mark the database destroyed.
-    def mark(cur: Manifest) -> Manifest | None:
-        if cur.destroyed_at_s is not None:
-            return None
-        if cur.writer_epoch != epoch:
-            raise FencedError(
-                f"a writer (epoch {cur.writer_epoch}) opened the database while it was being destroyed; "
-                "stop it and destroy again"
-            )
-        keep = tuple(c for c in cur.checkpoints if c.writer_epoch is None)
-        return replace(cur, checkpoints=keep, destroyed_at_s=clock.now())
-
-    ms.update(mark, timeout_s=timeout_s)
+    ms.update(MarkSoftDestroyed(epoch, clock), timeout_s=timeout_s)
     log.info("database %s soft-destroyed (writer epoch %d)", ms.store.describe(), epoch)
 
 
 def _hard_destroy(ms: ManifestStore, clock: Clock, external: ExternalStores, timeout_s: float) -> None:
-    where = ms.store.describe()
-
-    def mark(cur: Manifest) -> Manifest | None:
-        live = live_checkpoints(cur, clock.now(), include_writer=False)
-        if live:
-            names = ", ".join(f"{c.id}{f' ({c.name})' if c.name else ''}" for c in live[:5])
-            raise InvalidDbState(
-                f"database at {where} has {len(live)} live checkpoint(s): {names}; delete them "
-                "(or let them expire) first, or destroy softly and let the garbage collector finish"
-            )
-        if cur.destroyed_at_s is not None:
-            return None
-        keep = tuple(c for c in cur.checkpoints if c.writer_epoch is None)
-        return replace(cur, writer_epoch=cur.writer_epoch + 1, checkpoints=keep, destroyed_at_s=clock.now())
-
-    m = ms.update(mark, timeout_s=timeout_s)
+    m = ms.update(MarkHardDestroyed(ms.store.describe(), clock), timeout_s=timeout_s)
     delete_database(ms, m, external, clock, timeout_s)
 
 
@@ -302,17 +311,7 @@ def gc_detach_clone(
         return False
     held = _held_elsewhere(m)
 
-    def detach(cur: Manifest) -> Manifest | None:
-        if external_refs(cur) or (cur.parent is None and not cur.external_dbs):
-            return None
-        for cp in live_checkpoints(cur, clock.now()):
-            if cp.manifest_id not in checked and cp.manifest_id < m.id:
-                return None  # pins a version we did not check: decide next run
-        options = dict(cur.options)
-        options[PENDING_RELEASE] = json.dumps([[u, str(c)] for u, c in held])
-        return replace(cur, parent=None, external_dbs=(), options=tuple(sorted(options.items())))
-
-    cur = ms.update(detach, timeout_s=timeout_s)
+    cur = ms.update(DetachClone(m.id, frozenset(checked), tuple(held), clock), timeout_s=timeout_s)
     if cur.option(PENDING_RELEASE) is None:
         return False
     _finish_release(ms, cur, external, clock, timeout_s)
@@ -325,12 +324,7 @@ def _finish_release(
 ) -> None:
     release_checkpoints(_pending(m), external, clock, timeout_s)
 
-    def clear(cur: Manifest) -> Manifest | None:
-        if cur.option(PENDING_RELEASE) is None:
-            return None
-        return replace(cur, options=tuple((k, v) for k, v in cur.options if k != PENDING_RELEASE))
-
-    ms.update(clear, timeout_s=timeout_s)
+    ms.update(RemoveOption(PENDING_RELEASE), timeout_s=timeout_s)
 
 
 __all__ = [

@@ -80,6 +80,7 @@ from ..engine.host import WriterHost
 from ..errors import CorruptionError, InvalidArgument, NotFound, ObjectNotFound, ShaleError
 from ..format import paths
 from ..format.sst import decode_meta
+from ..manifest.edits import DropExpiredCheckpoints
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
 from ..numbers import check_seconds
@@ -308,20 +309,9 @@ class GarbageCollector:
         if dry:
             report.checkpoints_expired = [str(c.id) for c in expired]
             return replace(m, checkpoints=tuple(c for c in m.checkpoints if not c.expired(now)))
-        gone: list[str] = []
-
-        def drop(cur: Manifest) -> Manifest | None:
-            gone.clear()
-            keep = []
-            for c in cur.checkpoints:
-                if c.expired(now):
-                    gone.append(str(c.id))
-                else:
-                    keep.append(c)
-            return replace(cur, checkpoints=tuple(keep)) if gone else None
-
-        m = self.manifests.update(drop, timeout_s=self.timeout_s, current=m)
-        report.checkpoints_expired = list(gone)
+        edit = DropExpiredCheckpoints(now)
+        m = self.manifests.update(edit, timeout_s=self.timeout_s, current=m)
+        report.checkpoints_expired = list(edit.gone)
         return m
 
     def _active(self, m: Manifest, now: float) -> dict[int, Manifest]:

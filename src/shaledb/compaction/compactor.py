@@ -48,8 +48,9 @@ from ..engine.parents import ExternalStores, default_factory
 from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError
 from ..format import paths
 from ..format.coding import CODECS
+from ..manifest.edits import ClaimCompactorEpoch, Decorated, Edit
 from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
-from ..manifest.store import ManifestStore, Mutator
+from ..manifest.store import ManifestStore
 from ..merge import as_operator
 from ..settings import CompactorOptions, MiB, Settings
 from ..store.base import ObjectStore
@@ -120,6 +121,19 @@ def apply_compaction(
         opts = tuple(sorted({**dict(m.options), OPT_CLEANED: str(spec.cleans_to)}.items()))
         nxt = replace(nxt, options=opts)
     return replace(nxt, next_run_id=max(m.next_run_id, rid + 1))
+
+
+@dataclass(frozen=True)
+class CommitCompaction(Edit):
+    """Replace ``spec``'s sources with a run of ``ssts`` (:func:`apply_compaction`), fenced by
+    the compactor ``epoch`` and re-validated against the latest manifest on every attempt."""
+
+    spec: CompactionSpec
+    ssts: tuple[SstInfo, ...] | list[SstInfo]
+    epoch: int
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        return apply_compaction(m, self.spec, self.ssts, self.epoch)
 
 
 def runs_below(m: Manifest, spec: CompactionSpec) -> tuple[SortedRun, ...]:
@@ -358,18 +372,12 @@ class Compactor:
 
     # ------------------------------------------------------------ manifest
 
-    def _update(self, mutate: Mutator) -> Manifest:
+    def _update(self, edit: Edit) -> Manifest:
         if self.host is not None:
-            host = self.host
-
-            def decorated(m: Manifest) -> Manifest | None:
-                nxt = mutate(m)
-                return None if nxt is None else host.decorate_manifest(nxt)
-
-            m = host.update_manifest(decorated)
+            m = self.host.update_manifest(Decorated(edit, self.host.decorate_manifest))
         else:
             m = self.manifests.update(
-                mutate, timeout_s=self.options.manifest_update_timeout_s, current=self.manifest
+                edit, timeout_s=self.options.manifest_update_timeout_s, current=self.manifest
             )
         self.manifest = m
         return m
@@ -378,7 +386,7 @@ class Compactor:
         """Bump ``compactor_epoch`` (fencing older compactors); returns our epoch."""
         if self.host is None and self.manifests.read_latest() is None:
             raise NotFound(f"no database at {self.store.describe()}")
-        m = self._update(lambda m: replace(m, compactor_epoch=m.compactor_epoch + 1))
+        m = self._update(ClaimCompactorEpoch())
         self.epoch = m.compactor_epoch
         log.info("compactor claimed epoch %d at manifest %d", self.epoch, m.id)
         return self.epoch
@@ -459,7 +467,7 @@ class Compactor:
         if self.epoch is None:
             raise InvalidArgument("the compactor has not claimed an epoch (use Compactor.open)")
         epoch = self.epoch
-        return self._update(lambda m: apply_compaction(m, spec, ssts, epoch))
+        return self._update(CommitCompaction(spec, ssts, epoch))
 
     def run_job(self, spec: CompactionSpec, progress: Progress | None = None) -> ExecResult:
         """Lease, execute and commit one spec; on abort or fencing the outputs are deleted.
@@ -650,6 +658,7 @@ __all__ = [
     "EmbeddedCompactor",
     "JobLease",
     "ManifestHost",
+    "CommitCompaction",
     "apply_compaction",
     "read_lease",
 ]

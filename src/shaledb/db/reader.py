@@ -60,8 +60,8 @@ import os
 import random
 import threading
 import uuid
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -90,6 +90,7 @@ from ..format.row import FLAG_INDEX_TREE
 from ..format.wal import EpochGate, decode_wal_object
 from ..journal.resolver import JournalResolver
 from ..keys import split_points
+from ..manifest.edits import DropCheckpoints, Edit
 from ..manifest.model import Checkpoint, Manifest, SstInfo
 from ..manifest.store import ManifestStore
 from ..merge import as_operator
@@ -106,6 +107,55 @@ if TYPE_CHECKING:
 log = logging.getLogger("shaledb.reader")
 
 _UNSET: Any = object()
+
+
+CheckpointChanges = Callable[[Manifest, float], tuple[list[Checkpoint], set[uuid.UUID]]]
+"""A reader's maintenance of its own checkpoints in a manifest at a time: (kept, dropped ids)."""
+
+
+@dataclass(frozen=True)
+class AddReaderCheckpoint(Edit):
+    """A reader's new checkpoint ``cp_id`` on the latest manifest (pinning ``id + 1``), with its
+    other checkpoints maintained by ``changes`` in the same CAS (the reader procedure of
+    docs/design/checkpoints-readers-clones.md). ``made`` receives (checkpoint, dropped ids)
+    per attempt; the last is the one written. Finding ``cp_id`` means an earlier attempt landed.
+    """
+
+    cp_id: uuid.UUID
+    clock: Clock
+    where: str
+    lifetime_s: float | None
+    name: str | None
+    changes: CheckpointChanges
+    made: list[tuple[Checkpoint, set[uuid.UUID]]] = field(default_factory=list)
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.checkpoint(self.cp_id) is not None:
+            return None  # an earlier attempt of ours landed
+        check_usable(m, self.where)
+        now = self.clock.now()
+        keep, dropped = self.changes(m, now)
+        cp = make_checkpoint(
+            self.cp_id, m.id + 1, now, self.lifetime_s, name=self.name, metadata=(("role", "reader"),)
+        )
+        self.made.append((cp, dropped))
+        return replace(m, checkpoints=(*keep, cp))
+
+
+@dataclass(frozen=True)
+class MaintainReaderCheckpoints(Edit):
+    """A reader's checkpoints extended or dropped by ``changes`` (see ``DbReader._checkpoint_changes``);
+    ``dropped`` receives the dropped ids per attempt (last: the one written)."""
+
+    clock: Clock
+    changes: CheckpointChanges
+    dropped: list[set[uuid.UUID]] = field(default_factory=list)
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        now = self.clock.now()
+        keep, dropped = self.changes(m, now)
+        self.dropped.append(dropped)
+        return replace(m, checkpoints=tuple(keep))
 
 
 class _Table:
@@ -486,22 +536,11 @@ class DbReader(Queries):
         docs/design/checkpoints-readers-clones.md)."""
         new_id = new_checkpoint_id(self.rng)
         life = self.options.checkpoint_lifetime_s
-        made: list[tuple[Checkpoint, set[uuid.UUID]]] = []
-
-        def mutate(m: Manifest) -> Manifest | None:
-            if m.checkpoint(new_id) is not None:
-                return None  # an earlier attempt of ours landed
-            check_usable(m, self._where)
-            now = self.clock.now()
-            keep, dropped = self._checkpoint_changes(m, now)
-            cp = make_checkpoint(
-                new_id, m.id + 1, now, life, name=self.options.checkpoint_name, metadata=(("role", "reader"),)
-            )
-            made.append((cp, dropped))
-            return replace(m, checkpoints=(*keep, cp))
-
-        latest = self._ms.update(mutate, timeout_s=self.options.manifest_update_timeout_s, current=hint)
-        cp, dropped = made[-1]
+        edit = AddReaderCheckpoint(
+            new_id, self.clock, self._where, life, self.options.checkpoint_name, self._checkpoint_changes
+        )
+        latest = self._ms.update(edit, timeout_s=self.options.manifest_update_timeout_s, current=hint)
+        cp, dropped = edit.made[-1]
         m = latest if latest.id == cp.manifest_id else self._ms.read(cp.manifest_id)
         with self._lock:
             for c in dropped:
@@ -519,15 +558,9 @@ class DbReader(Queries):
         return m
 
     def _refresh_expiry(self, hint: Manifest) -> None:
-        dropped_box: list[set[uuid.UUID]] = []
-
-        def mutate(m: Manifest) -> Manifest | None:
-            now = self.clock.now()
-            keep, dropped = self._checkpoint_changes(m, now)
-            dropped_box.append(dropped)
-            return replace(m, checkpoints=tuple(keep))
-
-        m = self._ms.update(mutate, timeout_s=self.options.manifest_update_timeout_s, current=hint)
+        edit = MaintainReaderCheckpoints(self.clock, self._checkpoint_changes)
+        m = self._ms.update(edit, timeout_s=self.options.manifest_update_timeout_s, current=hint)
+        dropped_box = edit.dropped
         with self._lock:
             for c in list(self._own):
                 now_cp = m.checkpoint(c)
@@ -731,12 +764,7 @@ class DbReader(Queries):
             if own:
                 try:
                     self._ms.update(
-                        lambda m: (
-                            replace(m, checkpoints=tuple(c for c in m.checkpoints if c.id not in own))
-                            if any(c.id in own for c in m.checkpoints)
-                            else None
-                        ),
-                        timeout_s=self.options.manifest_update_timeout_s,
+                        DropCheckpoints(frozenset(own)), timeout_s=self.options.manifest_update_timeout_s
                     )
                 except ShaleError as exc:
                     log.warning(

@@ -50,7 +50,7 @@ from ..engine.merging import (
     stack_size,
 )
 from ..engine.parents import ExternalStores, canonical_url, default_factory
-from ..engine.pins import ViewPins
+from ..engine.pins import RepinView, StripPins, ViewPins
 from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
 from ..engine.reads import ReadView, Scan, Visibility
 from ..engine.recovery import claim_wal_window, claim_writer_epoch, replay_wal, write_fence
@@ -71,6 +71,7 @@ from ..journal.compaction import (
 from ..journal.rebuild import rebuild_ledger
 from ..journal.resolver import JournalResolver
 from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, BytesLike, check_key, check_value
+from ..manifest.edits import Edit, NoChange
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.options import OPT_INDEXED
 from ..manifest.store import ManifestStore
@@ -97,6 +98,19 @@ _OPEN, _CLOSING, _CLOSED = 0, 1, 2
 class Snapshot(SnapshotQueries):
     """A consistent, read-only view of the database at one sequence number; close it
     (or use ``with``) when done. Its reads are :class:`~shaledb.db.queries.Queries`'."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordMergeOperator(Edit):
+    """The first merge records the operator's ``name`` in the manifest, or checks it against
+    the one recorded since (``record`` is :meth:`Db._record_operator`: it needs the writer's
+    operator and view pins)."""
+
+    name: str
+    record: Callable[[Manifest, str], Manifest | None]
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        return self.record(m, self.name)
 
 
 class Db(Queries):
@@ -390,7 +404,7 @@ class Db(Queries):
         """The manifest read after fencing may have SSTs our opening checkpoint does not pin."""
         with self._mlock:
             if not self.pins.covers(self.manifest):
-                self._update_manifest(lambda m: None)
+                self._update_manifest(NoChange())
 
     def _resolve_store(self, db_index: int) -> ObjectStore:
         """The store holding objects of ``db == db_index`` (a clone's parents: ``shaledb.engine.parents``)."""
@@ -543,7 +557,7 @@ class Db(Queries):
             raise MergeOperatorMissing("merge needs Settings(merge_operator=...) (see shaledb.merge)")
         if not self._merge_recorded:
             if self.manifest.option(OPT_MERGE_OPERATOR) is None:
-                self._update_manifest(lambda cur: self._record_operator(cur, op.name))
+                self._update_manifest(RecordMergeOperator(op.name, self._record_operator))
             self._merge_recorded = True
 
     def _record_operator(self, m: Manifest, name: str) -> Manifest | None:
@@ -750,7 +764,7 @@ class Db(Queries):
                     with self._lock:
                         self._set_manifest_locked(m)
                 else:  # new SSTs (a standalone compactor): pin them before reading them
-                    m = self._update_manifest(lambda cur: None, current=m)
+                    m = self._update_manifest(NoChange(), current=m)
         return m
 
     def _decorate_manifest(self, m: Manifest) -> Manifest:
@@ -760,33 +774,27 @@ class Db(Queries):
         """
         return self.pins.decorate(m)
 
-    def _update_manifest(
-        self, mutate: Callable[[Manifest], Manifest | None], *, current: Manifest | None = None
-    ) -> Manifest:
+    def _update_manifest(self, edit: Edit, *, current: Manifest | None = None) -> Manifest:
         """Write a manifest version from this process and make it the read view.
 
-        Serialized with the writer's other manifest writes. ``mutate`` should
+        Serialized with the writer's other manifest writes. ``edit`` should
         pass its result through :meth:`_decorate_manifest` (the L0 flush and
         the embedded compactor do) so the new view is pinned by the same CAS;
-        if the result is not pinned (``mutate`` changed nothing while another
+        if the result is not pinned (``edit`` changed nothing while another
         process changed the SSTs), one more write pins it.
         """
         timeout = self.settings.manifest_update_timeout_s
         with self._mlock:
-            m = self.manifests.update(mutate, timeout_s=timeout, current=current or self.manifest)
+            m = self.manifests.update(edit, timeout_s=timeout, current=current or self.manifest)
             with self._lock:
                 self.pins.confirm(m)
                 if self.pins.epoch is None or self.pins.covers(m):
                     self._set_manifest_locked(m)
                     return m
-            m = self.manifests.update(self._repin, timeout_s=timeout, current=m)
+            m = self.manifests.update(RepinView(self.pins), timeout_s=timeout, current=m)
             with self._lock:
                 self._set_manifest_locked(m)
             return m
-
-    def _repin(self, m: Manifest) -> Manifest | None:
-        nxt = self.pins.decorate(m)
-        return None if nxt is m else nxt
 
     def _failed(self) -> bool:
         return self._failure is not None
@@ -1029,7 +1037,7 @@ class Db(Queries):
         """Drop this writer's unreferenced view checkpoints (one manifest write at close)."""
         try:
             self.manifests.update(
-                self.pins.strip, timeout_s=self.settings.manifest_update_timeout_s, current=self.manifest
+                StripPins(self.pins), timeout_s=self.settings.manifest_update_timeout_s, current=self.manifest
             )
         except ShaleError as exc:
             log.warning("could not remove this writer's checkpoints at close: %s", exc)

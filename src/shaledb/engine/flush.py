@@ -31,12 +31,13 @@ import logging
 import threading
 from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..errors import ClosedError, FencedError
 from ..format import paths
 from ..format.row import KIND_MERGE, KIND_POINTER, KIND_VALUE, TYPE_MASK
 from ..format.sst import SST_TABLE, SstBuilder, SstProps
+from ..manifest.edits import Edit
 from ..manifest.model import JournalFile, Manifest, SstInfo, TrackedWal, Tree
 from ..manifest.options import OPT_COMPLETE, OPT_INDEXED, OPT_RECOVERY
 from .history import flush_history_options, memtable_versions
@@ -107,6 +108,23 @@ def merge_tracked(
     for w in new:
         by_id[w.id] = w
     return tuple(by_id[i] for i in sorted(by_id) if replay_after < i < next_wal_id)
+
+
+@dataclass(frozen=True)
+class InstallFlush(Edit):
+    """Install a flushed memtable: its L0 SST(s) ``info``/``iinfo``, the WAL objects
+    ``written`` and the journal files it referenced (:meth:`MemtableFlusher._add_l0`:
+    fenced by the writer epoch, the view decorated by the writer)."""
+
+    flusher: MemtableFlusher
+    imm: Memtable
+    info: SstInfo | None
+    written: list[TrackedWal]
+    iinfo: SstInfo | None
+    journal: list[JournalFile]
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        return self.flusher._add_l0(m, self.imm, self.info, self.written, self.iinfo, self.journal)
 
 
 class MemtableFlusher:
@@ -182,7 +200,7 @@ class MemtableFlusher:
         journal = db.wal.drain_journal(imm.wal_id)
         try:
             m = db.update_manifest(
-                lambda m: self._add_l0(m, imm, info, written, iinfo, journal), current=db.manifest
+                InstallFlush(self, imm, info, written, iinfo, journal), current=db.manifest
             )
         except BaseException:
             db.wal.note_written(written)

@@ -16,8 +16,9 @@ import threading
 from typing import Protocol
 
 from ..clock import Clock
+from ..manifest.edits import Edit
 from ..manifest.model import Manifest
-from ..manifest.store import ManifestStore, Mutator
+from ..manifest.store import ManifestStore
 from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.metrics import WriterMetrics
@@ -39,7 +40,7 @@ class ManifestHost(Protocol):
         """Pick up other processes' changes; raises ``FencedError`` if a newer writer took over."""
         ...
 
-    def update_manifest(self, mutate: Mutator, *, current: Manifest | None = None) -> Manifest:
+    def update_manifest(self, edit: Edit, *, current: Manifest | None = None) -> Manifest:
         """Write a version from this process (``mutate`` should pass its result through
         :meth:`decorate_manifest`) and make it the read view."""
         ...
@@ -154,4 +155,4 @@ class FlushHost(WriterHost, Protocol):
         ...
 
 
-__all__ = ["FlushHost", "ManifestHost", "Mutator", "WriterHost"]
+__all__ = ["FlushHost", "ManifestHost", "WriterHost"]

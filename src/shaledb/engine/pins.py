@@ -43,10 +43,11 @@ from __future__ import annotations
 import random
 import threading
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..clock import Clock
 from ..errors import FencedError
+from ..manifest.edits import Edit
 from ..manifest.model import Checkpoint, Manifest
 
 SstSet = frozenset[str]
@@ -64,6 +65,28 @@ def _new_id(rng: random.Random, epoch: int) -> uuid.UUID:
     """A checkpoint id from the injected rng, mixed with the writer's epoch so that writers
     opened with the same ``seed=`` (tests, reproducible runs) still draw different ids."""
     return uuid.UUID(int=rng.getrandbits(128) ^ epoch, version=4)
+
+
+@dataclass(frozen=True)
+class RepinView(Edit):
+    """One more write that pins the latest version with the writer's view checkpoints
+    (:meth:`ViewPins.decorate`); no change when it is pinned already."""
+
+    pins: ViewPins
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        nxt = self.pins.decorate(m)
+        return None if nxt is m else nxt
+
+
+@dataclass(frozen=True)
+class StripPins(Edit):
+    """At close: drop this writer's unreferenced view checkpoints (:meth:`ViewPins.strip`)."""
+
+    pins: ViewPins
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        return self.pins.strip(m)
 
 
 class ViewPins:

@@ -37,9 +37,7 @@ from ..errors import (
     AlreadyExists,
     ConflictError,
     CorruptionError,
-    DatabaseDestroyed,
     FencedError,
-    InvalidArgument,
     NotFound,
     ObjectNotFound,
 )
@@ -48,6 +46,7 @@ from ..format.coding import crc32c
 from ..format.journal import wal_ref
 from ..format.sst import decode_data_block, decode_meta
 from ..format.wal import EpochGate, Locations, encode_wal, locate_values, wal_object_epoch
+from ..manifest.edits import ClaimWriterEpoch
 from ..manifest.model import JournalFile, Manifest, TrackedWal
 from ..manifest.options import OPT_WAL_WINDOW
 from ..manifest.store import ManifestStore
@@ -84,18 +83,7 @@ def claim_writer_epoch(
             if not isinstance(exc, ConflictError):
                 raise
 
-    def bump(m: Manifest) -> Manifest:
-        if not m.initialized:
-            raise InvalidArgument(
-                f"database at {ms.store.describe()} is a clone whose initialization did not finish: "
-                "open it with Db.open_from_checkpoint to complete it"
-            )
-        if m.destroyed_at_s is not None:
-            raise DatabaseDestroyed(f"database at {ms.store.describe()} was destroyed")
-        nxt = replace(m, writer_epoch=m.writer_epoch + 1)
-        return extra(nxt, nxt.writer_epoch) if extra is not None else nxt
-
-    return ms.update(bump, timeout_s=timeout_s)
+    return ms.update(ClaimWriterEpoch(ms.store.describe(), extra), timeout_s=timeout_s)
 
 
 def first_free_wal_id(store: ObjectStore, after: int) -> tuple[int, int]:

@@ -41,7 +41,6 @@ from ..admin.checkpoint import (
     create_writer_checkpoint,
     delete_checkpoint,
     read_checkpoint_manifest,
-    without_checkpoints,
 )
 from ..admin.destruction import PENDING_RELEASE
 from ..admin.handle import AdminHandle
@@ -50,6 +49,7 @@ from ..engine.host import WriterHost
 from ..engine.parents import canonical_url
 from ..errors import InvalidArgument, InvalidDbState, ObjectNotFound, ShaleError
 from ..format import paths
+from ..manifest.edits import Decorated, DropCheckpoint
 from ..manifest.model import JournalFile, Manifest, SstInfo, to_body
 from ..manifest.store import ManifestStore
 from ..settings import Settings
@@ -364,13 +364,7 @@ def backup_from_writer(
         )
     finally:
         try:
-            db.update_manifest(
-                lambda cur: (
-                    db.decorate_manifest(without_checkpoints(cur, {cp.id}))
-                    if cur.checkpoint(cp.id) is not None
-                    else None
-                )
-            )
+            db.update_manifest(Decorated(DropCheckpoint(cp.id), db.decorate_manifest))
         except ShaleError as exc:
             log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
         dest.close()

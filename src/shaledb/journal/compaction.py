@@ -94,6 +94,7 @@ from ..format.sst import (
     decode_meta,
     decode_sst,
 )
+from ..manifest.edits import Edit
 from ..manifest.model import JournalFile, Manifest, SstInfo
 from .folds import last_of_batch
 from .hosts import CompactionHost, EmbeddedHost, StandaloneHost
@@ -504,6 +505,28 @@ class _Repoint:
 # -------------------------------------------------------------- the driver
 
 
+@dataclass(frozen=True)
+class RepointJournal(Edit):
+    """Commit rewritten journal runs: ``runs`` replaced by ``outputs`` and the index SSTs
+    repointed (``_Repoint.apply``), while the compaction ``lease``'s epoch is still current
+    (``_Gone`` otherwise) and the host still open. ``seen`` receives every attempt's
+    manifest (a ``_Restart`` rescans from the last one)."""
+
+    host: CompactionHost
+    lease: Any
+    rp: _Repoint
+    runs: list[list[JournalFile]]
+    outputs: list[list[JournalFile]]
+    seen: list[Manifest] = field(default_factory=list)
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        self.host.check_open()
+        self.seen.append(m)
+        if m.compactor_epoch != self.lease.epoch:
+            raise _Gone()
+        return self.rp.apply(m, self.runs, self.outputs)
+
+
 def compact_journal(
     host: CompactionHost,
     *,
@@ -617,20 +640,14 @@ def _compact_runs(
         raise
     outputs = [res.outputs for res in results]
     rp = _Repoint(host, runs, moves)
-    seen: list[Manifest] = []
-
-    def mutate(cur: Manifest) -> Manifest | None:
-        host.check_open()
-        seen.append(cur)
-        if cur.compactor_epoch != lease.epoch:
-            raise _Gone()
-        return rp.apply(cur, runs, outputs)
+    edit = RepointJournal(host, lease, rp, runs, outputs)
+    seen = edit.seen
 
     try:
         rp.scan(m)
         for _ in range(50):
             try:
-                host.update(mutate)
+                host.update(edit)
                 break
             except _Restart as exc:
                 report.retries += 1

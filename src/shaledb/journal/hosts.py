@@ -18,8 +18,9 @@ from ..engine.cache import LruCache
 from ..engine.host import WriterHost
 from ..engine.parents import ExternalStores, default_factory
 from ..engine.sstable import TableCache
+from ..manifest.edits import Decorated, Edit
 from ..manifest.model import Manifest
-from ..manifest.store import ManifestStore, Mutator
+from ..manifest.store import ManifestStore
 from ..settings import Settings
 from ..store.base import ObjectStore
 
@@ -38,7 +39,7 @@ class CompactionHost(Protocol):
 
     def latest(self) -> Manifest: ...
 
-    def update(self, mutate: Mutator) -> Manifest: ...
+    def update(self, edit: Edit) -> Manifest: ...
 
     def check_open(self) -> None: ...
 
@@ -61,14 +62,8 @@ class EmbeddedHost:
     def latest(self) -> Manifest:
         return self.db.refresh_manifest()
 
-    def update(self, mutate: Mutator) -> Manifest:
-        db = self.db
-
-        def decorated(m: Manifest) -> Manifest | None:
-            nxt = mutate(m)
-            return None if nxt is None else db.decorate_manifest(nxt)
-
-        return db.update_manifest(decorated)
+    def update(self, edit: Edit) -> Manifest:
+        return self.db.update_manifest(Decorated(edit, self.db.decorate_manifest))
 
     def check_open(self) -> None:
         self.db.check_open()
@@ -110,9 +105,9 @@ class StandaloneHost:
         self.tables.retain(self._manifest.all_ssts())
         return self._manifest
 
-    def update(self, mutate: Mutator) -> Manifest:
+    def update(self, edit: Edit) -> Manifest:
         self._manifest = self.manifests.update(
-            mutate, timeout_s=self.settings.manifest_update_timeout_s, current=self._manifest
+            edit, timeout_s=self.settings.manifest_update_timeout_s, current=self._manifest
         )
         return self._manifest
 
@@ -120,4 +115,4 @@ class StandaloneHost:
         return None
 
 
-__all__ = ["CompactionHost", "EmbeddedHost", "Mutator", "StandaloneHost"]
+__all__ = ["CompactionHost", "EmbeddedHost", "StandaloneHost"]

@@ -36,7 +36,8 @@ runs are written: a tool for disaster recovery of databases that fit.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine.host import WriterHost
@@ -60,6 +61,7 @@ from ..format.row import (
     payload_expiry,
 )
 from ..format.sst import SST_TABLE, SstBuilder
+from ..manifest.edits import Edit
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
 from ..manifest.options import OPT_COMPLETE
 from .folds import journal_blocks
@@ -199,31 +201,44 @@ class _Moved(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class InstallRebuild(Edit):
+    """Replace both trees' runs with the rebuilt SSTs, keeping L0 SSTs newer than the
+    rebuild's ``last_l0_seq``; ``_Moved`` (start over) if a compaction merged newer writes.
+    ``seen`` receives the manifest of every attempt (to start over from the last one)."""
+
+    last_l0_seq: int
+    data_ssts: list[SstInfo]
+    index_ssts: list[SstInfo]
+    decorate: Callable[[Manifest], Manifest]
+    seen: list[Manifest] = field(default_factory=list)
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        self.seen.append(m)
+        trees = []
+        for name, ssts in (("data", self.data_ssts), ("index", self.index_ssts)):
+            t = m.tree(name)
+            newer = tuple(s for s in t.l0 if s.min_seq > self.last_l0_seq)
+            for s in t.ssts():
+                if s.max_seq > self.last_l0_seq and s not in newer:
+                    raise _Moved()  # a compaction merged newer writes: start over
+            trees.append((newer, ssts))
+        rid = m.next_run_id
+        data_t = Tree(trees[0][0], (SortedRun(rid, tuple(trees[0][1])),) if trees[0][1] else ())
+        index_t = Tree(trees[1][0], (SortedRun(rid + 1, tuple(trees[1][1])),) if trees[1][1] else ())
+        return self.decorate(replace(m, data=data_t, index=index_t, next_run_id=rid + 2))
+
+
 def _attempt(db: WriterHost, m: Manifest) -> dict[str, Any] | Manifest:
     """One rebuild against ``m``: the report, or the manifest to start over from."""
     now_ms = int(db.clock.now() * 1000)
     data, index, objects, read = replay_journal(db, m)
     data_ssts = _write_run(db, data, now_ms)
     index_ssts = _write_run(db, index, now_ms)
-    seen: list[Manifest] = []
-
-    def mutate(cur: Manifest) -> Manifest | None:
-        seen.append(cur)
-        trees = []
-        for name, ssts in (("data", data_ssts), ("index", index_ssts)):
-            t = cur.tree(name)
-            newer = tuple(s for s in t.l0 if s.min_seq > m.last_l0_seq)
-            for s in t.ssts():
-                if s.max_seq > m.last_l0_seq and s not in newer:
-                    raise _Moved()  # a compaction merged newer writes: start over
-            trees.append((newer, ssts))
-        rid = cur.next_run_id
-        data_t = Tree(trees[0][0], (SortedRun(rid, tuple(trees[0][1])),) if trees[0][1] else ())
-        index_t = Tree(trees[1][0], (SortedRun(rid + 1, tuple(trees[1][1])),) if trees[1][1] else ())
-        return db.decorate_manifest(replace(cur, data=data_t, index=index_t, next_run_id=rid + 2))
-
+    edit = InstallRebuild(m.last_l0_seq, data_ssts, index_ssts, db.decorate_manifest)
+    seen = edit.seen
     try:
-        after = db.update_manifest(mutate)
+        after = db.update_manifest(edit)
     except _Moved:
         db.store.delete_many([paths.sst_path(s.id) for s in (*data_ssts, *index_ssts)])
         return seen[-1] if seen else db.refresh_manifest()

@@ -33,6 +33,7 @@ from ..format import paths
 from ..format.manifest import decode_manifest_body, encode_manifest_body
 from ..numbers import check_seconds
 from ..store.base import ObjectStore
+from .edits import Edit
 from .invariants import check_transition
 from .model import Manifest, from_body, to_body
 
@@ -42,10 +43,6 @@ LIST_FALLBACK_PROBES = 16
 """Probe at most this many versions ahead before listing instead."""
 LIST_FALLBACK_INTERVAL_S = 60.0
 """When probing finds nothing newer, still list this often (seconds) to cross GC gaps."""
-
-Mutator = Callable[[Manifest], "Manifest | None"]
-"""Given the latest manifest, return the next one (its id is set for you) or
-None when no change is needed. It may raise (e.g. FencedError) to abort."""
 
 
 class ManifestStore:
@@ -213,23 +210,26 @@ class ManifestStore:
 
     def update(
         self,
-        mutate: Mutator,
+        edit: Edit | Callable[[Manifest], Manifest | None],
         *,
         timeout_s: float,
         current: Manifest | None = None,
     ) -> Manifest:
-        """Apply ``mutate`` to the latest manifest and write the result.
+        """Apply ``edit`` (``shaledb.manifest.edits``) to the latest manifest and write the result.
 
         ``current`` is a hint (the caller's last known version): the first
         attempt tries it, and a conflict refreshes. Returns the manifest
-        written, or the latest one unchanged when ``mutate`` returns None.
+        written, or the latest one unchanged when the edit returns None.
+        A plain function is accepted too, for tests that stand in for another
+        process's ad hoc change; the package itself passes named edits.
         """
+        apply = edit.apply if isinstance(edit, Edit) else edit
         check_seconds("timeout_s", timeout_s)
         deadline = self.clock.monotonic() + timeout_s
         m = current if current is not None else self.require_latest()
         attempt = 0
         while True:
-            nxt = mutate(m)
+            nxt = apply(m)
             if nxt is None:
                 return m
             nxt = replace(nxt, id=m.id + 1)

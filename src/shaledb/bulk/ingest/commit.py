@@ -8,14 +8,15 @@ import sys
 import uuid
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ...admin.checkpoint import delete_checkpoint, without_checkpoints
+from ...admin.checkpoint import delete_checkpoint
 from ...clock import SYSTEM_CLOCK, Clock
 from ...db.writer import Db
 from ...errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
 from ...format import paths
+from ...manifest.edits import Edit, without_checkpoints
 from ...manifest.model import IngestRecord, JournalFile, Manifest, SortedRun, SstInfo, Tree
 from ...manifest.options import OPT_COMPLETE, OPT_INDEXED
 from ...manifest.store import ManifestStore
@@ -298,6 +299,68 @@ def _with(m: Manifest, tree: Tree, next_run_id: int) -> Manifest:
     return replace(m, data=tree, next_run_id=max(m.next_run_id, next_run_id))
 
 
+@dataclass(frozen=True)
+class CommitIngest(Edit):
+    """Add every chosen part's SSTs (and journal files) to the manifest in one CAS and record
+    the ingest id (see docs/design/bulk-ingest.md and :func:`commit_ingest`).
+
+    Idempotent per ingest id: a record of the id already present is no change (a different
+    fingerprint is ``IngestConflict``). Claim mode is fenced by the writer epoch it claimed.
+    ``outcome`` is the return channel, refilled on every attempt: ``placement``,
+    ``manifest_id``, ``runs`` and, when the id was already committed, ``used`` (object ids
+    the manifest references).
+    """
+
+    plan: IngestPlan
+    chosen: list[IngestPart]
+    st: ObjectStore
+    clock: Clock
+    rows: int
+    fp: str
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        self.outcome.clear()
+        done = find_record(m, self.plan.ingest_id)
+        if done is not None:
+            if done.fingerprint and self.fp and done.fingerprint != self.fp:
+                raise IngestConflict(
+                    f"ingest id {self.plan.ingest_id!r} was committed at manifest {done.manifest_id} "
+                    f"with other rows (fingerprint {done.fingerprint}, now {self.fp}); use a new ingest id"
+                )
+            used = {s.id for s in m.all_ssts()} | {j.id for j in m.journal}
+            self.outcome.update(
+                placement="already committed", manifest_id=done.manifest_id, runs=(), used=used
+            )
+            return None
+        if self.plan.committed_manifest is not None:
+            raise IngestConflict(
+                f"ingest id {self.plan.ingest_id!r} was committed when this run began but is no longer "
+                "recorded (more recent ingests pushed it out); use a new ingest id"
+            )
+        _check_usable(m, self.st)
+        if not self.plan.behind and m.writer_epoch != self.plan.writer_epoch:
+            raise IngestFenced(
+                f"ingest {self.plan.ingest_id}: a writer opened the database (writer epoch {m.writer_epoch}) "
+                f"after this ingest claimed it at epoch {self.plan.writer_epoch}; nothing was committed. "
+                "Stop the writer and re-run the job, or use ingest_behind"
+            )
+        if self.plan.require_empty and holds_data(m):
+            raise InvalidArgument(_not_empty(self.st))
+        nxt, placement, runs = _place(_emptied(m) if self.plan.overwrite else m, self.plan, self.chosen)
+        nxt = _with_extras(nxt, self.plan, self.chosen)
+        record = IngestRecord(
+            self.plan.ingest_id, m.id + 1, self.clock.now(), self.rows, self.plan.seq, self.fp
+        )
+        nxt = replace(
+            nxt,
+            last_l0_seq=max(m.last_l0_seq, self.plan.seq),
+            ingests=(*m.ingests, record)[-INGEST_HISTORY:],
+        )
+        self.outcome.update(placement=placement, manifest_id=m.id + 1, runs=runs)
+        return nxt
+
+
 def commit_ingest(
     plan: IngestPlan,
     parts: Sequence[IngestPart | None],
@@ -340,47 +403,11 @@ def commit_ingest(
                         f"ingest {plan.ingest_id}: {name} of partition {p.partition} is gone "
                         "(its lease lapsed and the garbage collector removed it); re-run the job"
                     ) from None
-    outcome: dict[str, Any] = {}
-
-    def mutate(m: Manifest) -> Manifest | None:
-        outcome.clear()
-        done = find_record(m, plan.ingest_id)
-        if done is not None:
-            if done.fingerprint and fp and done.fingerprint != fp:
-                raise IngestConflict(
-                    f"ingest id {plan.ingest_id!r} was committed at manifest {done.manifest_id} with other "
-                    f"rows (fingerprint {done.fingerprint}, now {fp}); use a new ingest id"
-                )
-            used = {s.id for s in m.all_ssts()} | {j.id for j in m.journal}
-            outcome.update(placement="already committed", manifest_id=done.manifest_id, runs=(), used=used)
-            return None
-        if plan.committed_manifest is not None:
-            raise IngestConflict(
-                f"ingest id {plan.ingest_id!r} was committed when this run began but is no longer "
-                "recorded (more recent ingests pushed it out); use a new ingest id"
-            )
-        _check_usable(m, st)
-        if not plan.behind and m.writer_epoch != plan.writer_epoch:
-            raise IngestFenced(
-                f"ingest {plan.ingest_id}: a writer opened the database (writer epoch {m.writer_epoch}) "
-                f"after this ingest claimed it at epoch {plan.writer_epoch}; nothing was committed. "
-                "Stop the writer and re-run the job, or use ingest_behind"
-            )
-        if plan.require_empty and holds_data(m):
-            raise InvalidArgument(_not_empty(st))
-        nxt, placement, runs = _place(_emptied(m) if plan.overwrite else m, plan, chosen)
-        nxt = _with_extras(nxt, plan, chosen)
-        record = IngestRecord(plan.ingest_id, m.id + 1, clock.now(), rows, plan.seq, fp)
-        nxt = replace(
-            nxt,
-            last_l0_seq=max(m.last_l0_seq, plan.seq),
-            ingests=(*m.ingests, record)[-INGEST_HISTORY:],
-        )
-        outcome.update(placement=placement, manifest_id=m.id + 1, runs=runs)
-        return nxt
+    edit = CommitIngest(plan, chosen, st, clock, rows, fp)
+    outcome = edit.outcome
 
     ms = ManifestStore(st, clock, random.Random(rng.getrandbits(64)), author="ingest")
-    ms.update(mutate, timeout_s=timeout_s)
+    ms.update(edit, timeout_s=timeout_s)
     # Committed: nothing after this point may raise, or a caller (Spark's abort()) would
     # take a committed ingest for a failed one.
     _drop_terms_checkpoint(ms, plan, timeout_s)

@@ -1,0 +1,208 @@
+"""Named, typed manifest changes: one class per kind of change.
+
+Every manifest version is written by :meth:`shaledb.manifest.store.ManifestStore.update`,
+which reads the latest manifest, calls ``edit.apply`` on it and writes the result with
+create-if-absent; on a conflict it re-reads and applies the same edit again. So an edit
+is a value that says *what* changes (its fields) and ``apply`` says *how*, on whatever
+manifest is latest: it returns the next manifest (its id is set by the store), None when
+nothing needs to change, or raises (e.g. ``FencedError``) to abort the update.
+
+``apply`` may run several times (once per conflict); an edit that reports something back
+to its caller does it through an explicit field (a list it appends to), and the last
+value is the one of the attempt that was written.
+
+Edits that need only the manifest model live here; edits whose logic belongs to a higher
+layer (checkpoint creation, clone initialization, bulk ingest, the writer's view pins,
+journal compaction) are named :class:`Edit` subclasses in their role's module, so this
+package stays below them (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from ..clock import Clock
+from ..errors import DatabaseDestroyed, FencedError, InvalidArgument
+from .model import Checkpoint, Manifest
+
+
+class Edit(ABC):
+    """One kind of manifest change (see module docstring)."""
+
+    @abstractmethod
+    def apply(self, m: Manifest) -> Manifest | None:
+        """The manifest that follows ``m`` (same id: the store sets it), or None for no change."""
+
+
+def with_checkpoint(m: Manifest, cp: Checkpoint) -> Manifest:
+    """``m`` with ``cp`` added, or replacing the checkpoint with the same id."""
+    others = tuple(c for c in m.checkpoints if c.id != cp.id)
+    return replace(m, checkpoints=(*others, cp))
+
+
+def without_checkpoints(m: Manifest, ids: set[uuid.UUID]) -> Manifest:
+    return replace(m, checkpoints=tuple(c for c in m.checkpoints if c.id not in ids))
+
+
+@dataclass(frozen=True)
+class NoChange(Edit):
+    """Change nothing: the update returns the latest manifest.
+
+    A writer uses it to adopt the latest version through its serialized update path
+    (which pins the view with one more write when the version is not pinned yet).
+    """
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        return None
+
+
+@dataclass(frozen=True)
+class Decorated(Edit):
+    """``edit``, then ``decorate`` on its result when it changed something.
+
+    A role committing inside the writer passes its result through the writer's
+    ``decorate_manifest`` so the new view is pinned by the same CAS.
+    """
+
+    edit: Edit
+    decorate: Callable[[Manifest], Manifest]
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        nxt = self.edit.apply(m)
+        return None if nxt is None else self.decorate(nxt)
+
+
+@dataclass(frozen=True)
+class ClaimWriterEpoch(Edit):
+    """A writer opening the database takes the next writer epoch (fencing the previous writer).
+
+    Refuses an uninitialized clone and a destroyed database. ``extra`` adjusts the
+    claimed manifest with the new epoch (e.g. the opening writer's own view checkpoint).
+    """
+
+    where: str
+    extra: Callable[[Manifest, int], Manifest] | None = None
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if not m.initialized:
+            raise InvalidArgument(
+                f"database at {self.where} is a clone whose initialization did not finish: "
+                "open it with Db.open_from_checkpoint to complete it"
+            )
+        if m.destroyed_at_s is not None:
+            raise DatabaseDestroyed(f"database at {self.where} was destroyed")
+        nxt = replace(m, writer_epoch=m.writer_epoch + 1)
+        return self.extra(nxt, nxt.writer_epoch) if self.extra is not None else nxt
+
+
+@dataclass(frozen=True)
+class ClaimCompactorEpoch(Edit):
+    """A compactor starting takes the next compactor epoch, fencing older compactors' commits."""
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        return replace(m, compactor_epoch=m.compactor_epoch + 1)
+
+
+@dataclass(frozen=True)
+class DropCheckpoint(Edit):
+    """Remove checkpoint ``cp_id`` if present (idempotent: nothing to do when it is gone)."""
+
+    cp_id: uuid.UUID
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        return without_checkpoints(m, {self.cp_id}) if m.checkpoint(self.cp_id) else None
+
+
+@dataclass(frozen=True)
+class DropCheckpoints(Edit):
+    """Remove every checkpoint in ``ids`` (a reader closing); nothing to do when none is left."""
+
+    ids: frozenset[uuid.UUID]
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if not any(c.id in self.ids for c in m.checkpoints):
+            return None
+        return replace(m, checkpoints=tuple(c for c in m.checkpoints if c.id not in self.ids))
+
+
+@dataclass(frozen=True)
+class DropExpiredCheckpoints(Edit):
+    """GC: remove the checkpoints expired at ``now_s``; ``gone`` receives their ids (last attempt)."""
+
+    now_s: float
+    gone: list[str] = field(default_factory=list)
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        self.gone.clear()
+        keep = []
+        for c in m.checkpoints:
+            if c.expired(self.now_s):
+                self.gone.append(str(c.id))
+            else:
+                keep.append(c)
+        return replace(m, checkpoints=tuple(keep)) if self.gone else None
+
+
+@dataclass(frozen=True)
+class FenceForDestroy(Edit):
+    """Soft destroy, step 1: a new writer epoch fences the running writer (none if destroyed)."""
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.destroyed_at_s is not None:
+            return None
+        return replace(m, writer_epoch=m.writer_epoch + 1)
+
+
+@dataclass(frozen=True)
+class MarkSoftDestroyed(Edit):
+    """Soft destroy, steps 2-3: drop the writer's checkpoints and mark the database destroyed.
+
+    Only while the epoch claimed in step 1 is still current: a writer that opened the
+    database since is not destroyed under its feet (``FencedError``).
+    """
+
+    epoch: int
+    clock: Clock
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.destroyed_at_s is not None:
+            return None
+        if m.writer_epoch != self.epoch:
+            raise FencedError(
+                f"a writer (epoch {m.writer_epoch}) opened the database while it was being destroyed; "
+                "stop it and destroy again"
+            )
+        keep = tuple(c for c in m.checkpoints if c.writer_epoch is None)
+        return replace(m, checkpoints=keep, destroyed_at_s=self.clock.now())
+
+
+@dataclass(frozen=True)
+class RemoveOption(Edit):
+    """Remove database option ``key`` (nothing to do when it is not set)."""
+
+    key: str
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.option(self.key) is None:
+            return None
+        return replace(m, options=tuple((k, v) for k, v in m.options if k != self.key))
+
+
+__all__ = [
+    "ClaimCompactorEpoch",
+    "ClaimWriterEpoch",
+    "Decorated",
+    "DropCheckpoint",
+    "DropCheckpoints",
+    "DropExpiredCheckpoints",
+    "Edit",
+    "FenceForDestroy",
+    "MarkSoftDestroyed",
+    "NoChange",
+    "RemoveOption",
+    "with_checkpoint",
+    "without_checkpoints",
+]
