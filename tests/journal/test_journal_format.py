@@ -303,7 +303,7 @@ def test_block_heads_and_located_values_match_the_blocks(
         head = block_head(stored)
         blk = decode_data_block(stored)
         assert not isinstance(head, int)
-        assert head[0] == blk.keys and head[1] == blk.seqs.tolist() and head[2] == bytes(blk.kinds)
+        assert head[0] == list(blk.keys) and head[1] == blk.seqs.tolist() and head[2] == bytes(blk.kinds)
         assert head[3] == [len(blk.payload(i)) for i in range(len(blk))]
     newest: dict[bytes, tuple[int, int, bytes]] = {}
     for k, e in zip(keys, ents):

@@ -46,6 +46,7 @@ from ..engine.reads import (
     check_limit,
     get_many,
     lookup,
+    scan_chunks,
     scan_items,
 )
 from ..engine.sstable import TableCache
@@ -189,7 +190,7 @@ class Queries:
         sp = span(start, end, prefix, reverse, limit)
         self._m_scans += 1
         at, release = self._pin_read()
-        return Scan(scan_items(at, sp), release)
+        return Scan.of_chunks(scan_chunks(at, sp), release)
 
     def index_query(
         self,

@@ -210,8 +210,8 @@ def batch_ranges(
 
 
 def drop_covered_chunk(
-    keys: list[bytes], seqs: Any, kinds: bytes, payloads: list[bytes], frags: Fragments
-) -> tuple[list[bytes], Any, bytes, list[bytes]]:
+    keys: Sequence[bytes], seqs: Any, kinds: bytes, payloads: Sequence[bytes], frags: Fragments
+) -> tuple[Sequence[bytes], Any, bytes, Sequence[bytes]]:
     """One block's rows (key order, one version per key) without those ``frags`` (one seq
     per fragment) hides: two bisects per fragment over the block, a row test only inside
     a fragment, so rows between tombstones keep the block-at-a-time path."""

@@ -39,7 +39,7 @@ PIN_WORKERS = 16
 """Tail reads in flight while :meth:`TableCache.pin` opens a database's SSTs."""
 
 Row = tuple[bytes, int, int, bytes]
-Chunk = tuple[list[bytes], "array[int]", bytes, list[bytes]]
+Chunk = tuple[Sequence[bytes], "array[int]", bytes, Sequence[bytes]]
 """Columns of consecutive rows of one block: keys, seqs, kinds, payloads."""
 StoreResolver = Callable[[int], ObjectStore]
 """Maps ``SstInfo.db`` (0 = this database, i > 0 = an external database) to its store."""
@@ -215,12 +215,43 @@ class SstReader:
         read-ahead chunk for scans, which will want the next blocks too.
         """
         key = (self.id, i)
-        b: Block | None = self.cache.get(key)
-        if b is not None:
-            return b
-        start, end = self.index.block_span(i)
+        item = self.entries.get(key)
+        if item is None:
+            return self._load(i, key, read_ahead)
         try:
-            b = decode_data_block(self._fetch(start, end, read_ahead))
+            self.entries.move_to_end(key)
+        except KeyError:  # evicted meanwhile: still ours to read, once
+            pass
+        self.cache.hits += 1
+        b: Block = item[0]
+        return b
+
+    def _load(self, i: int, key: tuple[str, int], read_ahead: bool) -> Block:
+        """Block ``i`` (cache key ``key``) on a cache miss: from its cached read-ahead
+        chunk if there is one, else from the store; decoded and cached.
+
+        The first touch of a block is most of a cold scan's time (issue 30), so the
+        chunk is probed in place and the stored block decoded in one call.
+        """
+        self.cache.misses += 1
+        offs = self.index.offsets
+        start = offs[i]
+        end = offs[i + 1]
+        ra = self.read_ahead
+        stored: bytes | None = None
+        if end - start < ra:
+            cs = start - start % ra
+            ckey = (self.id, "chunk", cs // ra)
+            item = self.entries.get(ckey)
+            if item is not None and end - cs <= item[1]:
+                stored = item[0][start - cs : end - cs]
+                try:
+                    self.entries.move_to_end(ckey)
+                except KeyError:
+                    pass
+                self.cache.hits += 1
+        try:
+            b = decode_data_block(self._fetch(start, end, read_ahead) if stored is None else stored)
         except CorruptionError:
             # The cached chunk may be the damaged copy: read the block itself once more.
             self.cache.discard((self.id, "chunk", start // self.read_ahead if self.read_ahead else -1))
@@ -333,20 +364,42 @@ class SstReader:
         """Per block, the columns of the rows with ``start <= key < end``, in key order.
 
         Scans consume whole blocks at a time, so the per-row work stays in C
-        (slicing, ``zip``); blocks are fetched with read-ahead.
+        (slicing, ``zip``); blocks are fetched with read-ahead. The cache is
+        probed in place (as :meth:`block` does), and only the first block is
+        searched for ``start``.
         """
         idx = self.index
         n = len(idx.keys)
         i = 0 if start is None else bisect_left(idx.keys, start)
+        entries = self.entries
+        sid = self.id
         while i < n:
-            b = self.block(i, read_ahead=True)
+            ck = (sid, i)
+            item = entries.get(ck)
+            if item is None:
+                b: Block = self._load(i, ck, True)
+            else:
+                b = item[0]
+                try:
+                    entries.move_to_end(ck)
+                except KeyError:
+                    pass
+                self.cache.hits += 1
             keys = b.keys
+            m = len(keys)
             lo = 0 if start is None else bisect_left(keys, start)
-            hi = len(keys) if end is None else bisect_left(keys, end)
+            hi = m if end is None or not m or keys[-1] < end else bisect_left(keys, end)
             if lo < hi:
-                yield keys[lo:hi], b.seqs[lo:hi], b.kinds[lo:hi], b.payloads(lo, hi)
-            if hi < len(keys):
+                pays = b.pays
+                yield (
+                    keys[lo:hi],
+                    b.seqs[lo:hi],
+                    b.kinds[lo:hi],
+                    b.payloads(lo, hi) if pays is None else pays[lo:hi],
+                )
+            if hi < m:
                 return
+            start = None
             i += 1
 
     def chunks_reversed(self, start: bytes | None, end: bytes | None) -> Iterator[Chunk]:

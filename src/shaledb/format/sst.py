@@ -32,7 +32,7 @@ from itertools import accumulate, islice, pairwise
 from operator import add
 
 from ..errors import CorruptionError
-from .block import Block, decode_block, encode_block
+from .block import Block, decode_stored, encode_block
 from .bloom import BloomFilter, build_filter_from_digests, key_digest
 from .coding import (
     CODEC_NONE,
@@ -616,7 +616,7 @@ def decode_meta(tail: bytes, object_size: int) -> SstMeta:
 
 
 def decode_data_block(stored: bytes) -> Block:
-    return decode_block(unframe_block(stored, "SST data block"))
+    return decode_stored(stored, "SST data block")
 
 
 def iter_blocks(data: bytes, meta: SstMeta) -> Iterator[Block]:

@@ -9,6 +9,7 @@ objects in order :mod:`shaledb.engine.wal_read`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from ..errors import CorruptionError
 from .journal import wal_pointer
@@ -53,7 +54,7 @@ def encode_wal_layout(
 
 def locate_values(
     wal_id: int,
-    keys: list[bytes],
+    keys: Sequence[bytes],
     ents: list[Entry],
     offsets: list[int],
     ends: list[int],

@@ -416,7 +416,7 @@ class _Repoint:
         pays: list[bytes] = []
         changed = 0
         for b in blocks:
-            bp = b.payloads(0, len(b))
+            bp = list(b.payloads(0, len(b)))
             keys += b.keys
             seqs += b.seqs.tolist()
             kb = list(b.kinds)

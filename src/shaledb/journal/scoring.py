@@ -192,7 +192,9 @@ def _sample_blocks(
     for j, raw in enumerate(raws):
         if not codec_none:
             b = decode_data_block(raw)
-            out.append((b.keys, b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))]))
+            out.append(
+                (list(b.keys), b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))])
+            )
             continue
         head = block_head(raw)
         if isinstance(head, int):
@@ -204,7 +206,12 @@ def _sample_blocks(
         more = store.get_ranges(path, [spans[j] for j in again])
         for j, raw in zip(again, more):
             b = decode_data_block(raw)
-            out[j] = (b.keys, b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))])
+            out[j] = (
+                list(b.keys),
+                b.seqs.tolist(),
+                bytes(b.kinds),
+                [len(b.payload(i)) for i in range(len(b))],
+            )
     return out
 
 
