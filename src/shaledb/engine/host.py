@@ -41,8 +41,9 @@ class ManifestHost(Protocol):
         ...
 
     def update_manifest(self, edit: Edit, *, current: Manifest | None = None) -> Manifest:
-        """Write a version from this process (``mutate`` should pass its result through
-        :meth:`decorate_manifest`) and make it the read view."""
+        """Write a version from this process and make it the read view (wrap ``edit`` in
+        ``manifest.edits.Decorated`` with :meth:`decorate_manifest`, so the view is pinned by the
+        same CAS)."""
         ...
 
     def decorate_manifest(self, m: Manifest) -> Manifest:
