@@ -266,7 +266,8 @@ class DbReaderOptions:
     ``manifest_update_timeout_s`` -- how long one checkpoint change (a manifest
     CAS, retried on conflicts) may take before it raises ``Unavailable``.
     ``wal_read_ahead`` -- as in :class:`Settings`: GETs of WAL objects in flight
-    while the reader replays them (a reader that fell behind ramps up to it).
+    while the reader replays them (a reader that fell behind ramps up to it);
+    above 1, opening also pins SST metadata beside its checkpoint and WAL reads.
     ``retry`` -- how the reader's store calls retry transient failures.
     """
 
@@ -355,6 +356,9 @@ class Settings:
       ``wal_read_ahead`` -- replaying the WAL (opening after a crash) keeps up
       to this many GETs of WAL objects in flight, each up to ``wal_max_bytes``:
       about one round trip per this many objects instead of one per object.
+      Above 1, opening also reads beside its ordered steps (SST metadata, the
+      re-read of the manifest); 1 makes the open's calls one at a time, in an
+      order that does not depend on timing (tests that compare runs call by call).
       ``wal_max_in_flight`` -- WAL PUTs in flight at once (1 to 4; default 1): durable
       writes that arrive while a PUT is in flight go out at once in the next
       object instead of waiting for it. Ids stay contiguous and a write is

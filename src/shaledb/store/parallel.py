@@ -136,3 +136,18 @@ __all__ = [
     "get_in_order",
     "run_bounded",
 ]
+
+
+def in_background(fn: Callable[[], R], *, name: str = "shaledb-io") -> Future[R]:
+    """Start ``fn()`` on its own thread now; its result (or exception) is the future's.
+
+    For a request (or a few) that does not depend on what the caller does next,
+    so the two round trips overlap instead of adding up (opening a database:
+    pinning SST metadata while the WAL is fenced and replayed). The caller must
+    wait for the future before it relies on what ``fn`` did.
+    """
+    pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+    try:
+        return pool.submit(fn)
+    finally:
+        pool.shutdown(wait=False)
