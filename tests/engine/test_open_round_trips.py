@@ -11,13 +11,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from engine_support import abandon
 
 from shaledb import Db, DbReader
-from shaledb.settings import Settings
+from shaledb.settings import DbReaderOptions, Settings
 from shaledb.store import open_store
 from shaledb.store.base import ObjectStore
 from shaledb.store.wrappers import PerCallStore
@@ -104,3 +105,43 @@ def test_reader_open_overlaps_pinning_with_the_checkpoint_and_the_wal(tmp_path: 
     gets_at_open = [d for d, k in calls if k == "get_range"]
     assert gets_at_open and max(gets_at_open) <= 3, calls
     assert max(d for d, _ in calls) <= 5, calls  # before: 6
+
+
+def _one_after_another(calls: list[tuple[int, str]]) -> None:
+    """No call overlaps another, but the final pin's GETs (in parallel with each other),
+    which come after everything else."""
+    pins = [d for d, k in calls if k == "get_range"]
+    others = [d for d, k in calls if k != "get_range"]
+    assert pins and min(pins) > max(others), calls
+    assert len(set(others)) == len(others), calls
+
+
+def test_open_in_parallel_off_makes_the_writers_open_one_call_at_a_time(tmp_path: Path) -> None:
+    """``Settings.open_in_parallel`` False: what fault scripts need (a fixed order); the
+    WAL's read-ahead is a separate setting and leaves the open's overlap alone."""
+    url = _database(tmp_path, b"in-the-wal")
+    store = DepthStore(open_store(url))
+    off = replace(QUIET, open_in_parallel=False)
+    db, faults = _opened(store, lambda s: Db.open(store=s, settings=off))
+    assert db.get(b"in-the-wal") == b"w" and len(db.tables.pinned) == 2
+    abandon(db, faults)
+    print(sorted(store.calls))
+    _one_after_another(store.calls)
+
+    store = DepthStore(open_store(_database(tmp_path / "fresh", b"in-the-wal")))
+    one_get = replace(QUIET, wal_read_ahead=1)
+    db, faults = _opened(store, lambda s: Db.open(store=s, settings=one_get))
+    assert db.get(b"in-the-wal") == b"w"
+    abandon(db, faults)
+    assert max(d for d, _ in store.calls) <= 8, sorted(store.calls)
+
+
+def test_open_in_parallel_off_makes_the_readers_open_one_call_at_a_time(tmp_path: Path) -> None:
+    url = _database(tmp_path, b"in-the-wal")
+    store = DepthStore(open_store(url))
+    off = DbReaderOptions(open_in_parallel=False, wal_read_ahead=1)
+    with DbReader.open(store=store, options=off) as reader:
+        calls = sorted(store.calls)
+        assert reader.get(b"in-the-wal") == b"w"
+    print(calls)
+    _one_after_another(calls)

@@ -81,7 +81,7 @@ from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.metrics import WriterMetrics
 from ..store.new_root import check_new_root
-from ..store.parallel import in_background
+from ..store.parallel import completed, in_background
 from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
@@ -163,7 +163,8 @@ class Db(Queries):
             )
 
             def check_root() -> None:
-                check_new_root(url, wrapped, store_options, settings, clock)
+                reachable = store is None or store_options is not None  # a passed store's bucket: not ours
+                check_new_root(url, wrapped, store_options, settings, clock, ancestors_reachable=reachable)
 
             try:
                 db = cls(
@@ -286,9 +287,9 @@ class Db(Queries):
         )
         # The SSTs' index and filter blocks depend on nothing the fence and the replay do:
         # fetch them meanwhile (own SSTs only: a parent's store is resolved from self.manifest).
-        # (wal_read_ahead 1: one call at a time, the pin below pins them all.)
-        own = [i for i in m.all_ssts() if i.db == 0] if settings.wal_read_ahead > 1 else []
-        pinning = in_background(lambda: self.tables.pin(own), name="shaledb-pin")
+        # (open_in_parallel False: one call at a time, the pin below pins them all.)
+        own = [i for i in m.all_ssts() if i.db == 0] if settings.open_in_parallel else []
+        pinning = in_background(lambda: self.tables.pin(own), name="shaledb-pin") if own else completed(None)
         try:
             self.pins.confirm(m)
             self.epoch = m.writer_epoch
@@ -311,6 +312,7 @@ class Db(Queries):
                 mode=settings.wal_recovery_mode,
                 threshold=threshold,
                 read_ahead=settings.wal_read_ahead,
+                parallel=settings.open_in_parallel,
             )
         except BaseException:
             wait([pinning])  # no fetch outlives a failed open (the caller may close the store)

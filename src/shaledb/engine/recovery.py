@@ -199,6 +199,7 @@ def confirm_and_replay(
     mode: str,
     threshold: int | None = None,
     read_ahead: int = WAL_READ_AHEAD,
+    parallel: bool = True,
 ) -> tuple[Manifest, ReplayResult]:
     """Steps 3 and 4 at once: re-read the manifest while replaying the WAL from ``claimed``.
 
@@ -209,12 +210,13 @@ def confirm_and_replay(
     returned only once the re-read confirms the epoch; a replay error is
     raised only if it does (a newer writer explains the failure better). A
     re-read that finds another replay point (not expected) replays again from it.
-    ``read_ahead`` 1 asks for one call at a time: the re-read, then the replay.
+    ``parallel`` False (``Settings.open_in_parallel``) runs them one after the
+    other: the re-read, then the replay (with ``read_ahead`` GETs in flight).
     """
-    if read_ahead <= 1:
+    if not parallel:
         m = _check_epoch(ms.require_latest(), epoch)
         return m, replay_wal(
-            ms.store, m, fence_id, verify=verify, mode=mode, threshold=threshold, read_ahead=1
+            ms.store, m, fence_id, verify=verify, mode=mode, threshold=threshold, read_ahead=read_ahead
         )
     reread = in_background(ms.require_latest, name="shaledb-open")
     try:
