@@ -267,6 +267,9 @@ class DbReaderOptions:
     CAS, retried on conflicts) may take before it raises ``Unavailable``.
     ``wal_read_ahead`` -- as in :class:`Settings`: GETs of WAL objects in flight
     while the reader replays them (a reader that fell behind ramps up to it).
+    ``open_in_parallel`` -- as in :class:`Settings`: opening pins SST metadata
+    beside its checkpoint and WAL reads; False makes the open's store calls
+    one after another.
     ``retry`` -- how the reader's store calls retry transient failures.
     """
 
@@ -282,6 +285,7 @@ class DbReaderOptions:
     disk_cache_bytes: int = 1 * GiB
     manifest_update_timeout_s: Seconds[float] = Seconds(60.0)
     wal_read_ahead: int = WAL_READ_AHEAD
+    open_in_parallel: bool = True
     retry: RetryOptions = field(default_factory=RetryOptions)
     merge_operator: MergeOperator | MergeFunction | str | None = None
     """As ``Settings.merge_operator``; None folds the ready operator the database records
@@ -305,6 +309,7 @@ class DbReaderOptions:
         _integer("DbReaderOptions.wal_read_ahead", self.wal_read_ahead, minimum=1)
         _boolean("DbReaderOptions.establish_checkpoint", self.establish_checkpoint)
         _boolean("DbReaderOptions.background_poll", self.background_poll)
+        _boolean("DbReaderOptions.open_in_parallel", self.open_in_parallel)
         if self.checkpoint_name is not None and not isinstance(self.checkpoint_name, str):
             raise InvalidArgument(
                 f"DbReaderOptions.checkpoint_name must be a str or None, got {self.checkpoint_name!r}"
@@ -355,6 +360,13 @@ class Settings:
       ``wal_read_ahead`` -- replaying the WAL (opening after a crash) keeps up
       to this many GETs of WAL objects in flight, each up to ``wal_max_bytes``:
       about one round trip per this many objects instead of one per object.
+      ``open_in_parallel`` -- opening reads what needs nothing from its ordered
+      steps (claim, fence, re-read, replay) beside them: the SSTs' index and
+      filter blocks, and the manifest's re-read beside the WAL replay
+      (docs/design/writer-open-and-recovery.md). False: the open's store calls
+      go one after another, in an order that does not depend on thread timing
+      (tests that script faults call by call; with ``wal_read_ahead`` 1 for the
+      replay's GETs too).
       ``wal_max_in_flight`` -- WAL PUTs in flight at once (1 to 4; default 1): durable
       writes that arrive while a PUT is in flight go out at once in the next
       object instead of waiting for it. Ids stay contiguous and a write is
@@ -385,6 +397,7 @@ class Settings:
     track_and_verify_wals: bool = True
     wal_recovery_mode: WalRecoveryMode = "absolute_consistency"
     wal_read_ahead: int = WAL_READ_AHEAD
+    open_in_parallel: bool = True
     wal_max_in_flight: int = WAL_MAX_IN_FLIGHT
     value_separation_threshold: int | None = None
     journal_max_bytes: int = 64 * MiB
@@ -433,6 +446,7 @@ class Settings:
         _positive("manifest_poll_interval_s", self.manifest_poll_interval_s)
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)
         _boolean("track_and_verify_wals", self.track_and_verify_wals)
+        _boolean("open_in_parallel", self.open_in_parallel)
         _integer("wal_read_ahead", self.wal_read_ahead, minimum=1)
         _integer("wal_max_in_flight", self.wal_max_in_flight, minimum=1, maximum=WAL_MAX_IN_FLIGHT_LIMIT)
         if self.wal_recovery_mode not in WAL_RECOVERY_MODES:

@@ -22,6 +22,7 @@ import random
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import wait
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
@@ -53,7 +54,7 @@ from ..engine.parents import ExternalStores, canonical_url, default_factory
 from ..engine.pins import RepinView, StripPins, ViewPins
 from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
 from ..engine.reads import ReadView, Scan, Visibility
-from ..engine.recovery import claim_wal_window, claim_writer_epoch, replay_wal, write_fence
+from ..engine.recovery import claim_wal_window, claim_writer_epoch, confirm_and_replay, write_fence
 from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
 from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMissing, ShaleError
@@ -80,6 +81,7 @@ from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.metrics import WriterMetrics
 from ..store.new_root import check_new_root
+from ..store.parallel import completed, in_background
 from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
@@ -161,7 +163,8 @@ class Db(Queries):
             )
 
             def check_root() -> None:
-                check_new_root(url, wrapped, store_options, settings, clock)
+                reachable = store is None or store_options is not None  # a passed store's bucket: not ours
+                check_new_root(url, wrapped, store_options, settings, clock, ancestors_reachable=reachable)
 
             try:
                 db = cls(
@@ -282,32 +285,38 @@ class Db(Queries):
             extra=lambda nxt, e: claim_wal_window(self.pins.on_claim(nxt, e), settings.wal_max_in_flight),
             before_create=before_create,
         )
-        self.pins.confirm(m)
-        self.epoch = m.writer_epoch
-        self.vis.folder = Folder(self.merge_operator, m.option(OPT_MERGE_OPERATOR))  # checks the name
-        fence_id, fence_rec = write_fence(
-            store,
-            m,
-            self.epoch,
-            nonce=rng.getrandbits(128).to_bytes(16, "little"),
-            now_ms=int(clock.now() * 1000),
-            codec=self.codec,
-        )
-        m = self.manifests.require_latest()
-        if m.writer_epoch != self.epoch:
-            raise FencedError(
-                f"writer epoch {m.writer_epoch} took over while this writer (epoch {self.epoch}) opened"
+        # The SSTs' index and filter blocks depend on nothing the fence and the replay do:
+        # fetch them meanwhile (own SSTs only: a parent's store is resolved from self.manifest).
+        # (open_in_parallel False: one call at a time, the pin below pins them all.)
+        own = [i for i in m.all_ssts() if i.db == 0] if settings.open_in_parallel else []
+        pinning = in_background(lambda: self.tables.pin(own), name="shaledb-pin") if own else completed(None)
+        try:
+            self.pins.confirm(m)
+            self.epoch = m.writer_epoch
+            self.vis.folder = Folder(self.merge_operator, m.option(OPT_MERGE_OPERATOR))  # checks the name
+            fence_id, fence_rec = write_fence(
+                store,
+                m,
+                self.epoch,
+                nonce=rng.getrandbits(128).to_bytes(16, "little"),
+                now_ms=int(clock.now() * 1000),
+                codec=self.codec,
             )
-        threshold = settings.value_separation_threshold
-        replay = replay_wal(
-            store,
-            m,
-            fence_rec.id,
-            verify=settings.track_and_verify_wals,
-            mode=settings.wal_recovery_mode,
-            threshold=threshold,
-            read_ahead=settings.wal_read_ahead,
-        )
+            threshold = settings.value_separation_threshold
+            m, replay = confirm_and_replay(
+                self.manifests,
+                m,
+                self.epoch,
+                fence_rec.id,
+                verify=settings.track_and_verify_wals,
+                mode=settings.wal_recovery_mode,
+                threshold=threshold,
+                read_ahead=settings.wal_read_ahead,
+                parallel=settings.open_in_parallel,
+            )
+        except BaseException:
+            wait([pinning])  # no fetch outlives a failed open (the caller may close the store)
+            raise
         for note in replay.skipped:
             log.warning("recovery: %s", note)
         log.info(
@@ -349,7 +358,8 @@ class Db(Queries):
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
         self._view = ReadView(self._mem, self._imms, m)
-        self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel
+        pinning.result()  # the early pin's own SSTs (an error is its bug: a fetch error only skips one)
+        self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel (the rest, if any)
         self.wal = WalWriter(
             store=store,
             clock=clock,
