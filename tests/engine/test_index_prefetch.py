@@ -15,6 +15,7 @@ QUIET = Settings(compactor=None, garbage_collector=None)
 
 def _ranged_gets(db: Db) -> int:
     requests = db.metrics()["store_requests_total"]
+    assert isinstance(requests, dict)
     return int(requests["get_range"]) + int(requests["get_ranges"])
 
 
