@@ -22,16 +22,24 @@
    them).
 
 It prints a report with timings, and progress (rows done, rate, time left)
-every 10 s in the live-updates step. Measured on 2026-11-28 on a 2-core
-machine shared with other work (load average 20-26 throughout, so every step
-ran several times slower than on an idle machine, where a local run took 37 s
-on 2026-11-23): 712 s on a local directory and 1,086 s against a local S3
-server (moto), 1.5x. The live-updates step took 38 s and 262 s of those. It
-used to look up each of its 20,000 random rows on its own: one ranged GET of
-a 4 KiB block per row (about 13,500 GETs; moto reads the whole 40 MB SST to
-serve each), 25 updates/s on a lightly loaded machine and 5/s on this one.
-It now reads each sorted chunk of 500 rows with one read-ahead scan (about 200
-GETs; :func:`read_rows`) and ran at 130 updates/s on this loaded machine.
+every 10 s in the live-updates step. It lists the store first (one request),
+so a wrong bucket, endpoint or credential stops it in a second with the
+store's typed error on one line, not after Spark's start and the CSV read.
+
+Measured on 2026-11-28 on a 2-core machine shared with other work, back to
+back at load average 2-4: 102 s against a local S3 server (moto) and 67 s on
+a local directory, 1.5x (docs/spark.md has every step). The live-updates step
+took 29 s and 4 s of those; at an earlier commit it took 204-819 s on S3 (25-130
+updates/s). What it cost, and what changed: each of the 20,000 rows was read
+with a lookup of its own (one ranged GET each, and moto reads the whole SST,
+up to 66 MB, to serve a range: 50 ms a GET), then with one read-ahead scan
+per chunk (serial 1 MiB GETs); now one ``get_many`` per chunk (grouped ranged
+GETs in parallel, :func:`read_rows`). The 500 removals looked up each key's
+old index terms with a cold GET of its own, one after another; now they go in
+the same key-ordered chunks as the corrections, whose ``get_many`` has already
+read their blocks. And the checkpoint pinned ~1,000 small WAL objects, which
+the clone copied and replayed one by one (21 s) and every Spark task read
+again; the updates are now flushed to one L0 SST before the checkpoint.
 """
 
 from __future__ import annotations
