@@ -36,7 +36,7 @@ from ..engine.allocator import fix_mmap_threshold
 from ..engine.cache import LruCache
 from ..engine.flush import MemtableFlusher
 from ..engine.history import HISTORY_PIN, History, to_millis
-from ..engine.indexes import current_terms, current_value, plan_index_changes
+from ..engine.indexes import current_terms, current_value, plan_index_changes, prefetch_old_terms
 from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from ..engine.merging import (
     MAX_STACK,
@@ -914,6 +914,7 @@ class Db(Queries):
                 db._admit_locked(check_space=False)
                 db._indexed = True
             tables, vis = db.tables, db.vis
+            prefetch_old_terms(db._view, tables, batch._keys)  # a batch's cold keys in parallel GETs
             plan = plan_index_changes(  # reads the batch's lists, keeps none of them
                 batch._keys,
                 batch._kinds,
