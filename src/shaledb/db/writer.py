@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..admin.checkpoint import create_writer_checkpoint
@@ -597,15 +598,19 @@ class Db(Queries):
             with self._lock:
                 self._admit_locked(check_space=False)
                 return WriteHandle(self.wal, self._seq)
-        if KIND_MERGE in batch._kinds:
+        if batch._merged and KIND_MERGE in batch._kinds:
             self._check_merges()
         if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
             return self._write_indexed(batch, durable)
-        kinds = list(batch._kinds)
-        payloads = list(batch._payloads)
-        if batch._extras:
+        kinds = batch._kinds
+        payloads = batch._payloads
+        if batch._extras:  # (the batch's own lists stay as built: a copy is finished)
+            kinds, payloads = list(kinds), list(payloads)
             self._finish_extras(batch, kinds, payloads)
-        n = sum(map(len, keys)) + sum(map(len, payloads)) + ENTRY_OVERHEAD * len(keys)
+            n = sum(map(len, keys)) + sum(map(len, payloads))
+        else:
+            n = batch._entry_bytes()
+        n += ENTRY_OVERHEAD * len(keys)
         with self._lock:
             indexed = self._indexed
             if not indexed:
@@ -645,7 +650,7 @@ class Db(Queries):
         seq = self._seq = self._seq + 1
         self._m_puts += len(keys)
         self._m_put_bytes += n - ENTRY_OVERHEAD * len(keys)
-        ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
+        ents: list[Entry] = list(zip(repeat(seq), kinds, payloads))
         mem = self._mem
         if ranged:
             apply_to_memtable(mem, keys, ents)  # (merges stack onto the batch's range tombstones)
