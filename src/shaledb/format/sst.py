@@ -24,6 +24,7 @@ See docs/format/sst.md for the field tables.
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
@@ -71,6 +72,7 @@ FOOTER_SIZE = _FOOTER.size
 _PROPS = struct.Struct("<BBHQQQQQQQQ16s")
 _U32 = struct.Struct("<I")
 _U64BE = struct.Struct(">Q")
+_LITTLE = sys.byteorder == "little"
 _ONE_HEAD = struct.Struct("<IIIIIQB")
 """The head of a one-entry data block (``block.encode_block``): count, key offsets 0 and
 the key's length, value offsets 0 and the value's length, seq, kind."""
@@ -398,7 +400,7 @@ class SstBuilder:
             bounds: list[int] = list(range(n + 1))
         else:
             bounds = self._cut(sizes, seqs, table)
-            stored = self._emit_cut(keys, array("Q", seqs), kinds_b, payloads, bounds)
+            stored = self._emit_cut(keys, array("Q", seqs), kinds_b, payloads, bounds, klens, plens)
         # What _emit accounts per block, once for the whole call.
         if table:
             lasts: Sequence[bytes] = [keys[h - 1] for h in bounds[1:]] if len(bounds) <= n else keys
@@ -442,15 +444,32 @@ class SstBuilder:
         kinds_b: bytes,
         payloads: Sequence[bytes],
         bounds: list[int],
+        klens: list[int],
+        plens: list[int],
     ) -> list[int]:
-        """Encode and append the blocks ``bounds`` cuts; their stored sizes."""
+        """Encode and append the blocks ``bounds`` cuts (``block.encode_block``'s layout, from
+        the lengths already taken); their stored sizes."""
         data = self._data
         codec = self.codec
         stored = []
+        join = b"".join
+        pack = _U32.pack
         for lo, hi in pairwise(bounds):
-            body, tail = framed(
-                encode_block(keys[lo:hi], seqs_a[lo:hi], kinds_b[lo:hi], payloads[lo:hi]), codec
+            seqs = seqs_a[lo:hi]
+            if not _LITTLE:
+                seqs.byteswap()
+            payload = join(
+                (
+                    pack(hi - lo),
+                    pack_u32s(array("I", list(accumulate(klens[lo:hi], initial=0)))),
+                    pack_u32s(array("I", list(accumulate(plens[lo:hi], initial=0)))),
+                    seqs.tobytes(),
+                    kinds_b[lo:hi],
+                    join(keys[lo:hi]),
+                    join(payloads[lo:hi]),
+                )
             )
+            body, tail = framed(payload, codec)
             data += body
             data += tail
             stored.append(len(body) + len(tail))
