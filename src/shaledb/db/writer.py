@@ -32,6 +32,7 @@ from ..admin.clone import open_clone
 from ..admin.gc import EmbeddedGc
 from ..clock import SYSTEM_CLOCK, Clock
 from ..compaction import EmbeddedCompactor
+from ..engine.admission import flush_first
 from ..engine.allocator import fix_mmap_threshold
 from ..engine.cache import LruCache
 from ..engine.flush import MemtableFlusher
@@ -127,6 +128,8 @@ class Db(Queries):
     """Keys written while a transaction is open (``shaledb.db.txn``); None when none is."""
     _history: History | None = None
     """Marks and window of time-travel reads (``shaledb.engine.history``); None: retention 0."""
+    _stalled_writers = 0
+    """Writers waiting in :meth:`_admit_locked` for memory (``shaledb.engine.admission``)."""
 
     # ------------------------------------------------------------------ open
 
@@ -709,7 +712,11 @@ class Db(Queries):
                 stalled = self.clock.monotonic()
                 self.metrics_state.write_stalls += 1
             self.flusher.notify()
-            self._space.wait(0.1)
+            self._stalled_writers += 1  # the embedded compactor yields to the flusher meanwhile
+            try:
+                self._space.wait(0.1)
+            finally:
+                self._stalled_writers -= 1
 
     def _freeze_locked(self, *, even_if_empty: bool = False) -> None:
         mem = self._mem
@@ -1156,6 +1163,11 @@ class _WriterHost:
     @property
     def seq(self) -> int:
         return self._db._seq
+
+    def flush_first(self) -> bool:
+        db = self._db
+        s = db.settings
+        return flush_first(db._stalled_writers, len(db.manifest.data.l0), s.l0_max_ssts, db.closing)
 
     def check_open(self) -> None:
         if self._db._state != _OPEN:
