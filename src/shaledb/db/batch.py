@@ -7,9 +7,9 @@ applying a batch is a couple of C-level list and dict operations.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, overload
 
 from ..engine.wal import WalWriter
 from ..errors import InvalidArgument
@@ -18,6 +18,7 @@ from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import KIND_MERGE, KIND_TOMBSTONE, KIND_VALUE, encode_payload
 from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, BytesLike, check_field, check_key, check_value
 from ..numbers import check_seconds
+from .bulk_puts import checked_columns
 
 
 def ttl_ms(ttl: timedelta | float | int | str | None) -> int | None:
@@ -44,7 +45,7 @@ IndexTerms = Mapping[str, Iterable[BytesLike]]
 class WriteBatch:
     """Puts and deletes applied atomically by ``Db.write`` (chainable)."""
 
-    __slots__ = ("_extras", "_keys", "_kinds", "_payloads", "_ranged")
+    __slots__ = ("_extras", "_keys", "_kinds", "_merged", "_nbytes", "_payloads", "_ranged", "_sized")
 
     def __init__(self) -> None:
         self._keys: list[bytes] = []
@@ -53,6 +54,12 @@ class WriteBatch:
         self._extras: list[tuple[int, dict[str, Any]]] | None = None
         self._ranged = False
         """Whether the batch holds a range tombstone (``delete_range``)."""
+        self._merged = False
+        """Whether the batch may hold a merge (``merge``; spares ``Db.write`` a scan of the kinds)."""
+        self._sized = 0
+        self._nbytes = 0
+        """Key plus payload bytes of the first ``_sized`` entries, summed by :meth:`put_many`
+        as it validates them, so ``Db.write`` sums only the entries added otherwise."""
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -77,6 +84,41 @@ class WriteBatch:
             self._payloads.append(v)
             return self
         self._put_rich(k, v, ttl, metadata, indexes)
+        return self
+
+    @overload
+    def put_many(
+        self, pairs: Iterable[tuple[BytesLike, BytesLike]] | Mapping[BytesLike, BytesLike], /
+    ) -> WriteBatch: ...
+
+    @overload
+    def put_many(self, keys: Sequence[BytesLike], values: Sequence[BytesLike], /) -> WriteBatch: ...
+
+    def put_many(
+        self,
+        pairs: Iterable[tuple[BytesLike, BytesLike]] | Mapping[BytesLike, BytesLike] | Sequence[BytesLike],
+        values: Sequence[BytesLike] | None = None,
+        /,
+    ) -> WriteBatch:
+        """Many puts in one call: ``put_many([(k1, v1), (k2, v2)])``, ``put_many({k1: v1})``
+        or ``put_many(keys, values)`` (two sequences of one length).
+
+        The same as calling :meth:`put` for each pair in order (a key given twice
+        keeps its last value), without a Python call per key: the keys and values
+        are checked column by column. A bad key or value raises the
+        :class:`~shaledb.errors.InvalidArgument` that ``put`` would raise for it, and
+        then nothing of the call is added to the batch. No ``ttl``, ``metadata`` or
+        ``indexes``: use :meth:`put` for those.
+        """
+        keys, vals, nbytes = checked_columns(pairs, values)
+        if not keys:
+            return self
+        if self._sized == len(self._keys):  # every entry so far is summed: keep the total
+            self._sized += len(keys)
+            self._nbytes += nbytes
+        self._keys += keys
+        self._kinds += [KIND_VALUE] * len(keys)
+        self._payloads += vals
         return self
 
     def _put_rich(
@@ -115,6 +157,7 @@ class WriteBatch:
         """Merge ``operand`` into ``key``'s value (``Db.merge``); in order with the batch's
         other writes to the key (a put then a merge folds onto the put)."""
         self._keys.append(check_key(key))
+        self._merged = True
         self._kinds.append(KIND_MERGE)
         self._payloads.append(encode_merge([check_value(operand)]))
         return self
@@ -145,6 +188,7 @@ class WriteBatch:
             self._keys = [keys[i] for i in keep]
             self._kinds = [self._kinds[i] for i in keep]
             self._payloads = [self._payloads[i] for i in keep]
+            self._sized = self._nbytes = 0
             if self._extras:
                 where = {old: new for new, old in enumerate(keep)}
                 self._extras = [(where[i], x) for i, x in self._extras if i in where] or None
@@ -160,6 +204,15 @@ class WriteBatch:
         self._payloads.clear()
         self._extras = None
         self._ranged = False
+        self._merged = False
+        self._sized = self._nbytes = 0
+
+    def _entry_bytes(self) -> int:
+        """Key plus payload bytes of every entry (what ``Db.write`` accounts)."""
+        keys, pays, sized = self._keys, self._payloads, self._sized
+        if sized == len(keys):
+            return self._nbytes
+        return self._nbytes + sum(map(len, keys[sized:])) + sum(map(len, pays[sized:]))
 
     def __repr__(self) -> str:
         return f"WriteBatch({len(self._keys)} ops)"

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import wait
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..admin.checkpoint import create_writer_checkpoint
@@ -32,6 +33,7 @@ from ..admin.clone import open_clone
 from ..admin.gc import EmbeddedGc
 from ..clock import SYSTEM_CLOCK, Clock
 from ..compaction import EmbeddedCompactor
+from ..engine.admission import flush_first
 from ..engine.allocator import fix_mmap_threshold
 from ..engine.cache import LruCache
 from ..engine.flush import MemtableFlusher
@@ -128,6 +130,8 @@ class Db(Queries):
     """Keys written while a transaction is open (``shaledb.db.txn``); None when none is."""
     _history: History | None = None
     """Marks and window of time-travel reads (``shaledb.engine.history``); None: retention 0."""
+    _stalled_writers = 0
+    """Writers waiting in :meth:`_admit_locked` for memory (``shaledb.engine.admission``)."""
 
     # ------------------------------------------------------------------ open
 
@@ -607,15 +611,19 @@ class Db(Queries):
             with self._lock:
                 self._admit_locked(check_space=False)
                 return WriteHandle(self.wal, self._seq)
-        if KIND_MERGE in batch._kinds:
+        if batch._merged and KIND_MERGE in batch._kinds:
             self._check_merges()
         if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
             return self._write_indexed(batch, durable)
-        kinds = list(batch._kinds)
-        payloads = list(batch._payloads)
-        if batch._extras:
+        kinds = batch._kinds
+        payloads = batch._payloads
+        if batch._extras:  # (the batch's own lists stay as built: a copy is finished)
+            kinds, payloads = list(kinds), list(payloads)
             self._finish_extras(batch, kinds, payloads)
-        n = sum(map(len, keys)) + sum(map(len, payloads)) + ENTRY_OVERHEAD * len(keys)
+            n = sum(map(len, keys)) + sum(map(len, payloads))
+        else:
+            n = batch._entry_bytes()
+        n += ENTRY_OVERHEAD * len(keys)
         with self._lock:
             indexed = self._indexed
             if not indexed:
@@ -655,7 +663,7 @@ class Db(Queries):
         seq = self._seq = self._seq + 1
         self._m_puts += len(keys)
         self._m_put_bytes += n - ENTRY_OVERHEAD * len(keys)
-        ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
+        ents: list[Entry] = list(zip(repeat(seq), kinds, payloads))
         mem = self._mem
         if ranged:
             apply_to_memtable(mem, keys, ents)  # (merges stack onto the batch's range tombstones)
@@ -714,7 +722,11 @@ class Db(Queries):
                 stalled = self.clock.monotonic()
                 self.metrics_state.write_stalls += 1
             self.flusher.notify()
-            self._space.wait(0.1)
+            self._stalled_writers += 1  # the embedded compactor yields to the flusher meanwhile
+            try:
+                self._space.wait(0.1)
+            finally:
+                self._stalled_writers -= 1
 
     def _freeze_locked(self, *, even_if_empty: bool = False) -> None:
         mem = self._mem
@@ -1162,6 +1174,11 @@ class _WriterHost:
     @property
     def seq(self) -> int:
         return self._db._seq
+
+    def flush_first(self) -> bool:
+        db = self._db
+        s = db.settings
+        return flush_first(db._stalled_writers, len(db.manifest.data.l0), s.l0_max_ssts, db.closing)
 
     def check_open(self) -> None:
         if self._db._state != _OPEN:

@@ -125,6 +125,11 @@ class WriterHost(ManifestHost, Protocol):
         """Make every write issued so far durable (and, with ``memtable``, flushed to L0)."""
         ...
 
+    def flush_first(self) -> bool:
+        """Whether background compaction should hold off for a moment: writers are waiting
+        for memtables to reach L0 and L0 is still shallow (``shaledb.engine.admission``)."""
+        ...
+
 
 class FlushHost(WriterHost, Protocol):
     """What the memtable flusher needs besides :class:`WriterHost`."""

@@ -24,6 +24,7 @@ See docs/format/sst.md for the field tables.
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
@@ -71,6 +72,10 @@ FOOTER_SIZE = _FOOTER.size
 _PROPS = struct.Struct("<BBHQQQQQQQQ16s")
 _U32 = struct.Struct("<I")
 _U64BE = struct.Struct(">Q")
+_LITTLE = sys.byteorder == "little"
+_ONE_HEAD = struct.Struct("<IIIIIQB")
+"""The head of a one-entry data block (``block.encode_block``): count, key offsets 0 and
+the key's length, value offsets 0 and the value's length, seq, kind."""
 ENTRY_OVERHEAD = 21  # two u32 offsets, u64 seq, u8 kind
 _RANGE_KIND = bytes((KIND_RANGE_DEL,))
 _IS_TOMBSTONE = bytes(int(k & TYPE_MASK == KIND_TOMBSTONE) for k in range(256))
@@ -383,19 +388,115 @@ class SstBuilder:
         n = len(keys)
         if not n:
             return
-        # Cut blocks on running totals of key + payload bytes: one bisect per block.
-        cum = list(accumulate(map(add, map(len, keys), map(len, payloads))))
+        klens = list(map(len, keys))
+        plens = list(map(len, payloads))
+        sizes = list(map(add, klens, plens))
+        raw_k = sum(klens)
+        kinds_b = bytes(kinds)
+        table = self.kind == SST_TABLE
         bs = self.block_size
+        if table and min(sizes) >= bs:  # every entry fills a block (large values): one per block
+            stored = self._emit_singles(keys, seqs, kinds_b, payloads, klens, plens)
+            bounds: list[int] = list(range(n + 1))
+        else:
+            bounds = self._cut(sizes, seqs, table)
+            stored = self._emit_cut(keys, array("Q", seqs), kinds_b, payloads, bounds, klens, plens)
+        # What _emit accounts per block, once for the whole call.
+        if table:
+            lasts: Sequence[bytes] = [keys[h - 1] for h in bounds[1:]] if len(bounds) <= n else keys
+            first = keys[0]
+            if self.bloom_bits:
+                self._digests += b"".join(map(key_digest, keys))
+        else:  # WAL SSTs index blocks by first seq
+            lasts = [_U64BE.pack(seqs[lo]) for lo in bounds[:-1]]
+            first = lasts[0]
+        counts = [h - lo for lo, h in pairwise(bounds)]
+        self._note_blocks(stored, first, lasts, counts, min(seqs), max(seqs), raw_k, sum(plens))
+        self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
+        if not table and not self._has_range_entries:
+            self._has_range_entries = _RANGE_KIND in kinds_b
+        self._merges += kinds_b.count(KIND_MERGE)
+
+    def _cut(self, sizes: list[int], seqs: Sequence[int], table: bool) -> list[int]:
+        """Block boundaries (``[0, ..., n]``): a block ends at the entry that brings its key
+        plus payload bytes to ``block_size``; in a WAL SST not before the end of that
+        entry's batch (entries are in sequence order, so one bisection finds it)."""
+        cum = list(accumulate(sizes))
+        n = len(cum)
+        bs = self.block_size
+        bounds = [0]
         lo = 0
         base = 0
         while lo < n:
             hi = min(n, bisect_left(cum, base + bs, lo) + 1)
-            if self.kind != SST_TABLE:
-                while hi < n and seqs[hi] == seqs[hi - 1]:
-                    hi += 1
-            self._emit(keys[lo:hi], seqs[lo:hi], kinds[lo:hi], payloads[lo:hi])
+            if not table and hi < n and seqs[hi] == seqs[hi - 1]:
+                # (Past the batch's last entry: an entry of a higher seq, never one of the batch.)
+                hi = bisect_right(seqs, seqs[hi - 1], hi)
+            bounds.append(hi)
             base = cum[hi - 1]
             lo = hi
+        return bounds
+
+    def _emit_cut(
+        self,
+        keys: Sequence[bytes],
+        seqs_a: array[int],
+        kinds_b: bytes,
+        payloads: Sequence[bytes],
+        bounds: list[int],
+        klens: list[int],
+        plens: list[int],
+    ) -> list[int]:
+        """Encode and append the blocks ``bounds`` cuts (``block.encode_block``'s layout, from
+        the lengths already taken); their stored sizes."""
+        data = self._data
+        codec = self.codec
+        stored = []
+        join = b"".join
+        pack = _U32.pack
+        for lo, hi in pairwise(bounds):
+            seqs = seqs_a[lo:hi]
+            if not _LITTLE:
+                seqs.byteswap()
+            payload = join(
+                (
+                    pack(hi - lo),
+                    pack_u32s(array("I", list(accumulate(klens[lo:hi], initial=0)))),
+                    pack_u32s(array("I", list(accumulate(plens[lo:hi], initial=0)))),
+                    seqs.tobytes(),
+                    kinds_b[lo:hi],
+                    join(keys[lo:hi]),
+                    join(payloads[lo:hi]),
+                )
+            )
+            body, tail = framed(payload, codec)
+            data += body
+            data += tail
+            stored.append(len(body) + len(tail))
+        return stored
+
+    def _emit_singles(
+        self,
+        keys: Sequence[bytes],
+        seqs: Sequence[int],
+        kinds_b: bytes,
+        payloads: Sequence[bytes],
+        klens: list[int],
+        plens: list[int],
+    ) -> list[int]:
+        """Blocks of one entry each (``encode_block``'s layout for ``n = 1``, packed by one
+        ``struct`` call); their stored sizes."""
+        data = self._data
+        codec = self.codec
+        stored = []
+        pack = _ONE_HEAD.pack
+        join = b"".join
+        for k, q, t, p, kl, pl in zip(keys, seqs, kinds_b, payloads, klens, plens, strict=True):
+            body, tail = framed(join((pack(1, 0, kl, 0, pl, q, t), k, p)), codec)
+            data += body
+            data += tail
+            stored.append(len(body) + len(tail))
+        return stored
 
     def _emit(
         self, keys: Sequence[bytes], seqs: Sequence[int], kinds: Sequence[int], payloads: Sequence[bytes]
