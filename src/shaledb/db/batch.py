@@ -45,7 +45,7 @@ IndexTerms = Mapping[str, Iterable[BytesLike]]
 class WriteBatch:
     """Puts and deletes applied atomically by ``Db.write`` (chainable)."""
 
-    __slots__ = ("_extras", "_keys", "_kinds", "_merged", "_nbytes", "_payloads", "_ranged", "_sized")
+    __slots__ = ("_extras", "_keys", "_kinds", "_payloads", "_ranged")
 
     def __init__(self) -> None:
         self._keys: list[bytes] = []
@@ -54,12 +54,6 @@ class WriteBatch:
         self._extras: list[tuple[int, dict[str, Any]]] | None = None
         self._ranged = False
         """Whether the batch holds a range tombstone (``delete_range``)."""
-        self._merged = False
-        """Whether the batch may hold a merge (``merge``; spares ``Db.write`` a scan of the kinds)."""
-        self._sized = 0
-        self._nbytes = 0
-        """Key plus payload bytes of the first ``_sized`` entries, summed by :meth:`put_many`
-        as it validates them, so ``Db.write`` sums only the entries added otherwise."""
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -110,12 +104,9 @@ class WriteBatch:
         then nothing of the call is added to the batch. No ``ttl``, ``metadata`` or
         ``indexes``: use :meth:`put` for those.
         """
-        keys, vals, nbytes = checked_columns(pairs, values)
+        keys, vals = checked_columns(pairs, values)
         if not keys:
             return self
-        if self._sized == len(self._keys):  # every entry so far is summed: keep the total
-            self._sized += len(keys)
-            self._nbytes += nbytes
         self._keys += keys
         self._kinds += [KIND_VALUE] * len(keys)
         self._payloads += vals
@@ -157,7 +148,6 @@ class WriteBatch:
         """Merge ``operand`` into ``key``'s value (``Db.merge``); in order with the batch's
         other writes to the key (a put then a merge folds onto the put)."""
         self._keys.append(check_key(key))
-        self._merged = True
         self._kinds.append(KIND_MERGE)
         self._payloads.append(encode_merge([check_value(operand)]))
         return self
@@ -188,7 +178,6 @@ class WriteBatch:
             self._keys = [keys[i] for i in keep]
             self._kinds = [self._kinds[i] for i in keep]
             self._payloads = [self._payloads[i] for i in keep]
-            self._sized = self._nbytes = 0
             if self._extras:
                 where = {old: new for new, old in enumerate(keep)}
                 self._extras = [(where[i], x) for i, x in self._extras if i in where] or None
@@ -204,15 +193,10 @@ class WriteBatch:
         self._payloads.clear()
         self._extras = None
         self._ranged = False
-        self._merged = False
-        self._sized = self._nbytes = 0
 
     def _entry_bytes(self) -> int:
         """Key plus payload bytes of every entry (what ``Db.write`` accounts)."""
-        keys, pays, sized = self._keys, self._payloads, self._sized
-        if sized == len(keys):
-            return self._nbytes
-        return self._nbytes + sum(map(len, keys[sized:])) + sum(map(len, pays[sized:]))
+        return sum(map(len, self._keys)) + sum(map(len, self._payloads))
 
     def __repr__(self) -> str:
         return f"WriteBatch({len(self._keys)} ops)"

@@ -1,7 +1,7 @@
 """Checking many puts at once (``WriteBatch.put_many``): column by column, in C-level calls.
 
 A call per key costs more than the rest of a batched write (docs/benchmarks.md,
-"Writes in bulk"), so the checks ``put`` makes on one key and value -- bytes,
+"fillseq and overwrite after the write-path work"), so the checks ``put`` makes on one key and value -- bytes,
 a key of 1 to ``MAX_KEY_BYTES`` bytes, a value of at most ``MAX_VALUE_BYTES`` --
 are made on whole columns: ``map(type, ...)`` counted against ``bytes``, an
 empty key found by one ``in``, and lengths bounded by the column's total (a
@@ -25,16 +25,14 @@ _PAIR_TYPES = (tuple, list)
 def checked_columns(
     pairs: Iterable[tuple[BytesLike, BytesLike]] | Mapping[BytesLike, BytesLike] | Sequence[BytesLike],
     values: Sequence[BytesLike] | None,
-) -> tuple[Sequence[bytes], Sequence[bytes], int]:
-    """``(keys, values, key and value bytes)`` of ``put_many``'s arguments, checked; or
-    InvalidArgument (the first bad entry's, as ``put`` words it)."""
+) -> tuple[Sequence[bytes], Sequence[bytes]]:
+    """``(keys, values)`` of ``put_many``'s arguments, checked; or InvalidArgument (the
+    first bad entry's, as ``put`` words it)."""
     if values is None:
         keys_in, vals_in = _split_pairs(pairs)
     else:
         keys_in, vals_in = _two_columns(pairs, values)
-    keys, kbytes = _keys(keys_in)
-    vals, vbytes = _values(vals_in)
-    return keys, vals, kbytes + vbytes
+    return _keys(keys_in), _values(vals_in)
 
 
 def _split_pairs(pairs: object) -> tuple[Sequence[object], Sequence[object]]:
@@ -74,24 +72,24 @@ def _two_columns(keys: object, values: object) -> tuple[Sequence[object], Sequen
     return keys, values
 
 
-def _keys(col: Sequence[object]) -> tuple[Sequence[bytes], int]:
+def _keys(col: Sequence[object]) -> Sequence[bytes]:
     """The keys (the caller's sequence itself when every key is plain bytes: the batch
-    copies its items) and their total length."""
+    copies its items)."""
     if list(map(type, col)).count(bytes) == len(col):
         ks: Sequence[bytes] = col  # type: ignore[assignment]  # (every item is bytes)
-        if b"" not in ks:
-            total = sum(map(len, ks))
-            if total <= MAX_KEY_BYTES or max(map(len, ks)) <= MAX_KEY_BYTES:
-                return ks, total
-    out = [check_key(k) for k in col]  # raises the first bad key's error
-    return out, sum(map(len, out))
+        if b"" not in ks and _within(ks, MAX_KEY_BYTES):
+            return ks
+    return [check_key(k) for k in col]  # raises the first bad key's error
 
 
-def _values(col: Sequence[object]) -> tuple[Sequence[bytes], int]:
+def _values(col: Sequence[object]) -> Sequence[bytes]:
     if list(map(type, col)).count(bytes) == len(col):
         vs: Sequence[bytes] = col  # type: ignore[assignment]
-        total = sum(map(len, vs))
-        if total <= MAX_VALUE_BYTES or max(map(len, vs)) <= MAX_VALUE_BYTES:
-            return vs, total
-    out = [check_value(v) for v in col]
-    return out, sum(map(len, out))
+        if _within(vs, MAX_VALUE_BYTES):
+            return vs
+    return [check_value(v) for v in col]
+
+
+def _within(col: Sequence[bytes], limit: int) -> bool:
+    """No item longer than ``limit`` (a column whose total fits has none: one sum, no max)."""
+    return sum(map(len, col)) <= limit or max(map(len, col)) <= limit

@@ -611,7 +611,7 @@ class Db(Queries):
             with self._lock:
                 self._admit_locked(check_space=False)
                 return WriteHandle(self.wal, self._seq)
-        if batch._merged and KIND_MERGE in batch._kinds:
+        if KIND_MERGE in batch._kinds:
             self._check_merges()
         if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
             return self._write_indexed(batch, durable)

@@ -58,9 +58,9 @@ from .reads import (
     ReadView,
     Span,
     Visibility,
-    _get_pool,
     check_limit,
     lookup,
+    read_pool,
     scan_items,
     visible,
     visible_rows,
@@ -132,7 +132,7 @@ def prefetch_old_terms(view: ReadView, tables: TableCache, keys: list[bytes]) ->
     """
     if len(keys) < 2:
         return 0
-    return prefetch_points(view, tables, sorted(set(keys)), _get_pool())
+    return prefetch_points(view, tables, sorted(set(keys)), read_pool())
 
 
 def current_terms(view: ReadView, tables: TableCache, vis: Visibility, key: bytes) -> Terms:

@@ -300,7 +300,7 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _get_pool() -> ThreadPoolExecutor:
+def read_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
@@ -341,7 +341,7 @@ def get_many(
     if n <= 1:
         return run(keys)
     step = -(-len(keys) // n)
-    pool = _get_pool()
+    pool = read_pool()
     prefetch_points(view, tables, keys, pool)  # the blocks the lookups read, in a few parallel GETs
     futures = [pool.submit(run, keys[i : i + step]) for i in range(0, len(keys), step)]
     wait(futures)  # all of them, even after a failure: none may outlive the caller's pin

@@ -24,7 +24,6 @@ See docs/format/sst.md for the field tables.
 from __future__ import annotations
 
 import struct
-import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
@@ -33,7 +32,7 @@ from itertools import accumulate, islice, pairwise
 from operator import add
 
 from ..errors import CorruptionError
-from .block import Block, decode_block, encode_block
+from .block import Block, decode_block, encode_block, encode_columns, encode_single
 from .bloom import BloomFilter, build_filter_from_digests, key_digest
 from .coding import (
     CODEC_NONE,
@@ -72,10 +71,6 @@ FOOTER_SIZE = _FOOTER.size
 _PROPS = struct.Struct("<BBHQQQQQQQQ16s")
 _U32 = struct.Struct("<I")
 _U64BE = struct.Struct(">Q")
-_LITTLE = sys.byteorder == "little"
-_ONE_HEAD = struct.Struct("<IIIIIQB")
-"""The head of a one-entry data block (``block.encode_block``): count, key offsets 0 and
-the key's length, value offsets 0 and the value's length, seq, kind."""
 ENTRY_OVERHEAD = 21  # two u32 offsets, u64 seq, u8 kind
 _RANGE_KIND = bytes((KIND_RANGE_DEL,))
 _IS_TOMBSTONE = bytes(int(k & TYPE_MASK == KIND_TOMBSTONE) for k in range(256))
@@ -396,7 +391,7 @@ class SstBuilder:
         table = self.kind == SST_TABLE
         bs = self.block_size
         if table and min(sizes) >= bs:  # every entry fills a block (large values): one per block
-            stored = self._emit_singles(keys, seqs, kinds_b, payloads, klens, plens)
+            stored = self._emit_singles(keys, seqs, kinds_b, payloads)
             bounds: list[int] = list(range(n + 1))
         else:
             bounds = self._cut(sizes, seqs, table)
@@ -447,27 +442,14 @@ class SstBuilder:
         klens: list[int],
         plens: list[int],
     ) -> list[int]:
-        """Encode and append the blocks ``bounds`` cuts (``block.encode_block``'s layout, from
-        the lengths already taken); their stored sizes."""
+        """Encode and append the blocks ``bounds`` cuts (``block.encode_columns``, from the
+        lengths already taken); their stored sizes."""
         data = self._data
         codec = self.codec
         stored = []
-        join = b"".join
-        pack = _U32.pack
         for lo, hi in pairwise(bounds):
-            seqs = seqs_a[lo:hi]
-            if not _LITTLE:
-                seqs.byteswap()
-            payload = join(
-                (
-                    pack(hi - lo),
-                    pack_u32s(array("I", list(accumulate(klens[lo:hi], initial=0)))),
-                    pack_u32s(array("I", list(accumulate(plens[lo:hi], initial=0)))),
-                    seqs.tobytes(),
-                    kinds_b[lo:hi],
-                    join(keys[lo:hi]),
-                    join(payloads[lo:hi]),
-                )
+            payload = encode_columns(
+                keys[lo:hi], seqs_a[lo:hi], kinds_b[lo:hi], payloads[lo:hi], klens[lo:hi], plens[lo:hi]
             )
             body, tail = framed(payload, codec)
             data += body
@@ -481,18 +463,13 @@ class SstBuilder:
         seqs: Sequence[int],
         kinds_b: bytes,
         payloads: Sequence[bytes],
-        klens: list[int],
-        plens: list[int],
     ) -> list[int]:
-        """Blocks of one entry each (``encode_block``'s layout for ``n = 1``, packed by one
-        ``struct`` call); their stored sizes."""
+        """Blocks of one entry each (``block.encode_single``); their stored sizes."""
         data = self._data
         codec = self.codec
         stored = []
-        pack = _ONE_HEAD.pack
-        join = b"".join
-        for k, q, t, p, kl, pl in zip(keys, seqs, kinds_b, payloads, klens, plens, strict=True):
-            body, tail = framed(join((pack(1, 0, kl, 0, pl, q, t), k, p)), codec)
+        for k, q, t, p in zip(keys, seqs, kinds_b, payloads, strict=True):
+            body, tail = framed(encode_single(k, q, t, p), codec)
             data += body
             data += tail
             stored.append(len(body) + len(tail))
