@@ -1,0 +1,305 @@
+"""Scans keep the next chunks of an SST in flight ahead of their cursor.
+
+A scan that misses the block cache reads its SST a read-ahead chunk at a
+time (``Settings.sst_read_ahead_bytes``, ``SstReader._fetch``): on S3 a long
+cold scan then waits one round trip per chunk, and a block that straddles
+two chunks costs one more. Here each scan cursor over an SST (one
+:class:`Cursor`, made by ``SstReader.chunks``) fetches chunks ahead of it in
+parallel on a small shared pool:
+
+* A scan that stays within its first chunk makes no request beyond it
+  (it is read as before, by the block read). When the cursor enters its next
+  chunk, that chunk and a *window* of the chunks after it are fetched in
+  parallel; the window doubles (1, 2, 4 ... chunks) with each chunk the scan
+  enters, up to ``scan_read_ahead_max_bytes`` (and a quarter of the block
+  cache, so read-ahead cannot evict itself), with at most
+  ``scan_read_ahead_max_in_flight`` of the scan's GETs in flight. A scan
+  with an end key reads ahead only up to the block that holds it.
+* Each fetch covers its chunk plus the ends of the blocks that straddle its
+  edges; the chunk lands in the block cache as the block read would have put
+  it there, the straddling blocks decoded, so crossing a chunk edge costs no
+  extra GET.
+* Closing a scan early (``Scan.close``, a ``limit`` reached, the end key
+  met) cancels its fetches not yet started; those already on the wire (at
+  most ``scan_read_ahead_max_in_flight``) finish into the cache.
+* A failed fetch is raised, as the store raised it, when the cursor reaches
+  that chunk, the error a read of it would have given; a scan closed before
+  reaching it never sees it. Nothing waits on a fetch that has not started:
+  the cursor cancels it and reads the chunk itself, so a busy pool delays no
+  scan and cannot deadlock one.
+
+And across scans (**warm-up**): short scans scattered over one SST each find
+a different chunk cold and wait a round trip for it, one after another. Once
+scans have started cold in ``WARM_AFTER_COLD_STARTS`` different chunks of an
+SST whose data is at most ``scan_warm_sst_max_bytes``, its other chunks are
+fetched in parallel (about one round trip for all of them), while the SSTs
+warmed this way and still live fit in half the block cache: a working set
+larger than that would only evict itself. ``0`` turns either part off.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from bisect import bisect_right
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, NamedTuple
+
+from ..errors import CorruptionError
+from ..format.sst import decode_data_block
+from .cache import LruCache
+
+if TYPE_CHECKING:
+    from .sstable import SstReader
+
+SCAN_AHEAD_THREADS = 16
+"""Threads of the process-wide pool that runs scans' read-ahead GETs (shared by every database)."""
+WARM_AFTER_COLD_STARTS = 2
+"""Scans starting cold in this many different chunks of one SST warm the rest of it."""
+
+
+class ScanAheadLimits(NamedTuple):
+    """The scan read-ahead options of a handle (``Settings`` / ``DbReaderOptions``, same names)."""
+
+    scan_read_ahead_max_bytes: int = 8 << 20
+    scan_read_ahead_max_in_flight: int = 4
+    scan_warm_sst_max_bytes: int = 32 << 20
+
+
+def limits_of(options: object) -> ScanAheadLimits:
+    """The scan read-ahead options of a ``Settings`` or ``DbReaderOptions``."""
+    return ScanAheadLimits(*(getattr(options, name) for name in ScanAheadLimits._fields))
+
+
+OFF = ScanAheadLimits(0, 1, 0)
+"""No read-ahead beyond the chunk a block read fetches, no warm-up: the reads of before."""
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(SCAN_AHEAD_THREADS, thread_name_prefix="shaledb-scan")
+        return _pool
+
+
+def _forget_pool_in_child() -> None:
+    # A forked child has the pool object but none of its threads (see engine.reads).
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
+def chunk_range(r: SstReader, ci: int) -> tuple[int, int]:
+    """Bytes ``[start, end)`` of read-ahead chunk ``ci`` of ``r`` (as ``SstReader._fetch`` cuts them)."""
+    cs = ci * r.read_ahead
+    return cs, min(r.data_end, cs + r.read_ahead)
+
+
+def fetch_chunk(r: SstReader, ci: int) -> None:
+    """Read chunk ``ci`` of ``r`` and the blocks straddling its edges (one ranged GET)
+    into the block cache. A straddling block that fails to decode is left out: the
+    block read fetches it itself and reports the damage."""
+    cs, ce = chunk_range(r, ci)
+    offs = r.index.offsets
+    first = bisect_right(offs, cs) - 1  # the block holding the chunk's first byte
+    last = bisect_right(offs, ce - 1) - 1  # ... and its last
+    lo = min(cs, offs[first])
+    hi = max(ce, offs[last + 1])
+    data = r.store.get_range(r.path, lo, hi)
+    if len(data) != hi - lo:
+        raise CorruptionError(f"read {len(data)} bytes at {lo}, expected {hi - lo}", r.path)
+    r.cache.put((r.id, "chunk", ci), data[cs - lo : ce - lo], ce - cs)
+    for b in {first, last}:
+        s, e = offs[b], offs[b + 1]
+        if s < cs or e > ce:
+            try:
+                block = decode_data_block(data[s - lo : e - lo])
+            except CorruptionError:
+                continue
+            r.cache.put((r.id, b), block, block.nbytes)
+
+
+def _cached(cache: LruCache, key: tuple[str, object, int] | tuple[str, int]) -> bool:
+    return key in cache.entries  # (no recency or hit count: only asking)
+
+
+class ChunkFetches:
+    """The read-ahead GETs of one handle's SSTs: in flight (shared by its scans, so two
+    scans never fetch one chunk twice at once) and the warm-up bookkeeping."""
+
+    def __init__(self, limits: ScanAheadLimits, cache: LruCache, live: Callable[[str], bool]) -> None:
+        self.limits = limits
+        self.cache = cache
+        self.live = live
+        """Whether an SST is still in the database (warmed SSTs count against the budget while live)."""
+        self.window_cap_bytes = min(limits.scan_read_ahead_max_bytes, cache.capacity_bytes // 4)
+        self._lock = threading.Lock()
+        self._flying: dict[tuple[str, int], Future[None]] = {}
+        self._cold_starts: dict[str, set[int]] = {}
+        self._warmed: dict[str, int] = {}
+        self.warm_ups = 0
+        """SSTs warmed so far (a statistic)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.limits.scan_read_ahead_max_bytes > 0 or self.limits.scan_warm_sst_max_bytes > 0
+
+    def cursor(self, r: SstReader, first: int, last: int, reverse: bool) -> Cursor | None:
+        """A cursor for a scan that reads blocks ``first`` to ``last`` of ``r`` (in
+        ``reverse`` from ``last``), or None when nothing is read ahead."""
+        if r.read_ahead <= 0 or not self.enabled or first > last:
+            return None
+        return Cursor(self, r, first, last, reverse)
+
+    # -------------------------------------------------------------- fetches
+
+    def submit(self, r: SstReader, ci: int) -> Future[None] | None:
+        """Start fetching chunk ``ci`` unless it is cached or already in flight; the
+        new fetch, or None."""
+        key = (r.id, ci)
+        if _cached(self.cache, (r.id, "chunk", ci)):
+            return None
+        with self._lock:
+            if key in self._flying:
+                return None
+            f = _get_pool().submit(fetch_chunk, r, ci)
+            self._flying[key] = f
+        f.add_done_callback(lambda done: self._forget(key, done))
+        return f
+
+    def _forget(self, key: tuple[str, int], f: Future[None]) -> None:
+        with self._lock:
+            if self._flying.get(key) is f:
+                del self._flying[key]
+
+    def flying(self, r: SstReader, ci: int) -> Future[None] | None:
+        return self._flying.get((r.id, ci))
+
+    # -------------------------------------------------------------- warm-up
+
+    def cold_start(self, r: SstReader, ci: int) -> None:
+        """A scan starts in chunk ``ci`` of ``r``, not cached: count it, and warm the
+        SST once scans have started cold in enough different chunks of it."""
+        limit = self.limits.scan_warm_sst_max_bytes
+        size = r.data_end
+        if limit <= 0 or size > limit:
+            return
+        with self._lock:
+            if r.id in self._warmed:
+                return
+            seen = self._cold_starts.setdefault(r.id, set())
+            seen.add(ci)
+            if len(seen) < WARM_AFTER_COLD_STARTS:
+                return
+            for sid in [s for s in self._warmed if not self.live(s)]:
+                del self._warmed[sid]
+            if sum(self._warmed.values()) + size > self.cache.capacity_bytes // 2:
+                return
+            self._warmed[r.id] = size
+            del self._cold_starts[r.id]
+            if len(self._cold_starts) > 1024:  # SSTs that never warmed: forget the dead ones
+                for sid in [s for s in self._cold_starts if not self.live(s)]:
+                    del self._cold_starts[sid]
+            self.warm_ups += 1
+        for c in range(-(-size // r.read_ahead)):
+            if c != ci:  # (the scan's block read fetches that one now)
+                self.submit(r, c)
+
+
+def _fetched(f: Future[None]) -> bool:
+    return f.done() and not f.cancelled() and f.exception() is None
+
+
+def wait_for(f: Future[None]) -> bool:
+    """True once the fetch is done (its error raised); False when it had not started:
+    then it is cancelled, and the caller reads the chunk itself."""
+    if f.cancel():
+        return False
+    f.result()
+    return True
+
+
+class Cursor:
+    """Read-ahead of one scan over one SST (see the module docstring)."""
+
+    __slots__ = ("ci", "entered", "fetches", "hi", "lo", "own", "r", "step", "window_cap")
+
+    def __init__(self, fetches: ChunkFetches, r: SstReader, first: int, last: int, reverse: bool) -> None:
+        self.fetches = fetches
+        self.r = r
+        ra = r.read_ahead
+        offs = r.index.offsets
+        self.lo = offs[first] // ra
+        self.hi = (offs[last + 1] - 1) // ra
+        self.step = -1 if reverse else 1
+        self.ci = -1
+        self.entered = 0
+        self.window_cap = fetches.window_cap_bytes // ra
+        """Chunks the window may grow to; 0: no read-ahead (a cache too small to keep it)."""
+        self.own: dict[int, Future[None]] = {}
+
+    def at(self, i: int) -> None:
+        """The scan is about to read block ``i``: keep chunks ahead in flight, and
+        wait for (or raise the error of) a fetch of the chunk the block needs."""
+        r = self.r
+        offs = r.index.offsets
+        ra = r.read_ahead
+        # The chunk that holds the part of block ``i`` the scan reaches last going this way:
+        # a block straddling two chunks is counted in the one its cursor enters next.
+        ci = (offs[i + 1] - 1) // ra if self.step > 0 else offs[i] // ra
+        if ci == self.ci:
+            return
+        self.ci = ci
+        fetches = self.fetches
+        if self.entered == 0:  # the scan's first chunk: read by the block read, as before
+            self.entered = 1
+            if not _cached(r.cache, (r.id, i)) and not _cached(r.cache, (r.id, "chunk", ci)):
+                fetches.cold_start(r, ci)
+                f = fetches.flying(r, ci)
+                if f is not None:
+                    wait_for(f)
+            return
+        self.entered += 1
+        own = self.own
+        for c in [c for c, f in own.items() if c != ci and _fetched(f)]:
+            del own[c]  # (in the cache now; a failed one stays, to be raised if the scan gets there)
+        f = own.pop(ci, None) or fetches.flying(r, ci)
+        if self.window_cap <= 0:  # no read-ahead: the block read fetches the chunk, as before
+            if f is not None:
+                wait_for(f)
+            return
+        # The chunk needed now is read in this thread (a fetch just handed to the pool
+        # may not have started yet); the window ahead goes out first, beside it.
+        need = f is None and not _cached(r.cache, (r.id, "chunk", ci))
+        window = min(1 << min(self.entered - 2, 30), self.window_cap)
+        room = fetches.limits.scan_read_ahead_max_in_flight - sum(1 for g in own.values() if not g.done())
+        room -= 1 if need or f is not None else 0
+        for d in range(1, window + 1):
+            if room <= 0:
+                break
+            c = ci + d * self.step
+            if c < self.lo or c > self.hi:
+                break
+            if c in own:
+                continue
+            g = fetches.submit(r, c)
+            if g is not None:
+                own[c] = g
+                room -= 1
+        if f is not None and wait_for(f):
+            return
+        if need or not _cached(r.cache, (r.id, "chunk", ci)):
+            fetch_chunk(r, ci)
+
+    def close(self) -> None:
+        """Cancel this scan's fetches that have not started."""
+        for f in self.own.values():
+            f.cancel()
+        self.own.clear()
