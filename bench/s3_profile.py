@@ -2,7 +2,7 @@
 """An S3-like profile: shaledb on the local S3 server with a fixed delay on every request.
 
     .venv/bin/python bench/s3_profile.py [--baseline REV] [--latency-ms 20] [--repeat 3]
-                                         [--keys 50000] [--only REGEX]
+                                         [--keys 50000] [--only REGEX] [--set NAME=INT]
 
 A moto S3 server on loopback answers in about a millisecond; S3 answers in
 tens. Every store call here goes through ``LatencyStore`` (``--latency-ms``,
@@ -24,6 +24,9 @@ Workloads (each in its own process, on its own prefix):
   cold: per second, requests per scan.
 * ``get_many``: a new handle, one ``get_many`` of 1,000 random present keys,
   cold: seconds, round trips of wall time, requests.
+* ``long_scan`` / ``long_scan_reverse``: a new handle, one scan of
+  ``--long-scan-rows`` rows from the first key (from the last), cold: rows per
+  second, seconds, round trips of wall time, requests.
 
 Costs in dollars per million operations use S3 Standard list prices, stated as
 assumptions (us-east-1, 2026): PUT, COPY, POST, LIST $0.005 per 1,000 requests;
@@ -67,7 +70,14 @@ WRITERS = (1, 4, 16, 64)
 
 
 def workloads() -> list[str]:
-    return [f"puts_{w}" for w in WRITERS] + ["open", "gets", "scans", "get_many"]
+    return [f"puts_{w}" for w in WRITERS] + [
+        "open",
+        "gets",
+        "scans",
+        "get_many",
+        "long_scan",
+        "long_scan_reverse",
+    ]
 
 
 # ------------------------------------------------------------------ the child side
@@ -93,6 +103,9 @@ def child(args: argparse.Namespace) -> dict[str, float]:
         quiet = dataclasses.replace(
             quiet, wal_max_in_flight=args.wal_max_in_flight
         )  # a tree without it: its one
+    names = {f.name for f in dataclasses.fields(Settings)}
+    chosen = dict(kv.split("=", 1) for kv in args.set)
+    quiet = dataclasses.replace(quiet, **{k: int(v) for k, v in chosen.items() if k in names})
     latency = args.latency_ms / 1000
     rng = random.Random(args.seed)
     if args.child == "load":
@@ -206,6 +219,22 @@ def child(args: argparse.Namespace) -> dict[str, float]:
         out["get_many_1000_s"] = secs
         out["get_many_1000_round_trips"] = secs / latency if latency else 0.0
         out["get_many_1000_requests"] = sum(requests().values()) - sum(before.values())
+    elif w.startswith("long_scan"):
+        reverse = w.endswith("_reverse")
+        before = requests()
+        t1 = time.perf_counter()
+        n = 0
+        last = None
+        for k, v in db.scan(limit=args.long_scan_rows, reverse=reverse):
+            assert v == value_of(k) and (last is None or (k < last if reverse else k > last)), k
+            last = k
+            n += 1
+        secs = time.perf_counter() - t1
+        assert n == min(args.long_scan_rows, args.keys), n
+        out["long_scan_rows_per_s"] = n / secs
+        out["long_scan_s"] = secs
+        out["long_scan_round_trips"] = secs / latency if latency else 0.0
+        out["long_scan_requests"] = sum(requests().values()) - sum(before.values())
     db.close()
     return out
 
@@ -236,7 +265,11 @@ def run_child(src: Path, workload: str, url: str, args: argparse.Namespace) -> d
         str(args.seed),
         "--wal-max-in-flight",
         str(args.wal_max_in_flight),
+        "--long-scan-rows",
+        str(args.long_scan_rows),
     ]
+    for kv in args.set:
+        cmd += ["--set", kv]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(f"{workload} ({src}) failed:\n{res.stderr[-4000:]}")
@@ -269,6 +302,14 @@ def main() -> int:
         type=int,
         default=0,
         help="Settings.wal_max_in_flight for trees that have it (0: the tree's default, 1 since the review)",
+    )
+    ap.add_argument("--long-scan-rows", type=int, default=50_000)
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="an integer Settings field for trees that have it (repeatable), e.g. scan_warm_sst_max_bytes=0",
     )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)

@@ -142,6 +142,7 @@ class ChunkFetches:
         self.window_cap_bytes = min(limits.scan_read_ahead_max_bytes, cache.capacity_bytes // 4)
         self._lock = threading.Lock()
         self._flying: dict[tuple[str, int], Future[None]] = {}
+        self._pid = os.getpid()
         self._cold_starts: dict[str, set[int]] = {}
         self._warmed: dict[str, int] = {}
         self.warm_ups = 0
@@ -167,6 +168,7 @@ class ChunkFetches:
         if _cached(self.cache, (r.id, "chunk", ci)):
             return None
         with self._lock:
+            self._after_fork()
             if key in self._flying:
                 return None
             f = _get_pool().submit(fetch_chunk, r, ci)
@@ -180,7 +182,19 @@ class ChunkFetches:
                 del self._flying[key]
 
     def flying(self, r: SstReader, ci: int) -> Future[None] | None:
+        """The fetch of chunk ``ci`` of ``r`` in flight, if any."""
+        if self._pid != os.getpid():
+            with self._lock:
+                self._after_fork()
         return self._flying.get((r.id, ci))
+
+    def _after_fork(self) -> None:
+        # In a forked child the parent's fetches never finish (their threads are not
+        # there): forget them, or a scan would wait for one forever.
+        pid = os.getpid()
+        if pid != self._pid:
+            self._pid = pid
+            self._flying = {}
 
     # -------------------------------------------------------------- warm-up
 
