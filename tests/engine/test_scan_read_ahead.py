@@ -158,6 +158,22 @@ def test_an_end_key_bounds_the_read_ahead(url: str) -> None:
         assert gauge.gets <= 4
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_limit_bounds_the_read_ahead(url: str, reverse: bool) -> None:
+    gauge = Gauge(open_store(url))
+    with Db.open(store=gauge, settings=QUIET) as db:
+        gauge.reset()
+        rows = list(db.scan(limit=1000, reverse=reverse))  # 69 KB: the chunk it starts in and the next
+        time.sleep(0.05)
+        assert len(rows) == 1000
+        assert gauge.gets == (3 if reverse else 2)  # (in reverse the first is the SST's short last chunk)
+        gauge.reset()
+        want = [(key(i), value(i)) for i in range(N)]
+        if reverse:
+            want.reverse()
+        assert list(db.scan(limit=N // 2, reverse=reverse)) == want[: N // 2]
+
+
 def test_closing_a_scan_early_cancels_what_it_fetched_ahead(url: str) -> None:
     gauge = Gauge(open_store(url), delay_s=0.02)
     with Db.open(store=gauge, settings=QUIET.replace(scan_read_ahead_max_in_flight=2)) as db:

@@ -152,12 +152,15 @@ class ChunkFetches:
     def enabled(self) -> bool:
         return self.limits.scan_read_ahead_max_bytes > 0 or self.limits.scan_warm_sst_max_bytes > 0
 
-    def cursor(self, r: SstReader, first: int, last: int, reverse: bool) -> Cursor | None:
+    def cursor(
+        self, r: SstReader, first: int, last: int, reverse: bool, rows: int | None = None
+    ) -> Cursor | None:
         """A cursor for a scan that reads blocks ``first`` to ``last`` of ``r`` (in
-        ``reverse`` from ``last``), or None when nothing is read ahead."""
+        ``reverse`` from ``last``) and wants about ``rows`` rows (None: all), or None
+        when nothing is read ahead."""
         if r.read_ahead <= 0 or not self.enabled or first > last:
             return None
-        return Cursor(self, r, first, last, reverse)
+        return Cursor(self, r, first, last, reverse, rows)
 
     # -------------------------------------------------------------- fetches
 
@@ -243,16 +246,24 @@ def wait_for(f: Future[None]) -> bool:
 class Cursor:
     """Read-ahead of one scan over one SST (see the module docstring)."""
 
-    __slots__ = ("ci", "entered", "fetches", "hi", "lo", "own", "r", "step", "window_cap")
+    __slots__ = ("ci", "end", "entered", "fetches", "near", "own", "r", "step", "window_cap")
 
-    def __init__(self, fetches: ChunkFetches, r: SstReader, first: int, last: int, reverse: bool) -> None:
+    def __init__(
+        self, fetches: ChunkFetches, r: SstReader, first: int, last: int, reverse: bool, rows: int | None
+    ) -> None:
         self.fetches = fetches
         self.r = r
         ra = r.read_ahead
         offs = r.index.offsets
-        self.lo = offs[first] // ra
-        self.hi = (offs[last + 1] - 1) // ra
         self.step = -1 if reverse else 1
+        self.end = offs[first] // ra if reverse else (offs[last + 1] - 1) // ra
+        """The last chunk the scan can read, going its way (its end key's)."""
+        self.near: int | None = None
+        """While the scan has not passed it: the chunk where its ``rows`` likely end
+        (the SST's average row size, plus a quarter); nothing is read ahead past it."""
+        if rows is not None:
+            span = (rows + rows // 4 + 1) * (r.data_end // max(1, r.info.entries) + 1)
+            self.near = (offs[last + 1] - span) // ra if reverse else (offs[first] + span) // ra
         self.ci = -1
         self.entered = 0
         self.window_cap = fetches.window_cap_bytes // ra
@@ -281,6 +292,8 @@ class Cursor:
                     wait_for(f)
             return
         self.entered += 1
+        if self.near is not None and (ci - self.near) * self.step > 0:
+            self.near = None  # more rows than the estimate: read ahead to the end
         own = self.own
         for c in [c for c, f in own.items() if c != ci and _fetched(f)]:
             del own[c]  # (in the cache now; a failed one stays, to be raised if the scan gets there)
@@ -299,7 +312,7 @@ class Cursor:
             if room <= 0:
                 break
             c = ci + d * self.step
-            if c < self.lo or c > self.hi:
+            if (c - self.end) * self.step > 0 or (self.near is not None and (c - self.near) * self.step > 0):
                 break
             if c in own:
                 continue

@@ -339,18 +339,19 @@ class SstReader:
             i += 1
         return None
 
-    def chunks(self, start: bytes | None, end: bytes | None) -> Iterator[Chunk]:
+    def chunks(self, start: bytes | None, end: bytes | None, rows: int | None = None) -> Iterator[Chunk]:
         """Per block, the columns of the rows with ``start <= key < end``, in key order.
 
         Scans consume whole blocks at a time, so the per-row work stays in C
         (slicing, ``zip``); blocks are fetched with read-ahead, and further chunks
-        kept in flight ahead of the scan (``engine.scan_ahead``).
+        kept in flight ahead of the scan (``engine.scan_ahead``; ``rows``: about how
+        many rows the caller wants, None: all).
         """
         idx = self.index
         n = len(idx.keys)
         i = 0 if start is None else bisect_left(idx.keys, start)
         last = n - 1 if end is None else min(n - 1, bisect_left(idx.keys, end))
-        cur = self.ahead.cursor(self, i, last, False) if self.ahead is not None else None
+        cur = self.ahead.cursor(self, i, last, False, rows) if self.ahead is not None else None
         try:
             yield from self._chunks(i, n, start, end, cur)
         finally:
@@ -373,13 +374,15 @@ class SstReader:
                 return
             i += 1
 
-    def chunks_reversed(self, start: bytes | None, end: bytes | None) -> Iterator[Chunk]:
+    def chunks_reversed(
+        self, start: bytes | None, end: bytes | None, rows: int | None = None
+    ) -> Iterator[Chunk]:
         """Like :meth:`chunks`, blocks last to first, each chunk still in key order."""
         idx = self.index
         n = len(idx.keys)
         i = n - 1 if end is None else min(n - 1, bisect_left(idx.keys, end))
         first = 0 if start is None else bisect_left(idx.keys, start)
-        cur = self.ahead.cursor(self, first, i, True) if self.ahead is not None else None
+        cur = self.ahead.cursor(self, first, i, True, rows) if self.ahead is not None else None
         try:
             yield from self._chunks_reversed(i, start, end, cur)
         finally:
