@@ -220,15 +220,28 @@ def test_a_failed_read_ahead_get_is_raised_by_the_scan_and_a_retry_works(url: st
         assert gauge.gets <= 3 * chunks
 
 
+class Ticks:
+    """A clock for timing cold reads: each reading ``step_s`` later than the one before."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += self.step_s
+        return self.t
+
+
 def test_scans_starting_cold_in_two_chunks_warm_the_rest_in_parallel(url: str) -> None:
     gauge = Gauge(open_store(url))
     settings = QUIET.replace(scan_warm_sst_max_bytes=4 << 20)
     with Db.open(store=gauge, settings=settings) as db:
+        db.tables.ahead.now = Ticks(0.02)  # each cold read takes a round trip of 20 ms
         chunks = _chunks(db)
         gauge.reset()
-        assert next(iter(db.scan(key(100), limit=10)))[0] == key(100)
+        assert next(iter(db.scan(key(100), limit=10))) == (key(100), value(100))
         assert gauge.gets == 1 and db.tables.ahead.warm_ups == 0
-        assert next(iter(db.scan(key(15_000), limit=10)))[0] == key(15_000)  # a second chunk: warm the SST
+        assert next(iter(db.scan(key(15_000), limit=10))) == (key(15_000), value(15_000))  # a second chunk
         assert db.tables.ahead.warm_ups == 1
         for i in range(0, N, 997):  # every chunk: waits for the warm-up's GETs at most
             assert next(iter(db.scan(key(i), limit=1))) == (key(i), value(i))
@@ -236,24 +249,25 @@ def test_scans_starting_cold_in_two_chunks_warm_the_rest_in_parallel(url: str) -
         assert gauge.gets <= chunks + 1
         assert gauge.most > 3  # the warm-up's GETs went out together
         before = gauge.gets
-        assert sum(1 for _ in db.scan()) == N  # all cached now
+        assert list(db.scan()) == [(key(i), value(i)) for i in range(N)]  # all cached now
         assert gauge.gets == before
 
 
 @pytest.mark.parametrize(
-    "changes",
+    ("changes", "step_s"),
     [
-        {"scan_warm_sst_max_bytes": 0},  # off
-        {"scan_warm_sst_max_bytes": 256 * 1024},  # the SST is larger
-        {
-            "scan_warm_sst_max_bytes": 4 << 20,
-            "block_cache_bytes": 2 << 20,
-        },  # it would take over half the cache
+        ({"scan_warm_sst_max_bytes": 0}, 0.02),  # off
+        ({"scan_warm_sst_max_bytes": 256 * 1024}, 0.02),  # the SST is larger
+        ({"scan_warm_sst_max_bytes": 4 << 20, "block_cache_bytes": 2 << 20}, 0.02),  # over half the cache
+        ({"scan_warm_sst_max_bytes": 4 << 20}, 0.001),  # a fast store: the scans hardly waited
     ],
 )
-def test_no_warm_up_when_off_or_the_sst_is_too_large(url: str, changes: dict[str, int]) -> None:
+def test_no_warm_up_when_off_the_sst_is_too_large_or_reads_are_fast(
+    url: str, changes: dict[str, int], step_s: float
+) -> None:
     gauge = Gauge(open_store(url), delay_s=0)
     with Db.open(store=gauge, settings=QUIET.replace(**changes)) as db:
+        db.tables.ahead.now = Ticks(step_s)
         gauge.reset()
         for i in (100, 15_000, 8_000, 3_000):
             assert next(iter(db.scan(key(i), limit=1))) == (key(i), value(i))

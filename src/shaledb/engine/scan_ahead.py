@@ -31,16 +31,19 @@ parallel on a small shared pool:
 And across scans (**warm-up**): short scans scattered over one SST each find
 a different chunk cold and wait a round trip for it, one after another. Once
 scans have started cold in ``WARM_AFTER_COLD_STARTS`` different chunks of an
-SST whose data is at most ``scan_warm_sst_max_bytes``, its other chunks are
-fetched in parallel (about one round trip for all of them), while the SSTs
-warmed this way and still live fit in half the block cache: a working set
-larger than that would only evict itself. ``0`` turns either part off.
+SST whose data is at most ``scan_warm_sst_max_bytes``, and waited a few
+milliseconds for each (``WARM_MIN_WAIT_S``: a round trip, not a local disk's
+page cache), its other chunks are fetched in parallel (about one round trip
+for all of them), while the SSTs warmed this way and still live fit in half
+the block cache: a working set larger than that would only evict itself.
+``0`` turns either part off.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from bisect import bisect_right
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -56,7 +59,11 @@ if TYPE_CHECKING:
 SCAN_AHEAD_THREADS = 16
 """Threads of the process-wide pool that runs scans' read-ahead GETs (shared by every database)."""
 WARM_AFTER_COLD_STARTS = 2
-"""Scans starting cold in this many different chunks of one SST warm the rest of it."""
+"""Scans starting cold in this many different chunks of one SST warm the rest of it ..."""
+WARM_MIN_WAIT_S = 0.004
+"""... if they waited at least this long for each of those chunks, on average: a round
+trip to an object store (S3: 10-50 ms), not a local disk's page cache (well under a
+millisecond), where reading the rest of the SST would only cost CPU."""
 
 
 class ScanAheadLimits(NamedTuple):
@@ -102,23 +109,31 @@ def chunk_range(r: SstReader, ci: int) -> tuple[int, int]:
     return cs, min(r.data_end, cs + r.read_ahead)
 
 
-def fetch_chunk(r: SstReader, ci: int) -> None:
-    """Read chunk ``ci`` of ``r`` and the blocks straddling its edges (one ranged GET)
-    into the block cache. A straddling block that fails to decode is left out: the
-    block read fetches it itself and reports the damage."""
+def fetch_chunk(r: SstReader, ci: int, left: bool = False) -> None:
+    """Read chunk ``ci`` of ``r`` into the block cache in one ranged GET, with the rest
+    of the block straddling its end (decoded into the cache too) and, if ``left`` and
+    it is not cached, the start of the block straddling its start (a scan going
+    forward enters the chunk there). A straddling block that fails to decode is left
+    out: the block read fetches it itself and reports the damage.
+
+    The chunk is cached with the end of the straddling block on it (the block read
+    slices it from its start, so a longer chunk serves it alike): no copy of a
+    megabyte, unless the GET began before the chunk.
+    """
     cs, ce = chunk_range(r, ci)
     offs = r.index.offsets
     first = bisect_right(offs, cs) - 1  # the block holding the chunk's first byte
     last = bisect_right(offs, ce - 1) - 1  # ... and its last
-    lo = min(cs, offs[first])
+    lo = offs[first] if left and offs[first] < cs and not _cached(r.cache, (r.id, first)) else cs
     hi = max(ce, offs[last + 1])
     data = r.store.get_range(r.path, lo, hi)
     if len(data) != hi - lo:
         raise CorruptionError(f"read {len(data)} bytes at {lo}, expected {hi - lo}", r.path)
-    r.cache.put((r.id, "chunk", ci), data[cs - lo : ce - lo], ce - cs)
+    chunk = data if lo == cs else data[cs - lo :]
+    r.cache.put((r.id, "chunk", ci), chunk, len(chunk))
     for b in {first, last}:
         s, e = offs[b], offs[b + 1]
-        if s < cs or e > ce:
+        if lo <= s < cs or e > ce:
             try:
                 block = decode_data_block(data[s - lo : e - lo])
             except CorruptionError:
@@ -134,8 +149,16 @@ class ChunkFetches:
     """The read-ahead GETs of one handle's SSTs: in flight (shared by its scans, so two
     scans never fetch one chunk twice at once) and the warm-up bookkeeping."""
 
-    def __init__(self, limits: ScanAheadLimits, cache: LruCache, live: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        limits: ScanAheadLimits,
+        cache: LruCache,
+        live: Callable[[str], bool],
+        now: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.limits = limits
+        self.now = now
+        """Seconds, for timing cold reads (a test may pass its own)."""
         self.cache = cache
         self.live = live
         """Whether an SST is still in the database (warmed SSTs count against the budget while live)."""
@@ -143,7 +166,9 @@ class ChunkFetches:
         self._lock = threading.Lock()
         self._flying: dict[tuple[str, int], Future[None]] = {}
         self._pid = os.getpid()
-        self._cold_starts: dict[str, set[int]] = {}
+        self._cold_starts: dict[str, tuple[frozenset[int], int, float]] = {}
+        """Per SST not warmed: the chunks scans started cold in, how many such starts, and
+        the seconds they waited."""
         self._warmed: dict[str, int] = {}
         self.warm_ups = 0
         """SSTs warmed so far (a statistic)."""
@@ -174,7 +199,7 @@ class ChunkFetches:
             self._after_fork()
             if key in self._flying:
                 return None
-            f = _get_pool().submit(fetch_chunk, r, ci)
+            f = _get_pool().submit(fetch_chunk, r, ci)  # (its left edge: the chunk before's right one)
             self._flying[key] = f
         f.add_done_callback(lambda done: self._forget(key, done))
         return f
@@ -201,19 +226,28 @@ class ChunkFetches:
 
     # -------------------------------------------------------------- warm-up
 
-    def cold_start(self, r: SstReader, ci: int) -> None:
-        """A scan starts in chunk ``ci`` of ``r``, not cached: count it, and warm the
-        SST once scans have started cold in enough different chunks of it."""
-        limit = self.limits.scan_warm_sst_max_bytes
+    def may_warm(self, r: SstReader) -> bool:
+        """Whether ``r`` may yet be warmed (its size, the options, not warmed already)."""
         size = r.data_end
-        if limit <= 0 or size > limit:
-            return
+        return (
+            0 < size <= self.limits.scan_warm_sst_max_bytes
+            and size <= self.cache.capacity_bytes // 2
+            and (r.id not in self._warmed)
+        )
+
+    def cold_start(self, r: SstReader, ci: int, waited_s: float) -> None:
+        """A scan started in chunk ``ci`` of ``r``, not cached, and waited ``waited_s``
+        for it: count it, and warm the SST once scans have started cold in enough
+        different chunks of it and waited for them (a local disk answers too fast
+        for warming to pay: it would only spend CPU)."""
+        size = r.data_end
         with self._lock:
             if r.id in self._warmed:
                 return
-            seen = self._cold_starts.setdefault(r.id, set())
-            seen.add(ci)
-            if len(seen) < WARM_AFTER_COLD_STARTS:
+            seen, n, waited = self._cold_starts.get(r.id, (frozenset(), 0, 0.0))
+            seen, n, waited = seen | {ci}, n + 1, waited + waited_s
+            self._cold_starts[r.id] = (seen, n, waited)
+            if len(seen) < WARM_AFTER_COLD_STARTS or waited < n * WARM_MIN_WAIT_S:
                 return
             for sid in [s for s in self._warmed if not self.live(s)]:
                 del self._warmed[sid]
@@ -226,8 +260,7 @@ class ChunkFetches:
                     del self._cold_starts[sid]
             self.warm_ups += 1
         for c in range(-(-size // r.read_ahead)):
-            if c != ci:  # (the scan's block read fetches that one now)
-                self.submit(r, c)
+            self.submit(r, c)  # (not those cached: the one just read, among others)
 
 
 def _fetched(f: Future[None]) -> bool:
@@ -283,13 +316,16 @@ class Cursor:
             return
         self.ci = ci
         fetches = self.fetches
-        if self.entered == 0:  # the scan's first chunk: read by the block read, as before
+        if self.entered == 0:  # the scan's first chunk: no read-ahead yet
             self.entered = 1
-            if not _cached(r.cache, (r.id, i)) and not _cached(r.cache, (r.id, "chunk", ci)):
-                fetches.cold_start(r, ci)
-                f = fetches.flying(r, ci)
-                if f is not None:
-                    wait_for(f)
+            if _cached(r.cache, (r.id, i)) or _cached(r.cache, (r.id, "chunk", ci)):
+                return
+            f = fetches.flying(r, ci)
+            if (f is not None and wait_for(f)) or not fetches.may_warm(r):
+                return  # (else the block read fetches the chunk, as before)
+            t0 = fetches.now()
+            fetch_chunk(r, ci)  # the GET the block read would make, timed
+            fetches.cold_start(r, ci, fetches.now() - t0)
             return
         self.entered += 1
         if self.near is not None and (ci - self.near) * self.step > 0:
@@ -323,7 +359,7 @@ class Cursor:
         if f is not None and wait_for(f):
             return
         if need or not _cached(r.cache, (r.id, "chunk", ci)):
-            fetch_chunk(r, ci)
+            fetch_chunk(r, ci, left=self.step > 0)  # (the block entering it may be the first chunk's last)
 
     def close(self) -> None:
         """Cancel this scan's fetches that have not started."""
