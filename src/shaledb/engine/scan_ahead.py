@@ -162,6 +162,8 @@ class ChunkFetches:
         self.cache = cache
         self.live = live
         """Whether an SST is still in the database (warmed SSTs count against the budget while live)."""
+        self.on = limits.scan_read_ahead_max_bytes > 0 or limits.scan_warm_sst_max_bytes > 0
+        """Whether scans get a cursor at all (both parts off: the reads of before)."""
         self.window_cap_bytes = min(limits.scan_read_ahead_max_bytes, cache.capacity_bytes // 4)
         self._lock = threading.Lock()
         self._flying: dict[tuple[str, int], Future[None]] = {}
@@ -173,18 +175,11 @@ class ChunkFetches:
         self.warm_ups = 0
         """SSTs warmed so far (a statistic)."""
 
-    @property
-    def enabled(self) -> bool:
-        return self.limits.scan_read_ahead_max_bytes > 0 or self.limits.scan_warm_sst_max_bytes > 0
-
-    def cursor(
-        self, r: SstReader, first: int, last: int, reverse: bool, rows: int | None = None
-    ) -> Cursor | None:
+    def cursor(self, r: SstReader, first: int, last: int, reverse: bool, rows: int | None = None) -> Cursor:
         """A cursor for a scan that reads blocks ``first`` to ``last`` of ``r`` (in
-        ``reverse`` from ``last``) and wants about ``rows`` rows (None: all), or None
-        when nothing is read ahead."""
-        if r.read_ahead <= 0 or not self.enabled or first > last:
-            return None
+        ``reverse`` from ``last``) and wants about ``rows`` rows (None: all), made
+        at its first block-cache miss. For ``on`` and an ``r`` with read-ahead
+        chunks only."""
         return Cursor(self, r, first, last, reverse, rows)
 
     # -------------------------------------------------------------- fetches
@@ -284,6 +279,8 @@ class Cursor:
     def __init__(
         self, fetches: ChunkFetches, r: SstReader, first: int, last: int, reverse: bool, rows: int | None
     ) -> None:
+        """Made at the scan's first block-cache miss (``first`` in a forward scan,
+        ``last`` in reverse): a scan of cached blocks never needs one."""
         self.fetches = fetches
         self.r = r
         ra = r.read_ahead

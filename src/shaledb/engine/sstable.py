@@ -350,19 +350,32 @@ class SstReader:
         idx = self.index
         n = len(idx.keys)
         i = 0 if start is None else bisect_left(idx.keys, start)
-        last = n - 1 if end is None else min(n - 1, bisect_left(idx.keys, end))
-        cur = self.ahead.cursor(self, i, last, False, rows) if self.ahead is not None else None
+        held: list[Cursor] | None = (
+            [] if self.ahead is not None and self.ahead.on and self.read_ahead > 0 else None
+        )
         try:
-            yield from self._chunks(i, n, start, end, cur)
+            yield from self._chunks(i, n, start, end, rows, held)
         finally:
-            if cur is not None:
-                cur.close()
+            if held:
+                held[0].close()
 
     def _chunks(
-        self, i: int, n: int, start: bytes | None, end: bytes | None, cur: Cursor | None
+        self,
+        i: int,
+        n: int,
+        start: bytes | None,
+        end: bytes | None,
+        rows: int | None,
+        held: list[Cursor] | None,
     ) -> Iterator[Chunk]:
+        entries = self.entries
+        cur: Cursor | None = None
         while i < n:
-            if cur is not None:
+            if held is not None and (cur is not None or (self.id, i) not in entries):
+                if cur is None:  # the scan's first miss: from here it reads ahead
+                    last = n - 1 if end is None else min(n - 1, bisect_left(self.index.keys, end))
+                    cur = self.ahead.cursor(self, i, last, False, rows)  # type: ignore[union-attr]
+                    held.append(cur)
                 cur.at(i)
             b = self.block(i, read_ahead=True)
             keys = b.keys
@@ -381,19 +394,26 @@ class SstReader:
         idx = self.index
         n = len(idx.keys)
         i = n - 1 if end is None else min(n - 1, bisect_left(idx.keys, end))
-        first = 0 if start is None else bisect_left(idx.keys, start)
-        cur = self.ahead.cursor(self, first, i, True, rows) if self.ahead is not None else None
+        held: list[Cursor] | None = (
+            [] if self.ahead is not None and self.ahead.on and self.read_ahead > 0 else None
+        )
         try:
-            yield from self._chunks_reversed(i, start, end, cur)
+            yield from self._chunks_reversed(i, start, end, rows, held)
         finally:
-            if cur is not None:
-                cur.close()
+            if held:
+                held[0].close()
 
     def _chunks_reversed(
-        self, i: int, start: bytes | None, end: bytes | None, cur: Cursor | None
+        self, i: int, start: bytes | None, end: bytes | None, rows: int | None, held: list[Cursor] | None
     ) -> Iterator[Chunk]:
+        entries = self.entries
+        cur: Cursor | None = None
         while i >= 0:
-            if cur is not None:
+            if held is not None and (cur is not None or (self.id, i) not in entries):
+                if cur is None:  # the scan's first miss: from here it reads ahead
+                    first = 0 if start is None else bisect_left(self.index.keys, start)
+                    cur = self.ahead.cursor(self, first, i, True, rows)  # type: ignore[union-attr]
+                    held.append(cur)
                 cur.at(i)
             b = self.block(i, read_ahead=True)
             keys = b.keys
