@@ -170,7 +170,7 @@ class ChunkFetches:
         self._pid = os.getpid()
         self._cold_starts: dict[str, tuple[frozenset[int], int, float]] = {}
         """Per SST not warmed: the chunks scans started cold in, how many such starts, and
-        the seconds they waited."""
+        the seconds their reads took."""
         self._warmed: dict[str, int] = {}
         self.warm_ups = 0
         """SSTs warmed so far (a statistic)."""
@@ -230,19 +230,19 @@ class ChunkFetches:
             and (r.id not in self._warmed)
         )
 
-    def cold_start(self, r: SstReader, ci: int, waited_s: float) -> None:
-        """A scan started in chunk ``ci`` of ``r``, not cached, and waited ``waited_s``
-        for it: count it, and warm the SST once scans have started cold in enough
-        different chunks of it and waited for them (a local disk answers too fast
-        for warming to pay: it would only spend CPU)."""
+    def cold_start(self, r: SstReader, ci: int) -> None:
+        """A scan starts in chunk ``ci`` of ``r``, not cached, and is about to read it:
+        count it, and warm the rest of the SST (beside that read) once scans have
+        started cold in enough different chunks of it and the earlier ones waited for
+        their reads like round trips (a local disk answers too fast for warming to
+        pay: it would only spend CPU). :meth:`waited` records the read's time."""
         size = r.data_end
         with self._lock:
             if r.id in self._warmed:
                 return
             seen, n, waited = self._cold_starts.get(r.id, (frozenset(), 0, 0.0))
-            seen, n, waited = seen | {ci}, n + 1, waited + waited_s
-            self._cold_starts[r.id] = (seen, n, waited)
-            if len(seen) < WARM_AFTER_COLD_STARTS or waited < n * WARM_MIN_WAIT_S:
+            self._cold_starts[r.id] = (seen | {ci}, n + 1, waited)
+            if len(seen | {ci}) < WARM_AFTER_COLD_STARTS or waited < n * WARM_MIN_WAIT_S:
                 return
             for sid in [s for s in self._warmed if not self.live(s)]:
                 del self._warmed[sid]
@@ -255,7 +255,15 @@ class ChunkFetches:
                     del self._cold_starts[sid]
             self.warm_ups += 1
         for c in range(-(-size // r.read_ahead)):
-            self.submit(r, c)  # (not those cached: the one just read, among others)
+            if c != ci:  # (the scan reads that one now)
+                self.submit(r, c)
+
+    def waited(self, r: SstReader, waited_s: float) -> None:
+        """A cold start's read of ``r`` (see :meth:`cold_start`) took ``waited_s``."""
+        with self._lock:
+            got = self._cold_starts.get(r.id)
+            if got is not None:
+                self._cold_starts[r.id] = (got[0], got[1], got[2] + waited_s)
 
 
 def _fetched(f: Future[None]) -> bool:
@@ -320,9 +328,10 @@ class Cursor:
             f = fetches.flying(r, ci)
             if (f is not None and wait_for(f)) or not fetches.may_warm(r):
                 return  # (else the block read fetches the chunk, as before)
+            fetches.cold_start(r, ci)
             t0 = fetches.now()
             fetch_chunk(r, ci)  # the GET the block read would make, timed
-            fetches.cold_start(r, ci, fetches.now() - t0)
+            fetches.waited(r, fetches.now() - t0)
             return
         self.entered += 1
         if self.near is not None and (ci - self.near) * self.step > 0:
