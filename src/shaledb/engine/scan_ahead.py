@@ -3,22 +3,23 @@
 A scan that misses the block cache reads its SST a read-ahead chunk at a
 time (``Settings.sst_read_ahead_bytes``, ``SstReader._fetch``): on S3 a long
 cold scan then waits one round trip per chunk, and a block that straddles
-two chunks costs one more. Here each scan cursor over an SST (one
-:class:`Cursor`, made by ``SstReader.chunks``) fetches chunks ahead of it in
-parallel on a small shared pool:
+two chunks costs one more. Here each scan over an SST that misses the
+cache (a :class:`Cursor`, made by ``SstReader.chunks`` at the first miss)
+fetches chunks ahead of it in parallel on a small shared pool:
 
-* A scan that stays within its first chunk makes no request beyond it
-  (it is read as before, by the block read). When the cursor enters its next
+* A scan that stays within its first chunk makes no request beyond it (one
+  GET for that chunk, as before). When the cursor enters its next
   chunk, that chunk and a *window* of the chunks after it are fetched in
   parallel; the window doubles (1, 2, 4 ... chunks) with each chunk the scan
   enters, up to ``scan_read_ahead_max_bytes`` (and a quarter of the block
   cache, so read-ahead cannot evict itself), with at most
   ``scan_read_ahead_max_in_flight`` of the scan's GETs in flight. A scan
   with an end key reads ahead only up to the block that holds it.
-* Each fetch covers its chunk plus the ends of the blocks that straddle its
-  edges; the chunk lands in the block cache as the block read would have put
-  it there, the straddling blocks decoded, so crossing a chunk edge costs no
-  extra GET.
+* Each fetch covers its chunk plus the rest of the block straddling its end
+  (and, for the chunk a forward scan enters after its first, the start of the
+  block it enters on); the chunk lands in the block cache as the block read
+  would have put it there, the straddling blocks decoded, so crossing a chunk
+  edge costs no GET of its own (it used to cost one).
 * Closing a scan early (``Scan.close``, a ``limit`` reached, the end key
   met) cancels its fetches not yet started; those already on the wire (at
   most ``scan_read_ahead_max_in_flight``) finish into the cache.
@@ -78,9 +79,6 @@ def limits_of(options: object) -> ScanAheadLimits:
     """The scan read-ahead options of a ``Settings`` or ``DbReaderOptions``."""
     return ScanAheadLimits(*(getattr(options, name) for name in ScanAheadLimits._fields))
 
-
-OFF = ScanAheadLimits(0, 1, 0)
-"""No read-ahead beyond the chunk a block read fetches, no warm-up: the reads of before."""
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
