@@ -373,8 +373,9 @@ class SstReader:
         while i < n:
             if held is not None and (cur is not None or (self.id, i) not in entries):
                 if cur is None:  # the scan's first miss: from here it reads ahead
+                    assert self.ahead is not None  # (``held`` is None without it)
                     last = n - 1 if end is None else min(n - 1, bisect_left(self.index.keys, end))
-                    cur = self.ahead.cursor(self, i, last, False, rows)  # type: ignore[union-attr]
+                    cur = self.ahead.cursor(self, i, last, False, rows)
                     held.append(cur)
                 cur.at(i)
             b = self.block(i, read_ahead=True)
@@ -411,8 +412,9 @@ class SstReader:
         while i >= 0:
             if held is not None and (cur is not None or (self.id, i) not in entries):
                 if cur is None:  # the scan's first miss: from here it reads ahead
+                    assert self.ahead is not None  # (``held`` is None without it)
                     first = 0 if start is None else bisect_left(self.index.keys, start)
-                    cur = self.ahead.cursor(self, first, i, True, rows)  # type: ignore[union-attr]
+                    cur = self.ahead.cursor(self, first, i, True, rows)
                     held.append(cur)
                 cur.at(i)
             b = self.block(i, read_ahead=True)
