@@ -83,6 +83,7 @@ from ..engine.merging import OPT_MERGE_OPERATOR, Folder
 from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
 from ..engine.range_tombstones import apply_to_memtable
 from ..engine.reads import ReadView, Visibility, lookup
+from ..engine.scan_ahead import limits_of
 from ..engine.sstable import TableCache
 from ..engine.wal_read import fetch_wal_objects
 from ..errors import ClosedError, DatabaseDestroyed, InvalidArgument, ObjectNotFound, ShaleError
@@ -298,7 +299,9 @@ class DbReader(Queries):
         self._ms = ManifestStore(store, clock, rng, author="reader")
         self._external = external
         self._cache = LruCache(options.block_cache_bytes)
-        self._tables = TableCache(self._resolve_store, self._cache, options.sst_read_ahead_bytes)
+        self._tables = TableCache(
+            self._resolve_store, self._cache, options.sst_read_ahead_bytes, limits_of(options)
+        )
         self._journal = JournalResolver(self._resolve_store, self._cache, lambda: self._view.manifest)
         self._vis = Visibility(lambda: int(self.clock.now() * 1000), self._journal.resolve)
         self._lock = threading.Lock()  # state; never held across store calls

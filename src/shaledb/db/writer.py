@@ -57,6 +57,7 @@ from ..engine.pins import RepinView, StripPins, ViewPins
 from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
 from ..engine.reads import ReadView, Scan, Visibility
 from ..engine.recovery import claim_wal_window, claim_writer_epoch, confirm_and_replay, write_fence
+from ..engine.scan_ahead import limits_of
 from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
 from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMissing, ShaleError
@@ -266,7 +267,9 @@ class Db(Queries):
         """Set when close() starts: the final flush must not wait for a compactor."""
         self._failure: BaseException | None = None
         self.cache = LruCache(settings.block_cache_bytes)
-        self.tables = TableCache(self._resolve_store, self.cache, settings.sst_read_ahead_bytes)
+        self.tables = TableCache(
+            self._resolve_store, self.cache, settings.sst_read_ahead_bytes, limits_of(settings)
+        )
         self.journal = JournalResolver(self._resolve_store, self.cache, lambda: self.manifest)
         self.merge_operator = as_operator(settings.merge_operator)
         self._merge_recorded = False

@@ -520,7 +520,8 @@ def _scan_ssts(
     for info in reversed(infos) if reverse else infos:
         r = tables.reader(info)
         capped = seq is not None and info.max_seq > seq
-        for keys, seqs, kinds, payloads in r.chunks_reversed(start, end) if reverse else r.chunks(start, end):
+        blocks = r.chunks_reversed(start, end, left) if reverse else r.chunks(start, end, left)
+        for keys, seqs, kinds, payloads in blocks:
             if frags is not None:
                 keys, seqs, kinds, payloads = drop_covered_chunk(keys, seqs, kinds, payloads, frags)
                 if not keys:
