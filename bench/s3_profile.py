@@ -2,7 +2,7 @@
 """An S3-like profile: shaledb on the local S3 server with a fixed delay on every request.
 
     .venv/bin/python bench/s3_profile.py [--baseline REV] [--latency-ms 20] [--repeat 3]
-                                         [--keys 50000] [--only REGEX]
+                                         [--keys 50000] [--only REGEX] [--set NAME=INT]
 
 A moto S3 server on loopback answers in about a millisecond; S3 answers in
 tens. Every store call here goes through ``LatencyStore`` (``--latency-ms``,
@@ -24,10 +24,19 @@ Workloads (each in its own process, on its own prefix):
   cold: per second, requests per scan.
 * ``get_many``: a new handle, one ``get_many`` of 1,000 random present keys,
   cold: seconds, round trips of wall time, requests.
+* ``long_scan`` / ``long_scan_reverse``: a new handle, one scan of
+  ``--long-scan-rows`` rows from the first key (from the last), cold: rows per
+  second, seconds, round trips of wall time, requests.
 
 Costs in dollars per million operations use S3 Standard list prices, stated as
 assumptions (us-east-1, 2026): PUT, COPY, POST, LIST $0.005 per 1,000 requests;
 GET, HEAD and other reads $0.0004 per 1,000; DELETE free.
+
+``--server local`` puts the databases in a local directory instead, under the
+same ``LatencyStore``: every request costs the delay and almost nothing else,
+and requests in flight together overlap fully (S3's behaviour, where the moto
+server serves one request at a time in Python, about 10 ms each for ranged
+GETs of a 13 MB object). It separates round trips from the server's own cost.
 
 ``--baseline REV`` also runs every workload with the source tree of git
 revision ``REV`` (``git archive`` into a temporary directory), interleaved with
@@ -67,7 +76,14 @@ WRITERS = (1, 4, 16, 64)
 
 
 def workloads() -> list[str]:
-    return [f"puts_{w}" for w in WRITERS] + ["open", "gets", "scans", "get_many"]
+    return [f"puts_{w}" for w in WRITERS] + [
+        "open",
+        "gets",
+        "scans",
+        "get_many",
+        "long_scan",
+        "long_scan_reverse",
+    ]
 
 
 # ------------------------------------------------------------------ the child side
@@ -93,6 +109,9 @@ def child(args: argparse.Namespace) -> dict[str, float]:
         quiet = dataclasses.replace(
             quiet, wal_max_in_flight=args.wal_max_in_flight
         )  # a tree without it: its one
+    names = {f.name for f in dataclasses.fields(Settings)}
+    chosen = dict(kv.split("=", 1) for kv in args.set)
+    quiet = dataclasses.replace(quiet, **{k: int(v) for k, v in chosen.items() if k in names})
     latency = args.latency_ms / 1000
     rng = random.Random(args.seed)
     if args.child == "load":
@@ -195,6 +214,7 @@ def child(args: argparse.Namespace) -> dict[str, float]:
             rows = list(db.scan(k, limit=100))
             assert rows[0] == (k, value_of(k)), k
         out["cold_scans_per_s"] = args.scans / (time.perf_counter() - t1)
+        time.sleep(3 * latency)  # read-ahead GETs still on the wire count too
         cost(before, args.scans, "cold_scan")
     elif w == "get_many":
         keys = present[:1000]
@@ -206,6 +226,22 @@ def child(args: argparse.Namespace) -> dict[str, float]:
         out["get_many_1000_s"] = secs
         out["get_many_1000_round_trips"] = secs / latency if latency else 0.0
         out["get_many_1000_requests"] = sum(requests().values()) - sum(before.values())
+    elif w.startswith("long_scan"):
+        reverse = w.endswith("_reverse")
+        before = requests()
+        t1 = time.perf_counter()
+        got = list(db.scan(limit=args.long_scan_rows, reverse=reverse))  # checked after the clock stops
+        secs = time.perf_counter() - t1
+        n = len(got)
+        assert n == min(args.long_scan_rows, args.keys), n
+        keys = [k for k, _ in got]
+        assert keys == sorted(keys, reverse=reverse) and len(set(keys)) == n
+        assert all(v == value_of(k) for k, v in got[:: max(1, n // 1000)])
+        out["long_scan_rows_per_s"] = n / secs
+        out["long_scan_s"] = secs
+        out["long_scan_round_trips"] = secs / latency if latency else 0.0
+        time.sleep(3 * latency)  # read-ahead GETs still on the wire when the scan ended count too
+        out["long_scan_requests"] = sum(requests().values()) - sum(before.values())
     db.close()
     return out
 
@@ -236,7 +272,11 @@ def run_child(src: Path, workload: str, url: str, args: argparse.Namespace) -> d
         str(args.seed),
         "--wal-max-in-flight",
         str(args.wal_max_in_flight),
+        "--long-scan-rows",
+        str(args.long_scan_rows),
     ]
+    for kv in args.set:
+        cmd += ["--set", kv]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(f"{workload} ({src}) failed:\n{res.stderr[-4000:]}")
@@ -270,6 +310,20 @@ def main() -> int:
         default=0,
         help="Settings.wal_max_in_flight for trees that have it (0: the tree's default, 1 since the review)",
     )
+    ap.add_argument("--long-scan-rows", type=int, default=50_000)
+    ap.add_argument(
+        "--server",
+        choices=("moto", "local"),
+        default="moto",
+        help="local: a local directory under the same LatencyStore (requests overlap fully; no server cost)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="an integer Settings field for trees that have it (repeatable), e.g. scan_warm_sst_max_bytes=0",
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -285,18 +339,19 @@ def main() -> int:
         trees["base"] = export_tree(args.baseline, tmp)
     trees["this"] = HERE.parent / "src"
     names = [w for w in workloads() if args.only is None or re.search(args.only, w)]
-    moto = MotoServer("s3-profile")
+    moto = MotoServer("s3-profile") if args.server == "moto" else None
+    base_url = f"s3://{moto.bucket}" if moto is not None else f"file://{tmp}/db"
     runs: dict[str, dict[str, list[dict[str, float]]]] = {t: {} for t in trees}
     try:
         loaded: dict[str, str] = {}
         for t, src in trees.items():
-            loaded[t] = f"s3://{moto.bucket}/{t}-loaded"
+            loaded[t] = f"{base_url}/{t}-loaded"
             if any(not w.startswith("puts_") for w in names):
                 run_child(src, "load", loaded[t], args)
         for r in range(args.repeat):
             for w in names:
                 for t, src in trees.items():  # interleaved: the machine's load hits both alike
-                    url = f"s3://{moto.bucket}/{t}-{w}-{r}" if w.startswith("puts_") else loaded[t]
+                    url = f"{base_url}/{t}-{w}-{r}" if w.startswith("puts_") else loaded[t]
                     res = run_child(src, w, url, args)
                     runs[t].setdefault(w, []).append(res)
                     print(
@@ -304,7 +359,8 @@ def main() -> int:
                         flush=True,
                     )
     finally:
-        moto.stop()
+        if moto is not None:
+            moto.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     med: dict[str, dict[str, float]] = {}
     for t, by_w in runs.items():
@@ -313,6 +369,7 @@ def main() -> int:
                 med.setdefault(t, {})[f"{w}.{k}"] = round(statistics.median(x[k] for x in rs), 3)
     report: dict[str, object] = {
         "latency_ms": args.latency_ms,
+        "server": args.server,
         "keys": args.keys,
         "repeat": args.repeat,
         "baseline": args.baseline,

@@ -82,6 +82,22 @@ def _disk_cache(options: Any, prefix: str) -> None:
         )
 
 
+SCAN_READ_AHEAD_MAX_IN_FLIGHT_LIMIT = 64
+"""The most read-ahead GETs one scan may keep in flight."""
+
+
+def _scan_ahead(options: Any, prefix: str) -> None:
+    """Scan read-ahead options: byte counts >= 0, GETs in flight 1 to 64."""
+    check_int(f"{prefix}scan_read_ahead_max_bytes", options.scan_read_ahead_max_bytes, minimum=0)
+    check_int(
+        f"{prefix}scan_read_ahead_max_in_flight",
+        options.scan_read_ahead_max_in_flight,
+        minimum=1,
+        maximum=SCAN_READ_AHEAD_MAX_IN_FLIGHT_LIMIT,
+    )
+    check_int(f"{prefix}scan_warm_sst_max_bytes", options.scan_warm_sst_max_bytes, minimum=0)
+
+
 def _boolean(name: str, value: bool) -> None:
     if not isinstance(value, bool):
         raise InvalidArgument(f"{name} must be True or False, got {value!r}")
@@ -261,12 +277,18 @@ class DbReaderOptions:
     ``block_cache_bytes``, ``sst_read_ahead_bytes`` -- as in :class:`Settings`:
     the decoded-block cache's byte budget, and how much of an SST a block-cache
     miss fetches.
+    ``scan_read_ahead_max_bytes``, ``scan_read_ahead_max_in_flight``,
+    ``scan_warm_sst_max_bytes`` -- as in :class:`Settings`: scans' read-ahead
+    of further chunks and warm-up of small SSTs.
     ``disk_cache_dir``, ``disk_cache_bytes`` -- as in :class:`Settings`: the
     host-local disk cache (a reader may share the writer's directory).
     ``manifest_update_timeout_s`` -- how long one checkpoint change (a manifest
     CAS, retried on conflicts) may take before it raises ``Unavailable``.
     ``wal_read_ahead`` -- as in :class:`Settings`: GETs of WAL objects in flight
     while the reader replays them (a reader that fell behind ramps up to it).
+    ``open_in_parallel`` -- as in :class:`Settings`: opening pins SST metadata
+    beside its checkpoint and WAL reads; False makes the open's store calls
+    one after another.
     ``retry`` -- how the reader's store calls retry transient failures.
     """
 
@@ -278,10 +300,14 @@ class DbReaderOptions:
     checkpoint_name: str | None = "reader"
     block_cache_bytes: int = 64 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
+    scan_read_ahead_max_bytes: int = 8 * MiB
+    scan_read_ahead_max_in_flight: int = 4
+    scan_warm_sst_max_bytes: int = 32 * MiB
     disk_cache_dir: str | None = None
     disk_cache_bytes: int = 1 * GiB
     manifest_update_timeout_s: Seconds[float] = Seconds(60.0)
     wal_read_ahead: int = WAL_READ_AHEAD
+    open_in_parallel: bool = True
     retry: RetryOptions = field(default_factory=RetryOptions)
     merge_operator: MergeOperator | MergeFunction | str | None = None
     """As ``Settings.merge_operator``; None folds the ready operator the database records
@@ -300,11 +326,13 @@ class DbReaderOptions:
         _integer("DbReaderOptions.max_memtable_bytes", self.max_memtable_bytes, minimum=1)
         _integer("DbReaderOptions.block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _scan_ahead(self, "DbReaderOptions.")
         _disk_cache(self, "DbReaderOptions.")
         _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
         _integer("DbReaderOptions.wal_read_ahead", self.wal_read_ahead, minimum=1)
         _boolean("DbReaderOptions.establish_checkpoint", self.establish_checkpoint)
         _boolean("DbReaderOptions.background_poll", self.background_poll)
+        _boolean("DbReaderOptions.open_in_parallel", self.open_in_parallel)
         if self.checkpoint_name is not None and not isinstance(self.checkpoint_name, str):
             raise InvalidArgument(
                 f"DbReaderOptions.checkpoint_name must be a str or None, got {self.checkpoint_name!r}"
@@ -331,6 +359,17 @@ class Settings:
     Read path:
       ``block_cache_bytes`` -- byte budget of the decoded-block cache.
       ``sst_read_ahead_bytes`` -- a block-cache miss fetches this much of the SST.
+      ``scan_read_ahead_max_bytes`` -- a scan that enters its second read-ahead
+      chunk of an SST keeps the chunks after its cursor in flight, the window
+      doubling (1, 2, 4 ... chunks) with each chunk it enters up to this many
+      bytes (and a quarter of the block cache); less than one chunk: off
+      (``shaledb.engine.scan_ahead``).
+      ``scan_read_ahead_max_in_flight`` -- the most read-ahead GETs one scan has
+      in flight at once (1 to 64).
+      ``scan_warm_sst_max_bytes`` -- once scans have started cold in two
+      different chunks of an SST with at most this many bytes of data, its other
+      chunks are fetched in parallel (while such SSTs fit in half the block
+      cache); 0: off.
       ``disk_cache_dir`` -- a local directory that keeps parts of SSTs and journal
       objects read from the store, across restarts and shared by the processes
       of a host (``shaledb.store.disk_cache``; needs the ``cache`` extra). None
@@ -355,6 +394,13 @@ class Settings:
       ``wal_read_ahead`` -- replaying the WAL (opening after a crash) keeps up
       to this many GETs of WAL objects in flight, each up to ``wal_max_bytes``:
       about one round trip per this many objects instead of one per object.
+      ``open_in_parallel`` -- opening reads what needs nothing from its ordered
+      steps (claim, fence, re-read, replay) beside them: the SSTs' index and
+      filter blocks, and the manifest's re-read beside the WAL replay
+      (docs/design/writer-open-and-recovery.md). False: the open's store calls
+      go one after another, in an order that does not depend on thread timing
+      (tests that script faults call by call; with ``wal_read_ahead`` 1 for the
+      replay's GETs too).
       ``wal_max_in_flight`` -- WAL PUTs in flight at once (1 to 4; default 1): durable
       writes that arrive while a PUT is in flight go out at once in the next
       object instead of waiting for it. Ids stay contiguous and a write is
@@ -377,6 +423,9 @@ class Settings:
     compression: Compression = "none"
     block_cache_bytes: int = 128 * MiB
     sst_read_ahead_bytes: int = 1 * MiB
+    scan_read_ahead_max_bytes: int = 8 * MiB
+    scan_read_ahead_max_in_flight: int = 4
+    scan_warm_sst_max_bytes: int = 32 * MiB
     disk_cache_dir: str | None = None
     disk_cache_bytes: int = 1 * GiB
     malloc_mmap_threshold_bytes: int | None = None
@@ -385,6 +434,7 @@ class Settings:
     track_and_verify_wals: bool = True
     wal_recovery_mode: WalRecoveryMode = "absolute_consistency"
     wal_read_ahead: int = WAL_READ_AHEAD
+    open_in_parallel: bool = True
     wal_max_in_flight: int = WAL_MAX_IN_FLIGHT
     value_separation_threshold: int | None = None
     journal_max_bytes: int = 64 * MiB
@@ -422,6 +472,7 @@ class Settings:
             raise InvalidArgument(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
         _integer("block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _scan_ahead(self, "")
         _disk_cache(self, "")
         if self.malloc_mmap_threshold_bytes is not None:
             _integer("malloc_mmap_threshold_bytes", self.malloc_mmap_threshold_bytes, minimum=1)
@@ -433,6 +484,7 @@ class Settings:
         _positive("manifest_poll_interval_s", self.manifest_poll_interval_s)
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)
         _boolean("track_and_verify_wals", self.track_and_verify_wals)
+        _boolean("open_in_parallel", self.open_in_parallel)
         _integer("wal_read_ahead", self.wal_read_ahead, minimum=1)
         _integer("wal_max_in_flight", self.wal_max_in_flight, minimum=1, maximum=WAL_MAX_IN_FLIGHT_LIMIT)
         if self.wal_recovery_mode not in WAL_RECOVERY_MODES:

@@ -142,3 +142,29 @@ def test_a_clone_created_inside_or_around_an_unrelated_database_is_refused(
     assert admin.list_checkpoints(f"{base}/parent", store_options=options) == []  # nothing pinned
     with Db.open_from_checkpoint(f"{base}/c", f"{base}/parent", settings=QUIET, store_options=options) as c:
         assert c.get(b"k") == b"v"
+
+
+def test_a_store_passed_in_without_store_options_is_not_checked_with_other_credentials(
+    s3_url_factory: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller that passes its S3 stores (``store=``, ``parent_store=``) and no store options
+    gave no credentials for the folders above them: creating a clone or a database there
+    checks the new root only, rather than listing the bucket with the default credentials
+    (none here: it raised PermissionDenied, as the crash soak's reopening of a clone whose
+    creation was killed before its first manifest did)."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    parent, clone, plain = s3_url_factory(), s3_url_factory(), s3_url_factory()
+    _make(parent.url, parent.options)
+    cstore, pstore = open_store(clone.url, **clone.options), open_store(parent.url, **parent.options)
+    store = open_store(plain.url, **plain.options)
+    try:
+        with Db.open_from_checkpoint(
+            clone.url, parent.url, settings=QUIET, store=cstore, parent_store=pstore
+        ) as c:
+            assert c.get(b"k") == b"v"
+        with Db.open(plain.url, settings=QUIET, store=store) as db:
+            db.put(b"k", b"new", durable=True)
+    finally:
+        for s in (cstore, pstore, store):
+            s.close()

@@ -50,15 +50,17 @@ RETRY = RetryOptions(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.00
 
 def _settings(retry: RetryOptions) -> Any:
     # Large memtable and WAL buffer: nothing freezes or flushes unless the script asks,
-    # and WAL replay fetches one object at a time (its read-ahead threads would issue
-    # their GETs in whatever order they get the CPU), so the store calls come in the
-    # same order on every run. Faults in read-ahead GETs: test_engine_wal_read_ahead.py.
+    # WAL replay fetches one object at a time (its read-ahead threads would issue
+    # their GETs in whatever order they get the CPU) and opening reads nothing beside
+    # its ordered steps, so the store calls come in the same order on every run.
+    # Faults in read-ahead GETs: test_engine_wal_read_ahead.py.
     return tiny_settings(
         retry=retry,
         l0_sst_size_bytes=1 << 20,
         wal_max_bytes=1 << 20,
         max_unflushed_bytes=4 << 20,
         wal_read_ahead=1,
+        open_in_parallel=False,
     )
 
 

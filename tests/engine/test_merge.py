@@ -25,6 +25,7 @@ from shaledb.errors import (
     TransactionConflict,
 )
 from shaledb.merge import MergeOperator, add_u64, append, as_operator, max_u64
+from shaledb.testing.compacting import compact_until_idle as compact
 from shaledb.testing.strategies import tiny_settings
 
 U = struct.Struct("<Q")
@@ -40,16 +41,6 @@ def counter(v: bytes | None) -> int | None:
 
 def settings(op: object = "add_u64", **kw: object) -> Settings:
     return tiny_settings(merge_operator=op, **kw)
-
-
-def compact(url: str) -> None:
-    comp = Compactor.open(url, CompactorOptions(min_l0_ssts=2, min_merge_runs=2), seed=1)
-    try:
-        for _ in range(4):
-            if not comp.run_once().did_work:
-                break
-    finally:
-        comp.close()
 
 
 def test_ready_operators() -> None:

@@ -7,23 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from shaledb import CompactorOptions, Db, WriteBatch
-from shaledb.compaction import Compactor
+from shaledb import Db, WriteBatch
 from shaledb.errors import MergeOperatorFailed
-from shaledb.testing.clock import ManualClock
+from shaledb.testing.compacting import compact_until_idle as compact
 from shaledb.testing.strategies import tiny_settings
-
-
-def compact(url: str, clock: ManualClock | None = None) -> None:
-    kw = {} if clock is None else {"clock": clock}
-    comp = Compactor.open(url, CompactorOptions(min_l0_ssts=2, min_merge_runs=2), seed=1, **kw)  # type: ignore[arg-type]
-    try:
-        for _ in range(6):
-            if not comp.run_once().did_work:
-                break
-    finally:
-        comp.close()
-
 
 # ------------------------------------------------------------------ indexes
 

@@ -6,21 +6,9 @@ from __future__ import annotations
 
 from journal_kit import collect, journal_settings, wall_clock
 
-from shaledb import CompactorOptions, Db, DbReader
+from shaledb import Db, DbReader
 from shaledb.bulk.read import plan_read, read_part
-from shaledb.compaction import Compactor
-from shaledb.testing.clock import ManualClock
-
-
-def compact(url: str, clock: ManualClock | None = None) -> None:
-    kw = {} if clock is None else {"clock": clock}
-    comp = Compactor.open(url, CompactorOptions(min_l0_ssts=2, min_merge_runs=2), seed=1, **kw)  # type: ignore[arg-type]
-    try:
-        for _ in range(6):
-            if not comp.run_once().did_work:
-                break
-    finally:
-        comp.close()
+from shaledb.testing.compacting import compact_until_idle as compact
 
 
 def test_merge_over_a_journal_value_survives_journal_compaction_and_gc(mem_url: str) -> None:
@@ -39,7 +27,7 @@ def test_merge_over_a_journal_value_survives_journal_compaction_and_gc(mem_url: 
             db.put(b"j%03d" % i, b"y" * 200)
             db.put(b"j%03d" % i, b"z" * 200)
         db.flush(memtable=True)
-        compact(mem_url, clock)
+        compact(mem_url, clock=clock)
         db.merge(b"k000", b"-")
         db.flush(memtable=True)
         assert db.compact_journal().runs

@@ -62,6 +62,9 @@ def test_the_crash_soak_catches_a_recovery_that_drops_the_last_wal_object(tmp_pa
     plant = "wal_replay_drops_last_object"
     target = SoakTarget("planted", str(tmp_path / "db"), str(tmp_path / "aux"), {"SHALEDB_TEST_PLANT": plant})
     soak = CrashSoak(target, tmp_path / "work", vsep=False, kill_after_s=(0.3, 0.6))
+    # A round misses the plant when its kill lands where the newest WAL object holds no
+    # acknowledged write that is not also in an SST (timing: 3 rounds all missed it once
+    # under load); the soak stops at the first catch, so more rounds cost only on a miss.
     with planted(plant), pytest.raises(SoakFailure, match=r"not allowed|matches no prefix|CorruptionError"):
-        for r in range(3):
+        for r in range(8):
             soak.round("writer", seed + r)

@@ -484,7 +484,14 @@ def open_clone(
             rng=rng,
             timeout_s=settings.manifest_update_timeout_s,
             external=external,
-            before_create=lambda: check_new_root(url, wrapped, store_options, settings, clock),
+            before_create=lambda: check_new_root(
+                url,
+                wrapped,
+                store_options,
+                settings,
+                clock,
+                ancestors_reachable=owned or store_options is not None,  # (new_root's docstring)
+            ),
         )
         db = cls(wrapped, settings, clock, rng, False, external=external)
     except BaseException:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..engine.admission import hold_off
 from ..engine.history import manifest_floor
 from ..engine.host import ManifestHost, WriterHost
 from ..engine.merging import OPT_MERGE_OPERATOR, Folder
@@ -475,10 +476,17 @@ class Compactor:
         ``progress(bytes read, input bytes)`` is called as the merge advances.
         """
         with self.lease(spec.describe()) as lease:
+            beat = lease.beat
+            host = self.host
+            if host is not None:  # embedded: flushes go first while writers wait for memory
+
+                def beat() -> None:
+                    hold_off(host.flush_first, self._stop, lease.beat)
+
             res = self.executor.execute(
                 spec,
                 max_subcompactions=self.options.max_subcompactions,
-                heartbeat=lease.beat,
+                heartbeat=beat,
                 progress=progress,
             )
             try:

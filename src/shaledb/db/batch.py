@@ -7,9 +7,9 @@ applying a batch is a couple of C-level list and dict operations.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, overload
 
 from ..engine.wal import WalWriter
 from ..errors import InvalidArgument
@@ -18,6 +18,7 @@ from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import KIND_MERGE, KIND_TOMBSTONE, KIND_VALUE, encode_payload
 from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, BytesLike, check_field, check_key, check_value
 from ..numbers import check_seconds
+from .bulk_puts import checked_columns
 
 
 def ttl_ms(ttl: timedelta | float | int | str | None) -> int | None:
@@ -77,6 +78,38 @@ class WriteBatch:
             self._payloads.append(v)
             return self
         self._put_rich(k, v, ttl, metadata, indexes)
+        return self
+
+    @overload
+    def put_many(
+        self, pairs: Iterable[tuple[BytesLike, BytesLike]] | Mapping[BytesLike, BytesLike], /
+    ) -> WriteBatch: ...
+
+    @overload
+    def put_many(self, keys: Sequence[BytesLike], values: Sequence[BytesLike], /) -> WriteBatch: ...
+
+    def put_many(
+        self,
+        pairs: Iterable[tuple[BytesLike, BytesLike]] | Mapping[BytesLike, BytesLike] | Sequence[BytesLike],
+        values: Sequence[BytesLike] | None = None,
+        /,
+    ) -> WriteBatch:
+        """Many puts in one call: ``put_many([(k1, v1), (k2, v2)])``, ``put_many({k1: v1})``
+        or ``put_many(keys, values)`` (two sequences of one length).
+
+        The same as calling :meth:`put` for each pair in order (a key given twice
+        keeps its last value), without a Python call per key: the keys and values
+        are checked column by column. A bad key or value raises the
+        :class:`~shaledb.errors.InvalidArgument` that ``put`` would raise for it, and
+        then nothing of the call is added to the batch. No ``ttl``, ``metadata`` or
+        ``indexes``: use :meth:`put` for those.
+        """
+        keys, vals = checked_columns(pairs, values)
+        if not keys:
+            return self
+        self._keys += keys
+        self._kinds += [KIND_VALUE] * len(keys)
+        self._payloads += vals
         return self
 
     def _put_rich(
@@ -160,6 +193,10 @@ class WriteBatch:
         self._payloads.clear()
         self._extras = None
         self._ranged = False
+
+    def _entry_bytes(self) -> int:
+        """Key plus payload bytes of every entry (what ``Db.write`` accounts)."""
+        return sum(map(len, self._keys)) + sum(map(len, self._payloads))
 
     def __repr__(self) -> str:
         return f"WriteBatch({len(self._keys)} ops)"

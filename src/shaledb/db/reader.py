@@ -61,6 +61,7 @@ import random
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
@@ -82,6 +83,7 @@ from ..engine.merging import OPT_MERGE_OPERATOR, Folder
 from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
 from ..engine.range_tombstones import apply_to_memtable
 from ..engine.reads import ReadView, Visibility, lookup
+from ..engine.scan_ahead import limits_of
 from ..engine.sstable import TableCache
 from ..engine.wal_read import fetch_wal_objects
 from ..errors import ClosedError, DatabaseDestroyed, InvalidArgument, ObjectNotFound, ShaleError
@@ -97,6 +99,7 @@ from ..merge import as_operator
 from ..option_names import renamed
 from ..settings import DbReaderOptions, Settings
 from ..store.base import ObjectStore
+from ..store.parallel import completed, in_background
 from ..store.stack import close_quietly, open_stack
 from .mapping import as_url
 from .queries import Queries, SnapshotQueries
@@ -296,7 +299,9 @@ class DbReader(Queries):
         self._ms = ManifestStore(store, clock, rng, author="reader")
         self._external = external
         self._cache = LruCache(options.block_cache_bytes)
-        self._tables = TableCache(self._resolve_store, self._cache, options.sst_read_ahead_bytes)
+        self._tables = TableCache(
+            self._resolve_store, self._cache, options.sst_read_ahead_bytes, limits_of(options)
+        )
         self._journal = JournalResolver(self._resolve_store, self._cache, lambda: self._view.manifest)
         self._vis = Visibility(lambda: int(self.clock.now() * 1000), self._journal.resolve)
         self._lock = threading.Lock()  # state; never held across store calls
@@ -325,9 +330,17 @@ class DbReader(Queries):
             latest = self._ms.require_latest()
             check_usable(latest, self._where)
             self._latest = latest
-            m = self._establish(latest) if self._mode == "managed" else latest
-            self._install_manifest(m)
-            self._poll_wal()
+            # Index and filter blocks need nothing from the checkpoint CAS or the WAL replay:
+            # fetch them meanwhile instead of one round trip after the other.
+            pinning = self._pin_meanwhile(latest)
+            try:
+                m = self._establish(latest) if self._mode == "managed" else latest
+                self._install_manifest(m, pin=False)
+                self._poll_wal()
+            finally:
+                wait([pinning])
+            pinning.result()
+            self._install_pins(m)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if self._mode != "pinned" and options.background_poll:
@@ -342,12 +355,33 @@ class DbReader(Queries):
         m = read_checkpoint_manifest(self._ms, cp)
         self._latest = latest
         self._current = cp.id
-        self._install_manifest(m)
-        wids = range(m.replay_after_wal_id + 1, m.next_wal_id)
-        with fetch_wal_objects(self.store, wids, self.options.wal_read_ahead) as fetched:
-            for wid, (_, data) in zip(wids, fetched):
-                if data is not None:  # None: a slot a crashed writer never filled
-                    self._apply_wal(wid, data)
+        pinning = self._pin_meanwhile(m)  # beside the WAL's GETs
+        try:
+            self._install_manifest(m, pin=False)
+            wids = range(m.replay_after_wal_id + 1, m.next_wal_id)
+            with fetch_wal_objects(self.store, wids, self.options.wal_read_ahead) as fetched:
+                for wid, (_, data) in zip(wids, fetched):
+                    if data is not None:  # None: a slot a crashed writer never filled
+                        self._apply_wal(wid, data)
+        finally:
+            wait([pinning])
+        pinning.result()
+        self._install_pins(m)
+
+    def _pin_meanwhile(self, m: Manifest) -> Future[None]:
+        """Start pinning ``m``'s own SSTs (index and filter) while opening goes on.
+
+        Only the database's own SSTs: a parent's store is resolved from the
+        view, which does not exist yet; :meth:`_install_pins` pins the rest.
+        """
+        if not self.options.open_in_parallel:
+            return completed(None)  # one call at a time: _install_pins pins them all
+        own = [i for i in m.all_ssts() if i.db == 0]
+        return in_background(lambda: self._tables.pin(own), name="shaledb-pin") if own else completed(None)
+
+    def _install_pins(self, m: Manifest) -> None:
+        self._tables.retain(m.all_ssts())
+        self._tables.pin(m.all_ssts())  # index and filter of new SSTs, in parallel, off the read path
 
     def _resolve_store(self, index: int) -> ObjectStore:
         if index == 0:
@@ -579,8 +613,8 @@ class DbReader(Queries):
         else:
             self._install_manifest(self._establish(latest))
 
-    def _install_manifest(self, m: Manifest) -> None:
-        """Read ``m``'s SSTs from now on; drop tables its SSTs cover."""
+    def _install_manifest(self, m: Manifest, *, pin: bool = True) -> None:
+        """Read ``m``'s SSTs from now on; drop tables its SSTs cover (``pin``: and pin them now)."""
         floor = m.replay_after_wal_id
         with self._lock:
             tables = [t for t in self._wal_tables if t.last_wal > floor]
@@ -593,8 +627,8 @@ class DbReader(Queries):
             op = as_operator(self.options.merge_operator)
             self._vis.folder = Folder(op, m.option(OPT_MERGE_OPERATOR))  # checks the name
         self._journal.note(m)
-        self._tables.retain(m.all_ssts())
-        self._tables.pin(m.all_ssts())  # index and filter of new SSTs, in parallel, off the read path
+        if pin:
+            self._install_pins(m)
 
     def _make_view(self, m: Manifest) -> ReadView:
         tables = self._wal_tables

@@ -22,8 +22,10 @@ import random
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import wait
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..admin.checkpoint import create_writer_checkpoint
@@ -31,11 +33,12 @@ from ..admin.clone import open_clone
 from ..admin.gc import EmbeddedGc
 from ..clock import SYSTEM_CLOCK, Clock
 from ..compaction import EmbeddedCompactor
+from ..engine.admission import flush_first
 from ..engine.allocator import fix_mmap_threshold
 from ..engine.cache import LruCache
 from ..engine.flush import MemtableFlusher
 from ..engine.history import HISTORY_PIN, History, to_millis
-from ..engine.indexes import current_terms, current_value, plan_index_changes
+from ..engine.indexes import current_terms, current_value, plan_index_changes, prefetch_old_terms
 from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from ..engine.merging import (
     MAX_STACK,
@@ -53,7 +56,8 @@ from ..engine.parents import ExternalStores, canonical_url, default_factory
 from ..engine.pins import RepinView, StripPins, ViewPins
 from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
 from ..engine.reads import ReadView, Scan, Visibility
-from ..engine.recovery import claim_wal_window, claim_writer_epoch, replay_wal, write_fence
+from ..engine.recovery import claim_wal_window, claim_writer_epoch, confirm_and_replay, write_fence
+from ..engine.scan_ahead import limits_of
 from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
 from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMissing, ShaleError
@@ -80,6 +84,7 @@ from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.metrics import WriterMetrics
 from ..store.new_root import check_new_root
+from ..store.parallel import completed, in_background
 from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
@@ -126,6 +131,8 @@ class Db(Queries):
     """Keys written while a transaction is open (``shaledb.db.txn``); None when none is."""
     _history: History | None = None
     """Marks and window of time-travel reads (``shaledb.engine.history``); None: retention 0."""
+    _stalled_writers = 0
+    """Writers waiting in :meth:`_admit_locked` for memory (``shaledb.engine.admission``)."""
 
     # ------------------------------------------------------------------ open
 
@@ -161,7 +168,8 @@ class Db(Queries):
             )
 
             def check_root() -> None:
-                check_new_root(url, wrapped, store_options, settings, clock)
+                reachable = store is None or store_options is not None  # a passed store's bucket: not ours
+                check_new_root(url, wrapped, store_options, settings, clock, ancestors_reachable=reachable)
 
             try:
                 db = cls(
@@ -259,7 +267,9 @@ class Db(Queries):
         """Set when close() starts: the final flush must not wait for a compactor."""
         self._failure: BaseException | None = None
         self.cache = LruCache(settings.block_cache_bytes)
-        self.tables = TableCache(self._resolve_store, self.cache, settings.sst_read_ahead_bytes)
+        self.tables = TableCache(
+            self._resolve_store, self.cache, settings.sst_read_ahead_bytes, limits_of(settings)
+        )
         self.journal = JournalResolver(self._resolve_store, self.cache, lambda: self.manifest)
         self.merge_operator = as_operator(settings.merge_operator)
         self._merge_recorded = False
@@ -282,32 +292,38 @@ class Db(Queries):
             extra=lambda nxt, e: claim_wal_window(self.pins.on_claim(nxt, e), settings.wal_max_in_flight),
             before_create=before_create,
         )
-        self.pins.confirm(m)
-        self.epoch = m.writer_epoch
-        self.vis.folder = Folder(self.merge_operator, m.option(OPT_MERGE_OPERATOR))  # checks the name
-        fence_id, fence_rec = write_fence(
-            store,
-            m,
-            self.epoch,
-            nonce=rng.getrandbits(128).to_bytes(16, "little"),
-            now_ms=int(clock.now() * 1000),
-            codec=self.codec,
-        )
-        m = self.manifests.require_latest()
-        if m.writer_epoch != self.epoch:
-            raise FencedError(
-                f"writer epoch {m.writer_epoch} took over while this writer (epoch {self.epoch}) opened"
+        # The SSTs' index and filter blocks depend on nothing the fence and the replay do:
+        # fetch them meanwhile (own SSTs only: a parent's store is resolved from self.manifest).
+        # (open_in_parallel False: one call at a time, the pin below pins them all.)
+        own = [i for i in m.all_ssts() if i.db == 0] if settings.open_in_parallel else []
+        pinning = in_background(lambda: self.tables.pin(own), name="shaledb-pin") if own else completed(None)
+        try:
+            self.pins.confirm(m)
+            self.epoch = m.writer_epoch
+            self.vis.folder = Folder(self.merge_operator, m.option(OPT_MERGE_OPERATOR))  # checks the name
+            fence_id, fence_rec = write_fence(
+                store,
+                m,
+                self.epoch,
+                nonce=rng.getrandbits(128).to_bytes(16, "little"),
+                now_ms=int(clock.now() * 1000),
+                codec=self.codec,
             )
-        threshold = settings.value_separation_threshold
-        replay = replay_wal(
-            store,
-            m,
-            fence_rec.id,
-            verify=settings.track_and_verify_wals,
-            mode=settings.wal_recovery_mode,
-            threshold=threshold,
-            read_ahead=settings.wal_read_ahead,
-        )
+            threshold = settings.value_separation_threshold
+            m, replay = confirm_and_replay(
+                self.manifests,
+                m,
+                self.epoch,
+                fence_rec.id,
+                verify=settings.track_and_verify_wals,
+                mode=settings.wal_recovery_mode,
+                threshold=threshold,
+                read_ahead=settings.wal_read_ahead,
+                parallel=settings.open_in_parallel,
+            )
+        except BaseException:
+            wait([pinning])  # no fetch outlives a failed open (the caller may close the store)
+            raise
         for note in replay.skipped:
             log.warning("recovery: %s", note)
         log.info(
@@ -349,7 +365,8 @@ class Db(Queries):
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
         self._view = ReadView(self._mem, self._imms, m)
-        self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel
+        pinning.result()  # the early pin's own SSTs (an error is its bug: a fetch error only skips one)
+        self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel (the rest, if any)
         self.wal = WalWriter(
             store=store,
             clock=clock,
@@ -601,11 +618,15 @@ class Db(Queries):
             self._check_merges()
         if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
             return self._write_indexed(batch, durable)
-        kinds = list(batch._kinds)
-        payloads = list(batch._payloads)
-        if batch._extras:
+        kinds = batch._kinds
+        payloads = batch._payloads
+        if batch._extras:  # (the batch's own lists stay as built: a copy is finished)
+            kinds, payloads = list(kinds), list(payloads)
             self._finish_extras(batch, kinds, payloads)
-        n = sum(map(len, keys)) + sum(map(len, payloads)) + ENTRY_OVERHEAD * len(keys)
+            n = sum(map(len, keys)) + sum(map(len, payloads))
+        else:
+            n = batch._entry_bytes()
+        n += ENTRY_OVERHEAD * len(keys)
         with self._lock:
             indexed = self._indexed
             if not indexed:
@@ -645,7 +666,7 @@ class Db(Queries):
         seq = self._seq = self._seq + 1
         self._m_puts += len(keys)
         self._m_put_bytes += n - ENTRY_OVERHEAD * len(keys)
-        ents: list[Entry] = [(seq, k, p) for k, p in zip(kinds, payloads)]
+        ents: list[Entry] = list(zip(repeat(seq), kinds, payloads))
         mem = self._mem
         if ranged:
             apply_to_memtable(mem, keys, ents)  # (merges stack onto the batch's range tombstones)
@@ -704,7 +725,11 @@ class Db(Queries):
                 stalled = self.clock.monotonic()
                 self.metrics_state.write_stalls += 1
             self.flusher.notify()
-            self._space.wait(0.1)
+            self._stalled_writers += 1  # the embedded compactor yields to the flusher meanwhile
+            try:
+                self._space.wait(0.1)
+            finally:
+                self._stalled_writers -= 1
 
     def _freeze_locked(self, *, even_if_empty: bool = False) -> None:
         mem = self._mem
@@ -904,6 +929,7 @@ class Db(Queries):
                 db._admit_locked(check_space=False)
                 db._indexed = True
             tables, vis = db.tables, db.vis
+            prefetch_old_terms(db._view, tables, batch._keys)  # a batch's cold keys in parallel GETs
             plan = plan_index_changes(  # reads the batch's lists, keeps none of them
                 batch._keys,
                 batch._kinds,
@@ -1151,6 +1177,11 @@ class _WriterHost:
     @property
     def seq(self) -> int:
         return self._db._seq
+
+    def flush_first(self) -> bool:
+        db = self._db
+        s = db.settings
+        return flush_first(db._stalled_writers, len(db.manifest.data.l0), s.l0_max_ssts, db.closing)
 
     def check_open(self) -> None:
         if self._db._state != _OPEN:

@@ -41,8 +41,9 @@ class ManifestHost(Protocol):
         ...
 
     def update_manifest(self, edit: Edit, *, current: Manifest | None = None) -> Manifest:
-        """Write a version from this process (``mutate`` should pass its result through
-        :meth:`decorate_manifest`) and make it the read view."""
+        """Write a version from this process and make it the read view (wrap ``edit`` in
+        ``manifest.edits.Decorated`` with :meth:`decorate_manifest`, so the view is pinned by the
+        same CAS)."""
         ...
 
     def decorate_manifest(self, m: Manifest) -> Manifest:
@@ -122,6 +123,11 @@ class WriterHost(ManifestHost, Protocol):
 
     def flush(self, *, memtable: bool = False) -> None:
         """Make every write issued so far durable (and, with ``memtable``, flushed to L0)."""
+        ...
+
+    def flush_first(self) -> bool:
+        """Whether background compaction should hold off for a moment: writers are waiting
+        for memtables to reach L0 and L0 is still shallow (``shaledb.engine.admission``)."""
         ...
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
+from itertools import filterfalse
 
 from ..format.range_dels import EMPTY, Fragments
 
@@ -103,9 +104,10 @@ class Memtable:
                 self.put(k, e)
             return
         n0 = len(d)
-        # The keys this batch adds, found before the update with one C-level
-        # membership test per key (searching ``_new`` afterwards cost O(memtable)).
-        fresh = [k for k in keys if k not in d] if n0 else keys
+        # The keys this batch adds, found before the update with C-level membership
+        # tests (searching ``_new`` afterwards cost O(memtable)): all of them when the
+        # batch shares no key with the memtable (``isdisjoint`` stops at the first shared).
+        fresh = keys if not n0 or d.keys().isdisjoint(keys) else list(filterfalse(d.__contains__, keys))
         d.update(zip(keys, entries))
         added = len(d) - n0
         if added == len(fresh):

@@ -362,7 +362,7 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _get_pool() -> ThreadPoolExecutor:
+def read_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
@@ -403,7 +403,7 @@ def get_many(
     if n <= 1:
         return run(keys)
     step = -(-len(keys) // n)
-    pool = _get_pool()
+    pool = read_pool()
     prefetch_points(view, tables, keys, pool)  # the blocks the lookups read, in a few parallel GETs
     futures = [pool.submit(run, keys[i : i + step]) for i in range(0, len(keys), step)]
     wait(futures)  # all of them, even after a failure: none may outlive the caller's pin
@@ -587,7 +587,8 @@ def _scan_ssts(
     for info in reversed(infos) if reverse else infos:
         r = tables.reader(info)
         capped = seq is not None and info.max_seq > seq
-        for keys, seqs, kinds, payloads in r.chunks_reversed(start, end) if reverse else r.chunks(start, end):
+        blocks = r.chunks_reversed(start, end, left) if reverse else r.chunks(start, end, left)
+        for keys, seqs, kinds, payloads in blocks:
             if frags is not None:
                 keys, seqs, kinds, payloads = drop_covered_chunk(keys, seqs, kinds, payloads, frags)
                 if not keys:

@@ -16,7 +16,10 @@
    reader skips the older epoch's objects after the first fence (``EpochGate``).
 3. Re-read the manifest: we must still own the epoch.
 4. Verify the WAL (docs/design/wal.md) and replay every object after
-   ``replay_after_wal_id`` into the memtable.
+   ``replay_after_wal_id`` into the memtable. Steps 3 and 4 only read, and 4
+   needs nothing from 3 but the writer-owned replay point, so they run at the
+   same time (:func:`confirm_and_replay`); nothing replayed is used unless 3
+   confirms the epoch.
 
 WAL verification with ``track_and_verify_wals``: every WAL object the manifest
 tracks must exist with its recorded size and CRC32C, and the ids present must
@@ -52,7 +55,7 @@ from ..manifest.options import OPT_WAL_WINDOW
 from ..manifest.store import ManifestStore
 from ..settings import WAL_MAX_IN_FLIGHT_LIMIT, WAL_READ_AHEAD
 from ..store.base import ObjectStore
-from ..store.parallel import run_bounded
+from ..store.parallel import in_background, run_bounded
 from .wal_read import fetch_wal_objects
 
 log = logging.getLogger("shaledb.recovery")
@@ -72,7 +75,8 @@ def claim_writer_epoch(
     is written (the check that the new root does not nest with another
     database's, :mod:`shaledb.store.new_root`): opening an existing database
     pays nothing for it."""
-    if ms.read_latest() is None:
+    latest = ms.read_latest()
+    if latest is None:
         if not create_if_missing:
             raise NotFound(f"no database at {ms.store.describe()}")
         if before_create is not None:
@@ -83,7 +87,8 @@ def claim_writer_epoch(
             if not isinstance(exc, ConflictError):
                 raise
 
-    return ms.update(ClaimWriterEpoch(ms.store.describe(), extra), timeout_s=timeout_s)
+    # the version just read is the first attempt's (a conflict re-reads): no second listing
+    return ms.update(ClaimWriterEpoch(ms.store.describe(), extra), timeout_s=timeout_s, current=latest)
 
 
 def first_free_wal_id(store: ObjectStore, after: int) -> tuple[int, int]:
@@ -182,6 +187,57 @@ def _fence_at(store: ObjectStore, wal_id: int, data: bytes, epoch: int) -> tuple
                 raise CorruptionError(f"another writer holds this writer's epoch {epoch}", path) from None
             wal_id += 1  # an older writer took the slot first: try the next one
     raise CorruptionError("could not find a free WAL slot")
+
+
+def confirm_and_replay(
+    ms: ManifestStore,
+    claimed: Manifest,
+    epoch: int,
+    fence_id: int,
+    *,
+    verify: bool,
+    mode: str,
+    threshold: int | None = None,
+    read_ahead: int = WAL_READ_AHEAD,
+    parallel: bool = True,
+) -> tuple[Manifest, ReplayResult]:
+    """Steps 3 and 4 at once: re-read the manifest while replaying the WAL from ``claimed``.
+
+    The re-read is one round trip and the replay one or more; neither needs
+    the other's answer (the replay point and tracked WALs only change by the
+    writer holding the epoch, which the re-read confirms is us), so running
+    them one after the other only adds a round trip. The replay's result is
+    returned only once the re-read confirms the epoch; a replay error is
+    raised only if it does (a newer writer explains the failure better). A
+    re-read that finds another replay point (not expected) replays again from it.
+    ``parallel`` False (``Settings.open_in_parallel``) runs them one after the
+    other: the re-read, then the replay (with ``read_ahead`` GETs in flight).
+    """
+    if not parallel:
+        m = _check_epoch(ms.require_latest(), epoch)
+        return m, replay_wal(
+            ms.store, m, fence_id, verify=verify, mode=mode, threshold=threshold, read_ahead=read_ahead
+        )
+    reread = in_background(ms.require_latest, name="shaledb-open")
+    try:
+        replay = replay_wal(
+            ms.store, claimed, fence_id, verify=verify, mode=mode, threshold=threshold, read_ahead=read_ahead
+        )
+    except BaseException:
+        _check_epoch(reread.result(), epoch)
+        raise
+    m = _check_epoch(reread.result(), epoch)
+    if (m.replay_after_wal_id, m.tracked_wals) != (claimed.replay_after_wal_id, claimed.tracked_wals):
+        replay = replay_wal(
+            ms.store, m, fence_id, verify=verify, mode=mode, threshold=threshold, read_ahead=read_ahead
+        )
+    return m, replay
+
+
+def _check_epoch(m: Manifest, epoch: int) -> Manifest:
+    if m.writer_epoch != epoch:
+        raise FencedError(f"writer epoch {m.writer_epoch} took over while this writer (epoch {epoch}) opened")
+    return m
 
 
 @dataclass

@@ -31,6 +31,7 @@ from ..manifest.model import JournalFile, SstInfo
 from ..store.base import ObjectStore
 from ..store.parallel import run_bounded
 from .cache import LruCache
+from .scan_ahead import ChunkFetches, Cursor, ScanAheadLimits
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,7 @@ class SstSplitter:
 
 class SstReader:
     __slots__ = (
+        "ahead",
         "bloom",
         "cache",
         "data_end",
@@ -186,7 +188,13 @@ class SstReader:
     )
 
     def __init__(
-        self, info: SstInfo, store: ObjectStore, meta: SstMeta, cache: LruCache, read_ahead: int
+        self,
+        info: SstInfo,
+        store: ObjectStore,
+        meta: SstMeta,
+        cache: LruCache,
+        read_ahead: int,
+        ahead: ChunkFetches | None = None,
     ) -> None:
         self.info = info
         self.id = info.id
@@ -200,6 +208,8 @@ class SstReader:
         self.cache = cache
         self.entries = cache.entries
         self.read_ahead = read_ahead
+        self.ahead = ahead
+        """Scans' read-ahead of further chunks (``engine.scan_ahead``); None: none."""
 
     @property
     def nbytes(self) -> int:
@@ -360,21 +370,48 @@ class SstReader:
             i += 1
         return None
 
-    def chunks(self, start: bytes | None, end: bytes | None) -> Iterator[Chunk]:
+    def chunks(self, start: bytes | None, end: bytes | None, rows: int | None = None) -> Iterator[Chunk]:
         """Per block, the columns of the rows with ``start <= key < end``, in key order.
 
         Scans consume whole blocks at a time, so the per-row work stays in C
-        (slicing, ``zip``); blocks are fetched with read-ahead. The cache is
-        probed in place (as :meth:`block` does), and only the first block is
-        searched for ``start``.
+        (slicing, ``zip``); blocks are fetched with read-ahead, and further chunks
+        kept in flight ahead of the scan (``engine.scan_ahead``; ``rows``: about how
+        many rows the caller wants, None: all). The cache is probed in place (as
+        :meth:`block` does), and only the first block is searched for ``start``.
         """
         idx = self.index
         n = len(idx.keys)
         i = 0 if start is None else bisect_left(idx.keys, start)
+        held: list[Cursor] | None = (
+            [] if self.ahead is not None and self.ahead.on and self.read_ahead > 0 else None
+        )
+        try:
+            yield from self._chunks(i, n, start, end, rows, held)
+        finally:
+            if held:
+                held[0].close()
+
+    def _chunks(
+        self,
+        i: int,
+        n: int,
+        start: bytes | None,
+        end: bytes | None,
+        rows: int | None,
+        held: list[Cursor] | None,
+    ) -> Iterator[Chunk]:
         entries = self.entries
         sid = self.id
+        cur: Cursor | None = None
         while i < n:
             ck = (sid, i)
+            if held is not None and (cur is not None or ck not in entries):
+                if cur is None:  # the scan's first miss: from here it reads ahead
+                    assert self.ahead is not None  # (``held`` is None without it)
+                    last = n - 1 if end is None else min(n - 1, bisect_left(self.index.keys, end))
+                    cur = self.ahead.cursor(self, i, last, False, rows)
+                    held.append(cur)
+                cur.at(i)
             item = entries.get(ck)
             if item is None:
                 b: Block = self._load(i, ck, True)
@@ -402,12 +439,35 @@ class SstReader:
             start = None
             i += 1
 
-    def chunks_reversed(self, start: bytes | None, end: bytes | None) -> Iterator[Chunk]:
+    def chunks_reversed(
+        self, start: bytes | None, end: bytes | None, rows: int | None = None
+    ) -> Iterator[Chunk]:
         """Like :meth:`chunks`, blocks last to first, each chunk still in key order."""
         idx = self.index
         n = len(idx.keys)
         i = n - 1 if end is None else min(n - 1, bisect_left(idx.keys, end))
+        held: list[Cursor] | None = (
+            [] if self.ahead is not None and self.ahead.on and self.read_ahead > 0 else None
+        )
+        try:
+            yield from self._chunks_reversed(i, start, end, rows, held)
+        finally:
+            if held:
+                held[0].close()
+
+    def _chunks_reversed(
+        self, i: int, start: bytes | None, end: bytes | None, rows: int | None, held: list[Cursor] | None
+    ) -> Iterator[Chunk]:
+        entries = self.entries
+        cur: Cursor | None = None
         while i >= 0:
+            if held is not None and (cur is not None or (self.id, i) not in entries):
+                if cur is None:  # the scan's first miss: from here it reads ahead
+                    assert self.ahead is not None  # (``held`` is None without it)
+                    first = 0 if start is None else bisect_left(self.index.keys, start)
+                    cur = self.ahead.cursor(self, first, i, True, rows)
+                    held.append(cur)
+                cur.at(i)
             b = self.block(i, read_ahead=True)
             keys = b.keys
             lo = 0 if start is None else bisect_left(keys, start)
@@ -477,11 +537,15 @@ class TableCache:
     them instead of one per SST at its first lookup.
     """
 
-    def __init__(self, resolve: StoreResolver, cache: LruCache, read_ahead: int) -> None:
+    def __init__(
+        self, resolve: StoreResolver, cache: LruCache, read_ahead: int, scan: ScanAheadLimits | None = None
+    ) -> None:
         self.resolve = resolve
         self.cache = cache
         self.read_ahead = read_ahead
         self.pinned: dict[str, SstReader] = {}
+        self.ahead = ChunkFetches(scan or ScanAheadLimits(), cache, self.pinned.__contains__)
+        """Scans' read-ahead and SST warm-up (``scan``: the handle's options; None: the defaults)."""
 
     def reader(self, info: SstInfo) -> SstReader:
         r = self.pinned.get(info.id)
@@ -492,7 +556,7 @@ class TableCache:
             return old
         store = self.resolve(info.db)
         meta = read_sst_meta(store, info)
-        r = SstReader(info, store, meta, self.cache, self.read_ahead)
+        r = SstReader(info, store, meta, self.cache, self.read_ahead, self.ahead)
         return self.pinned.setdefault(info.id, r)
 
     def pin(self, infos: Iterable[SstInfo], workers: int = PIN_WORKERS) -> None:

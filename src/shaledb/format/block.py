@@ -34,7 +34,7 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import accumulate
 
 from ..errors import CorruptionError
@@ -161,19 +161,47 @@ def encode_block(
     n = len(keys)
     if not (len(seqs) == n and len(kinds) == n and len(vals) == n):
         raise ValueError("block columns differ in length")
-    key_off = array("I", accumulate(map(len, keys), initial=0))
-    val_off = array("I", accumulate(map(len, vals), initial=0))
+    return encode_columns(
+        keys,
+        seqs if isinstance(seqs, array) else array("Q", seqs),
+        kinds if isinstance(kinds, bytes) else bytes(kinds),
+        vals,
+        map(len, keys),
+        map(len, vals),
+    )
+
+
+def encode_columns(
+    keys: Sequence[bytes],
+    seqs: array[int],
+    kinds: bytes,
+    vals: Sequence[bytes],
+    key_lens: Iterable[int],
+    val_lens: Iterable[int],
+) -> bytes:
+    """:func:`encode_block`'s payload from columns already checked, with their lengths
+    already taken (a builder that cut blocks on those lengths passes them on)."""
     return b"".join(
         (
-            _U32.pack(n),
-            pack_u32s(key_off),
-            pack_u32s(val_off),
-            pack_u64s(seqs if isinstance(seqs, array) else array("Q", seqs)),
-            kinds if isinstance(kinds, bytes) else bytes(kinds),
+            _U32.pack(len(keys)),
+            pack_u32s(array("I", accumulate(key_lens, initial=0))),
+            pack_u32s(array("I", accumulate(val_lens, initial=0))),
+            pack_u64s(seqs),
+            kinds,
             b"".join(keys),
             b"".join(vals),
         )
     )
+
+
+_ONE_HEAD = struct.Struct("<IIIIIQB")
+"""The head of a one-entry block: count 1, key offsets 0 and the key's length, value
+offsets 0 and the value's length, seq, kind (:func:`encode_block`'s layout for n = 1)."""
+
+
+def encode_single(key: bytes, seq: int, kind: int, val: bytes) -> bytes:
+    """:func:`encode_block` of one entry, packed by one ``struct`` call (a block per large value)."""
+    return b"".join((_ONE_HEAD.pack(1, 0, len(key), 0, len(val), seq, kind), key, val))
 
 
 def decode_block(buf: bytes) -> Block:

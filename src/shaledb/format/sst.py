@@ -32,7 +32,7 @@ from itertools import accumulate, islice, pairwise
 from operator import add
 
 from ..errors import CorruptionError
-from .block import Block, decode_stored, encode_block
+from .block import Block, decode_stored, encode_block, encode_columns, encode_single
 from .bloom import BloomFilter, build_filter_from_digests, key_digest
 from .coding import (
     CODEC_NONE,
@@ -383,19 +383,97 @@ class SstBuilder:
         n = len(keys)
         if not n:
             return
-        # Cut blocks on running totals of key + payload bytes: one bisect per block.
-        cum = list(accumulate(map(add, map(len, keys), map(len, payloads))))
+        klens = list(map(len, keys))
+        plens = list(map(len, payloads))
+        sizes = list(map(add, klens, plens))
+        raw_k = sum(klens)
+        kinds_b = bytes(kinds)
+        table = self.kind == SST_TABLE
         bs = self.block_size
+        if table and min(sizes) >= bs:  # every entry fills a block (large values): one per block
+            stored = self._emit_singles(keys, seqs, kinds_b, payloads)
+            bounds: list[int] = list(range(n + 1))
+        else:
+            bounds = self._cut(sizes, seqs, table)
+            stored = self._emit_cut(keys, array("Q", seqs), kinds_b, payloads, bounds, klens, plens)
+        # What _emit accounts per block, once for the whole call.
+        if table:
+            lasts: Sequence[bytes] = [keys[h - 1] for h in bounds[1:]] if len(bounds) <= n else keys
+            first = keys[0]
+            if self.bloom_bits:
+                self._digests += b"".join(map(key_digest, keys))
+        else:  # WAL SSTs index blocks by first seq
+            lasts = [_U64BE.pack(seqs[lo]) for lo in bounds[:-1]]
+            first = lasts[0]
+        counts = [h - lo for lo, h in pairwise(bounds)]
+        self._note_blocks(stored, first, lasts, counts, min(seqs), max(seqs), raw_k, sum(plens))
+        self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
+        if not table and not self._has_range_entries:
+            self._has_range_entries = _RANGE_KIND in kinds_b
+        self._merges += kinds_b.count(KIND_MERGE)
+
+    def _cut(self, sizes: list[int], seqs: Sequence[int], table: bool) -> list[int]:
+        """Block boundaries (``[0, ..., n]``): a block ends at the entry that brings its key
+        plus payload bytes to ``block_size``; in a WAL SST not before the end of that
+        entry's batch (entries are in sequence order, so one bisection finds it)."""
+        cum = list(accumulate(sizes))
+        n = len(cum)
+        bs = self.block_size
+        bounds = [0]
         lo = 0
         base = 0
         while lo < n:
             hi = min(n, bisect_left(cum, base + bs, lo) + 1)
-            if self.kind != SST_TABLE:
-                while hi < n and seqs[hi] == seqs[hi - 1]:
-                    hi += 1
-            self._emit(keys[lo:hi], seqs[lo:hi], kinds[lo:hi], payloads[lo:hi])
+            if not table and hi < n and seqs[hi] == seqs[hi - 1]:
+                # (Past the batch's last entry: an entry of a higher seq, never one of the batch.)
+                hi = bisect_right(seqs, seqs[hi - 1], hi)
+            bounds.append(hi)
             base = cum[hi - 1]
             lo = hi
+        return bounds
+
+    def _emit_cut(
+        self,
+        keys: Sequence[bytes],
+        seqs_a: array[int],
+        kinds_b: bytes,
+        payloads: Sequence[bytes],
+        bounds: list[int],
+        klens: list[int],
+        plens: list[int],
+    ) -> list[int]:
+        """Encode and append the blocks ``bounds`` cuts (``block.encode_columns``, from the
+        lengths already taken); their stored sizes."""
+        data = self._data
+        codec = self.codec
+        stored = []
+        for lo, hi in pairwise(bounds):
+            payload = encode_columns(
+                keys[lo:hi], seqs_a[lo:hi], kinds_b[lo:hi], payloads[lo:hi], klens[lo:hi], plens[lo:hi]
+            )
+            body, tail = framed(payload, codec)
+            data += body
+            data += tail
+            stored.append(len(body) + len(tail))
+        return stored
+
+    def _emit_singles(
+        self,
+        keys: Sequence[bytes],
+        seqs: Sequence[int],
+        kinds_b: bytes,
+        payloads: Sequence[bytes],
+    ) -> list[int]:
+        """Blocks of one entry each (``block.encode_single``); their stored sizes."""
+        data = self._data
+        codec = self.codec
+        stored = []
+        for k, q, t, p in zip(keys, seqs, kinds_b, payloads, strict=True):
+            body, tail = framed(encode_single(k, q, t, p), codec)
+            data += body
+            data += tail
+            stored.append(len(body) + len(tail))
+        return stored
 
     def _emit(
         self, keys: Sequence[bytes], seqs: Sequence[int], kinds: Sequence[int], payloads: Sequence[bytes]

@@ -22,16 +22,24 @@
    them).
 
 It prints a report with timings, and progress (rows done, rate, time left)
-every 10 s in the live-updates step. Measured on 2026-11-28 on a 2-core
-machine shared with other work (load average 20-26 throughout, so every step
-ran several times slower than on an idle machine, where a local run took 37 s
-on 2026-11-23): 712 s on a local directory and 1,086 s against a local S3
-server (moto), 1.5x. The live-updates step took 38 s and 262 s of those. It
-used to look up each of its 20,000 random rows on its own: one ranged GET of
-a 4 KiB block per row (about 13,500 GETs; moto reads the whole 40 MB SST to
-serve each), 25 updates/s on a lightly loaded machine and 5/s on this one.
-It now reads each sorted chunk of 500 rows with one read-ahead scan (about 200
-GETs; :func:`read_rows`) and ran at 130 updates/s on this loaded machine.
+every 10 s in the live-updates step. It lists the store first (one request),
+so a wrong bucket, endpoint or credential stops it in a second with the
+store's typed error on one line, not after Spark's start and the CSV read.
+
+Measured on 2026-11-28 on a 2-core machine shared with other work, back to
+back at load average 2-4: 102 s against a local S3 server (moto) and 67 s on
+a local directory, 1.5x (docs/spark.md has every step). The live-updates step
+took 29 s and 4 s of those; at an earlier commit it took 204-819 s on S3 (25-130
+updates/s). What it cost, and what changed: each of the 20,000 rows was read
+with a lookup of its own (one ranged GET each, and moto reads the whole SST,
+up to 66 MB, to serve a range: 50 ms a GET), then with one read-ahead scan
+per chunk (serial 1 MiB GETs); now one ``get_many`` per chunk (grouped ranged
+GETs in parallel, :func:`read_rows`). The 500 removals looked up each key's
+old index terms with a cold GET of its own, one after another; now they go in
+the same key-ordered chunks as the corrections, whose ``get_many`` has already
+read their blocks. And the checkpoint pinned ~1,000 small WAL objects, which
+the clone copied and replayed one by one (21 s) and every Spark task read
+again; the updates are now flushed to one L0 SST before the checkpoint.
 """
 
 from __future__ import annotations
@@ -48,13 +56,16 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import Db, DbReader, GarbageCollector, GcOptions, Settings, WriteBatch, admin
+from ..errors import ShaleError
 from ..settings import CompactorOptions
+from ..store import open_store
 from .demo_progress import RowProgress, expected_duration
 
 FLIGHTS_SCHEMA = (
@@ -100,6 +111,22 @@ class Report:
         print("checks:")
         for c in self.checks:
             print(f"  {c}")
+
+
+def check_store(url: str) -> str:
+    """One listing of ``url``'s manifests, before Spark starts and reads the CSV.
+
+    A wrong bucket, endpoint or credential used to show only at the bulk load,
+    after Spark's start and the CSV read (minutes on a loaded machine); this
+    raises the store's typed error (``BucketNotFound``, ``EndpointUnreachable``,
+    ``PermissionDenied``, ...) in seconds instead.
+    """
+    store = open_store(url)
+    try:
+        found = next(iter(store.list("manifest/")), None)
+    finally:
+        store.close()
+    return f"{store.describe()}: " + ("a database is there already" if found else "no database yet")
 
 
 def flights_csv(work: Path) -> Path:
@@ -151,6 +178,8 @@ def run(url: str, work: Path, *, updates: int, deletes: int, seed: int) -> Repor
 
     rep = Report()
     print(f"shaledb demo on {url} (work dir {work})", flush=True)
+    with rep.step("check the store (one listing)") as notes:
+        notes.append(check_store(url))
     with rep.step("start Spark (local[2])") as notes:
         spark = shale_spark.local_session("shaledb-demo", master="local[2]")
         notes.append(f"Spark {spark.version}")
@@ -373,27 +402,35 @@ def live_phase(
         with rep.step("live updates while a reader serves lookups") as notes:
             with Db.open(url, settings=WRITER) as db:
                 t = time.perf_counter()
-                before = _store_requests(db)
-                items = sorted(plan.changed.items())  # key order: each chunk of 500 is one key range
+                before = _request_kinds(db)
+                read_s = 0.0
+                # Key order, the removals among the corrections: each chunk of 500 is one key
+                # range, read with one get_many (which also warms the blocks of the rows to
+                # remove: their old index terms are looked up when they are deleted).
+                items: list[tuple[bytes, float | None]] = sorted(
+                    [*((k, v[1]) for k, v in plan.changed.items()), *((k, None) for k in plan.deleted)]
+                )
                 progress = RowProgress("live updates", len(items))
                 for i in range(0, len(items), 500):
                     progress(i)
-                    # Read 500 rows with one range scan, then write them back as a stream
-                    # of small durable batches.
+                    # Read 500 rows, then write them back as a stream of small durable batches.
                     chunk = items[i : i + 500]
+                    t_read = time.perf_counter()
                     rows = read_rows(db, [key for key, _ in chunk])
+                    read_s += time.perf_counter() - t_read
                     for j in range(0, len(chunk), 20):
                         batch = WriteBatch()
-                        for (key, (_, new_delay)), old in zip(chunk[j : j + 20], rows[j : j + 20]):
+                        for (key, new_delay), old in zip(chunk[j : j + 20], rows[j : j + 20]):
+                            if new_delay is None:
+                                batch.delete(key)
+                                continue
                             row = json.loads(old or b"{}")
                             row["arr_delay"] = new_delay
                             batch.put(key, json.dumps(row, separators=(",", ":")).encode())
                         db.write(batch)
-                for key in plan.deleted:
-                    db.delete(key, durable=False)
-                db.flush()
-                rate = (len(items) + len(plan.deleted)) / (time.perf_counter() - t)
-                requests = _store_requests(db) - before
+                t_end = time.perf_counter()
+                rate = len(items) / (t_end - t)
+                requests = _request_kinds(db) - before
                 day = sum(1 for _ in db.scan(prefix=b"20130704/"))
                 with db.snapshot() as snap:
                     k = plan.deleted[0]
@@ -403,11 +440,17 @@ def live_phase(
                 probe = {k.decode(): v[1] for k, v in list(plan.changed.items())[:200]}
                 done.write_text(json.dumps(probe))
                 stats = json.loads(reader.communicate(timeout=120)[0].strip().splitlines()[-1])
+                # The updates went out as ~1,000 small WAL objects; a checkpoint of that
+                # version makes every clone copy (and replay) them all, one object each
+                # (21 s of 'fork a clone' on the local S3 server). Written to one L0 SST
+                # first, the checkpoint pins it and the clone copies no WAL object.
+                db.flush(memtable=True)
                 cp = db.create_checkpoint(lifetime=3600, name="demo")
             notes.append(
-                f"{len(items)} updates + {len(plan.deleted)} deletes at {rate:,.0f}/s "
-                f"({requests:,} store requests by the writer)"
+                f"{len(plan.changed)} updates + {len(plan.deleted)} deletes at {rate:,.0f}/s "
+                f"({sum(requests.values()):,} store requests by the writer: {_kinds(requests)})"
             )
+            notes.append(f"{t_end - t:.1f} s, of which reading the rows {read_s:.1f} s")
             notes.append(
                 f"reader: {stats['lookups']} lookups, "
                 f"p50 {stats['p50_ms']:.2f} ms, p99 {stats['p99_ms']:.2f} ms"
@@ -425,26 +468,33 @@ def live_phase(
 
 
 def read_rows(db: Db, keys: list[bytes]) -> list[bytes | None]:
-    """The current values of the sorted ``keys``, read with one scan from the first to the last.
+    """The current values of the sorted ``keys``: one ``get_many``.
 
-    Why a scan and not ``get_many``: the 20,000 updated flights are a random 6%
-    of the table, so each lookup missed the cache and paid one ranged GET of
-    its own 4 KiB block -- about 16,000 GETs, at 25 updates/s against the
-    local S3 server, which reads the whole (40 MB) SST to serve each range. A
-    scan of a chunk's key range reads ahead (``Settings.sst_read_ahead_bytes``,
-    1 MiB), so the whole step costs a few hundred large GETs; on a local
-    directory scanning the ~17 rows between two wanted keys costs about what
-    the lookups did.
+    The 20,000 updated flights are a random 6% of the table. Looked up one by
+    one, each missed the cache and paid one ranged GET of its own 4 KiB block
+    (about 16,000 GETs; the local S3 server reads the whole SST, up to 66 MB,
+    to serve each range: 50 ms a GET). A scan of each chunk's key range read
+    ahead in 1 MiB GETs (about 200), but one after another. ``get_many`` groups
+    a chunk's blocks into ranged GETs of up to 1 MiB and makes them in parallel
+    (``shaledb.engine.prefetch``): about as many GETs as the scan, in less
+    time (8 s against 15 s for the step's reads on the local S3 server).
     """
-    want = set(keys)
-    found = {k: v for k, v in db.scan(keys[0], keys[-1] + b"\x00") if k in want}
-    return [found.get(k) for k in keys]
+    return db.get_many(keys)
 
 
 def _store_requests(db: Db) -> int:
+    return sum(_request_kinds(db).values())
+
+
+def _request_kinds(db: Db) -> Counter[str]:
+    """The writer's store requests so far, by kind (``get_range``, ``put_create``, ...)."""
     requests = db.metrics().get("store_requests_total", {})
     assert isinstance(requests, dict)
-    return sum(requests.values())
+    return Counter({str(k): int(v) for k, v in requests.items()})
+
+
+def _kinds(requests: Counter[str]) -> str:
+    return ", ".join(f"{n:,} {kind}" for kind, n in requests.most_common() if n > 0)
 
 
 def reader_main(url: str, work: Path, seed: int) -> int:
@@ -504,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"shaledb demo on {url}: {expected_duration(args.url)}", flush=True)
     try:
         rep = run(url, work, updates=args.updates, deletes=args.deletes, seed=args.seed)
+    except ShaleError as exc:  # a typed store or database error: one line, as the CLI prints it
+        raise SystemExit(f"shaledb demo: error: {type(exc).__name__}: {exc}") from None
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -21,10 +21,11 @@ costs nothing extra. Creating one costs, on an object store:
   bucket's top).
 
 On a local directory the same questions are directory reads; in a memory
-store they are in-process listings. Without a URL (a store passed in) the
-ancestors of a cloud store cannot be reached with the right credentials, so
-only the first check runs (local and memory stores are reached through their
-description).
+store they are in-process listings. Without a URL, or with a store passed in
+and no store options, the ancestors of a cloud store cannot be reached with
+the right credentials (the store's own are not ours to reuse for another
+prefix, and the defaults may be none or another account's), so only the first
+check runs (local and memory stores are reached through their description).
 """
 
 from __future__ import annotations
@@ -59,9 +60,15 @@ def check_new_root(
     store_options: Mapping[str, Any] | None,
     settings: Settings,
     clock: Clock,
+    *,
+    ancestors_reachable: bool = True,
 ) -> None:
     """InvalidArgument if the database about to be created in ``store`` (at ``url``, if
-    known) contains another database's root or lies inside one (see module docstring)."""
+    known) contains another database's root or lies inside one (see module docstring).
+
+    ``ancestors_reachable`` False: ``store`` was passed in by the caller and no
+    ``store_options`` say how to reach the folders above it, so a cloud store's
+    ancestors are not listed (see module docstring)."""
     name = url or store.describe()
     for meta in store.list(""):
         inner = foreign_roots([meta.path])
@@ -74,7 +81,7 @@ def check_new_root(
     kind, _bucket, segments = key
     if kind == "file":
         _check_local_ancestors(name, segments)
-    elif kind == "memory" or (kind in _CLOUD_KINDS and url is not None):
+    elif kind == "memory" or (kind in _CLOUD_KINDS and url is not None and ancestors_reachable):
         _check_store_ancestors(name, url or store.describe(), kind, segments, store_options, settings, clock)
 
 

@@ -128,11 +128,36 @@ def _finished(running: dict[Future[R], tuple[T, int]]) -> set[Future[R]]:
     return wait(running, return_when=FIRST_COMPLETED).done
 
 
+def in_background(fn: Callable[[], R], *, name: str = "shaledb-io") -> Future[R]:
+    """Start ``fn()`` on its own thread now; its result (or exception) is the future's.
+
+    For a request (or a few) that does not depend on what the caller does next,
+    so the two round trips overlap instead of adding up (opening a database:
+    pinning SST metadata while the WAL is fenced and replayed). The caller must
+    wait for the future before it relies on what ``fn`` did.
+    """
+    pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+    try:
+        return pool.submit(fn)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def completed(value: R) -> Future[R]:
+    """A future that already holds ``value``: for a caller that chose not to start
+    the work :func:`in_background` would do (so it waits on a future either way)."""
+    fut: Future[R] = Future()
+    fut.set_result(value)
+    return fut
+
+
 __all__ = [
     "DEFAULT_MAX_BYTES_IN_FLIGHT",
     "DEFAULT_WORKERS",
     "Progress",
     "check_workers",
+    "completed",
     "get_in_order",
+    "in_background",
     "run_bounded",
 ]

@@ -136,14 +136,14 @@ def _journal_drops_live_value() -> list[Patch]:
 def _wal_replay_drops_last_object() -> list[Patch]:
     """Recovery replays the WAL objects before the newest one only (an off-by-one in
     the replay range): the last group commit before a crash is lost."""
-    from ..db import writer as db
+    from ..engine import recovery
 
-    orig = getattr(db, "replay_wal")  # noqa: B009 - imported there, not exported
+    orig = recovery.replay_wal  # called through the module by confirm_and_replay
 
     def replay_wal(store: Any, m: Any, fence_id: int, **kw: Any) -> Any:
         return orig(store, m, fence_id - 1, **kw)
 
-    return [(db, "replay_wal", replay_wal)]
+    return [(recovery, "replay_wal", replay_wal)]
 
 
 PLANTS: dict[str, Callable[[], list[Patch]]] = {
