@@ -99,7 +99,7 @@ from ..merge import as_operator
 from ..option_names import renamed
 from ..settings import DbReaderOptions, Settings
 from ..store.base import ObjectStore
-from ..store.parallel import completed, in_background
+from ..store.parallel import completed
 from ..store.stack import close_quietly, open_stack
 from .mapping import as_url
 from .queries import Queries, SnapshotQueries
@@ -369,15 +369,11 @@ class DbReader(Queries):
         self._install_pins(m)
 
     def _pin_meanwhile(self, m: Manifest) -> Future[None]:
-        """Start pinning ``m``'s own SSTs (index and filter) while opening goes on.
-
-        Only the database's own SSTs: a parent's store is resolved from the
-        view, which does not exist yet; :meth:`_install_pins` pins the rest.
-        """
+        """Start pinning ``m``'s SSTs (index and filter) while opening goes on
+        (``TableCache.pin_meanwhile``); :meth:`_install_pins` pins the rest."""
         if not self.options.open_in_parallel:
             return completed(None)  # one call at a time: _install_pins pins them all
-        own = [i for i in m.all_ssts() if i.db == 0]
-        return in_background(lambda: self._tables.pin(own), name="shaledb-pin") if own else completed(None)
+        return self._tables.pin_meanwhile(m)
 
     def _install_pins(self, m: Manifest) -> None:
         self._tables.retain(m.all_ssts())

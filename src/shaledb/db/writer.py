@@ -84,7 +84,7 @@ from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.metrics import WriterMetrics
 from ..store.new_root import check_new_root
-from ..store.parallel import completed, in_background
+from ..store.parallel import completed
 from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
@@ -293,10 +293,8 @@ class Db(Queries):
             before_create=before_create,
         )
         # The SSTs' index and filter blocks depend on nothing the fence and the replay do:
-        # fetch them meanwhile (own SSTs only: a parent's store is resolved from self.manifest).
-        # (open_in_parallel False: one call at a time, the pin below pins them all.)
-        own = [i for i in m.all_ssts() if i.db == 0] if settings.open_in_parallel else []
-        pinning = in_background(lambda: self.tables.pin(own), name="shaledb-pin") if own else completed(None)
+        # fetch them meanwhile (open_in_parallel False: one call at a time, pinned below).
+        pinning = self.tables.pin_meanwhile(m) if settings.open_in_parallel else completed(None)
         try:
             self.pins.confirm(m)
             self.epoch = m.writer_epoch

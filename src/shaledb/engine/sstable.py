@@ -21,15 +21,16 @@ import logging
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 
 from ..errors import AlreadyExists, CorruptionError, ShaleError
 from ..format import paths
 from ..format.block import Block
 from ..format.journal import pointers_into
 from ..format.sst import SstBuilder, SstMeta, SstProps, decode_data_block, decode_meta, parse_footer
-from ..manifest.model import JournalFile, SstInfo
+from ..manifest.model import JournalFile, Manifest, SstInfo
 from ..store.base import ObjectStore
-from ..store.parallel import run_bounded
+from ..store.parallel import completed, in_background, run_bounded
 from .cache import LruCache
 from .scan_ahead import ChunkFetches, Cursor, ScanAheadLimits
 
@@ -577,6 +578,16 @@ class TableCache:
 
         for _ in run_bounded(open_one, todo, lambda _: TAIL_READ_BYTES, workers=workers, name="shaledb-pin"):
             pass
+
+    def pin_meanwhile(self, manifest: Manifest) -> Future[None]:
+        """:meth:`pin` the database's own SSTs of ``manifest`` in a background thread, while
+        opening goes on (the fence, the checkpoint, the WAL replay do not need them).
+
+        Only its own: a parent's store is resolved from a view that does not exist
+        yet, and the opener pins the rest once it does.
+        """
+        own = [i for i in manifest.all_ssts() if i.db == 0]
+        return in_background(lambda: self.pin(own), name="shaledb-pin") if own else completed(None)
 
     def retain(self, infos: Iterable[SstInfo]) -> None:
         """Unpin readers of SSTs not in ``infos`` (the live set after a manifest change).
