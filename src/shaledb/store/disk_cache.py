@@ -266,6 +266,19 @@ def release(cache: DiskCache) -> None:
         log.warning("could not close disk cache %s: %r", cache.directory, exc)
 
 
+def part_bytes_below(store: object) -> int:
+    """:data:`PART_BYTES` if a :class:`DiskCachedStore` is in ``store``'s chain of
+    wrappers, else 0: readers align point reads to parts only where a part is
+    what the cache reads anyway."""
+    for _ in range(32):
+        if isinstance(store, DiskCachedStore):
+            return PART_BYTES
+        store = getattr(store, "inner", None)
+        if store is None:
+            break
+    return 0
+
+
 class DiskCachedStore(StoreWrapper):
     """Serves ranged reads of immutable objects from a :class:`DiskCache`, fetching misses.
 
@@ -402,4 +415,13 @@ class DiskCachedStore(StoreWrapper):
                 release(self.cache)
 
 
-__all__ = ["CACHED_PREFIXES", "PART_BYTES", "DiskCache", "DiskCachedStore", "acquire", "cacheable", "release"]
+__all__ = [
+    "CACHED_PREFIXES",
+    "PART_BYTES",
+    "DiskCache",
+    "DiskCachedStore",
+    "acquire",
+    "cacheable",
+    "part_bytes_below",
+    "release",
+]
