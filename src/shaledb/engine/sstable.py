@@ -5,6 +5,8 @@ An :class:`SstReader` is opened from one ranged read of the object's tail
 :class:`~shaledb.engine.cache.LruCache`; a miss fetches a whole read-ahead chunk
 (``Settings.sst_read_ahead_bytes``), caches it raw and decodes only the block
 asked for, so a cold SST costs a few large GETs instead of one per block.
+With a disk cache below the store, a point read's miss keeps the block's whole
+disk-cache part the same way (one disk read per part after a restart).
 A block that fails its checksum is re-read from the store once (the cached
 copy may be the damaged one) before ``CorruptionError`` names the object.
 

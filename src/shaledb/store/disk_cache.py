@@ -19,6 +19,10 @@ of missing parts in one ranged GET (``get_ranges`` fetches all runs of a call
 in one call), then stores them. The last part of an object is shorter; a part
 is never stored empty. Keys are the store's description (its URL), the path
 and the part size and number, so databases sharing a cache directory never meet.
+A table reader's point read asks for the block's whole part and keeps it in
+its memory cache (``SstReader._fetch_block``), so a restarted process reads
+each part from disk once, not once per block; a read of one part takes a short
+path here, and a whole part is read straight into the bytes returned.
 
 Storage is the ``diskcache`` library (SQLite index in WAL mode, one file per
 part), which is safe for threads and for processes sharing one directory, and
@@ -66,7 +70,8 @@ CACHED_PREFIXES: tuple[str, ...] = (paths.SST_DIR, paths.JOURNAL_DIR)
 
 CHECK_BYTES = 4096
 """Each stored part carries a CRC32C per this many bytes, so a read checks only
-the bytes it returns (a 4 KiB block of a 64 KiB part: 1-2 CRCs, not 16)."""
+the bytes it returns (a 4 KiB range of a 64 KiB part: 1-2 CRCs, not 16; a
+whole part, what a table reader asks for: all 16)."""
 
 _CRC = struct.Struct("<I")
 _MAX_PIECES = PART_BYTES // CHECK_BYTES
