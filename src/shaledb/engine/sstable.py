@@ -277,8 +277,8 @@ class SstReader:
         except CorruptionError:
             # The cached chunk or part may be the damaged copy: read the block itself once more.
             self.cache.discard((self.id, "chunk", start // self.read_ahead if self.read_ahead else -1))
-            if part:
-                self.cache.discard((self.id, "part", start // part))
+            for n in range(start // part, (end - 1) // part + 1) if part else ():
+                self.cache.discard((self.id, "part", n))
             try:
                 b = decode_data_block(self.store.get_range(self.path, start, end))
             except CorruptionError as exc:
