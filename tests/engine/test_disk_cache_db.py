@@ -108,3 +108,102 @@ def test_a_warm_reopen_reads_ssts_without_a_request(tmp_path: Path) -> None:
         assert after["get_ranges"] == before["get_ranges"]
         assert m["disk_cache_misses_total"] == 0
         assert m["disk_cache_hits_total"] > 0
+
+
+def _restart_settings(cache: Path, block_cache_bytes: int) -> Settings:
+    return _settings(cache).replace(
+        compactor=None, l0_sst_size_bytes=1 << 20, block_size_bytes=4096, block_cache_bytes=block_cache_bytes
+    )
+
+
+def _fill(url: str, settings: Settings, rng: random.Random) -> dict[bytes, bytes]:
+    """About 10 parts of rows in two SSTs, a few values larger than a part (blocks across parts)."""
+    model: dict[bytes, bytes] = {}
+    with Db.open(url, settings=settings) as db:
+        for half in range(2):
+            for i in range(half, 4000, 2):
+                k = b"k%06d" % i
+                big = rng.random() < 0.002
+                v = rng.randbytes(rng.randrange(70_000, 150_000) if big else rng.randrange(1, 200))
+                db.put(k, v)
+                model[k] = v
+            db.flush(memtable=True)
+        for k, v in model.items():  # every block read once: the disk cache is warm
+            assert db.get(k) == v
+    return model
+
+
+def test_a_restart_reads_whole_parts_once_and_equals_a_dict_model(tmp_path: Path) -> None:
+    """On a warm disk cache a restarted handle reads each part once (not once per block)
+    and keeps it in memory; every answer equals the model, with no request to the store.
+    A block cache too small to keep a part gives the same answers."""
+    seed = random.randrange(2**32)
+    print("seed", seed)
+    rng = random.Random(seed)
+    url = str(tmp_path / "db")
+    cache = tmp_path / "cache"
+    model = _fill(url, _restart_settings(cache, 64 << 20), rng)
+    parts = len(list(cache.rglob("*.val")))
+    keys = list(model)
+    for block_cache_bytes in (64 << 20, 16 << 10):
+        rng.shuffle(keys)
+        with Db.open(url, settings=_restart_settings(cache, block_cache_bytes)) as db:
+            before = db.metrics()["store_requests_total"]
+            opened = db.metrics()["disk_cache_hits_total"]  # the SSTs' tails
+            for k in keys:
+                assert db.get(k) == model[k], k
+            assert db.get(b"k999999") is None
+            m = db.metrics()
+            after = m["store_requests_total"]
+            assert after["get_range"] == before["get_range"]
+            assert after["get_ranges"] == before["get_ranges"]
+            assert m["disk_cache_misses_total"] == 0
+            assert m["disk_cache_corrupt_total"] == 0
+            if block_cache_bytes > 1 << 20:
+                # One read per part, then its blocks load from memory.
+                assert 0 < m["disk_cache_hits_total"] - opened <= parts
+                blocks = [k for k in db.cache.entries if len(k) == 2 and isinstance(k[1], int)]
+                assert len(blocks) > 2 * parts
+            else:
+                assert m["disk_cache_hits_total"] - opened > parts
+
+
+def test_a_damaged_part_is_caught_on_disk_and_in_memory(tmp_path: Path) -> None:
+    """A part damaged on disk away from the block asked for is dropped and refetched
+    when its whole part is read; a part damaged in memory fails its blocks' checksums
+    and each block is read again. Every answer still equals the model."""
+    seed = random.randrange(2**32)
+    print("seed", seed)
+    rng = random.Random(seed)
+    url = str(tmp_path / "db")
+    cache = tmp_path / "cache"
+    settings = _restart_settings(cache, 64 << 20)
+    model = _fill(url, settings, rng)
+    files = sorted(cache.rglob("*.val"))
+    for f in files:  # one byte flipped in the last 4 KiB of every part on disk
+        raw = bytearray(f.read_bytes())
+        raw[len(raw) - 1 - rng.randrange(min(4096, len(raw) // 2))] ^= 0xFF
+        f.write_bytes(bytes(raw))
+    with Db.open(url, settings=settings) as db:
+        before = db.metrics()["store_requests_total"]["get_range"]
+        for k in sorted(model)[:3]:  # blocks at the start of the first part
+            assert db.get(k) == model[k]
+        m = db.metrics()
+        assert m["disk_cache_corrupt_total"] >= 1
+        assert m["store_requests_total"]["get_range"] > before  # refetched from the store
+        for k, v in model.items():
+            assert db.get(k) == v
+        assert db.metrics()["disk_cache_corrupt_total"] == len(files)
+    with Db.open(url, settings=settings) as db:
+        k0 = sorted(model)[0]
+        assert db.get(k0) == model[k0]
+        held = [k for k in db.cache.entries if len(k) == 3 and k[1] == "part"]
+        assert held
+        for k in held:  # damage the parts in memory; drop the blocks decoded from them
+            data, n = db.cache.entries[k]
+            raw = bytearray(data)
+            raw[rng.randrange(len(raw))] ^= 0x01
+            db.cache.put(k, bytes(raw), n)
+        db.cache.discard_where(lambda k: isinstance(k, tuple) and len(k) == 2 and isinstance(k[1], int))
+        for k, v in model.items():
+            assert db.get(k) == v, k

@@ -130,6 +130,46 @@ def test_a_truncated_or_missing_part_file_is_a_miss(local_store: ObjectStore, tm
         cached.close()
 
 
+def test_whole_part_reads_check_every_piece(local_store: ObjectStore, tmp_path: Path) -> None:
+    """A read of one whole part (what a reader keeps in memory) checks all its pieces: a
+    byte flipped anywhere in it, or a truncated file, is a dropped part and a GET, never served."""
+    seed = random.randrange(2**32)
+    print("seed", seed)
+    rng = random.Random(seed)
+    ((path, data),) = _objects(local_store, rng, 1, 3 * PART_BYTES + 100).items()
+    cache_dir = tmp_path / "cache"
+    cached, counted = _cached(local_store, cache_dir)
+    parts = [(p * PART_BYTES, min(len(data), (p + 1) * PART_BYTES)) for p in range(4)]
+    try:
+        for s, e in parts:  # misses: each fetched and stored
+            assert cached.get_range(path, s, e) == data[s:e]
+        assert cached.misses == 4
+        before = _gets(counted)
+        for s, e in parts:
+            assert cached.get_range(path, s, e) == data[s:e]
+            assert cached.get_range(path, s + 5, e - 3) == data[s + 5 : e - 3]
+        assert _gets(counted) == before
+        assert cached.hits == 8
+        files = sorted(cache_dir.rglob("*.val"))
+        assert len(files) == 4
+        for f in files:  # one byte flipped at a random place of each part (header or data)
+            raw = bytearray(f.read_bytes())
+            raw[rng.randrange(len(raw))] ^= 0x10
+            f.write_bytes(bytes(raw))
+        for s, e in parts:
+            assert cached.get_range(path, s, e) == data[s:e]
+        assert cached.cache.corrupt == 4
+        assert _gets(counted) == before + 4
+        f = sorted(cache_dir.rglob("*.val"))[0]
+        f.write_bytes(f.read_bytes()[:-1])  # one byte short: the piece count no longer fits
+        for s, e in parts:
+            assert cached.get_range(path, s, e) == data[s:e]
+        assert cached.cache.corrupt == 5
+        assert _gets(counted) == before + 5
+    finally:
+        cached.close()
+
+
 def test_a_full_cache_evicts_within_its_bound(local_store: ObjectStore, tmp_path: Path) -> None:
     bound = 2 << 20
     objs = _objects(local_store, random.Random(9), 12, 8 * PART_BYTES)  # ~6.5 MiB: over 3x the bound

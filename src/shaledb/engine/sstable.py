@@ -5,6 +5,8 @@ An :class:`SstReader` is opened from one ranged read of the object's tail
 :class:`~shaledb.engine.cache.LruCache`; a miss fetches a whole read-ahead chunk
 (``Settings.sst_read_ahead_bytes``), caches it raw and decodes only the block
 asked for, so a cold SST costs a few large GETs instead of one per block.
+With a disk cache below the store, a point read's miss keeps the block's whole
+disk-cache part the same way (one disk read per part after a restart).
 A block that fails its checksum is re-read from the store once (the cached
 copy may be the damaged one) before ``CorruptionError`` names the object.
 
@@ -30,6 +32,7 @@ from ..format.journal import pointers_into
 from ..format.sst import SstBuilder, SstMeta, SstProps, decode_data_block, decode_meta, parse_footer
 from ..manifest.model import JournalFile, Manifest, SstInfo
 from ..store.base import ObjectStore
+from ..store.disk_cache import part_bytes_below
 from ..store.parallel import completed, in_background, run_bounded
 from .cache import LruCache
 from .scan_ahead import ChunkFetches, Cursor, ScanAheadLimits
@@ -181,6 +184,7 @@ class SstReader:
         "id",
         "index",
         "info",
+        "part",
         "path",
         "props",
         "range_dels",
@@ -211,6 +215,9 @@ class SstReader:
         self.read_ahead = read_ahead
         self.ahead = ahead
         """Scans' read-ahead of further chunks (``engine.scan_ahead``); None: none."""
+        self.part = part_bytes_below(store)
+        """The disk cache's part size when ``store`` has one below it, else 0: a point
+        read's miss then keeps the block's whole part in memory (:meth:`_fetch_block`)."""
 
     @property
     def nbytes(self) -> int:
@@ -261,11 +268,18 @@ class SstReader:
                 except KeyError:
                     pass
                 self.cache.hits += 1
+        part = self.part
+        if stored is None and part:
+            stored = self._from_parts(start, end)
+            if stored is not None:
+                self.cache.hits += 1
         try:
             b = decode_data_block(self._fetch(start, end, read_ahead) if stored is None else stored)
         except CorruptionError:
-            # The cached chunk may be the damaged copy: read the block itself once more.
+            # The cached chunk or part may be the damaged copy: read the block itself once more.
             self.cache.discard((self.id, "chunk", start // self.read_ahead if self.read_ahead else -1))
+            for n in range(start // part, (end - 1) // part + 1) if part else ():
+                self.cache.discard((self.id, "part", n))
             try:
                 b = decode_data_block(self.store.get_range(self.path, start, end))
             except CorruptionError as exc:
@@ -276,22 +290,90 @@ class SstReader:
     def _fetch(self, start: int, end: int, read_ahead: bool) -> bytes:
         ra = self.read_ahead
         if ra <= end - start:
-            return self.store.get_range(self.path, start, end)
+            return self._fetch_block(start, end)
         ci = start // ra
         cs = ci * ra
         ce = min(self.data_end, cs + ra)
         if end > ce:
-            return self.store.get_range(self.path, start, end)
+            return self._fetch_block(start, end)
         ckey = (self.id, "chunk", ci)
         chunk: bytes | None = self.cache.get(ckey)
         if chunk is None:
             if not read_ahead:
-                return self.store.get_range(self.path, start, end)
+                return self._fetch_block(start, end)
             chunk = self.store.get_range(self.path, cs, ce)
             if len(chunk) != ce - cs:
                 raise CorruptionError(f"read {len(chunk)} bytes at {cs}, expected {ce - cs}", self.path)
             self.cache.put(ckey, chunk, len(chunk))
         return chunk[start - cs : end - cs]
+
+    def _fetch_block(self, start: int, end: int) -> bytes:
+        """The stored block at ``[start, end)`` for a point read.
+
+        With a disk cache below (``self.part``), the block's whole parts: the
+        disk cache reads and checks a part as one file either way, and a miss
+        fetches whole parts from the store, so keeping them in memory as
+        ``(id, "part", n)`` lets their other blocks load with no disk cache
+        lookup at all. A restart on a warm disk cache then pays one lookup per
+        part instead of one per block. Of a block that crosses parts, only the
+        parts not in memory are read.
+        """
+        part = self.part
+        if not part:
+            return self.store.get_range(self.path, start, end)
+        n0, n1 = start // part, (end - 1) // part
+        entries = self.entries
+        while n0 < n1 and (self.id, "part", n0) in entries:
+            n0 += 1
+        while n1 > n0 and (self.id, "part", n1) in entries:
+            n1 -= 1
+        ps, pe = n0 * part, min(self.data_end, (n1 + 1) * part)
+        data = self.store.get_range(self.path, ps, pe)
+        if len(data) != pe - ps:
+            raise CorruptionError(f"read {len(data)} bytes at {ps}, expected {pe - ps}", self.path)
+        put = self.cache.put
+        if pe - ps <= part:
+            put((self.id, "part", n0), data, len(data))
+        else:
+            for off in range(0, pe - ps, part):
+                piece = data[off : off + part]
+                put((self.id, "part", n0 + off // part), piece, len(piece))
+        if ps <= start and end <= pe:
+            return data[start - ps : end - ps]
+        stored = self._from_parts(start, end)
+        # None: a part evicted meanwhile (or a cache too small to hold one).
+        return self.store.get_range(self.path, start, end) if stored is None else stored
+
+    def _from_parts(self, start: int, end: int) -> bytes | None:
+        """The block at ``[start, end)`` from the parts in memory, or None if one is missing."""
+        part = self.part
+        n = start // part
+        entries = self.entries
+        key = (self.id, "part", n)
+        item = entries.get(key)
+        if item is None:
+            return None
+        data: bytes = item[0]
+        off = start - n * part
+        try:
+            entries.move_to_end(key)
+        except KeyError:
+            pass
+        if end - start <= len(data) - off:
+            return data[off : off + end - start]
+        pieces = [data[off:]]
+        need = end - start - len(pieces[0])
+        while need > 0:
+            if len(data) < part:
+                return None  # a short part is the last: the block cannot go on past it
+            n += 1
+            item = entries.get((self.id, "part", n))
+            if item is None:
+                return None
+            data = item[0]
+            pieces.append(data[:need])
+            need -= len(pieces[-1])
+        return b"".join(pieces)
 
     # ------------------------------------------------------------------ reads
 

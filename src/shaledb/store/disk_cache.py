@@ -19,6 +19,10 @@ of missing parts in one ranged GET (``get_ranges`` fetches all runs of a call
 in one call), then stores them. The last part of an object is shorter; a part
 is never stored empty. Keys are the store's description (its URL), the path
 and the part size and number, so databases sharing a cache directory never meet.
+A table reader's point read asks for the block's whole part and keeps it in
+its memory cache (``SstReader._fetch_block``), so a restarted process reads
+each part from disk once, not once per block; a read of one part takes a short
+path here, and a whole part is read straight into the bytes returned.
 
 Storage is the ``diskcache`` library (SQLite index in WAL mode, one file per
 part), which is safe for threads and for processes sharing one directory, and
@@ -66,7 +70,8 @@ CACHED_PREFIXES: tuple[str, ...] = (paths.SST_DIR, paths.JOURNAL_DIR)
 
 CHECK_BYTES = 4096
 """Each stored part carries a CRC32C per this many bytes, so a read checks only
-the bytes it returns (a 4 KiB block of a 64 KiB part: 1-2 CRCs, not 16)."""
+the bytes it returns (a 4 KiB range of a 64 KiB part: 1-2 CRCs, not 16; a
+whole part, what a table reader asks for: all 16)."""
 
 _CRC = struct.Struct("<I")
 _MAX_PIECES = PART_BYTES // CHECK_BYTES
@@ -162,6 +167,8 @@ class DiskCache:
 
     @staticmethod
     def _read_checked(fh: Any, key: str, lo: int, hi: int) -> tuple[bytes, int] | None:
+        if lo == 0 and hi >= PART_BYTES:
+            return DiskCache._read_whole(fh, key)
         head = fh.read(_CRC.size * (_MAX_PIECES + 1))
         if len(head) < _CRC.size:
             return None
@@ -184,6 +191,29 @@ class DiskCache:
             if not piece or crc32c_extend(seed, piece) != _CRC.unpack_from(head, _CRC.size * (i + 1))[0]:
                 return None
         return span[lo - a : hi - a], size
+
+    @staticmethod
+    def _read_whole(fh: Any, key: str) -> tuple[bytes, int] | None:
+        """A whole part (what a reader keeps in memory): its bytes read straight into
+        the object returned (no copy to cut the header off), every piece checked."""
+        fd = fh.fileno()
+        head = os.pread(fd, _CRC.size * (_MAX_PIECES + 1), 0)
+        if len(head) < _CRC.size:
+            return None
+        n = _CRC.unpack_from(head)[0]
+        if not 0 < n <= _MAX_PIECES or len(head) < _CRC.size * (n + 1):
+            return None
+        data = os.pread(fd, PART_BYTES + 1, _CRC.size * (n + 1))
+        size = len(data)
+        if size == 0 or n != -(-size // CHECK_BYTES):
+            return None
+        seed = crc32c_extend(0, key.encode())
+        crcs = struct.unpack_from(f"<{n}I", head, _CRC.size)
+        for i in range(n):
+            a = i * CHECK_BYTES
+            if crc32c_extend(seed, data[a : a + CHECK_BYTES]) != crcs[i]:
+                return None
+        return data, size
 
     def _damaged(self, key: str) -> None:
         with self._lock:
@@ -266,6 +296,19 @@ def release(cache: DiskCache) -> None:
         log.warning("could not close disk cache %s: %r", cache.directory, exc)
 
 
+def part_bytes_below(store: object) -> int:
+    """:data:`PART_BYTES` if a :class:`DiskCachedStore` is in ``store``'s chain of
+    wrappers, else 0: readers align point reads to parts only where a part is
+    what the cache reads anyway."""
+    for _ in range(32):
+        if isinstance(store, DiskCachedStore):
+            return PART_BYTES
+        store = getattr(store, "inner", None)
+        if store is None:
+            break
+    return 0
+
+
 class DiskCachedStore(StoreWrapper):
     """Serves ranged reads of immutable objects from a :class:`DiskCache`, fetching misses.
 
@@ -293,7 +336,20 @@ class DiskCachedStore(StoreWrapper):
     def get_range(self, path: str, start: int, end: int) -> bytes:
         if end <= start or not cacheable(path):
             return self.inner.get_range(path, start, end)
-        return self._read(path, [(start, end)])[0]
+        p = start // PART_BYTES
+        if (end - 1) // PART_BYTES != p:
+            return self._read(path, [(start, end)])[0]
+        # One part (a reader's point read asks for a whole one): the short path.
+        base = p * PART_BYTES
+        got = self.cache.get(self._key(path, p), start - base, end - base)
+        if got is None:
+            self.misses += 1
+            parts: dict[int, tuple[int, bytes, int]] = {}
+            self._fetch(path, [p], parts)
+            return self._assemble(parts, start, end)
+        self.hits += 1
+        self.bytes_read += len(got[0])
+        return got[0]
 
     def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         if not ranges or not cacheable(path) or any(e <= s for s, e in ranges):
@@ -402,4 +458,13 @@ class DiskCachedStore(StoreWrapper):
                 release(self.cache)
 
 
-__all__ = ["CACHED_PREFIXES", "PART_BYTES", "DiskCache", "DiskCachedStore", "acquire", "cacheable", "release"]
+__all__ = [
+    "CACHED_PREFIXES",
+    "PART_BYTES",
+    "DiskCache",
+    "DiskCachedStore",
+    "acquire",
+    "cacheable",
+    "part_bytes_below",
+    "release",
+]
