@@ -276,7 +276,7 @@ class WalWriter:
             while self.durable_seq < seq:
                 with self.lock:
                     if self._sealed:
-                        seg = self._sealed.popleft()
+                        seg: WalSegment | None = self._sealed.popleft()
                     else:
                         self._last_cut = self.clock.monotonic()
                         seg = self.cut_locked()
@@ -285,14 +285,15 @@ class WalWriter:
                 self._submit(seg)
                 self._land_done()
             return True
-        except BaseException as exc:  # noqa: BLE001 - every failure stops the WAL
-            self._fail(exc)
+        except BaseException as exc:
+            self._fail(exc)  # every failure stops the WAL
+            self._wake.set()  # the flusher thread sees the failure and ends
             if not isinstance(exc, Exception):
                 raise  # an interrupt of this thread: the writer is stopped, the caller sees it
-            failure = self.failure
+            err = _surface(self.failure or exc)
         finally:
             self._put_lock.release()
-        raise _surface(failure if failure is not None else exc)
+        raise err
 
     def wait_wal_id(self, wal_id: int) -> None:
         """Block until every WAL object up to ``wal_id`` is written."""
