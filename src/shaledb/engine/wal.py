@@ -277,7 +277,8 @@ class WalWriter:
                 with self.lock:
                     if self._sealed:
                         seg: WalSegment | None = self._sealed.popleft()
-                    else:
+                    else:  # as the flusher's cut: it answers every ask made so far
+                        self._asked = False
                         self._last_cut = self.clock.monotonic()
                         seg = self.cut_locked()
                 if seg is None:  # not ours to write (cannot happen: ours is buffered or sealed)
@@ -344,9 +345,14 @@ class WalWriter:
             while True:
                 stopping = self._stopping
                 idle = one_at_a_time or not self._flights
+                due = idle
                 if not stopping:
                     if idle:
-                        wait(self._wake, self.flush_interval_s)
+                        woken = wait(self._wake, self.flush_interval_s)
+                        # With one PUT at a time a durable writer may have cut and written
+                        # what a wake-up asked for (clearing the ask): then only an ask
+                        # still pending or the interval cuts, not the stale wake-up.
+                        due = not (one_at_a_time and woken)
                     else:  # a PUT landing or a request wakes the thread
                         self._wake.wait(self.flush_interval_s)
                 self._wake.clear()
@@ -355,7 +361,7 @@ class WalWriter:
                 try:
                     if self.failure is not None:
                         return  # a writer's own PUT failed: the WAL is stopped
-                    self._pump(due=idle, drain=stopping)
+                    self._pump(due=due, drain=stopping)
                 except BaseException as exc:  # noqa: BLE001 - every failure stops the WAL
                     self._fail(exc)
                     return
