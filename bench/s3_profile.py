@@ -14,7 +14,12 @@ Workloads (each in its own process, on its own prefix):
 
 * ``puts_<w>``: ``w`` threads (1, 4, 16, 64) of durable single puts into an
   empty database for ``--put-seconds``: puts per second, p50 and p99 latency
-  (also in round trips), store requests per put.
+  (also in round trips), store requests per put. With one writer, then
+  ``--floor-pairs`` pairs, interleaved, of a bare create-if-absent PUT of an
+  object the size of its WAL objects through the same ``LatencyStore`` and
+  server (the rig's floor: what one PUT per durable write costs any engine
+  here) and a durable put: ``floor_put_p50_ms``, ``paired_put_p50_ms`` and
+  ``put_over_floor_ms``, the engine's own share.
 * ``open``: ``Db.open`` of a database of ``--keys`` rows (one compacted sorted
   run): seconds and requests.
 * ``gets``: after that open, ``--gets`` random present keys one by one, cold
@@ -62,6 +67,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -183,6 +189,8 @@ def child(args: argparse.Namespace) -> dict[str, float]:
         out["puts_per_s"] = len(flat) / secs
         lat("put", flat)
         cost(before, len(flat), "put")
+        if threads == 1 and args.floor_pairs:
+            floor_pairs(db, store, args.floor_pairs, latency, out)
         db.close()
         return out
     present = [key_of(i) for i in rng.sample(range(args.keys), max(args.gets, args.scans, 1000))]
@@ -246,6 +254,38 @@ def child(args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
+def floor_pairs(db: Any, store: Any, n: int, latency: float, out: dict[str, float]) -> None:
+    """The rig's floor beside one writer's durable put: ``n`` pairs, interleaved, of a
+    bare create-if-absent PUT of an object the size of the database's last WAL object
+    through the same ``LatencyStore`` and server, and a durable ``db.put``.
+
+    What the put costs above the bare PUT is the engine's (and what any engine
+    making one PUT per durable write pays at least is the floor), so round trips
+    read against the nominal delay and against the measured PUT both."""
+    last = max(store.list("wal/"), key=lambda m: m.path)
+    blob = os.urandom(last.size)
+    bare: list[float] = []
+    puts: list[float] = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        store.put(f"floor/{i:020d}", blob, create=True)
+        bare.append(time.perf_counter() - t0)
+        k = b"f%015d" % i
+        t0 = time.perf_counter()
+        db.put(k, value_of(k))
+        puts.append(time.perf_counter() - t0)
+    floor = statistics.median(bare)
+    paired = statistics.median(puts)
+    out["floor_put_bytes"] = float(last.size)
+    out["floor_put_p50_ms"] = floor * 1000
+    out["paired_put_p50_ms"] = paired * 1000
+    out["put_over_floor_ms"] = (paired - floor) * 1000
+    if latency:
+        out["floor_put_round_trips"] = floor / latency
+        out["paired_put_round_trips"] = paired / latency
+    out["paired_put_over_floor"] = paired / floor
+
+
 # ----------------------------------------------------------------- the parent side
 
 
@@ -274,6 +314,8 @@ def run_child(src: Path, workload: str, url: str, args: argparse.Namespace) -> d
         str(args.wal_max_in_flight),
         "--long-scan-rows",
         str(args.long_scan_rows),
+        "--floor-pairs",
+        str(args.floor_pairs),
     ]
     for kv in args.set:
         cmd += ["--set", kv]
@@ -311,6 +353,12 @@ def main() -> int:
         help="Settings.wal_max_in_flight for trees that have it (0: the tree's default, 1 since the review)",
     )
     ap.add_argument("--long-scan-rows", type=int, default=50_000)
+    ap.add_argument(
+        "--floor-pairs",
+        type=int,
+        default=100,
+        help="puts_1: pairs of (bare PUT of a WAL-object-sized object, durable put), interleaved (0: none)",
+    )
     ap.add_argument(
         "--server",
         choices=("moto", "local"),
