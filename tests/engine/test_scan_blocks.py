@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import gc
 import random
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from shaledb import Db, Settings
 from shaledb.format import block as block_mod
-from shaledb.store import drop_memory_store
 
 QUIET = Settings(compactor=None, garbage_collector=None, block_size_bytes=1024, block_cache_bytes=1 << 20)
 
@@ -33,11 +31,9 @@ def seed() -> int:
 
 
 @pytest.fixture
-def db() -> Iterator[Db]:
-    name = f"memory://scan-blocks-{uuid.uuid4().hex}"
-    with Db.open(name, settings=QUIET) as d:
+def db(mem_url: str) -> Iterator[Db]:
+    with Db.open(mem_url, settings=QUIET) as d:
         yield d
-    drop_memory_store(name)
 
 
 def _model_scan(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from engine_support import dump
@@ -18,7 +17,7 @@ from engine_support import dump
 from shaledb import Db, Settings
 from shaledb.errors import ClosedError, FencedError
 from shaledb.format import paths
-from shaledb.store import ObjectStore, StoreWrapper, drop_memory_store, open_store
+from shaledb.store import ObjectStore, StoreWrapper, open_store
 
 
 class Boom(Exception):
@@ -53,15 +52,8 @@ def settings(**kw: object) -> Settings:
     return Settings(**base)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def mem() -> Iterator[str]:
-    url = f"memory://wal-caller-put-{time.monotonic_ns()}"
-    yield url
-    drop_memory_store(url)
-
-
-def test_a_lone_durable_put_writes_its_wal_object_on_its_own_thread(mem: str) -> None:
-    store = WalThreads(open_store(mem))
+def test_a_lone_durable_put_writes_its_wal_object_on_its_own_thread(mem_url: str) -> None:
+    store = WalThreads(open_store(mem_url))
     with Db.open(store=store, settings=settings()) as db:
         opened = len(store.threads)  # the fence, written by the opening thread
         db.put(b"a", b"1")
@@ -69,20 +61,20 @@ def test_a_lone_durable_put_writes_its_wal_object_on_its_own_thread(mem: str) ->
         db.put(b"b", b"2")
         assert store.threads[opened:] == [threading.current_thread().name] * 3
         assert db.wal.durable_wal_id == db.wal.next_id - 1
-    with Db.open(mem, settings=settings()) as db:
+    with Db.open(mem_url, settings=settings()) as db:
         assert dump(db) == {b"b": b"2"}
 
 
-def test_pipelined_wal_still_puts_from_its_pool(mem: str) -> None:
-    store = WalThreads(open_store(mem))
+def test_pipelined_wal_still_puts_from_its_pool(mem_url: str) -> None:
+    store = WalThreads(open_store(mem_url))
     with Db.open(store=store, settings=settings(wal_max_in_flight=4)) as db:
         opened = len(store.threads)
         db.put(b"a", b"1")
         assert store.threads[opened:] and all(t.startswith("shaledb-wal-put") for t in store.threads[opened:])
 
 
-def test_non_durable_writes_are_still_written_by_the_flusher(mem: str) -> None:
-    store = WalThreads(open_store(mem))
+def test_non_durable_writes_are_still_written_by_the_flusher(mem_url: str) -> None:
+    store = WalThreads(open_store(mem_url))
     with Db.open(store=store, settings=settings(flush_interval_s=0.01)) as db:
         opened = len(store.threads)
         written = db.wal.objects_written
@@ -94,8 +86,8 @@ def test_non_durable_writes_are_still_written_by_the_flusher(mem: str) -> None:
         assert store.threads[opened:] == ["shaledb-wal"]
 
 
-def test_a_failed_own_put_stops_the_writer(mem: str) -> None:
-    store = WalThreads(open_store(mem))
+def test_a_failed_own_put_stops_the_writer(mem_url: str) -> None:
+    store = WalThreads(open_store(mem_url))
     db = Db.open(store=store, settings=settings())
     store.fail = True
     t0 = time.monotonic()
@@ -114,15 +106,15 @@ def test_a_failed_own_put_stops_the_writer(mem: str) -> None:
         db.close()
     except ClosedError:
         pass
-    with Db.open(mem, settings=settings()) as again:
+    with Db.open(mem_url, settings=settings()) as again:
         assert dump(again) == {}
 
 
-def test_fenced_on_its_own_put(mem: str) -> None:
-    store = WalThreads(open_store(mem))
+def test_fenced_on_its_own_put(mem_url: str) -> None:
+    store = WalThreads(open_store(mem_url))
     old = Db.open(store=store, settings=settings())
     old.put(b"a", b"1")
-    new = Db.open(mem, settings=settings())  # its fence takes the old writer's next slot
+    new = Db.open(mem_url, settings=settings())  # its fence takes the old writer's next slot
     with pytest.raises(FencedError):
         old.put(b"b", b"2")
     assert store.threads[-1] == threading.current_thread().name
@@ -136,11 +128,11 @@ def test_fenced_on_its_own_put(mem: str) -> None:
         pass
 
 
-def test_a_put_arriving_during_anothers_put_is_acknowledged_after_it(mem: str) -> None:
+def test_a_put_arriving_during_anothers_put_is_acknowledged_after_it(mem_url: str) -> None:
     """Writer 1 makes its own PUT (held); writer 2's write goes to the flusher, which
     writes it as the next object once writer 1's has landed; neither is acknowledged
     before its object and every earlier one are written."""
-    store = WalThreads(open_store(mem))
+    store = WalThreads(open_store(mem_url))
     db = Db.open(store=store, settings=settings())
     opened = len(store.threads)
     store.gate = threading.Event()
@@ -166,5 +158,5 @@ def test_a_put_arriving_during_anothers_put_is_acknowledged_after_it(mem: str) -
     assert store.threads[opened + 1] in ("shaledb-wal", "writer-2")
     assert len(store.threads) == opened + 2
     db.close()
-    with Db.open(mem, settings=settings()) as again:
+    with Db.open(mem_url, settings=settings()) as again:
         assert dump(again) == {b"one": b"v", b"two": b"v"}

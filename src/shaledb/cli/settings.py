@@ -55,8 +55,7 @@ def stats(args: argparse.Namespace, out: Output) -> int | None:
     """
     from ..db.reader import DbReader, DbReaderOptions
     from ..format import paths
-    from ..store.metrics import find_wrapper
-    from ..store.wrappers import InstrumentedStore
+    from ..store.wrappers import InstrumentedStore, find_wrapper
 
     opts = DbReaderOptions(establish_checkpoint=False, background_poll=False, checkpoint_lifetime_s=None)
     with DbReader.open(args.path, options=opts) as r:

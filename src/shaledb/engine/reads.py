@@ -17,8 +17,6 @@ probe mask for every SST's bloom filter.
 from __future__ import annotations
 
 import heapq
-import os
-import threading
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -39,6 +37,7 @@ from ..format.row import (
 )
 from ..manifest.model import Manifest, SortedRun, SstInfo, Tree
 from ..numbers import MAX_INT, check_int
+from ..store.parallel import SharedPool
 from .history import has_versions
 from .memtable import Memtable
 from .merging import Folder, complete, fold_payload
@@ -358,26 +357,12 @@ def _complete(
 GET_MANY_THREADS = 16
 """Threads of the process-wide pool behind ``get_many`` (shared by every database)."""
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+_READ_POOL = SharedPool(GET_MANY_THREADS, "shaledb-get")
 
 
 def read_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(GET_MANY_THREADS, thread_name_prefix="shaledb-get")
-        return _pool
-
-
-def _forget_pool_in_child() -> None:
-    # A forked child (multiprocessing, Spark's Python workers) has the pool object but
-    # none of its threads: work submitted there would wait forever.
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_in_child)
+    """The pool behind ``get_many`` and the index writes' prefetch (fork-safe)."""
+    return _READ_POOL.get()
 
 
 def get_many(

@@ -47,11 +47,12 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import CorruptionError
 from ..format.sst import decode_data_block
+from ..store.parallel import SharedPool
 from .cache import LruCache
 
 if TYPE_CHECKING:
@@ -80,25 +81,7 @@ def limits_of(options: object) -> ScanAheadLimits:
     return ScanAheadLimits(*(getattr(options, name) for name in ScanAheadLimits._fields))
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _get_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(SCAN_AHEAD_THREADS, thread_name_prefix="shaledb-scan")
-        return _pool
-
-
-def _forget_pool_in_child() -> None:
-    # A forked child has the pool object but none of its threads (see engine.reads).
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_in_child)
+_POOL = SharedPool(SCAN_AHEAD_THREADS, "shaledb-scan")
 
 
 def chunk_range(r: SstReader, ci: int) -> tuple[int, int]:
@@ -192,7 +175,7 @@ class ChunkFetches:
             self._after_fork()
             if key in self._flying:
                 return None
-            f = _get_pool().submit(fetch_chunk, r, ci)  # (its left edge: the chunk before's right one)
+            f = _POOL.get().submit(fetch_chunk, r, ci)  # (its left edge: the chunk before's right one)
             self._flying[key] = f
         f.add_done_callback(lambda done: self._forget(key, done))
         return f

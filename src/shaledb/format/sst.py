@@ -396,8 +396,22 @@ class SstBuilder:
         else:
             bounds = self._cut(sizes, seqs, table)
             stored = self._emit_cut(keys, array("Q", seqs), kinds_b, payloads, bounds, klens, plens)
-        # What _emit accounts per block, once for the whole call.
-        if table:
+        self._account(stored, bounds, keys, seqs, kinds_b, raw_k, sum(plens))
+
+    def _account(
+        self,
+        stored: Sequence[int],
+        bounds: Sequence[int],
+        keys: Sequence[bytes],
+        seqs: Sequence[int],
+        kinds_b: bytes,
+        key_bytes: int,
+        payload_bytes: int,
+    ) -> None:
+        """Index, filter and properties of blocks just appended: ``stored`` sizes, cut at
+        ``bounds`` (``[0, ..., len(keys)]``) from these columns; once per call, not per block."""
+        n = len(keys)
+        if self.kind == SST_TABLE:
             lasts: Sequence[bytes] = [keys[h - 1] for h in bounds[1:]] if len(bounds) <= n else keys
             first = keys[0]
             if self.bloom_bits:
@@ -406,9 +420,9 @@ class SstBuilder:
             lasts = [_U64BE.pack(seqs[lo]) for lo in bounds[:-1]]
             first = lasts[0]
         counts = [h - lo for lo, h in pairwise(bounds)]
-        self._note_blocks(stored, first, lasts, counts, min(seqs), max(seqs), raw_k, sum(plens))
+        self._note_blocks(stored, first, lasts, counts, min(seqs), max(seqs), key_bytes, payload_bytes)
         self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
-        if not table and not self._has_range_entries:
+        if self.kind != SST_TABLE and not self._has_range_entries:
             self._has_range_entries = _RANGE_KIND in kinds_b
         self._merges += kinds_b.count(KIND_MERGE)
 
@@ -444,18 +458,14 @@ class SstBuilder:
     ) -> list[int]:
         """Encode and append the blocks ``bounds`` cuts (``block.encode_columns``, from the
         lengths already taken); their stored sizes."""
-        data = self._data
-        codec = self.codec
-        stored = []
-        for lo, hi in pairwise(bounds):
-            payload = encode_columns(
-                keys[lo:hi], seqs_a[lo:hi], kinds_b[lo:hi], payloads[lo:hi], klens[lo:hi], plens[lo:hi]
+        return [
+            self._append(
+                encode_columns(
+                    keys[lo:hi], seqs_a[lo:hi], kinds_b[lo:hi], payloads[lo:hi], klens[lo:hi], plens[lo:hi]
+                )
             )
-            body, tail = framed(payload, codec)
-            data += body
-            data += tail
-            stored.append(len(body) + len(tail))
-        return stored
+            for lo, hi in pairwise(bounds)
+        ]
 
     def _emit_singles(
         self,
@@ -465,44 +475,31 @@ class SstBuilder:
         payloads: Sequence[bytes],
     ) -> list[int]:
         """Blocks of one entry each (``block.encode_single``); their stored sizes."""
-        data = self._data
-        codec = self.codec
-        stored = []
-        for k, q, t, p in zip(keys, seqs, kinds_b, payloads, strict=True):
-            body, tail = framed(encode_single(k, q, t, p), codec)
-            data += body
-            data += tail
-            stored.append(len(body) + len(tail))
-        return stored
+        return [self._append(encode_single(*e)) for e in zip(keys, seqs, kinds_b, payloads, strict=True)]
+
+    def _append(self, payload: bytes) -> int:
+        """Frame ``payload`` as a stored block and append it to the data; its stored size."""
+        body, tail = framed(payload, self.codec)
+        self._data += body
+        self._data += tail
+        return len(body) + len(tail)
 
     def _emit(
         self, keys: Sequence[bytes], seqs: Sequence[int], kinds: Sequence[int], payloads: Sequence[bytes]
     ) -> None:
+        """One block of these entries (``add`` has cut it), appended and accounted."""
         kinds_b = bytes(kinds)
         seqs_a = array("Q", seqs)
-        body, tail = framed(encode_block(keys, seqs_a, kinds_b, payloads), self.codec)
-        self._data += body
-        self._data += tail
-        if self.kind == SST_TABLE:
-            first, last = keys[0], keys[-1]
-            if self.bloom_bits:
-                self._digests += b"".join(map(key_digest, keys))
-        else:
-            first = last = _U64BE.pack(seqs_a[0])  # WAL SSTs index blocks by first seq
-        self._note_blocks(
-            (len(body) + len(tail),),
-            first,
-            (last,),
-            (len(keys),),
-            min(seqs_a),
-            max(seqs_a),
+        stored = self._append(encode_block(keys, seqs_a, kinds_b, payloads))
+        self._account(
+            (stored,),
+            (0, len(keys)),
+            keys,
+            seqs_a,
+            kinds_b,
             sum(map(len, keys)),
             sum(map(len, payloads)),
         )
-        self._tombstones += kinds_b.translate(_IS_TOMBSTONE).count(1)
-        if self.kind != SST_TABLE and not self._has_range_entries:
-            self._has_range_entries = _RANGE_KIND in kinds_b
-        self._merges += kinds_b.count(KIND_MERGE)
 
     def append_blocks(
         self,

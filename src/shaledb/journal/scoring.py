@@ -21,6 +21,7 @@ from ..engine.reads import ReadView, Visibility, lookup
 from ..engine.sstable import read_object_meta
 from ..errors import CorruptionError, ObjectNotFound
 from ..format import paths
+from ..format.block import Block
 from ..format.coding import CODEC_NONE, TRAILER_SIZE, u32_array, u64_array
 from ..format.row import FLAG_INDEX_TREE, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
 from ..format.sst import SstMeta, decode_data_block
@@ -191,10 +192,7 @@ def _sample_blocks(
     again: list[int] = []
     for j, raw in enumerate(raws):
         if not codec_none:
-            b = decode_data_block(raw)
-            out.append(
-                (list(b.keys), b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))])
-            )
+            out.append(_sampled(decode_data_block(raw)))
             continue
         head = block_head(raw)
         if isinstance(head, int):
@@ -205,14 +203,13 @@ def _sample_blocks(
     if again:
         more = store.get_ranges(path, [spans[j] for j in again])
         for j, raw in zip(again, more):
-            b = decode_data_block(raw)
-            out[j] = (
-                list(b.keys),
-                b.seqs.tolist(),
-                bytes(b.kinds),
-                [len(b.payload(i)) for i in range(len(b))],
-            )
+            out[j] = _sampled(decode_data_block(raw))
     return out
+
+
+def _sampled(b: Block) -> tuple[list[bytes], list[int], bytes, list[int]]:
+    """A decoded block's keys, seqs, kinds and payload lengths (what scoring samples)."""
+    return list(b.keys), b.seqs.tolist(), bytes(b.kinds), [len(b.payload(i)) for i in range(len(b))]
 
 
 def best_run(scores: Sequence[float], opts: JournalOptions) -> tuple[int, int, float] | None:

@@ -56,7 +56,7 @@ from ..errors import InvalidArgument, NotSupported
 from ..format import paths
 from ..format.coding import crc32c_extend
 from .base import ObjectStore
-from .wrappers import StoreWrapper
+from .wrappers import StoreWrapper, find_wrapper
 
 log = logging.getLogger(__name__)
 
@@ -300,13 +300,7 @@ def part_bytes_below(store: object) -> int:
     """:data:`PART_BYTES` if a :class:`DiskCachedStore` is in ``store``'s chain of
     wrappers, else 0: readers align point reads to parts only where a part is
     what the cache reads anyway."""
-    for _ in range(32):
-        if isinstance(store, DiskCachedStore):
-            return PART_BYTES
-        store = getattr(store, "inner", None)
-        if store is None:
-            break
-    return 0
+    return PART_BYTES if find_wrapper(store, DiskCachedStore) is not None else 0
 
 
 class DiskCachedStore(StoreWrapper):

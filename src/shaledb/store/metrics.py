@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .base import ObjectMeta, ObjectStore
-from .wrappers import OP_KINDS, PerCallStore, T
+from .wrappers import OP_KINDS, PerCallStore, T, find_wrapper
 
 BUCKETS_S: tuple[float, ...] = (
     0.0005,
@@ -109,17 +109,6 @@ class TimedStore(PerCallStore):
             yield from self.inner.list(prefix, offset=offset)
         finally:
             self.timer.latency["list"].observe(time.perf_counter() - t)
-
-
-def find_wrapper(store: Any, cls: type[Any]) -> Any:
-    """The first wrapper of type ``cls`` in ``store``'s chain of ``inner`` stores, or None."""
-    seen = 0
-    while store is not None and seen < 32:
-        if isinstance(store, cls):
-            return store
-        store = getattr(store, "inner", None)
-        seen += 1
-    return None
 
 
 class WriterMetrics:

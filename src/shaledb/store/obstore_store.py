@@ -76,7 +76,10 @@ def shared_memory_store(name: str) -> Any:
 
 
 def drop_memory_store(name: str) -> None:
-    """Forget a named memory store (tests use this to start clean)."""
+    """Forget a named memory store (tests use this to start clean): ``name``, or its
+    ``memory://name[/prefix]`` URL (which dropped nothing before, silently)."""
+    if name.startswith("memory://"):
+        name = name[len("memory://") :].partition("/")[0]
     with _MEMORY_LOCK:
         _MEMORY_STORES.pop(name, None)
 

@@ -10,6 +10,8 @@ others (one larger than the cap runs alone).
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -161,3 +163,28 @@ __all__ = [
     "in_background",
     "run_bounded",
 ]
+
+
+class SharedPool:
+    """A process-wide thread pool, made on first use and made afresh in a forked child.
+
+    A forked child (multiprocessing, Spark's Python workers) inherits the pool
+    object but none of its threads: work submitted there would wait forever, so
+    the child forgets it and makes its own on first use.
+    """
+
+    def __init__(self, workers: int, name: str) -> None:
+        self.workers = workers
+        self.name = name
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def get(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=self.name)
+            return self._pool
+
+    def _forget(self) -> None:
+        self._pool, self._lock = None, threading.Lock()

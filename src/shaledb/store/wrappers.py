@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..clock import Clock
 from ..errors import InvalidArgument, NotSupported
@@ -42,6 +42,17 @@ OP_KINDS: tuple[str, ...] = (
 """Every kind of store call; ``put_create``/``copy_create`` are the conditional forms.
 
 A ``delete_many`` counts one request per :data:`BULK_DELETE_OBJECTS` paths, as S3 bills it."""
+
+
+def find_wrapper(store: Any, cls: type[Any]) -> Any:
+    """The first wrapper of type ``cls`` in ``store``'s chain of ``inner`` stores, or None."""
+    seen = 0
+    while store is not None and seen < 32:
+        if isinstance(store, cls):
+            return store
+        store = getattr(store, "inner", None)
+        seen += 1
+    return None
 
 
 class StoreWrapper:
