@@ -553,6 +553,10 @@ def _only_ssts(view: ReadView, start: bytes | None, end: bytes | None) -> list[S
     return l0 if l0 else runs[0].covering(start, end)
 
 
+ONE_LIST_ROWS = 1024
+"""A scan limited to at most this many rows gets them as one list (``_scan_ssts``)."""
+
+
 def _scan_ssts(
     tables: TableCache,
     vis: Visibility,
@@ -566,9 +570,15 @@ def _scan_ssts(
 ) -> Iterator[list[tuple[bytes, bytes]]]:
     """Lists of pairs from SSTs of one source, one per block (see ``_only_ssts``); ``frags``:
     range tombstones to honour (``scan_fragments``), applied a fragment at a time.
-    Each list is new (``Scan.of_chunks`` empties the one it hands out on close)."""
+    Each list is new (``Scan.of_chunks`` empties the one it hands out on close).
+
+    A scan with a small ``limit`` (at most ``ONE_LIST_ROWS``) gets one list of all its
+    rows: a 100-key scan meets about four blocks, and each list handed out costs a
+    trip through three generators and ``chain`` (issue 30, third attempt).
+    """
     left = limit
     value = vis.value
+    one: list[tuple[bytes, bytes]] | None = [] if limit is not None and limit <= ONE_LIST_ROWS else None
     for info in reversed(infos) if reverse else infos:
         r = tables.reader(info)
         capped = seq is not None and info.max_seq > seq
@@ -582,8 +592,16 @@ def _scan_ssts(
                 keys, seqs, kinds, payloads = keys[::-1], seqs[::-1], kinds[::-1], payloads[::-1]
             if not capped and kinds.count(0) == len(kinds):
                 if left is not None and len(keys) >= left:
-                    yield list(zip(keys[:left], payloads[:left]))
+                    if one is not None:
+                        one += zip(keys[:left], payloads[:left])
+                        yield one
+                    else:
+                        yield list(zip(keys[:left], payloads[:left]))
                     return
+                if one is not None:
+                    one += zip(keys, payloads)
+                    left -= len(keys)  # type: ignore[operator]
+                    continue
                 pairs = list(zip(keys, payloads))
             else:
                 pairs = []
@@ -594,8 +612,18 @@ def _scan_ssts(
                     if v is not None:
                         pairs.append((k, v))
                 if left is not None and len(pairs) >= left:
-                    yield pairs[:left]
+                    if one is not None:
+                        one += pairs[:left]
+                        yield one
+                    else:
+                        yield pairs[:left]
                     return
+                if one is not None:
+                    one += pairs
+                    left -= len(pairs)  # type: ignore[operator]
+                    continue
             if left is not None:
                 left -= len(pairs)
             yield pairs
+    if one:
+        yield one

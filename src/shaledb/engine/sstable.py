@@ -36,6 +36,7 @@ from ..store.disk_cache import part_bytes_below
 from ..store.parallel import completed, in_background, run_bounded
 from .cache import LruCache
 from .scan_ahead import ChunkFetches, Cursor, ScanAheadLimits
+from .sst_rows import IN_PLACE_READS, block_in_chunk, keys_of, rows_of
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +190,7 @@ class SstReader:
         "props",
         "range_dels",
         "read_ahead",
+        "seen",
         "store",
     )
 
@@ -215,6 +217,8 @@ class SstReader:
         self.read_ahead = read_ahead
         self.ahead = ahead
         """Scans' read-ahead of further chunks (``engine.scan_ahead``); None: none."""
+        self.seen = bytearray(len(meta.index.keys))
+        """How many scans read each block in place (``engine.sst_rows``), up to ``IN_PLACE_READS``."""
         self.part = part_bytes_below(store)
         """The disk cache's part size when ``store`` has one below it, else 0: a point
         read's miss then keeps the block's whole part in memory (:meth:`_fetch_block`)."""
@@ -485,6 +489,7 @@ class SstReader:
     ) -> Iterator[Chunk]:
         entries = self.entries
         sid = self.id
+        seen = self.seen
         cur: Cursor | None = None
         while i < n:
             ck = (sid, i)
@@ -497,6 +502,29 @@ class SstReader:
                 cur.at(i)
             item = entries.get(ck)
             if item is None:
+                at = None if seen[i] >= IN_PLACE_READS else block_in_chunk(self, i)
+                if at is not None:  # one of the first scans to meet the block: its rows in place
+                    seen[i] += 1
+                    m = at[2][2]
+                    lo, hi = 0, m
+                    split = None
+                    if start is not None or end is not None:
+                        split = keys_of(at)
+                        if start is not None:
+                            lo = bisect_left(split, start)
+                        if end is not None and split[-1] >= end:
+                            hi = bisect_left(split, end)
+                    while lo < hi:  # (in pieces of what the caller still wants)
+                        top = hi if rows is None or rows <= 0 else min(hi, lo + rows)
+                        yield rows_of(at, lo, top, split)
+                        if rows is not None:
+                            rows -= top - lo
+                        lo = top
+                    if hi < m:
+                        return
+                    start = None
+                    i += 1
+                    continue
                 b: Block = self._load(i, ck, True)
             else:
                 b = item[0]
@@ -517,6 +545,8 @@ class SstReader:
                     b.kinds[lo:hi],
                     b.payloads(lo, hi) if pays is None else pays[lo:hi],
                 )
+                if rows is not None:
+                    rows -= hi - lo
             if hi < m:
                 return
             start = None

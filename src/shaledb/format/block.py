@@ -283,6 +283,44 @@ def decode_stored(stored: bytes, what: str = "block") -> Block:
     )
 
 
+_ROWS_STRUCTS_MAX = 4096
+_rows_structs: dict[tuple[int, int], struct.Struct] = {}
+
+
+def rows_struct(width: int, count: int) -> struct.Struct:
+    """The ``Struct`` that splits ``count`` entries of ``width`` bytes (cached: a scan
+    takes a block's rows from where it starts, up to where its limit ends)."""
+    st = _rows_structs.get((width, count))
+    if st is None:
+        if len(_rows_structs) >= _ROWS_STRUCTS_MAX:
+            _rows_structs.clear()
+        st = _rows_structs[(width, count)] = struct.Struct(f"{width}s" * count)
+    return st
+
+
+def stored_shape(buf: bytes, off: int, size: int) -> _Shape | None:
+    """The shape of the stored block at ``buf[off:off + size]`` when it is a fixed-width
+    shape seen before and passes :func:`decode_stored`'s checks in place (its header and
+    trailer as bytes, one CRC32C over every byte, its kinds); else None, and the caller
+    decodes the block the general way, which reports any damage.
+
+    A scan meeting a block for the first time reads only the rows it needs from
+    where the block lies in its read-ahead chunk (``engine.sst_rows``) instead of
+    decoding and caching all of them (issue 30, third attempt).
+    """
+    shape = _shapes.get(size)
+    if (
+        shape is None
+        or type(buf) is not bytes
+        or not buf.startswith(shape[0], off)
+        or not buf.startswith(shape[1], off + size - TRAILER_SIZE)
+        or crc32c(buf[off : off + size]) != CRC_RESIDUE
+        or 1 in buf[off + shape[4] : off + shape[5]].translate(_BAD_KIND)
+    ):
+        return None
+    return shape
+
+
 def _decode_stored_slow(stored: bytes, what: str) -> Block:
     """The general path of :func:`decode_stored`; learns the block's shape if it is fixed-width."""
     body = unframe_block(stored, what)
