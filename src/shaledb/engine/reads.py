@@ -540,17 +540,22 @@ def _only_ssts(view: ReadView, start: bytes | None, end: bytes | None) -> list[S
     such a scan needs no merge and no de-duplication: the common case after
     a reopen, a compaction or a bulk load.
     """
-    if view.mem.d or any(m.d for m in view.imms) or has_versions(view.manifest):
+    if view.mem.d or (view.imms and any(m.d for m in view.imms)) or has_versions(view.manifest):
         return None  # (a history window: SSTs may hold several versions of a key)
-    l0 = [
-        s
-        for s in view.l0
-        if not ((end is not None and s.first_key >= end) or (start is not None and s.last_key < start))
-    ]
-    runs = [r for r in view.runs if r.covering(start, end)]
-    if len(l0) + len(runs) != 1:
-        return None
-    return l0 if l0 else runs[0].covering(start, end)
+    found: list[SstInfo] | None = None
+    for s in view.l0:
+        if (end is not None and s.first_key >= end) or (start is not None and s.last_key < start):
+            continue
+        if found is not None:
+            return None
+        found = [s]
+    for r in view.runs:
+        ssts = r.covering(start, end)
+        if ssts:
+            if found is not None:
+                return None
+            found = ssts
+    return found
 
 
 ONE_LIST_ROWS = 1024
