@@ -94,8 +94,8 @@ class Scan(Generic[T]):
     (even if it never started). Without ``release`` (a snapshot's scan: the
     snapshot holds the pin) the rows are handed out as they are.
 
-    :meth:`of_chunks` takes the rows a list at a time (a block's worth, from
-    ``scan_chunks``) and hands them out through ``itertools.chain``: no Python
+    :meth:`of_chunks` takes the rows a list at a time (a block's worth, or a
+    short scan's whole result, from ``scan_chunks``) and hands them out through ``itertools.chain``: no Python
     frame runs per row, only per chunk.
     """
 
@@ -489,8 +489,9 @@ def scan_items(at: ReadAt, span: Span) -> Iterator[tuple[bytes, bytes]]:
 
 
 def scan_chunks(at: ReadAt, span: Span) -> Iterator[Iterable[tuple[bytes, bytes]]]:
-    """:func:`scan_items` in pieces: lists of a block's pairs when one source holds the
-    span (``_only_ssts``), else one iterator of merged pairs (``Scan.of_chunks``)."""
+    """:func:`scan_items` in pieces: lists of a block's pairs (one list for a short
+    limited scan) when one source holds the span (``_only_ssts``), else one iterator
+    of merged pairs (``Scan.of_chunks``)."""
     view, tables, vis, seq = at
     start, end, reverse, limit = span
     if limit is not None and limit <= 0:

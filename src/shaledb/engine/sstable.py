@@ -225,7 +225,7 @@ class SstReader:
 
     @property
     def nbytes(self) -> int:
-        return self.index.nbytes + (self.bloom.nbytes if self.bloom else 0) + 512
+        return self.index.nbytes + (self.bloom.nbytes if self.bloom else 0) + len(self.seen) + 512
 
     # ----------------------------------------------------------------- blocks
 
