@@ -2,18 +2,20 @@
 
 After a reopen, short scans spread over an SST meet most blocks once (1,000 random
 100-key scans of the benchmark touch 2,700 of 5,556 blocks, 3.7 per scan). Decoding
-each such block whole and caching it cost a cold scan about half its time (issue 30,
-third attempt): every key and value of the block became an object kept in the block
-cache, the cached objects drove the cyclic garbage collector (a young collection every
-few scans, a full one every few hundred), and the fresh memory was faulted in page
-by page. So a scan that meets a block not in the block cache, whose read-ahead chunk
-is cached, checks the stored block where it lies in the chunk
+each such block whole and caching it cost a cold scan much more than the decode
+(issue 30, third attempt): every key and value of the block became an object kept in
+the block cache, the surviving containers drove the cyclic garbage collector (in the
+benchmark's process a young collection every ~40 scans and a full one of ~20 ms in the
+first thousand: ~30 µs per scan), and the fresh memory was faulted in page by page.
+So a scan that meets a block not in the block cache, whose read-ahead chunk is
+cached, checks the stored block where it lies in the chunk
 (``format.block.stored_shape``: header, trailer, CRC32C over every byte, kinds) and
 unpacks only the rows it hands out; nothing is cached for the block. The third scan
 to meet the block decodes and caches it the usual way (``SstReader._load``), so a
 range scanned again and again is read from decoded blocks as before: reading a
 block in place costs about half of decoding and caching it, so after two reads in
-place a block that keeps being met has paid for its decode (the rent-or-buy rule).
+place a block that keeps being met has paid for its decode (the rent-or-buy rule;
+docs/benchmarks.md, "100-key scans (issue 30 item 5, third attempt)").
 
 Only blocks of a fixed-width shape seen before qualify (every full block of an SST of
 fixed-width keys and values); anything else -- and any block that fails a check, so
