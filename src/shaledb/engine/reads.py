@@ -95,8 +95,8 @@ class Scan(Generic[T]):
     snapshot holds the pin) the rows are handed out as they are.
 
     :meth:`of_chunks` takes the rows a list at a time (a block's worth, or a
-    short scan's whole result, from ``scan_chunks``) and hands them out through ``itertools.chain``: no Python
-    frame runs per row, only per chunk.
+    short scan's whole result, from ``scan_chunks``) and hands them out through
+    ``itertools.chain``: no Python frame runs per row, only per chunk.
     """
 
     __slots__ = ("_gen", "_release", "_src")
