@@ -306,7 +306,7 @@ def stored_shape(buf: bytes, off: int, size: int) -> _Shape | None:
 
     A scan meeting a block for the first time reads only the rows it needs from
     where the block lies in its read-ahead chunk (``engine.sst_rows``) instead of
-    decoding and caching all of them (issue 30, third attempt).
+    decoding and caching all of them.
     """
     shape = _shapes.get(size)
     if (
