@@ -16,8 +16,8 @@ import pytest
 
 from shaledb.errors import CorruptionError
 from shaledb.format import block_append, sst
-from shaledb.format.block import decode_block, encode_columns
-from shaledb.format.block_append import MIN_VALUE_BYTES, PIECE_BYTES, append_columns, worth_it
+from shaledb.format.block import decode_block, encode_columns, encode_single
+from shaledb.format.block_append import MIN_VALUE_BYTES, PIECE_BYTES, append_columns, append_singles, worth_it
 from shaledb.format.coding import CODEC_NONE, framed, unframe_block
 from shaledb.format.sst import SST_TABLE, SST_WAL, SstBuilder, decode_data_block, decode_sst
 from shaledb.testing.seeds import test_seed
@@ -138,3 +138,39 @@ def test_a_flipped_bit_in_a_block_written_in_pieces_is_refused() -> None:
         bad[i // 8] ^= 1 << (i % 8)
         with pytest.raises(CorruptionError):
             decode_data_block(bytes(bad))
+
+
+def test_append_singles_writes_the_plain_bytes() -> None:
+    seed = test_seed()
+    rng = random.Random(seed)
+    for case in range(30):
+        n = rng.randrange(1, 60)
+        keys, seqs, kinds, vals = _columns(rng, n, rng.choice([0, 4096, 70_000]), 80_000)
+        data = bytearray(rng.randbytes(rng.randrange(0, 50)))
+        before = bytes(data)
+        sizes = append_singles(data, keys, seqs, kinds, vals)
+        want = [framed(encode_single(k, s, t, v), CODEC_NONE) for k, s, t, v in zip(keys, seqs, kinds, vals)]
+        assert bytes(data) == before + b"".join(b + t for b, t in want), (seed, case)
+        assert sizes == [len(b) + len(t) for b, t in want], (seed, case)
+        pos = len(before)
+        for i, size in enumerate(sizes):  # each is a block that decodes to its entry
+            blk = decode_data_block(bytes(data[pos : pos + size]))
+            assert (blk.keys[0], blk.seqs[0], blk.kinds[0], blk.payload(0)) == (
+                keys[i],
+                seqs[i],
+                kinds[i],
+                vals[i],
+            ), (seed, case)
+            pos += size
+
+
+def test_singles_with_a_value_that_is_not_bytes_append_nothing() -> None:
+    data = bytearray(b"head")
+    with pytest.raises(TypeError):
+        append_singles(data, [b"a", b"b"], [1, 2], bytes(2), [b"x" * 5000, bytearray(5000)])  # type: ignore[list-item]
+    assert data == b"head"
+    b = _builder(SST_TABLE)  # the builder takes the plain way for them
+    b.add_many([b"a", b"b"], [1, 2], [0, 0], [b"x" * 5000, bytearray(b"y" * 5000)])  # type: ignore[list-item]
+    ref = _builder(SST_TABLE)
+    ref.add_many([b"a", b"b"], [1, 2], [0, 0], [b"x" * 5000, b"y" * 5000])
+    assert b.finish() == ref.finish()

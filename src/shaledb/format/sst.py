@@ -33,7 +33,7 @@ from operator import add
 
 from ..errors import CorruptionError
 from .block import Block, decode_stored, encode_block, encode_columns, encode_single
-from .block_append import append_columns, worth_it
+from .block_append import append_columns, append_singles, worth_it
 from .bloom import BloomFilter, build_filter_from_digests, key_digest
 from .coding import (
     CODEC_NONE,
@@ -496,7 +496,13 @@ class SstBuilder:
         kinds_b: bytes,
         payloads: Sequence[bytes],
     ) -> list[int]:
-        """Blocks of one entry each (``block.encode_single``); their stored sizes."""
+        """Blocks of one entry each (``block.encode_single``); their stored sizes.
+        Uncompressed, they are appended column by column (``block_append``)."""
+        if self.codec == CODEC_NONE:
+            try:
+                return append_singles(self._data, keys, seqs, kinds_b, payloads)
+            except TypeError:  # a value that is not bytes (a bytearray): the plain way
+                pass
         return [self._append(encode_single(*e)) for e in zip(keys, seqs, kinds_b, payloads, strict=True)]
 
     def _append(self, payload: bytes) -> int:
