@@ -33,6 +33,7 @@ from operator import add
 
 from ..errors import CorruptionError
 from .block import Block, decode_stored, encode_block, encode_columns, encode_single
+from .block_append import append_columns, append_singles, worth_it
 from .bloom import BloomFilter, build_filter_from_digests, key_digest
 from .coding import (
     CODEC_NONE,
@@ -457,15 +458,36 @@ class SstBuilder:
         plens: list[int],
     ) -> list[int]:
         """Encode and append the blocks ``bounds`` cuts (``block.encode_columns``, from the
-        lengths already taken); their stored sizes."""
-        return [
-            self._append(
-                encode_columns(
-                    keys[lo:hi], seqs_a[lo:hi], kinds_b[lo:hi], payloads[lo:hi], klens[lo:hi], plens[lo:hi]
+        lengths already taken); their stored sizes. Large uncompressed blocks (a WAL
+        block of a batch of large values) are appended in pieces (``block_append``)."""
+        plain = self.codec != CODEC_NONE  # (compression needs the whole payload)
+        stored = []
+        for lo, hi in pairwise(bounds):
+            vl = plens[lo:hi]
+            if not plain and worth_it(hi - lo, sum(vl)):
+                try:
+                    stored.append(
+                        append_columns(
+                            self._data,
+                            keys[lo:hi],
+                            seqs_a[lo:hi],
+                            kinds_b[lo:hi],
+                            payloads[lo:hi],
+                            klens[lo:hi],
+                            vl,
+                        )
+                    )
+                    continue
+                except TypeError:  # a value that is not bytes (a bytearray): the plain way
+                    pass
+            stored.append(
+                self._append(
+                    encode_columns(
+                        keys[lo:hi], seqs_a[lo:hi], kinds_b[lo:hi], payloads[lo:hi], klens[lo:hi], vl
+                    )
                 )
             )
-            for lo, hi in pairwise(bounds)
-        ]
+        return stored
 
     def _emit_singles(
         self,
@@ -474,7 +496,13 @@ class SstBuilder:
         kinds_b: bytes,
         payloads: Sequence[bytes],
     ) -> list[int]:
-        """Blocks of one entry each (``block.encode_single``); their stored sizes."""
+        """Blocks of one entry each (``block.encode_single``); their stored sizes.
+        Uncompressed, they are appended column by column (``block_append``)."""
+        if self.codec == CODEC_NONE:
+            try:
+                return append_singles(self._data, keys, seqs, kinds_b, payloads)
+            except TypeError:  # a value that is not bytes (a bytearray): the plain way
+                pass
         return [self._append(encode_single(*e)) for e in zip(keys, seqs, kinds_b, payloads, strict=True)]
 
     def _append(self, payload: bytes) -> int:
