@@ -45,7 +45,7 @@ IndexTerms = Mapping[str, Iterable[BytesLike]]
 class WriteBatch:
     """Puts and deletes applied atomically by ``Db.write`` (chainable)."""
 
-    __slots__ = ("_extras", "_keys", "_kinds", "_payloads", "_ranged")
+    __slots__ = ("_counted", "_counted_n", "_extras", "_keys", "_kinds", "_payloads", "_ranged")
 
     def __init__(self) -> None:
         self._keys: list[bytes] = []
@@ -54,6 +54,13 @@ class WriteBatch:
         self._extras: list[tuple[int, dict[str, Any]]] | None = None
         self._ranged = False
         """Whether the batch holds a range tombstone (``delete_range``)."""
+        self._counted = 0
+        """Key plus value bytes of the first ``_counted_n`` entries, when they all came
+        from ``put_many`` (which sums the lengths to check them anyway)."""
+        self._counted_n = 0
+        """``len(self)`` while every entry is a plain put added by ``put_many`` (no
+        merge, delete, range or rich put): ``Db.write`` then takes its fast path and
+        ``_counted`` as the batch's bytes. Any other addition leaves it behind for good."""
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -104,9 +111,12 @@ class WriteBatch:
         then nothing of the call is added to the batch. No ``ttl``, ``metadata`` or
         ``indexes``: use :meth:`put` for those.
         """
-        keys, vals = checked_columns(pairs, values)
+        keys, vals, nbytes = checked_columns(pairs, values)
         if not keys:
             return self
+        if self._counted_n == len(self._keys):
+            self._counted += nbytes
+            self._counted_n += len(keys)
         self._keys += keys
         self._kinds += [KIND_VALUE] * len(keys)
         self._payloads += vals
@@ -173,6 +183,7 @@ class WriteBatch:
         keys = self._keys
         drop = [i for i, k in enumerate(keys) if s <= k < e and self._kinds[i] != KIND_RANGE_DEL]
         if drop:
+            self._counted_n = -1  # (entries leave: the count no longer says anything)
             gone = set(drop)
             keep = [i for i in range(len(keys)) if i not in gone]
             self._keys = [keys[i] for i in keep]
@@ -193,9 +204,16 @@ class WriteBatch:
         self._payloads.clear()
         self._extras = None
         self._ranged = False
+        self._counted = self._counted_n = 0
+
+    def _plain(self) -> bool:
+        """Whether every entry is a plain put from ``put_many`` (``_counted`` holds its bytes)."""
+        return self._counted_n == len(self._keys)
 
     def _entry_bytes(self) -> int:
         """Key plus payload bytes of every entry (what ``Db.write`` accounts)."""
+        if self._counted_n == len(self._keys):
+            return self._counted
         return sum(map(len, self._keys)) + sum(map(len, self._payloads))
 
     def __repr__(self) -> str:

@@ -25,14 +25,17 @@ _PAIR_TYPES = (tuple, list)
 def checked_columns(
     pairs: Iterable[tuple[BytesLike, BytesLike]] | Mapping[BytesLike, BytesLike] | Sequence[BytesLike],
     values: Sequence[BytesLike] | None,
-) -> tuple[Sequence[bytes], Sequence[bytes]]:
-    """``(keys, values)`` of ``put_many``'s arguments, checked; or InvalidArgument (the
-    first bad entry's, as ``put`` words it)."""
+) -> tuple[Sequence[bytes], Sequence[bytes], int]:
+    """``(keys, values, key and value bytes)`` of ``put_many``'s arguments, checked; or
+    InvalidArgument (the first bad entry's, as ``put`` words it). The byte count is the
+    sum the length checks take anyway: ``Db.write`` accounts it without another pass."""
     if values is None:
         keys_in, vals_in = _split_pairs(pairs)
     else:
         keys_in, vals_in = _two_columns(pairs, values)
-    return _keys(keys_in), _values(vals_in)
+    keys, key_bytes = _keys(keys_in)
+    vals, val_bytes = _values(vals_in)
+    return keys, vals, key_bytes + val_bytes
 
 
 def _split_pairs(pairs: object) -> tuple[Sequence[object], Sequence[object]]:
@@ -49,7 +52,7 @@ def _split_pairs(pairs: object) -> tuple[Sequence[object], Sequence[object]]:
     # Every pair a tuple or list (one count), then all of length 2: zip's strict mode
     # fails on a length that differs from the first's, and the first must give 2 columns.
     kinds = list(map(type, seq))
-    if kinds.count(tuple) + kinds.count(list) != n:
+    if kinds.count(tuple) != n and kinds.count(tuple) + kinds.count(list) != n:
         bad = next(p for p in seq if not isinstance(p, _PAIR_TYPES))
         raise InvalidArgument(f"put_many pairs are (key, value) tuples, got {type(bad).__name__}")
     try:
@@ -72,24 +75,29 @@ def _two_columns(keys: object, values: object) -> tuple[Sequence[object], Sequen
     return keys, values
 
 
-def _keys(col: Sequence[object]) -> Sequence[bytes]:
+def _keys(col: Sequence[object]) -> tuple[Sequence[bytes], int]:
     """The keys (the caller's sequence itself when every key is plain bytes: the batch
-    copies its items)."""
+    copies its items) and their bytes."""
     if list(map(type, col)).count(bytes) == len(col):
         ks: Sequence[bytes] = col  # type: ignore[assignment]  # (every item is bytes)
-        if b"" not in ks and _within(ks, MAX_KEY_BYTES):
-            return ks
-    return [check_key(k) for k in col]  # raises the first bad key's error
+        if b"" not in ks:
+            total = sum(map(len, ks))
+            if _within(ks, total, MAX_KEY_BYTES):
+                return ks, total
+    ks = [check_key(k) for k in col]  # raises the first bad key's error
+    return ks, sum(map(len, ks))
 
 
-def _values(col: Sequence[object]) -> Sequence[bytes]:
+def _values(col: Sequence[object]) -> tuple[Sequence[bytes], int]:
     if list(map(type, col)).count(bytes) == len(col):
         vs: Sequence[bytes] = col  # type: ignore[assignment]
-        if _within(vs, MAX_VALUE_BYTES):
-            return vs
-    return [check_value(v) for v in col]
+        total = sum(map(len, vs))
+        if _within(vs, total, MAX_VALUE_BYTES):
+            return vs, total
+    vs = [check_value(v) for v in col]
+    return vs, sum(map(len, vs))
 
 
-def _within(col: Sequence[bytes], limit: int) -> bool:
-    """No item longer than ``limit`` (a column whose total fits has none: one sum, no max)."""
-    return sum(map(len, col)) <= limit or max(map(len, col)) <= limit
+def _within(col: Sequence[bytes], total: int, limit: int) -> bool:
+    """No item longer than ``limit`` (a column whose ``total`` fits has none: no max)."""
+    return total <= limit or max(map(len, col)) <= limit

@@ -21,6 +21,7 @@ import os
 import random
 import threading
 import uuid
+from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import wait
 from contextlib import contextmanager
@@ -64,7 +65,7 @@ from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMis
 from ..format.coding import CODECS
 from ..format.merge import one_operand
 from ..format.range_dels import KIND_RANGE_DEL
-from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, KIND_MERGE, encode_payload
+from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, KIND_MERGE, KIND_VALUE, encode_payload
 from ..journal.backup import BackupReport, backup_from_writer
 from ..journal.compaction import (
     EmbeddedHost,
@@ -490,7 +491,9 @@ class Db(Queries):
                 mem.put(key, e)
                 wal = self.wal
                 wal.keys.append(key)
-                wal.ents.append(e)
+                wal.seqs.append(seq)
+                wal.kinds.append(0)
+                wal.pays.append(value)
                 mem.nbytes += n
                 wal.nbytes += n
                 self._unflushed += n
@@ -554,7 +557,9 @@ class Db(Queries):
         mem.put(k, e)
         wal = self.wal
         wal.keys.append(k)
-        wal.ents.append((seq, KIND_MERGE, one_operand(op)))
+        wal.seqs.append(seq)
+        wal.kinds.append(KIND_MERGE)
+        wal.pays.append(one_operand(op))
         mem.nbytes += n
         wal.nbytes += n
         self._unflushed += n
@@ -612,18 +617,24 @@ class Db(Queries):
             with self._lock:
                 self._admit_locked(check_space=False)
                 return WriteHandle(self.wal, self._seq)
-        if KIND_MERGE in batch._kinds:
-            self._check_merges()
-        if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
-            return self._write_indexed(batch, durable)
         kinds = batch._kinds
         payloads = batch._payloads
-        if batch._extras:  # (the batch's own lists stay as built: a copy is finished)
-            kinds, payloads = list(kinds), list(payloads)
-            self._finish_extras(batch, kinds, payloads)
-            n = sum(map(len, keys)) + sum(map(len, payloads))
+        plain = batch._plain()  # only put_many's puts: no merge, range or extras; bytes counted
+        if plain:
+            if self._indexed:
+                return self._write_indexed(batch, durable)
+            n = batch._counted
         else:
-            n = batch._entry_bytes()
+            if KIND_MERGE in kinds:
+                self._check_merges()
+            if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
+                return self._write_indexed(batch, durable)
+            if batch._extras:  # (the batch's own lists stay as built: a copy is finished)
+                kinds, payloads = list(kinds), list(payloads)
+                self._finish_extras(batch, kinds, payloads)
+                n = sum(map(len, keys)) + sum(map(len, payloads))
+            else:
+                n = batch._entry_bytes()
         n += ENTRY_OVERHEAD * len(keys)
         with self._lock:
             indexed = self._indexed
@@ -635,7 +646,7 @@ class Db(Queries):
                 ):
                     self._admit_locked()
                 latch = self.wal.pending  # before _apply_locked, which may seal the buffer
-                seq = self._apply_locked(keys, kinds, payloads, n, ranged=batch._ranged)
+                seq = self._apply_locked(keys, kinds, payloads, n, ranged=batch._ranged, plain=plain)
         if indexed:  # the first indexed write raced with this one: take the indexed path
             return self._write_indexed(batch, durable)
         if durable:
@@ -651,9 +662,11 @@ class Db(Queries):
         index: tuple[list[bytes], list[int], list[bytes]] | None = None,
         *,
         ranged: bool = False,
+        plain: bool = False,
     ) -> int:
         """Apply one batch under the write lock (admission already checked); its seq.
-        ``ranged``: the batch holds range tombstones (``engine/range_tombstones.py``)."""
+        ``ranged``: the batch holds range tombstones (``engine/range_tombstones.py``);
+        ``plain``: every entry is a plain put (``WriteBatch._plain``)."""
         if self._txn_log is not None:  # may raise TransactionConflict: then nothing is applied
             if ranged:
                 self._txn_log.admit(self._seq + 1, *batch_ranges(keys, kinds, payloads))
@@ -664,28 +677,33 @@ class Db(Queries):
         seq = self._seq = self._seq + 1
         self._m_puts += len(keys)
         self._m_put_bytes += n - ENTRY_OVERHEAD * len(keys)
-        ents: list[Entry] = list(zip(repeat(seq), kinds, payloads))
+        # (a plain batch's kinds are all KIND_VALUE: not read)
+        ents: list[Entry] = list(zip(repeat(seq), repeat(KIND_VALUE) if plain else kinds, payloads))
         mem = self._mem
         if ranged:
             apply_to_memtable(mem, keys, ents)  # (merges stack onto the batch's range tombstones)
-        elif KIND_MERGE in kinds:
+        elif not plain and KIND_MERGE in kinds:
             put_entries(mem, keys, ents)  # merges stack on the memtable's entries, in order
         else:
             mem.put_many(keys, ents)
         wal = self.wal
-        wal.keys.extend(keys)
-        wal.ents.extend(ents)
+        wal.keys += keys
+        wal.seqs += array("Q", (seq,)) * len(keys)
+        wal.kinds += bytes(len(keys)) if plain else bytes(kinds)  # (KIND_VALUE is 0)
+        wal.pays += payloads
         if index is not None and index[0]:
             ikeys, ikinds, ipays = index
             sub = mem.sub
             assert sub is not None
             sub.put_many(ikeys, [(seq, k, p) for k, p in zip(ikinds, ipays)])
-            wal.keys.extend(ikeys)
-            wal.ents.extend((seq, k | FLAG_INDEX_TREE, p) for k, p in zip(ikinds, ipays))
+            wal.keys += ikeys
+            wal.seqs += array("Q", (seq,)) * len(ikeys)
+            wal.kinds += bytes(k | FLAG_INDEX_TREE for k in ikinds)
+            wal.pays += ipays
         mem.nbytes += n
         wal.nbytes += n
         self._unflushed += n
-        if wal.nbytes >= wal.max_buffer_bytes:
+        if wal.nbytes >= wal.max_buffer_bytes and not wal.flush_asked:
             wal.request_flush()
         if mem.nbytes >= self.settings.l0_sst_size_bytes:
             self._freeze_locked()

@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from array import array
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,29 +53,34 @@ from ..errors import AlreadyExists, ClosedError, CorruptionError, FencedError, S
 from ..format import paths
 from ..format.coding import crc32c_of
 from ..format.journal import wal_ref
-from ..format.wal import Locations, encode_wal_layout, is_empty_wal, locate_values, wal_object_epoch
+from ..format.wal import Locations, encode_wal_columns, is_empty_wal, locate_values, wal_object_epoch
 from ..manifest.model import JournalFile, TrackedWal
 from ..settings import Settings
 from ..store.base import ObjectStore
-from .memtable import Entry
 
 log = logging.getLogger("shaledb.wal")
 
 
 class WalSegment:
-    __slots__ = ("done", "ents", "id", "keys", "sink")
+    """The entries of one WAL object, as columns (``WalWriter``'s buffer when it was cut)."""
+
+    __slots__ = ("done", "id", "keys", "kinds", "pays", "seqs", "sink")
 
     def __init__(
         self,
         wal_id: int,
         keys: list[bytes],
-        ents: list[Entry],
+        seqs: array[int],
+        kinds: bytearray,
+        pays: list[bytes],
         sink: Locations | None,
         done: threading.Event,
     ) -> None:
         self.id = wal_id
         self.keys = keys
-        self.ents = ents
+        self.seqs = seqs
+        self.kinds = kinds
+        self.pays = pays
         self.sink = sink
         self.done = done
         """Set once the object is written (or the WAL failed): wakes only this segment's waiters."""
@@ -138,9 +144,13 @@ class WalWriter:
         self.codec = codec
         self.block_size = max(block_size, 16 * 1024)
         self.on_failure = on_failure
-        # Buffer (guarded by ``lock``).
+        # Buffer (guarded by ``lock``): the entries ``(seq, kind, payload)`` of ``keys`` as
+        # columns, the shape the object is encoded from (no per-entry tuple to take apart
+        # on this thread; a batch extends each column with one C-level call).
         self.keys: list[bytes] = []
-        self.ents: list[Entry] = []
+        self.seqs: array[int] = array("Q")
+        self.kinds = bytearray()
+        self.pays: list[bytes] = []
         self.nbytes = 0
         self.pending = threading.Event()
         """The buffer's latch (becomes its segment's ``done``): a durable write waits on it."""
@@ -181,11 +191,13 @@ class WalWriter:
         """Turn the buffer into a segment with the next WAL id."""
         if not self.keys:
             return None
-        seg = WalSegment(self._next_id, self.keys, self.ents, self.sink, self.pending)
+        seg = WalSegment(self._next_id, self.keys, self.seqs, self.kinds, self.pays, self.sink, self.pending)
         self.pending = threading.Event()
         self._next_id += 1
         self.keys = []
-        self.ents = []
+        self.seqs = array("Q")
+        self.kinds = bytearray()
+        self.pays = []
         self.nbytes = 0
         return seg
 
@@ -205,6 +217,14 @@ class WalWriter:
 
     def request_flush(self) -> None:
         self._ask()
+
+    @property
+    def flush_asked(self) -> bool:
+        """A cut was asked for and not made yet (under ``lock``: the next cut takes
+        everything buffered so far). A writer whose batch filled the buffer asks only
+        if this is False: while the flusher waits for the interpreter, every batch
+        would otherwise set the wake-up event again."""
+        return self._asked
 
     def _ask(self) -> None:
         self._asked = True
@@ -409,9 +429,11 @@ class WalWriter:
             self._flights[0].fut.exception()  # waits; the result is read by _land_done
 
     def _submit(self, seg: WalSegment) -> None:
-        data, offsets, ends = encode_wal_layout(
+        data, offsets, ends = encode_wal_columns(
             seg.keys,
-            seg.ents,
+            seg.seqs,
+            seg.kinds,
+            seg.pays,
             epoch=self.epoch,
             nonce=self.rng.getrandbits(128).to_bytes(16, "little"),
             created_at_ms=int(self.clock.now() * 1000),
@@ -453,19 +475,19 @@ class WalWriter:
         log.debug("wrote WAL object %d: %d entries, %d bytes", seg.id, len(seg.keys), len(data))
         tracked = TrackedWal(seg.id, len(data), crc32c_of(data))
         thr = self.threshold
-        if thr is not None and seg.ents and seg.sink is not None:
-            locate_values(seg.id, seg.keys, seg.ents, f.offsets, f.ends, thr, seg.sink)
+        seqs = seg.seqs
+        if thr is not None and seqs and seg.sink is not None:
+            ents = list(zip(seqs, seg.kinds, seg.pays))
+            locate_values(seg.id, seg.keys, ents, f.offsets, f.ends, thr, seg.sink)
         with self._cv:
             self.durable_wal_id = seg.id
             self.objects_written += 1
             self.bytes_written += len(data)
-            if seg.ents:
-                self.durable_seq = max(self.durable_seq, seg.ents[-1][0])
+            if seqs:
+                self.durable_seq = max(self.durable_seq, seqs[-1])
                 if thr is not None:
                     self._journal.append(
-                        JournalFile(
-                            wal_ref(seg.id), len(data), len(seg.ents), seg.ents[0][0], seg.ents[-1][0]
-                        )
+                        JournalFile(wal_ref(seg.id), len(data), len(seqs), seqs[0], seqs[-1])
                     )
             self._written.append(tracked)
             self._cv.notify_all()

@@ -35,7 +35,6 @@ import struct
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from itertools import accumulate
 
 from ..errors import CorruptionError
 from .coding import (
@@ -50,6 +49,7 @@ from .coding import (
     u64_array,
     unframe_block,
 )
+from .offsets import packed_offsets
 from .range_dels import KIND_RANGE_DEL
 from .row import KNOWN_BITS, TYPE_MASK
 
@@ -184,8 +184,8 @@ def encode_columns(
     return b"".join(
         (
             _U32.pack(len(keys)),
-            pack_u32s(array("I", accumulate(key_lens, initial=0))),
-            pack_u32s(array("I", accumulate(val_lens, initial=0))),
+            packed_offsets(key_lens),  # (a fixed-width column's offsets are packed once)
+            packed_offsets(val_lens),
             pack_u64s(seqs),
             kinds,
             b"".join(keys),

@@ -40,6 +40,33 @@ def encode_wal_layout(
 ) -> tuple[bytearray, list[int], list[int]]:
     """:func:`encode_wal` plus the block layout (``SstBuilder.block_layout``), as the
     builder's own buffer: the object only goes to the store, so no copy into bytes."""
+    return encode_wal_columns(
+        keys,
+        list(map(_SEQ, ents)),  # (three C-level column reads: a transposing zip costs more)
+        list(map(_KIND, ents)),
+        list(map(_PAYLOAD, ents)),
+        epoch=epoch,
+        nonce=nonce,
+        created_at_ms=created_at_ms,
+        codec=codec,
+        block_size=block_size,
+    )
+
+
+def encode_wal_columns(
+    keys: Sequence[bytes],
+    seqs: Sequence[int],
+    kinds: Sequence[int],
+    pays: Sequence[bytes],
+    *,
+    epoch: int,
+    nonce: bytes,
+    created_at_ms: int,
+    codec: int,
+    block_size: int,
+) -> tuple[bytearray, list[int], list[int]]:
+    """:func:`encode_wal_layout` of entries given as columns (the WAL writer's buffer:
+    an ``array`` of sequence numbers, a ``bytearray`` of kinds)."""
     b = SstBuilder(
         kind=SST_WAL,
         block_size=block_size,
@@ -48,8 +75,8 @@ def encode_wal_layout(
         created_at_ms=created_at_ms,
         nonce=nonce,
     )
-    if keys:  # (three C-level column reads: a transposing zip costs more)
-        b.add_many(keys, list(map(_SEQ, ents)), list(map(_KIND, ents)), list(map(_PAYLOAD, ents)))
+    if keys:
+        b.add_many(keys, seqs, kinds, pays)
     offsets, ends = b.block_layout()
     return b.finish_buffer()[0], offsets, ends
 
