@@ -89,6 +89,7 @@ from ..store.base import ObjectMeta, ObjectStore
 from ..store.roots import foreign_roots
 from ..store.stack import close_quietly, open_stack
 from ..store.twophase import TWO_PHASE_TMP_PREFIX, TwoPhaseStore
+from ..store.wrappers import find_wrapper
 from .destruction import LifecycleSteps
 
 log = logging.getLogger("shaledb.gc")
@@ -147,18 +148,6 @@ class GcReport:
             "detached": self.detached,
             "duration_s": round(self.duration_s, 3),
         }
-
-
-def find_two_phase(store: ObjectStore) -> TwoPhaseStore | None:
-    """The two-phase store in a wrapper chain, if any (it knows which tmp objects are pending)."""
-    s: Any = store
-    for _ in range(16):
-        if isinstance(s, TwoPhaseStore):
-            return s
-        s = getattr(s, "inner", None)
-        if s is None:
-            return None
-    return None
 
 
 class GarbageCollector:
@@ -450,7 +439,7 @@ class GarbageCollector:
         self._delete(cls, doomed, dry, report)
 
     def _tmp(self, cutoff: float, live_from: float, dry: bool, report: GcReport) -> None:
-        tp = find_two_phase(self.store)
+        tp: TwoPhaseStore | None = find_wrapper(self.store, TwoPhaseStore)
         pending = {r.source for r in tp.log.pending(tp.namespace)} if tp is not None else set()
         doomed = []
         metas = list(self.store.list(paths.TMP_DIR))
@@ -546,4 +535,4 @@ class EmbeddedGc:
         self._thread.join()
 
 
-__all__ = ["CLASSES", "EmbeddedGc", "GarbageCollector", "GcReport", "find_two_phase"]
+__all__ = ["CLASSES", "EmbeddedGc", "GarbageCollector", "GcReport"]
