@@ -115,3 +115,15 @@ class GateStore(StoreWrapper):
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
         self._gate("list", prefix)
         return self.inner.list(prefix, offset=offset)
+
+
+def model_scan(
+    model: dict[bytes, bytes], start: bytes | None, end: bytes | None, reverse: bool, limit: int | None
+) -> list[tuple[bytes, bytes]]:
+    """What ``Db.scan(start, end, reverse=, limit=)`` must return over a dict model."""
+    rows = sorted(
+        (k, v) for k, v in model.items() if (start is None or k >= start) and (end is None or k < end)
+    )
+    if reverse:
+        rows.reverse()
+    return rows if limit is None else rows[:limit]

@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterator
 
 import pytest
+from engine_support import model_scan
 
 from shaledb import Db, Settings
 from shaledb.format import block as block_mod
@@ -36,17 +37,6 @@ def db(mem_url: str) -> Iterator[Db]:
         yield d
 
 
-def _model_scan(
-    model: dict[bytes, bytes], start: bytes | None, end: bytes | None, reverse: bool, limit: int | None
-) -> list[tuple[bytes, bytes]]:
-    rows = sorted(
-        (k, v) for k, v in model.items() if (start is None or k >= start) and (end is None or k < end)
-    )
-    if reverse:
-        rows.reverse()
-    return rows if limit is None else rows[:limit]
-
-
 def _check_random_scans(db: Db, model: dict[bytes, bytes], rng: random.Random, n: int, rounds: int) -> None:
     for _ in range(rounds):
         a, b = sorted(rng.randrange(-5, n + 5) for _ in range(2))
@@ -55,7 +45,7 @@ def _check_random_scans(db: Db, model: dict[bytes, bytes], rng: random.Random, n
         reverse = rng.random() < 0.5
         limit = rng.choice((None, None, 0, 1, 7, 100, 1000))
         got = list(db.scan(start, end, reverse=reverse, limit=limit))
-        assert got == _model_scan(model, start, end, reverse, limit), (start, end, reverse, limit)
+        assert got == model_scan(model, start, end, reverse, limit), (start, end, reverse, limit)
     prefix = key(rng.randrange(n))[:-2]
     want = sorted((k, v) for k, v in model.items() if k.startswith(prefix))
     assert list(db.scan(prefix=prefix)) == want
@@ -116,9 +106,9 @@ def test_a_snapshot_scans_its_view_while_the_database_changes(db: Db, seed: int)
     for i in range(100, 400):
         model.pop(key(i), None)
     db.flush(memtable=True)
-    assert head + list(it) == _model_scan(before, None, None, False, None)
-    assert list(snap.scan(reverse=True, limit=50)) == _model_scan(before, None, None, True, 50)
-    assert list(db.scan()) == _model_scan(model, None, None, False, None)
+    assert head + list(it) == model_scan(before, None, None, False, None)
+    assert list(snap.scan(reverse=True, limit=50)) == model_scan(before, None, None, True, 50)
+    assert list(db.scan()) == model_scan(model, None, None, False, None)
     snap.close()
 
 

@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+from engine_support import model_scan
 
 from shaledb import CompactorOptions, CorruptionError, Db, Settings
 from shaledb.engine.sst_rows import IN_PLACE_READS
@@ -46,17 +47,6 @@ def _decoded(db: Db) -> int:
     return sum(1 for k in db._tables.cache.entries if isinstance(k, tuple) and len(k) == 2)
 
 
-def _model_scan(
-    model: dict[bytes, bytes], start: bytes | None, end: bytes | None, reverse: bool, limit: int | None
-) -> list[tuple[bytes, bytes]]:
-    rows = sorted(
-        (k, v) for k, v in model.items() if (start is None or k >= start) and (end is None or k < end)
-    )
-    if reverse:
-        rows.reverse()
-    return rows if limit is None else rows[:limit]
-
-
 def _check(db: Db, model: dict[bytes, bytes], rng: random.Random, n: int, rounds: int) -> None:
     for _ in range(rounds):
         a = rng.randrange(-5, n + 5)
@@ -66,7 +56,7 @@ def _check(db: Db, model: dict[bytes, bytes], rng: random.Random, n: int, rounds
         reverse = rng.random() < 0.3
         limit = rng.choice((None, 0, 1, 5, 37, 100, 100, 250, 1024, 1025, 3000))
         got = list(db.scan(start, end, reverse=reverse, limit=limit))
-        assert got == _model_scan(model, start, end, reverse, limit), (start, end, reverse, limit)
+        assert got == model_scan(model, start, end, reverse, limit), (start, end, reverse, limit)
     prefix = key(rng.randrange(n))[:-2]
     want = sorted((k, v) for k, v in model.items() if k.startswith(prefix))
     assert list(db.scan(prefix=prefix)) == want
@@ -94,7 +84,7 @@ def test_first_scans_read_in_place_then_decode_and_match_the_model(url: str, see
     with Db.open(url, settings=QUIET) as db:
         model = _fill(db, rng, n)
     with Db.open(url, settings=QUIET) as db:
-        everything = _model_scan(model, None, None, False, None)
+        everything = model_scan(model, None, None, False, None)
         assert list(db.scan()) == everything
         # Read in place: all blocks but those a decode met first (the first of its shape,
         # the one at the end of the first chunk read) and the last (its own shape).
@@ -137,7 +127,7 @@ def test_a_sorted_run_of_several_ssts_and_deletes_match_the_model(url: str, seed
             db.put(key(i), b"new", durable=False)
             model[key(i)] = b"new"
         _check(db, model, rng, n, 30)  # memtable + run: the merged path
-        assert list(snap.scan(limit=500)) == _model_scan(before, None, None, False, 500)
+        assert list(snap.scan(limit=500)) == model_scan(before, None, None, False, 500)
         snap.close()
 
 
@@ -163,14 +153,14 @@ def test_a_damaged_block_read_in_place_is_refused(url: str, seed: int) -> None:
     with Db.open(url, settings=QUIET) as db:
         (r,) = _readers(db)
         first_bad = r.index.keys[bad - 1] + b"\x00"  # (index keys: each block's last key)
-        assert list(db.scan(key(0), key(50))) == _model_scan(model, key(0), key(50), False, None)
+        assert list(db.scan(key(0), key(50))) == model_scan(model, key(0), key(50), False, None)
         assert block_mod._shapes  # the block's shape is known: it would be read in place
         with pytest.raises(CorruptionError):
             list(db.scan(key(60), limit=2000))
         with pytest.raises(CorruptionError):
             list(db.scan(first_bad, limit=1))
         assert r.seen[bad] == 0
-        assert list(db.scan(key(2000), limit=300)) == _model_scan(model, key(2000), None, False, 300)
+        assert list(db.scan(key(2000), limit=300)) == model_scan(model, key(2000), None, False, 300)
 
 
 def test_a_damaged_cached_chunk_is_read_again_from_the_store(url: str, seed: int) -> None:
@@ -179,7 +169,7 @@ def test_a_damaged_cached_chunk_is_read_again_from_the_store(url: str, seed: int
     with Db.open(url, settings=QUIET) as db:
         model = _fill(db, rng, n)
     with Db.open(url, settings=QUIET) as db:
-        assert list(db.scan(limit=3)) == _model_scan(model, None, None, False, 3)  # caches chunk 0
+        assert list(db.scan(limit=3)) == model_scan(model, None, None, False, 3)  # caches chunk 0
         (r,) = _readers(db)
         cache = db._tables.cache
         ck = (r.id, "chunk", 0)
@@ -189,4 +179,4 @@ def test_a_damaged_cached_chunk_is_read_again_from_the_store(url: str, seed: int
             damaged[(r.index.offsets[i] + r.index.offsets[i + 1]) // 2] ^= 0x01
         cache.put(ck, bytes(damaged), len(damaged))
         start = r.index.keys[4] + b"\x00"
-        assert list(db.scan(start, limit=1000)) == _model_scan(model, start, None, False, 1000)
+        assert list(db.scan(start, limit=1000)) == model_scan(model, start, None, False, 1000)
