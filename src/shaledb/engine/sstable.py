@@ -469,11 +469,16 @@ class SstReader:
         idx = self.index
         n = len(idx.keys)
         i = 0 if start is None else bisect_left(idx.keys, start)
+        return self._holding_cursor(lambda held: self._chunks(i, n, start, end, rows, held))
+
+    def _holding_cursor(self, run: Callable[[list[Cursor] | None], Iterator[Chunk]]) -> Iterator[Chunk]:
+        """``run``'s chunks, then the read-ahead cursor it opened (into ``held``) closed,
+        also when the scan stops early; ``held`` is None when this reader reads no ahead."""
         held: list[Cursor] | None = (
             [] if self.ahead is not None and self.ahead.on and self.read_ahead > 0 else None
         )
         try:
-            yield from self._chunks(i, n, start, end, rows, held)
+            yield from run(held)
         finally:
             if held:
                 held[0].close()
@@ -559,14 +564,7 @@ class SstReader:
         idx = self.index
         n = len(idx.keys)
         i = n - 1 if end is None else min(n - 1, bisect_left(idx.keys, end))
-        held: list[Cursor] | None = (
-            [] if self.ahead is not None and self.ahead.on and self.read_ahead > 0 else None
-        )
-        try:
-            yield from self._chunks_reversed(i, start, end, rows, held)
-        finally:
-            if held:
-                held[0].close()
+        return self._holding_cursor(lambda held: self._chunks_reversed(i, start, end, rows, held))
 
     def _chunks_reversed(
         self, i: int, start: bytes | None, end: bytes | None, rows: int | None, held: list[Cursor] | None
