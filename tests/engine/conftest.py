@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from shaledb.store import ObjectStore, open_store
@@ -11,3 +13,11 @@ from shaledb.store import ObjectStore, open_store
 def store(url: str) -> ObjectStore:
     """A fresh, empty store of each kind (``url`` is parametrized over both)."""
     return open_store(url)
+
+
+@pytest.fixture
+def seed() -> int:
+    """A fresh seed for a randomized test, printed so that a failure can be replayed."""
+    s = random.SystemRandom().randrange(2**32)
+    print(f"seed={s}")
+    return s

@@ -127,3 +127,14 @@ def model_scan(
     if reverse:
         rows.reverse()
     return rows if limit is None else rows[:limit]
+
+
+SMALL_BLOCKS = Settings(
+    compactor=None, garbage_collector=None, block_size_bytes=1024, block_cache_bytes=1 << 20
+)
+"""Scan tests' settings: 1 KiB blocks (many per SST) and a small cache, nothing in the background."""
+
+
+def key(i: int) -> bytes:
+    """The ``i``-th key of the scan tests (fixed width: blocks of one shape)."""
+    return b"k%06d" % i

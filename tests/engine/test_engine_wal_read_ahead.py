@@ -56,13 +56,6 @@ class WalGauge(StoreWrapper):
                 self.now -= 1
 
 
-@pytest.fixture
-def seed() -> int:
-    s = random.SystemRandom().randrange(2**32)
-    print(f"seed={s}")
-    return s
-
-
 def _write_objects(db: Db, start: int = 0) -> dict[bytes, bytes]:
     """``OBJECTS`` durable writes, each its own WAL object: ``b"k"`` again and a key of its own."""
     want: dict[bytes, bytes] = {}

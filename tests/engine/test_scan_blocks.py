@@ -12,28 +12,15 @@ import random
 from collections.abc import Iterator
 
 import pytest
-from engine_support import model_scan
+from engine_support import SMALL_BLOCKS, key, model_scan
 
-from shaledb import Db, Settings
+from shaledb import Db
 from shaledb.format import block as block_mod
-
-QUIET = Settings(compactor=None, garbage_collector=None, block_size_bytes=1024, block_cache_bytes=1 << 20)
-
-
-def key(i: int) -> bytes:
-    return b"k%06d" % i
-
-
-@pytest.fixture
-def seed() -> int:
-    s = random.randrange(1 << 30)
-    print("seed", s)
-    return s
 
 
 @pytest.fixture
 def db(mem_url: str) -> Iterator[Db]:
-    with Db.open(mem_url, settings=QUIET) as d:
+    with Db.open(mem_url, settings=SMALL_BLOCKS) as d:
         yield d
 
 

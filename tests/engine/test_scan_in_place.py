@@ -10,27 +10,15 @@ import random
 from pathlib import Path
 
 import pytest
-from engine_support import model_scan
+from engine_support import SMALL_BLOCKS, key, model_scan
 
-from shaledb import CompactorOptions, CorruptionError, Db, Settings
+from shaledb import CompactorOptions, CorruptionError, Db
 from shaledb.engine.sst_rows import IN_PLACE_READS
 from shaledb.engine.sstable import SstReader
 from shaledb.format import block as block_mod
 from shaledb.testing.compacting import compact_until_idle
 
-QUIET = Settings(compactor=None, garbage_collector=None, block_size_bytes=1024, block_cache_bytes=1 << 20)
 VALUE = 24
-
-
-def key(i: int) -> bytes:
-    return b"k%06d" % i
-
-
-@pytest.fixture
-def seed() -> int:
-    s = random.randrange(1 << 30)
-    print("seed", s)
-    return s
 
 
 def _readers(db: Db) -> list[SstReader]:
@@ -81,9 +69,9 @@ def url(tmp_path: Path) -> str:
 def test_first_scans_read_in_place_then_decode_and_match_the_model(url: str, seed: int) -> None:
     rng = random.Random(seed)
     n = 4000
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         model = _fill(db, rng, n)
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         everything = model_scan(model, None, None, False, None)
         assert list(db.scan()) == everything
         # Read in place: all blocks but those a decode met first (the first of its shape,
@@ -97,7 +85,7 @@ def test_first_scans_read_in_place_then_decode_and_match_the_model(url: str, see
         seen = [c for r in _readers(db) for c in r.seen]
         assert seen.count(IN_PLACE_READS) >= len(seen) - 3
         assert _decoded(db) == len(seen)
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         for _ in range(4):  # in place, then from decoded blocks
             _check(db, model, rng, n, 40)
         assert _in_place_reads(db) > 0
@@ -106,7 +94,7 @@ def test_first_scans_read_in_place_then_decode_and_match_the_model(url: str, see
 def test_a_sorted_run_of_several_ssts_and_deletes_match_the_model(url: str, seed: int) -> None:
     rng = random.Random(seed)
     n = 3000
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         model = _fill(db, rng, n)
         for i in rng.sample(range(n), 300):  # tombstones: blocks of mixed widths
             db.delete(key(i), durable=False)
@@ -116,7 +104,7 @@ def test_a_sorted_run_of_several_ssts_and_deletes_match_the_model(url: str, seed
             db.put(key(i), v, durable=False)
         db.flush(memtable=True)
     compact_until_idle(url, CompactorOptions(min_l0_ssts=2, min_merge_runs=2, max_sst_size_bytes=16 * 1024))
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         assert not db._view.l0 and len(db._view.runs) == 1 and len(db._view.runs[0].ssts) > 3
         snap = db.snapshot()
         for _ in range(3):
@@ -133,7 +121,7 @@ def test_a_sorted_run_of_several_ssts_and_deletes_match_the_model(url: str, seed
 
 def _flip_in_block(url: str, which: int) -> int:
     """Flip a byte in the middle of data block ``which`` of the database's one SST; its index."""
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         (r,) = _readers(db)
         offs = r.index.offsets
         assert len(offs) > which + 2
@@ -147,10 +135,10 @@ def _flip_in_block(url: str, which: int) -> int:
 def test_a_damaged_block_read_in_place_is_refused(url: str, seed: int) -> None:
     rng = random.Random(seed)
     n = 3000
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         model = _fill(db, rng, n)
     bad = _flip_in_block(url, 20)
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         (r,) = _readers(db)
         first_bad = r.index.keys[bad - 1] + b"\x00"  # (index keys: each block's last key)
         assert list(db.scan(key(0), key(50))) == model_scan(model, key(0), key(50), False, None)
@@ -166,9 +154,9 @@ def test_a_damaged_block_read_in_place_is_refused(url: str, seed: int) -> None:
 def test_a_damaged_cached_chunk_is_read_again_from_the_store(url: str, seed: int) -> None:
     rng = random.Random(seed)
     n = 3000
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         model = _fill(db, rng, n)
-    with Db.open(url, settings=QUIET) as db:
+    with Db.open(url, settings=SMALL_BLOCKS) as db:
         assert list(db.scan(limit=3)) == model_scan(model, None, None, False, 3)  # caches chunk 0
         (r,) = _readers(db)
         cache = db._tables.cache

@@ -212,7 +212,7 @@ class WriteBatch:
 
     def _entry_bytes(self) -> int:
         """Key plus payload bytes of every entry (what ``Db.write`` accounts)."""
-        if self._counted_n == len(self._keys):
+        if self._plain():
             return self._counted
         return sum(map(len, self._keys)) + sum(map(len, self._payloads))
 

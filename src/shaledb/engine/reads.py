@@ -580,7 +580,7 @@ def _scan_ssts(
 
     A scan with a small ``limit`` (at most ``ONE_LIST_ROWS``) gets one list of all its
     rows: a 100-key scan meets about four blocks, and each list handed out costs a
-    trip through three generators and ``chain`` (issue 30, third attempt).
+    trip through three generators and ``chain``.
     """
     left = limit
     value = vis.value
@@ -596,40 +596,30 @@ def _scan_ssts(
                     continue
             if reverse:
                 keys, seqs, kinds, payloads = keys[::-1], seqs[::-1], kinds[::-1], payloads[::-1]
+            out = [] if one is None else one  # (a short scan's rows all go to ``one``)
             if not capped and kinds.count(0) == len(kinds):
-                if left is not None and len(keys) >= left:
-                    if one is not None:
-                        one += zip(keys[:left], payloads[:left])
-                        yield one
-                    else:
-                        yield list(zip(keys[:left], payloads[:left]))
-                    return
-                if one is not None:
-                    one += zip(keys, payloads)
-                    left -= len(keys)  # type: ignore[operator]
-                    continue
-                pairs = list(zip(keys, payloads))
+                if left is not None and len(keys) > left:
+                    keys, payloads = keys[:left], payloads[:left]
+                out += zip(keys, payloads)
+                got = len(keys)
             else:
-                pairs = []
+                was = len(out)
                 for k, s, kind, p in zip(keys, seqs, kinds, payloads):
                     if capped and s > seq:  # type: ignore[operator]
                         continue
                     v = p if kind == 0 else value(k, kind, p)
                     if v is not None:
-                        pairs.append((k, v))
-                if left is not None and len(pairs) >= left:
-                    if one is not None:
-                        one += pairs[:left]
-                        yield one
-                    else:
-                        yield pairs[:left]
-                    return
-                if one is not None:
-                    one += pairs
-                    left -= len(pairs)  # type: ignore[operator]
-                    continue
+                        out.append((k, v))
+                got = len(out) - was
+                if left is not None and got > left:
+                    del out[was + left :]
+                    got = left
             if left is not None:
-                left -= len(pairs)
-            yield pairs
+                left -= got
+                if left <= 0:
+                    yield out
+                    return
+            if one is None:
+                yield out
     if one:
         yield one
