@@ -163,6 +163,12 @@ class NotSupported(ShaleError):
     """The store cannot do this operation (e.g. conditional writes)."""
 
 
+class SetupError(ShaleError):
+    """The environment around shaledb is not set up for the operation, e.g. Spark's
+    Python workers run an interpreter that cannot import shaledb. Nothing was
+    changed; the message names the setting to fix."""
+
+
 class MergeError(ShaleError):
     """A merge could not be folded (``shaledb.merge``): no operator, another operator,
     or the operator failed. Nothing stored was changed."""
@@ -202,6 +208,7 @@ __all__ = [
     "InvalidPathError",
     "NotFound",
     "NotSupported",
+    "SetupError",
     "ObjectNotFound",
     "PermissionDenied",
     "PreconditionFailed",

@@ -47,17 +47,23 @@ def register(spark: Any) -> None:
     sources do. Unless the session set it, ``HIDE_TRACEBACK`` is turned on:
     an error raised in a Python worker (a shaledb error in the data source)
     then reaches the user as one line, ``ErrorClass: message``, right after
-    Spark's own prefix, instead of at the end of a worker traceback.
+    Spark's own prefix, instead of at the end of a worker traceback. In
+    local mode it first checks that the workers' interpreter can import
+    shaledb (:class:`~shaledb.errors.SetupError` if not, see ``workers.py``).
     """
     from .source import ShaleDataSource
+    from .workers import check_worker_python
 
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: the workers are the server's, not ours to check  # noqa: BLE001
+        sc = None
+    if sc is not None:
+        check_worker_python(str(sc.pythonExec), str(sc.master))
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     if spark.conf.get(HIDE_TRACEBACK, None) is None:  # unless the session chose otherwise
         spark.conf.set(HIDE_TRACEBACK, "true")
-    try:
-        slots = int(spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect has no SparkContext; plan by size alone  # noqa: BLE001
-        slots = 1
+    slots = int(sc.defaultParallelism) if sc is not None else 1  # Connect: plan by size alone
     spark.dataSource.register(ShaleDataSource.for_session(slots))
 
 
