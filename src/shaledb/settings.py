@@ -410,6 +410,13 @@ class Settings:
       in the value journal (the WAL objects, kept) and the LSM holds a pointer;
       None keeps every value in the LSM and WAL objects are garbage once in L0.
       ``journal_max_bytes`` -- size of the objects journal compaction writes.
+      ``journal_whole_block_max_bytes`` -- a get of a value whose pointer gives its
+      byte range (pointer version 2) reads its whole journal block instead, and
+      caches it, when that block is at most this many bytes. 0 (the default):
+      only the value's own bytes; a write batch is one block, so a whole block
+      can be a hundred values. Worth raising on a store with long round trips
+      when gets cluster by write batch: a neighbour's get is then a cache hit
+      (docs/benchmarks.md, "Value-journal gets read their own bytes").
       ``journal`` -- recovery strategy and journal compaction (:class:`JournalOptions`).
     """
 
@@ -438,6 +445,7 @@ class Settings:
     wal_max_in_flight: int = WAL_MAX_IN_FLIGHT
     value_separation_threshold: int | None = None
     journal_max_bytes: int = 64 * MiB
+    journal_whole_block_max_bytes: int = 0
     journal: JournalOptions = field(default_factory=JournalOptions)
     retry: RetryOptions = field(default_factory=RetryOptions)
     compactor: CompactorOptions | None = field(default_factory=CompactorOptions)
@@ -494,6 +502,7 @@ class Settings:
         if self.value_separation_threshold is not None:
             _integer("value_separation_threshold", self.value_separation_threshold, minimum=1)
         _integer("journal_max_bytes", self.journal_max_bytes, minimum=4 * KiB)
+        _integer("journal_whole_block_max_bytes", self.journal_whole_block_max_bytes, minimum=0)
         if not isinstance(self.journal, JournalOptions):
             raise InvalidArgument(f"journal must be a JournalOptions, got {self.journal!r}")
         for name, typ in (

@@ -13,8 +13,9 @@ import random
 
 import pytest
 
-from shaledb import CorruptionError, Db, WriteBatch
+from shaledb import CorruptionError, Db, Settings, WriteBatch
 from shaledb.engine.cache import LruCache
+from shaledb.errors import InvalidArgument
 from shaledb.format import paths
 from shaledb.format.journal import Pointer, decode_pointer, encode_pointer, wal_ref
 from shaledb.format.row import KIND_VALUE
@@ -166,3 +167,24 @@ def test_a_get_after_a_batch_of_large_values_reads_about_one_value(
                 before = db.metrics()["store_bytes_read_total"]
                 assert db.get(k) == vals[k]
                 assert db.metrics()["store_bytes_read_total"] - before < 8 * VALUE
+
+
+def test_small_enough_blocks_are_read_whole_when_asked(memory_store: ObjectStore, seed: int) -> None:
+    """``Settings.journal_whole_block_max_bytes``: a block at most that big is read whole
+    and cached, so its other values cost no read (a store with long round trips)."""
+    rng = random.Random(seed)
+    data, sink, vals = _object(rng)
+    memory_store.put(paths.journal_object_path(wal_ref(WAL_ID)), bytes(data))
+    block_len = decode_pointer(next(iter(sink.values()))[1]).block_len
+    counted = InstrumentedStore(memory_store)
+    res = JournalResolver(lambda _db: counted, LruCache(8 << 20), None, block_len)
+    for k in rng.sample(sorted(vals), 20):
+        assert res.resolve(k, sink[k][1]) == vals[k]
+    s = counted.snapshot()
+    assert s.total_requests == 1 and s.bytes_read == block_len
+    small = JournalResolver(lambda _db: counted, LruCache(8 << 20), None, block_len - 1)
+    for k in rng.sample(sorted(vals), 20):
+        assert small.resolve(k, sink[k][1]) == vals[k]
+    assert (counted.snapshot() - s).bytes_read == 20 * VALUE
+    with pytest.raises(InvalidArgument):
+        Settings(journal_whole_block_max_bytes=-1)

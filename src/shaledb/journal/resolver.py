@@ -17,7 +17,11 @@ pointer reads only the value's bytes (a batch of a hundred 4 KiB values is one
 pointer's CRC and caches them under ``("journal-value", db, ref, offset)``,
 the value's own offset in the object: the two kinds of entry have distinct
 keys and a value is never taken for a block. A version 2 read served by a
-block already cached (read for a version 1 pointer into it) reads nothing.
+block already cached (read for a version 1 pointer into it) reads nothing,
+and one whose block is at most ``whole_block_max_bytes``
+(``Settings.journal_whole_block_max_bytes``; 0 by default) reads and caches
+the whole block, as version 1 does: on a store with long round trips the
+block's other values then cost no round trip.
 The disk cache below (``store/disk_cache.py``) caches aligned parts of
 objects whatever range is asked, so it needs no such care. A damaged or
 missing object raises ``CorruptionError`` naming it: the value is lost, the
@@ -48,8 +52,10 @@ class JournalResolver:
         store_for: Callable[[int], ObjectStore],
         cache: LruCache,
         manifest: Callable[[], Manifest] | None = None,
+        whole_block_max_bytes: int = 0,
     ) -> None:
         self._store_for = store_for
+        self._whole_block_max = whole_block_max_bytes
         self._cache = cache
         self._manifest = manifest
         self._dbs: dict[str, int] = {}
@@ -110,9 +116,12 @@ class JournalResolver:
         db = self.db_of(p.ref)
         if p.value_off is not None:
             b: Block | None = self._cache.get(("journal", db, p.ref, p.block_off))
-            if b is None:
+            if b is not None:
+                block = b  # the whole block is cached already
+            elif p.block_len > self._whole_block_max:
                 return self.value(db, key, p, p.value_off)
-            block = b  # the whole block is cached already (a version 1 pointer read it)
+            else:
+                block = self.block(db, p.ref, p.block_off, p.block_len)
         else:
             block = self.block(db, p.ref, p.block_off, p.block_len)
         i = p.index
