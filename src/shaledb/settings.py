@@ -289,6 +289,8 @@ class DbReaderOptions:
     ``open_in_parallel`` -- as in :class:`Settings`: opening pins SST metadata
     beside its checkpoint and WAL reads; False makes the open's store calls
     one after another.
+    ``journal_whole_block_max_bytes`` -- as in :class:`Settings`: a get of a
+    separated value reads its whole journal block when it is at most this big.
     ``retry`` -- how the reader's store calls retry transient failures.
     """
 
@@ -308,6 +310,7 @@ class DbReaderOptions:
     manifest_update_timeout_s: Seconds[float] = Seconds(60.0)
     wal_read_ahead: int = WAL_READ_AHEAD
     open_in_parallel: bool = True
+    journal_whole_block_max_bytes: int = 0
     retry: RetryOptions = field(default_factory=RetryOptions)
     merge_operator: MergeOperator | MergeFunction | str | None = None
     """As ``Settings.merge_operator``; None folds the ready operator the database records
@@ -326,6 +329,9 @@ class DbReaderOptions:
         _integer("DbReaderOptions.max_memtable_bytes", self.max_memtable_bytes, minimum=1)
         _integer("DbReaderOptions.block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _integer(
+            "DbReaderOptions.journal_whole_block_max_bytes", self.journal_whole_block_max_bytes, minimum=0
+        )
         _scan_ahead(self, "DbReaderOptions.")
         _disk_cache(self, "DbReaderOptions.")
         _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from shaledb import CorruptionError, Db, Settings, WriteBatch
+from shaledb import CorruptionError, Db, DbReader, DbReaderOptions, Settings, WriteBatch
 from shaledb.engine.cache import LruCache
 from shaledb.errors import InvalidArgument
 from shaledb.format import paths
@@ -21,7 +21,7 @@ from shaledb.format.journal import Pointer, decode_pointer, encode_pointer, wal_
 from shaledb.format.row import KIND_VALUE
 from shaledb.format.wal import encode_wal_layout, locate_values
 from shaledb.journal.resolver import JournalResolver
-from shaledb.store import ObjectStore
+from shaledb.store import ObjectStore, open_store
 from shaledb.store.wrappers import InstrumentedStore
 from shaledb.testing.strategies import tiny_settings
 
@@ -188,3 +188,30 @@ def test_small_enough_blocks_are_read_whole_when_asked(memory_store: ObjectStore
     assert (counted.snapshot() - s).bytes_read == 20 * VALUE
     with pytest.raises(InvalidArgument):
         Settings(journal_whole_block_max_bytes=-1)
+
+
+@pytest.mark.parametrize("whole", [0, 1 << 20])
+def test_a_reader_follows_the_option_too(mem_url: str, seed: int, whole: int) -> None:
+    """``DbReaderOptions.journal_whole_block_max_bytes``: 0 reads each value's bytes, 1 MiB
+    reads the 400 KiB block once and serves its other values from the cache."""
+    rng = random.Random(seed)
+    vals = {b"key%03d" % i: rng.randbytes(VALUE) for i in range(N)}
+    settings = tiny_settings(value_separation_threshold=1024, wal_max_bytes=1 << 20, block_size_bytes=4096)
+    with Db.open(mem_url, settings=settings) as db:
+        db.write(WriteBatch().put_many(sorted(vals.items())))
+        db.flush(memtable=True)
+    counted = InstrumentedStore(open_store(mem_url))
+    opts = DbReaderOptions(
+        journal_whole_block_max_bytes=whole, background_poll=False, block_cache_bytes=8 << 20
+    )
+    with DbReader.open(store=counted, options=opts) as r:
+        picks = rng.sample(sorted(vals), 10)
+        assert r.get(picks[0]) == vals[picks[0]]
+        before = counted.snapshot()
+        for k in picks[1:]:
+            assert r.get(k) == vals[k]
+        read = (counted.snapshot() - before).bytes_read
+    if whole:
+        assert read < VALUE, "the block came whole with the first get"
+    else:
+        assert 9 * VALUE <= read < 9 * VALUE + 16384, "each get read its own value"
