@@ -24,7 +24,7 @@ Workloads (each in its own process, on its own prefix):
   run): seconds and requests.
 * ``gets``: after that open, ``--gets`` random present keys one by one, cold
   (nothing cached), then the same keys again, warm: per second, p50, requests
-  per get.
+  and bytes read per get.
 * ``scans``: a new handle, ``--scans`` 100-key scans from random present keys,
   cold: per second, requests per scan.
 * ``get_many``: a new handle, one ``get_many`` of 1,000 random present keys,
@@ -140,7 +140,9 @@ def child(args: argparse.Namespace) -> dict[str, float]:
     def requests() -> dict[str, int]:
         return dict(counted.snapshot().requests)
 
-    def cost(before: dict[str, int], n: int, label: str) -> None:
+    def cost(before: dict[str, int], n: int, label: str, bytes_before: int | None = None) -> None:
+        if bytes_before is not None:
+            out[f"{label}_bytes_read_per_op"] = (counted.snapshot().bytes_read - bytes_before) / n
         after = requests()
         d = {k: after[k] - before.get(k, 0) for k in after}
         total = sum(d.values())
@@ -206,6 +208,7 @@ def child(args: argparse.Namespace) -> dict[str, float]:
             keys = present[: args.gets]
             xs = []
             before = requests()
+            bytes_before = counted.snapshot().bytes_read
             t1 = time.perf_counter()
             for k in keys:
                 t2 = time.perf_counter()
@@ -214,7 +217,7 @@ def child(args: argparse.Namespace) -> dict[str, float]:
                 assert v == value_of(k), k
             out[f"{phase}_gets_per_s"] = len(keys) / (time.perf_counter() - t1)
             lat(f"{phase}_get", xs)
-            cost(before, len(keys), f"{phase}_get")
+            cost(before, len(keys), f"{phase}_get", bytes_before)
     elif w == "scans":
         before = requests()
         t1 = time.perf_counter()

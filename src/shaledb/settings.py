@@ -289,6 +289,8 @@ class DbReaderOptions:
     ``open_in_parallel`` -- as in :class:`Settings`: opening pins SST metadata
     beside its checkpoint and WAL reads; False makes the open's store calls
     one after another.
+    ``journal_whole_block_max_bytes`` -- as in :class:`Settings`: a get of a
+    separated value reads its whole journal block when it is at most this big.
     ``retry`` -- how the reader's store calls retry transient failures.
     """
 
@@ -308,6 +310,7 @@ class DbReaderOptions:
     manifest_update_timeout_s: Seconds[float] = Seconds(60.0)
     wal_read_ahead: int = WAL_READ_AHEAD
     open_in_parallel: bool = True
+    journal_whole_block_max_bytes: int = 0
     retry: RetryOptions = field(default_factory=RetryOptions)
     merge_operator: MergeOperator | MergeFunction | str | None = None
     """As ``Settings.merge_operator``; None folds the ready operator the database records
@@ -326,6 +329,9 @@ class DbReaderOptions:
         _integer("DbReaderOptions.max_memtable_bytes", self.max_memtable_bytes, minimum=1)
         _integer("DbReaderOptions.block_cache_bytes", self.block_cache_bytes, minimum=0)
         _integer("DbReaderOptions.sst_read_ahead_bytes", self.sst_read_ahead_bytes, minimum=0)
+        _integer(
+            "DbReaderOptions.journal_whole_block_max_bytes", self.journal_whole_block_max_bytes, minimum=0
+        )
         _scan_ahead(self, "DbReaderOptions.")
         _disk_cache(self, "DbReaderOptions.")
         _positive("DbReaderOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
@@ -410,6 +416,13 @@ class Settings:
       in the value journal (the WAL objects, kept) and the LSM holds a pointer;
       None keeps every value in the LSM and WAL objects are garbage once in L0.
       ``journal_max_bytes`` -- size of the objects journal compaction writes.
+      ``journal_whole_block_max_bytes`` -- a get of a value whose pointer gives its
+      byte range (pointer version 2) reads its whole journal block instead, and
+      caches it, when that block is at most this many bytes. 0 (the default):
+      only the value's own bytes; a write batch is one block, so a whole block
+      can be a hundred values. Worth raising on a store with long round trips
+      when gets cluster by write batch: a neighbour's get is then a cache hit
+      (docs/benchmarks.md, "Value-journal gets read their own bytes").
       ``journal`` -- recovery strategy and journal compaction (:class:`JournalOptions`).
     """
 
@@ -438,6 +451,7 @@ class Settings:
     wal_max_in_flight: int = WAL_MAX_IN_FLIGHT
     value_separation_threshold: int | None = None
     journal_max_bytes: int = 64 * MiB
+    journal_whole_block_max_bytes: int = 0
     journal: JournalOptions = field(default_factory=JournalOptions)
     retry: RetryOptions = field(default_factory=RetryOptions)
     compactor: CompactorOptions | None = field(default_factory=CompactorOptions)
@@ -494,6 +508,7 @@ class Settings:
         if self.value_separation_threshold is not None:
             _integer("value_separation_threshold", self.value_separation_threshold, minimum=1)
         _integer("journal_max_bytes", self.journal_max_bytes, minimum=4 * KiB)
+        _integer("journal_whole_block_max_bytes", self.journal_whole_block_max_bytes, minimum=0)
         if not isinstance(self.journal, JournalOptions):
             raise InvalidArgument(f"journal must be a JournalOptions, got {self.journal!r}")
         for name, typ in (

@@ -38,11 +38,15 @@ from shaledb.errors import CorruptionError
 from shaledb.format.journal import (
     POINTER_SIZE_JOURNAL,
     POINTER_SIZE_WAL,
+    POINTER_V2_SIZE_JOURNAL,
+    POINTER_V2_SIZE_WAL,
     Pointer,
     decode_index_key,
     decode_pointer,
     encode_pointer,
     index_key,
+    ranged_pointer,
+    value_crc,
 )
 from shaledb.format.row import (
     FLAG_INDEX_TREE,
@@ -102,6 +106,12 @@ def build_journal() -> bytes:
 GOLDENS: dict[str, Callable[[], bytes]] = {
     "pointer_wal.bin": lambda: encode_pointer(Pointer("00000000000000000007", 4096, 1200, 3, 1024)),
     "pointer_journal.bin": lambda: encode_pointer(Pointer(ULID, 0, 140, 0, 11)),
+    "pointer_wal_v2.bin": lambda: encode_pointer(
+        Pointer("00000000000000000007", 4096, 1200, 3, 1024, 140, value_crc(b"k7", b"\x07" * 1024))
+    ),
+    "pointer_journal_v2.bin": lambda: encode_pointer(
+        ranged_pointer(ULID, golden("journal.journal"), 0, 140, 0, 11)
+    ),
     "terms.bin": lambda: encode_terms(TERMS),
     "index_key.bin": lambda: index_key("dest", b"L\x00X", b"k1"),
     "journal.journal": build_journal,
@@ -126,6 +136,8 @@ def test_encoder_reproduces_golden_bytes(name: str) -> None:
 def test_golden_bytes_decode() -> None:
     assert decode_pointer(golden("pointer_wal.bin")) == Pointer("00000000000000000007", 4096, 1200, 3, 1024)
     assert decode_pointer(golden("pointer_journal.bin")) == Pointer(ULID, 0, 140, 0, 11)
+    v2 = decode_pointer(golden("pointer_wal_v2.bin"))
+    assert v2 == Pointer("00000000000000000007", 4096, 1200, 3, 1024, 140, value_crc(b"k7", b"\x07" * 1024))
     assert decode_terms(golden("terms.bin")) == TERMS
     assert decode_index_key(golden("index_key.bin")) == ("dest", b"L\x00X", b"k1")
     meta, blocks = decode_sst(golden("journal.journal"))
@@ -147,6 +159,25 @@ def test_the_journal_pointer_example_points_at_k1() -> None:
     assert decode_extras(blk.kinds[p.index], blk.payload(p.index))[0] == b"value of k1"
 
 
+def test_the_version_2_pointer_example_addresses_k1s_bytes() -> None:
+    """``pointer_journal_v2.bin`` is ``pointer_journal.bin`` plus the range of k1's value
+    (after its extras) in the block, and the CRC32C of key and value."""
+    p1 = decode_pointer(golden("pointer_journal.bin"))
+    p = decode_pointer(golden("pointer_journal_v2.bin"))
+    assert (p.ref, p.block_off, p.block_len, p.index, p.value_len) == (
+        p1.ref,
+        p1.block_off,
+        p1.block_len,
+        p1.index,
+        p1.value_len,
+    )
+    assert p.value_off is not None
+    data = golden("journal.journal")
+    start = p.block_off + p.value_off
+    assert data[start : start + p.value_len] == b"value of k1"
+    assert p.value_crc == value_crc(b"k1", b"value of k1") != value_crc(b"k2", b"value of k1")
+
+
 # ------------------------------------------------------------ doc examples
 
 
@@ -162,6 +193,9 @@ def _fields_pointer(buf: bytes) -> list[Field]:
     c.u("<I", "block_len")
     c.u("<I", "index")
     c.u("<I", "value_len")
+    if buf[0] == 2:
+        c.u("<I", "value_off (from block_off)")
+        c.u("<I", "value_crc (CRC32C of key, then value)")
     return c.done()
 
 
@@ -194,6 +228,8 @@ DOC_DUMPS: dict[str, Callable[[], str]] = {
     "journal_object": lambda: render(fields_sst(golden("journal.journal"))),
     "pointer_wal": lambda: render(_fields_pointer(golden("pointer_wal.bin"))),
     "pointer_journal": lambda: render(_fields_pointer(golden("pointer_journal.bin"))),
+    "pointer_wal_v2": lambda: render(_fields_pointer(golden("pointer_wal_v2.bin"))),
+    "pointer_journal_v2": lambda: render(_fields_pointer(golden("pointer_journal_v2.bin"))),
     "terms": lambda: render(_fields_terms(golden("terms.bin"))),
     "index_key": lambda: render(_fields_index_key(golden("index_key.bin"))),
 }
@@ -201,6 +237,8 @@ WALKS: dict[str, Callable[[bytes], list[Field]]] = {
     "journal.journal": fields_sst,
     "pointer_wal.bin": _fields_pointer,
     "pointer_journal.bin": _fields_pointer,
+    "pointer_wal_v2.bin": _fields_pointer,
+    "pointer_journal_v2.bin": _fields_pointer,
     "terms.bin": _fields_terms,
     "index_key.bin": _fields_index_key,
 }
@@ -240,7 +278,7 @@ def test_pointer_decoder_raises_only_corruption(raw: bytes) -> None:
         p = decode_pointer(raw)
     except CorruptionError:
         return
-    assert len(raw) in (POINTER_SIZE_WAL, POINTER_SIZE_JOURNAL)
+    assert len(raw) in (POINTER_SIZE_WAL, POINTER_SIZE_JOURNAL, POINTER_V2_SIZE_WAL, POINTER_V2_SIZE_JOURNAL)
     assert encode_pointer(p) == raw
 
 
@@ -280,9 +318,10 @@ def test_terms_round_trip(terms: dict[str, tuple[bytes, ...]]) -> None:
         st.tuples(st.binary(min_size=1, max_size=6), st.integers(0, 2), st.binary(max_size=200)), max_size=30
     ),
     bs=st.sampled_from([64, 256, 4096]),
+    codec=st.sampled_from([0, 2]),
 )
 def test_block_heads_and_located_values_match_the_blocks(
-    rows: list[tuple[bytes, int, bytes]], bs: int
+    rows: list[tuple[bytes, int, bytes]], bs: int, codec: int
 ) -> None:
     """The scoring's block-head parser and the WAL's value locations agree with full decoding."""
     from shaledb.format.sst import decode_data_block
@@ -294,12 +333,14 @@ def test_block_heads_and_located_values_match_the_blocks(
         for i, r in enumerate(rows)
     ]
     data, offsets, ends = encode_wal_layout(
-        keys, ents, epoch=1, nonce=NONCE, created_at_ms=0, codec=0, block_size=bs
+        keys, ents, epoch=1, nonce=NONCE, created_at_ms=0, codec=codec, block_size=bs
     )
     sink: dict[bytes, tuple[int, bytes, int]] = {}
     locate_values(9, keys, ents, offsets, ends, 32, sink)
     for b in range(len(ends)):
         stored = data[offsets[b] : offsets[b + 1]]
+        if stored[-5]:
+            continue  # stored compressed: the head parser reads raw blocks only
         head = block_head(stored)
         blk = decode_data_block(stored)
         assert not isinstance(head, int)
@@ -314,6 +355,28 @@ def test_block_heads_and_located_values_match_the_blocks(
         assert blk.keys[p.index] == k and blk.seqs[p.index] == seq == newest[k][0]
         assert blk.payload(p.index) == newest[k][2] and vlen == len(newest[k][2]) >= 32
     assert set(sink) == {k for k, e in newest.items() if e[1] == KIND_VALUE and len(e[2]) >= 32}
+    # Given the object's bytes: version 2 pointers into blocks stored raw, the same
+    # entries, and the range holds the value (ranged_pointer, from the bytes alone, agrees).
+    ranged: dict[bytes, tuple[int, bytes, int]] = {}
+    locate_values(9, keys, ents, offsets, ends, 32, ranged, data)
+    assert set(ranged) == set(sink)
+    for k, (_seq, ptr, vlen) in ranged.items():
+        p1, p = decode_pointer(sink[k][1]), decode_pointer(ptr)
+        assert (p.ref, p.block_off, p.block_len, p.index, p.value_len) == (
+            p1.ref,
+            p1.block_off,
+            p1.block_len,
+            p1.index,
+            p1.value_len,
+        )
+        raw_block = data[p.block_off + p.block_len - 5] == 0
+        assert (p.value_off is not None) == raw_block
+        assert decode_pointer(encode_pointer(p)) == p
+        assert ranged_pointer(p.ref, data, p.block_off, p.block_len, p.index, vlen) == p
+        if p.value_off is not None:
+            start = p.block_off + p.value_off
+            assert bytes(data[start : start + vlen]) == newest[k][2]
+            assert p.value_crc == value_crc(k, newest[k][2])
 
 
 def test_pointer_entries_carry_their_extras() -> None:
@@ -327,7 +390,12 @@ def test_pointer_entries_carry_their_extras() -> None:
 def test_damaged_pointers_name_their_problem() -> None:
     good = golden("pointer_wal.bin")
     with pytest.raises(CorruptionError, match="version"):
-        decode_pointer(b"\x02" + good[1:])
+        decode_pointer(b"\x03" + good[1:])
+    with pytest.raises(CorruptionError, match="bytes"):
+        decode_pointer(b"\x02" + good[1:])  # a version 1 body under version 2
+    v2 = golden("pointer_wal_v2.bin")
+    with pytest.raises(CorruptionError, match="leaves"):
+        decode_pointer(v2[:-8] + struct.pack("<II", 1200 - 1023, 0))  # the range overruns the block
     with pytest.raises(CorruptionError, match="kind"):
         decode_pointer(good[:1] + b"\x07" + good[2:])
     with pytest.raises(CorruptionError, match="bytes"):

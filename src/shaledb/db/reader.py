@@ -302,7 +302,12 @@ class DbReader(Queries):
         self._tables = TableCache(
             self._resolve_store, self._cache, options.sst_read_ahead_bytes, limits_of(options)
         )
-        self._journal = JournalResolver(self._resolve_store, self._cache, lambda: self._view.manifest)
+        self._journal = JournalResolver(
+            self._resolve_store,
+            self._cache,
+            lambda: self._view.manifest,
+            options.journal_whole_block_max_bytes,
+        )
         self._vis = Visibility(lambda: int(self.clock.now() * 1000), self._journal.resolve)
         self._lock = threading.Lock()  # state; never held across store calls
         self._maint = threading.RLock()  # serializes polls (held across store calls)

@@ -271,7 +271,9 @@ class Db(Queries):
         self.tables = TableCache(
             self._resolve_store, self.cache, settings.sst_read_ahead_bytes, limits_of(settings)
         )
-        self.journal = JournalResolver(self._resolve_store, self.cache, lambda: self.manifest)
+        self.journal = JournalResolver(
+            self._resolve_store, self.cache, lambda: self.manifest, settings.journal_whole_block_max_bytes
+        )
         self.merge_operator = as_operator(settings.merge_operator)
         self._merge_recorded = False
         """Whether the manifest names the operator (checked once, by the first merge)."""

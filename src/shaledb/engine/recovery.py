@@ -359,7 +359,7 @@ def _replay_object(
         kinds = block.kinds
         ents = list(zip(seqs, kinds, block.payloads(0, n)))
         if threshold is not None and n:
-            locate_values(wal_id, block.keys, ents, [offs[i], offs[i + 1]], [n], threshold, res.locs)
+            locate_values(wal_id, block.keys, ents, [offs[i], offs[i + 1]], [n], threshold, res.locs, data)
         res.keys.extend(block.keys)
         res.ents.extend(ents)
         if n:

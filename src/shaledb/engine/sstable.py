@@ -116,7 +116,7 @@ def put_new_journal(
     data, props = builder.finish_buffer()
     ref = _put_new(store, data, paths.journal_path, new_id)
     record = JournalFile(ref, len(data), props.entries, props.min_seq, props.max_seq)
-    return record, pointers_into(ref, offsets, ends, values)
+    return record, pointers_into(ref, offsets, ends, values, data)
 
 
 class SstSplitter:

@@ -478,7 +478,7 @@ class WalWriter:
         seqs = seg.seqs
         if thr is not None and seqs and seg.sink is not None:
             ents = list(zip(seqs, seg.kinds, seg.pays))
-            locate_values(seg.id, seg.keys, ents, f.offsets, f.ends, thr, seg.sink)
+            locate_values(seg.id, seg.keys, ents, f.offsets, f.ends, thr, seg.sink, data)
         with self._cv:
             self.durable_wal_id = seg.id
             self.objects_written += 1

@@ -9,10 +9,12 @@ objects in order :mod:`shaledb.engine.wal_read`.
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Sequence
 from operator import itemgetter
 
 from ..errors import CorruptionError
+from .coding import CODEC_NONE, TRAILER_SIZE, crc32c, crc32c_extend
 from .journal import wal_pointer
 from .row import EXTRA_FLAGS, FLAG_INDEX_TREE, TYPE_MASK, decode_payload
 from .sst import SST_WAL, SstBuilder, decode_data_block, decode_meta
@@ -23,6 +25,7 @@ Entry = tuple[int, int, bytes]
 """``(seq, kind, payload)``: a WAL entry (as ``engine.memtable.Entry``)."""
 
 _SEQ, _KIND, _PAYLOAD = itemgetter(0), itemgetter(1), itemgetter(2)
+_U32 = struct.Struct("<I")
 
 Locations = dict[bytes, tuple[int, bytes, int]]
 """key -> (seq, pointer, value length): ``Memtable.locs``."""
@@ -89,6 +92,7 @@ def locate_values(
     ends: list[int],
     threshold: int,
     sink: Locations,
+    data: bytes | bytearray | None = None,
 ) -> None:
     """Record a pointer for every data-tree value of at least ``threshold`` bytes.
 
@@ -96,9 +100,18 @@ def locate_values(
     key twice, and a later batch may overwrite or delete it), so entries are
     visited last to first and every earlier entry of a key already seen is
     skipped: a value a later tombstone deleted gets no location.
+
+    With the object's bytes ``data``, a value in a block stored uncompressed
+    gets a version 2 pointer (its byte range and CRC, ``format/journal.py``):
+    a get then reads the value, not its whole batch's block. The range is read
+    from the block's header in ``data``; the CRC is taken of the entry's own
+    payload, no copy of the object.
     """
     b = len(ends) - 1
     seen: set[bytes] = set()
+    head_b = -1
+    vals_at = 0  # the block's val_off column, from its start
+    blob = 0  # where the block's payloads start, from its start
     for j in range(len(ents) - 1, -1, -1):
         e = ents[j]
         k = keys[j]
@@ -111,7 +124,8 @@ def locate_values(
         kind = e[1]
         if kind & (TYPE_MASK | FLAG_INDEX_TREE):
             continue  # tombstones, pointers and index entries stay where they are
-        vlen = len(decode_payload(kind, p)[0]) if kind & EXTRA_FLAGS else len(p)
+        body = decode_payload(kind, p)[0] if kind & EXTRA_FLAGS else p
+        vlen = len(body)
         if vlen < threshold:
             continue
         while b > 0 and ends[b - 1] > j:
@@ -119,7 +133,26 @@ def locate_values(
         first = ends[b - 1] if b else 0
         if sink.get(k, (-1,))[0] > e[0]:
             continue  # a newer write of the key was located already (replay of several objects)
-        sink[k] = (e[0], wal_pointer(wal_id, offsets[b], offsets[b + 1] - offsets[b], j - first, vlen), vlen)
+        off = offsets[b]
+        size = offsets[b + 1] - off
+        if data is None:
+            sink[k] = (e[0], wal_pointer(wal_id, off, size, j - first, vlen), vlen)
+            continue
+        if head_b != b:
+            head_b = b
+            if data[off + size - TRAILER_SIZE + 4] != CODEC_NONE:
+                vals_at = -1  # stored compressed: version 1 pointers
+            else:
+                (n,) = _U32.unpack_from(data, off)
+                vals_at = 8 + 4 * n
+                blob = 12 + 17 * n + _U32.unpack_from(data, off + 4 + 4 * n)[0]
+        if vals_at < 0:
+            sink[k] = (e[0], wal_pointer(wal_id, off, size, j - first, vlen), vlen)
+            continue
+        i = j - first
+        voff = blob + _U32.unpack_from(data, off + vals_at + 4 * i + 4)[0] - vlen
+        crc = crc32c_extend(int(crc32c(k)), body)
+        sink[k] = (e[0], wal_pointer(wal_id, off, size, i, vlen, voff, crc), vlen)
 
 
 def encode_wal(

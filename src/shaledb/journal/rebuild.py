@@ -46,7 +46,7 @@ from ..engine.sstable import put_new_sst
 from ..errors import CorruptionError, InvalidArgument, InvalidDbState
 from ..format import paths
 from ..format.coding import CODECS
-from ..format.journal import Pointer, decode_index_key, encode_pointer
+from ..format.journal import decode_index_key, encode_pointer, ranged_pointer
 from ..format.merge import decode_merge
 from ..format.range_dels import KIND_RANGE_DEL, Fragments
 from ..format.row import (
@@ -105,7 +105,7 @@ def replay_journal(db: WriterHost, m: Manifest) -> tuple[dict[bytes, Entry], dic
                     except CorruptionError as exc:
                         raise exc.with_path(path) from exc
                     if len(body) >= thr:
-                        ptr = encode_pointer(Pointer(jf.id, off, length, i, len(body)))
+                        ptr = encode_pointer(ranged_pointer(jf.id, raw, off, length, i, len(body)))
                         t = (t & ~TYPE_MASK) | KIND_POINTER
                         p = p[: len(p) - len(body)] + ptr
                 data[k] = (s, t, p)
