@@ -224,6 +224,18 @@ class WalWriter:
             self._ask()
         return self._next_id - 1
 
+    def cut_full_locked(self) -> None:
+        """The buffer holds ``max_buffer_bytes``: cut it into a segment now and ask the
+        flusher to write it.
+
+        Only asking left the cut to the flusher thread, which waits for the interpreter
+        while the writer goes on: under a stream of non-durable batches a WAL object grew
+        to a whole memtable (64 MiB instead of 4 MiB). Cut here, objects stay about
+        ``max_buffer_bytes``, so the reused buffers they are built in
+        (``format.out_buffers``) stay that size too.
+        """
+        self.seal_locked()
+
     @property
     def next_id(self) -> int:
         return self._next_id
