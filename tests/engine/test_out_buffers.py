@@ -22,7 +22,9 @@ def test_objects_built_in_reused_buffers_read_back(store: ObjectStore, url: str,
     db = Db.open(store=store, settings=settings, clock=ManualClock(), seed=seed)
     try:
         for _ in range(60):
-            batch = {b"k%04d" % rng.randrange(500): rng.randbytes(rng.randrange(100, 9000)) for _ in range(20)}
+            batch = {
+                b"k%04d" % rng.randrange(500): rng.randbytes(rng.randrange(100, 9_000)) for _ in range(20)
+            }
             db.write(WriteBatch().put_many(list(batch.items())), durable=False)
             model.update(batch)
         db.flush()
@@ -56,10 +58,9 @@ def test_builder_in_a_reused_buffer_writes_the_same_bytes(seed: int) -> None:
         got, got_props = reused.finish_view()
         assert bytes(got) == want and got_props == props
         got.release()  # (what OutBuffers.give does: the buffer refuses writes while a view is out)
-        wal, _, _ = encode_wal_columns(*args, epoch=1, nonce=bytes(16), created_at_ms=0, codec=0, block_size=16384)
-        wal2, _, _ = encode_wal_columns(
-            *args, epoch=1, nonce=bytes(16), created_at_ms=0, codec=0, block_size=16384, out=out
-        )
+        kw = {"epoch": 1, "nonce": bytes(16), "created_at_ms": 0, "codec": 0}
+        wal, _, _ = encode_wal_columns(*args, **kw, block_size=16384)
+        wal2, _, _ = encode_wal_columns(*args, **kw, block_size=16384, out=out)
         assert bytes(wal2) == bytes(wal) and len(decode_sst(bytes(wal2))[1]) > 0
         assert bufs.give(out, wal2)
     assert bufs.reused == 3
