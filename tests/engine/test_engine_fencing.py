@@ -98,7 +98,7 @@ def test_every_writer_thread_waiting_on_a_fenced_wal_write_is_told(
 ) -> None:
     """Durable puts wait on their own WAL segment's latch: a failed write must open every latch."""
     gate = GateStore(store, lambda op, path: op == "put_create" and path.startswith("wal/"))
-    a = _open(gate, clock)
+    a = _open(gate, clock, wal_max_bytes=64 * 1024)  # (the eight stay in one buffer, not cut when full)
     a.put(b"before", b"acknowledged")
     gate.close_gate()
     first = _Thread(lambda: a.put(b"w0", b"x"))

@@ -501,7 +501,7 @@ class Db(Queries):
                 self._unflushed += n
                 latch = wal.pending
                 if wal.nbytes >= wal.max_buffer_bytes:
-                    wal.request_flush()
+                    wal.cut_full_locked()
                 if mem.nbytes >= self.settings.l0_sst_size_bytes:
                     self._freeze_locked()
             else:
@@ -567,7 +567,7 @@ class Db(Queries):
         self._unflushed += n
         latch = wal.pending
         if wal.nbytes >= wal.max_buffer_bytes:
-            wal.request_flush()
+            wal.cut_full_locked()
         if mem.nbytes >= self.settings.l0_sst_size_bytes:
             self._freeze_locked()
         return seq, latch
@@ -705,8 +705,8 @@ class Db(Queries):
         mem.nbytes += n
         wal.nbytes += n
         self._unflushed += n
-        if wal.nbytes >= wal.max_buffer_bytes and not wal.flush_asked:
-            wal.request_flush()
+        if wal.nbytes >= wal.max_buffer_bytes:
+            wal.cut_full_locked()
         if mem.nbytes >= self.settings.l0_sst_size_bytes:
             self._freeze_locked()
         return seq

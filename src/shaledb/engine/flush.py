@@ -27,6 +27,7 @@ standalone compactor) and to notice a newer writer epoch.
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 from bisect import bisect_left
@@ -35,6 +36,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import ClosedError, FencedError
 from ..format import paths
+from ..format.out_buffers import OutBuffers
 from ..format.row import KIND_MERGE, KIND_POINTER, KIND_VALUE, TYPE_MASK
 from ..format.sst import SST_TABLE, SstBuilder, SstProps
 from ..manifest.edits import Edit
@@ -49,8 +51,11 @@ from .sstable import put_new_sst
 log = logging.getLogger("shaledb.flush")
 
 
-def build_l0(db: WriterHost, mem: Memtable) -> tuple[bytearray, SstProps] | None:
-    """Encode a memtable as a table SST (None if it is empty)."""
+def build_l0(
+    db: WriterHost, mem: Memtable, out: io.BytesIO | None = None
+) -> tuple[bytearray | memoryview, SstProps] | None:
+    """Encode a memtable as a table SST (None if it is empty); with ``out`` (a reused
+    buffer, ``format.out_buffers``) built there and returned as a view of it."""
     if not mem.d and not mem.rdels:
         return None
     history = db.history is not None and mem.hist
@@ -67,20 +72,29 @@ def build_l0(db: WriterHost, mem: Memtable) -> tuple[bytearray, SstProps] | None
         bloom_bits_per_key=s.bloom_bits_per_key,
         created_at_ms=int(db.clock.now() * 1000),
         nonce=db.rng.getrandbits(128).to_bytes(16, "little"),
+        out=out,
     )
     b.add_many(keys, seqs, kinds, payloads)
     if mem.rdels:  # the range-del block; the SST's key range covers the tombstones
         frags = mem.range_frags()
         b.set_range_dels(frags, frags.starts[0], frags.ends[-1])
-    return b.finish_buffer()
+    return b.finish_buffer() if out is None else b.finish_view()
 
 
-def write_l0(db: WriterHost, mem: Memtable) -> SstInfo | None:
-    """Build and write ``mem``'s L0 SST (None if it is empty)."""
-    built = build_l0(db, mem)
+def write_l0(db: WriterHost, mem: Memtable, buffers: OutBuffers | None = None) -> SstInfo | None:
+    """Build and write ``mem``'s L0 SST (None if it is empty), in a buffer from
+    ``buffers`` if given: it goes back once the put has returned."""
+    out = None if buffers is None else buffers.take()
+    built = build_l0(db, mem, out)
     if built is None:
+        if out is not None and buffers is not None:
+            buffers.give(out, None)
         return None
-    return put_new_sst(db.store, *built, lambda: paths.new_ulid(db.clock.now(), db.rng))
+    data, props = built
+    info = put_new_sst(db.store, data, props, lambda: paths.new_ulid(db.clock.now(), db.rng))
+    if out is not None and buffers is not None and isinstance(data, memoryview):
+        buffers.give(out, data)
+    return info
 
 
 def to_pointers(
@@ -135,6 +149,10 @@ class MemtableFlusher:
         self.on_failure = on_failure
         self._cv = threading.Condition(threading.Lock())
         self._stopping = False
+        self.buffers = OutBuffers(1)
+        """Where L0 SSTs are built while memtables wait to be flushed one after another
+        (``format.out_buffers``: the next SST's pages are in already); dropped when no
+        memtable waits, so an idle writer does not hold a memtable's worth of memory."""
         self._thread = threading.Thread(target=self._run, name="shaledb-flush", daemon=True)
         self._thread.start()
 
@@ -175,6 +193,8 @@ class MemtableFlusher:
                 imm = db.oldest_imm()
                 if imm is not None:
                     self.flush_one(imm)
+                    if db.oldest_imm() is None:
+                        self.buffers.clear()
                     continue
                 if stopping:
                     return
@@ -194,8 +214,8 @@ class MemtableFlusher:
         db.wal.wait_wal_id(imm.wal_id)
         self._stall_for_l0(db)
         started = db.clock.monotonic()
-        info = write_l0(db, imm)
-        iinfo = write_l0(db, imm.sub) if imm.sub is not None else None
+        info = write_l0(db, imm, self.buffers)
+        iinfo = write_l0(db, imm.sub, self.buffers) if imm.sub is not None else None
         written = db.wal.drain_written()
         journal = db.wal.drain_journal(imm.wal_id)
         try:

@@ -72,7 +72,10 @@ def read_sst_meta(store: ObjectStore, info: SstInfo) -> SstMeta:
 
 
 def _put_new(
-    store: ObjectStore, data: bytes | bytearray, path_of: Callable[[str], str], new_id: Callable[[], str]
+    store: ObjectStore,
+    data: bytes | bytearray | memoryview,
+    path_of: Callable[[str], str],
+    new_id: Callable[[], str],
 ) -> str:
     """Write ``data`` under a fresh id from ``new_id``; the id.
 
@@ -92,7 +95,7 @@ def _put_new(
 
 
 def put_new_sst(
-    store: ObjectStore, data: bytes | bytearray, props: SstProps, new_id: Callable[[], str]
+    store: ObjectStore, data: bytes | bytearray | memoryview, props: SstProps, new_id: Callable[[], str]
 ) -> SstInfo:
     """Write ``data`` as a new table SST under an id from ``new_id`` and describe it."""
     return SstInfo(

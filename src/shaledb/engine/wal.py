@@ -40,6 +40,7 @@ that is not written is acknowledged.
 
 from __future__ import annotations
 
+import io
 import logging
 import random
 import threading
@@ -53,6 +54,7 @@ from ..errors import AlreadyExists, ClosedError, CorruptionError, FencedError, S
 from ..format import paths
 from ..format.coding import crc32c_of
 from ..format.journal import wal_ref
+from ..format.out_buffers import OutBuffers
 from ..format.wal import Locations, encode_wal_columns, is_empty_wal, locate_values, wal_object_epoch
 from ..manifest.model import JournalFile, TrackedWal
 from ..settings import Settings
@@ -98,11 +100,20 @@ class _Flight:
     """A segment whose PUT was started: its encoded object and the PUT's outcome
     (True: written; False: an older writer's fence holds the slot)."""
 
-    __slots__ = ("data", "ends", "fut", "offsets", "seg")
+    __slots__ = ("data", "ends", "fut", "offsets", "out", "seg")
 
-    def __init__(self, seg: WalSegment, data: bytearray, offsets: list[int], ends: list[int]) -> None:
+    def __init__(
+        self,
+        seg: WalSegment,
+        data: bytearray | memoryview,
+        offsets: list[int],
+        ends: list[int],
+        out: io.BytesIO | None = None,
+    ) -> None:
         self.seg = seg
         self.data = data
+        self.out = out
+        """The reused buffer ``data`` is a view of (:attr:`WalWriter.buffers`)."""
         self.offsets = offsets
         self.ends = ends
         self.fut: Future[bool] = Future()
@@ -161,6 +172,10 @@ class WalWriter:
         self._asked = False
         """A flush was asked for (durable write, ``flush()``, full buffer, seal): cut the buffer."""
         self._last_cut = clock.monotonic()
+        self.buffers = OutBuffers(self.max_in_flight)
+        """Where WAL objects are built: a buffer goes back once its object's PUT has landed
+        and been acknowledged, so the next object's pages are in already (module
+        ``format.out_buffers``; a store that keeps the bytes it was given keeps them)."""
         self._pool = (
             ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="shaledb-wal-put")
             if self.max_in_flight > 1
@@ -208,6 +223,18 @@ class WalWriter:
             self._sealed.append(seg)
             self._ask()
         return self._next_id - 1
+
+    def cut_full_locked(self) -> None:
+        """The buffer holds ``max_buffer_bytes``: cut it into a segment now and ask the
+        flusher to write it.
+
+        Only asking left the cut to the flusher thread, which waits for the interpreter
+        while the writer goes on: under a stream of non-durable batches a WAL object grew
+        to a whole memtable (64 MiB instead of 4 MiB). Cut here, objects stay about
+        ``max_buffer_bytes``, so the reused buffers they are built in
+        (``format.out_buffers``) stay that size too.
+        """
+        self.seal_locked()
 
     @property
     def next_id(self) -> int:
@@ -429,6 +456,7 @@ class WalWriter:
             self._flights[0].fut.exception()  # waits; the result is read by _land_done
 
     def _submit(self, seg: WalSegment) -> None:
+        out = self.buffers.take()
         data, offsets, ends = encode_wal_columns(
             seg.keys,
             seg.seqs,
@@ -439,8 +467,9 @@ class WalWriter:
             created_at_ms=int(self.clock.now() * 1000),
             codec=self.codec,
             block_size=self.block_size,
+            out=out,
         )
-        f = _Flight(seg, data, offsets, ends)
+        f = _Flight(seg, data, offsets, ends, out)
         self._flights.append(f)
         if self._pool is None:
             try:
@@ -451,7 +480,7 @@ class WalWriter:
         f.fut = self._pool.submit(self._put, seg.id, data)
         f.fut.add_done_callback(lambda _: self._wake.set())
 
-    def _put(self, wal_id: int, data: bytearray) -> bool:
+    def _put(self, wal_id: int, data: bytearray | memoryview) -> bool:
         """Create ``wal/<wal_id>``: True once it holds our object, False if an older
         writer's fence holds the slot; raises if a newer writer fenced us."""
         try:
@@ -468,6 +497,8 @@ class WalWriter:
                 self._requeue(f)
                 continue
             self._landed(f)
+            if f.out is not None and isinstance(f.data, memoryview):
+                self.buffers.give(f.out, f.data)  # its PUT returned and nothing here reads it any more
 
     def _landed(self, f: _Flight) -> None:
         seg = f.seg
@@ -493,7 +524,7 @@ class WalWriter:
             self._cv.notify_all()
         seg.done.set()
 
-    def _collision(self, wal_id: int, ours: bytes | bytearray) -> bool:
+    def _collision(self, wal_id: int, ours: bytes | bytearray | memoryview) -> bool:
         """Someone's object is at our slot: True if it is ours, False to skip the slot; else raise."""
         path = paths.wal_path(wal_id)
         theirs = self.store.get(path)

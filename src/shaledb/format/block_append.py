@@ -26,6 +26,7 @@ The bytes are exactly those of ``framed(encode_columns(...), CODEC_NONE)`` and
 
 from __future__ import annotations
 
+import io
 import struct
 from array import array
 from bisect import bisect_left
@@ -64,7 +65,7 @@ def worth_it(n: int, value_bytes: int) -> bool:
 
 
 def append_columns(
-    data: bytearray,
+    data: bytearray | io.BytesIO,
     keys: Sequence[bytes],
     seqs: array[int],
     kinds: bytes,
@@ -73,7 +74,8 @@ def append_columns(
     val_lens: Sequence[int],
 ) -> int:
     """Append ``framed(encode_columns(keys, seqs, kinds, vals, key_lens, val_lens),
-    CODEC_NONE)`` to ``data`` in pieces; its stored size.
+    CODEC_NONE)`` to ``data`` (a ``bytearray``, or a reused buffer written at its
+    position: ``format.out_buffers``) in pieces; its stored size.
 
     Every value must be ``bytes`` (the CRC function takes nothing else); a
     ``TypeError`` is raised before anything is appended otherwise.
@@ -101,15 +103,20 @@ def append_columns(
     raw = len(head) + (cum[-1] if n else 0)
     trailer = _TRAILER_HEAD.pack(raw, CODEC_NONE)
     crc = _extend(reduce(_extend, pieces[1:], crc32c(head)), trailer)
+    write = data.extend if isinstance(data, bytearray) else data.write
     for p in pieces:
-        data += p
-    data += trailer
-    data += _U32.pack(crc)
+        write(p)
+    write(trailer)
+    write(_U32.pack(crc))
     return raw + TRAILER_SIZE
 
 
 def append_singles(
-    data: bytearray, keys: Sequence[bytes], seqs: Sequence[int], kinds: bytes, vals: Sequence[bytes]
+    data: bytearray | io.BytesIO,
+    keys: Sequence[bytes],
+    seqs: Sequence[int],
+    kinds: bytes,
+    vals: Sequence[bytes],
 ) -> list[int]:
     """Append one block per entry, each ``framed(encode_single(k, s, t, v), CODEC_NONE)``,
     to ``data``; their stored sizes.
@@ -128,5 +135,6 @@ def append_singles(
     trailers = list(map(_TRAILER_HEAD.pack, raws, repeat(CODEC_NONE)))
     crcs = list(map(_extend, map(_extend, map(crc32c, heads), vals), trailers))
     tails = map(add, trailers, map(_U32.pack, crcs))
-    deque(map(data.__iadd__, chain.from_iterable(zip(heads, vals, tails))), 0)
+    write = data.extend if isinstance(data, bytearray) else data.write
+    deque(map(write, chain.from_iterable(zip(heads, vals, tails))), 0)
     return [r + TRAILER_SIZE for r in raws]

@@ -42,7 +42,7 @@ def crc32c_extend(crc: int, data: bytes) -> int:
     return int(google_crc32c.extend(crc, data))
 
 
-def crc32c_of(data: bytes | bytearray) -> int:
+def crc32c_of(data: bytes | bytearray | memoryview) -> int:
     """CRC32C of ``data``; a bytearray is read through :func:`crc32c_extend_view`."""
     if isinstance(data, bytes):
         return int(crc32c(data))

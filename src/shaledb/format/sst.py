@@ -23,10 +23,11 @@ See docs/format/sst.md for the field tables.
 
 from __future__ import annotations
 
+import io
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate, islice, pairwise
 from operator import add
@@ -294,7 +295,11 @@ class SstBuilder:
         writer_epoch: int = 0,
         created_at_ms: int = 0,
         nonce: bytes = b"\0" * 16,
+        out: io.BytesIO | None = None,
     ) -> None:
+        """``out``: a buffer to build the object in from its start, reused from an earlier
+        object (``format.out_buffers``: its pages are in already); finish with
+        :meth:`finish_view`. Without it the object grows in a ``bytearray`` of its own."""
         if len(nonce) != 16:
             raise ValueError("nonce must be 16 bytes")
         self.kind = kind
@@ -304,8 +309,16 @@ class SstBuilder:
         self.writer_epoch = writer_epoch
         self.created_at_ms = created_at_ms
         self.nonce = nonce
-        self._data = bytearray()
-        """The object so far: grown in place, so finishing needs no second copy."""
+        self._data: bytearray | io.BytesIO
+        """The object so far: grown in place (or written into ``out``), so finishing
+        needs no second copy."""
+        if out is None:
+            self._data = data = bytearray()
+            self._write: Callable[[bytes | memoryview], object] = data.extend
+        else:
+            out.seek(0)
+            self._data = out
+            self._write = out.write
         self._offsets: list[int] = [0]
         self._ends: list[int] = []
         self._index_keys: list[bytes] = []
@@ -508,8 +521,8 @@ class SstBuilder:
     def _append(self, payload: bytes) -> int:
         """Frame ``payload`` as a stored block and append it to the data; its stored size."""
         body, tail = framed(payload, self.codec)
-        self._data += body
-        self._data += tail
+        self._write(body)
+        self._write(tail)
         return len(body) + len(tail)
 
     def _emit(
@@ -554,11 +567,15 @@ class SstBuilder:
             raise ValueError("append_blocks needs one size, last key and entry count per block")
         self._flush_pending()
         data = self._data
-        at = len(data)
+        at = self._offsets[-1]
+        write = self._write
         for piece in pieces:
-            data += piece
-        if len(data) - at != sum(stored):
-            del data[at:]
+            write(piece)
+        if (len(data) if isinstance(data, bytearray) else data.tell()) - at != sum(stored):
+            if isinstance(data, bytearray):
+                del data[at:]
+            else:
+                data.seek(at)
             raise ValueError("append_blocks: the pieces do not add up to the stored sizes")
         self._note_blocks(stored, first_key, last_keys, entries, seq, seq, raw_key_bytes, raw_value_bytes)
 
@@ -612,9 +629,29 @@ class SstBuilder:
         builder without its own (``bloom_bits_per_key=0``). The Arrow ingest builds
         it with numpy; taking it here spares splicing it into a finished object.
         """
-        self._flush_pending()
         data = self._data
+        if not isinstance(data, bytearray):
+            raise ValueError("a builder given a buffer (out=...) finishes with finish_view")
+        props = self._finish_meta(filter_block)
         self._data = bytearray()
+        return data, props
+
+    def finish_view(self) -> tuple[memoryview, SstProps]:
+        """The object as a view of the buffer it was built in (``out``: valid until
+        that buffer is given back to its ``OutBuffers``), and its properties."""
+        data = self._data
+        props = self._finish_meta(None)
+        if isinstance(data, bytearray):
+            return memoryview(data), props
+        whole = data.getbuffer()  # (all the buffer has held: an earlier object may have been longer)
+        view = whole[: data.tell()]
+        whole.release()
+        return view, props
+
+    def _finish_meta(self, filter_block: bytes | None) -> SstProps:
+        """Append the filter, index, range-del and properties blocks and the footer."""
+        self._flush_pending()
+        write = self._write
         pos = self._offsets[-1]
         filter_off = filter_len = 0
         count = len(self._digests) // 16
@@ -627,17 +664,17 @@ class SstBuilder:
         if filt is not None:
             stored = frame_block(filt, CODEC_NONE)
             filter_off, filter_len = pos, len(stored)
-            data += stored
+            write(stored)
             pos += len(stored)
         index = frame_block(encode_index(self._offsets, self._index_keys), CODEC_NONE)
         index_off = pos
-        data += index
+        write(index)
         pos += len(index)
         version, flags = FORMAT_VERSION, 0
         first, last = self._first or b"", self._last
         if self._range_dels:
             rd = frame_block(encode_range_dels(self._range_dels), CODEC_NONE)
-            data += rd
+            write(rd)
             pos += len(rd)
             version, flags = FORMAT_VERSION_2, FLAG_RANGE_DEL_BLOCK
             if self._rd_first is not None and (self._first is None or self._rd_first < first):
@@ -667,11 +704,13 @@ class SstBuilder:
         )
         pstored = frame_block(_encode_props(props), CODEC_NONE)
         props_off = pos
-        data += pstored
-        data += encode_footer(
-            Footer(index_off, len(index), filter_off, filter_len, props_off, len(pstored), version, flags)
+        write(pstored)
+        write(
+            encode_footer(
+                Footer(index_off, len(index), filter_off, filter_len, props_off, len(pstored), version, flags)
+            )
         )
-        return data, props
+        return props
 
 
 @dataclass(frozen=True, slots=True)

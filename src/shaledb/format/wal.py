@@ -8,6 +8,7 @@ objects in order :mod:`shaledb.engine.wal_read`.
 
 from __future__ import annotations
 
+import io
 import logging
 import struct
 from collections.abc import Sequence
@@ -40,7 +41,7 @@ def encode_wal_layout(
     created_at_ms: int,
     codec: int,
     block_size: int,
-) -> tuple[bytearray, list[int], list[int]]:
+) -> tuple[bytearray | memoryview, list[int], list[int]]:
     """:func:`encode_wal` plus the block layout (``SstBuilder.block_layout``), as the
     builder's own buffer: the object only goes to the store, so no copy into bytes."""
     return encode_wal_columns(
@@ -67,9 +68,11 @@ def encode_wal_columns(
     created_at_ms: int,
     codec: int,
     block_size: int,
-) -> tuple[bytearray, list[int], list[int]]:
+    out: io.BytesIO | None = None,
+) -> tuple[bytearray | memoryview, list[int], list[int]]:
     """:func:`encode_wal_layout` of entries given as columns (the WAL writer's buffer:
-    an ``array`` of sequence numbers, a ``bytearray`` of kinds)."""
+    an ``array`` of sequence numbers, a ``bytearray`` of kinds). With ``out`` (a reused
+    buffer, ``format.out_buffers``) the object is built there and returned as a view of it."""
     b = SstBuilder(
         kind=SST_WAL,
         block_size=block_size,
@@ -77,11 +80,12 @@ def encode_wal_columns(
         writer_epoch=epoch,
         created_at_ms=created_at_ms,
         nonce=nonce,
+        out=out,
     )
     if keys:
         b.add_many(keys, seqs, kinds, pays)
     offsets, ends = b.block_layout()
-    return b.finish_buffer()[0], offsets, ends
+    return (b.finish_buffer() if out is None else b.finish_view())[0], offsets, ends
 
 
 def locate_values(

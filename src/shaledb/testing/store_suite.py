@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from ..errors import AlreadyExists, InvalidArgument, InvalidPathError, ObjectNotFound
+from ..format.out_buffers import OutBuffers
 from ..store.base import ObjectStore
 
 BAD_PATHS: tuple[str, ...] = (
@@ -45,6 +46,34 @@ BAD_PATHS: tuple[str, ...] = (
     "x" * 1100,
 )
 """Object paths every store must refuse with InvalidPathError."""
+
+
+def check_reused_buffer_puts(store: ObjectStore, seed: int = 7) -> OutBuffers:
+    """Put objects built in reused buffers (``format.out_buffers``: the WAL's and the
+    L0 flush's), the way the engine does (a view of the buffer; the buffer given back
+    once the put returned, then the next object written over it), and read every
+    one back: a store that kept a reference to the bytes it was given must still
+    return them as they were put. Returns the pool (its ``reused``/``dropped``
+    counts say whether this store let the buffer be reused)."""
+    rng = random.Random(seed)
+    print(f"check_reused_buffer_puts seed={seed}")
+    bufs = OutBuffers(1)
+    put: dict[str, bytes] = {}
+    for i, size in enumerate((300_000, 200_000, 300_000, 5, 450_000)):
+        data = rng.randbytes(size)
+        out = bufs.take()
+        out.seek(0)
+        out.write(data)
+        whole = out.getbuffer()
+        view = whole[: len(data)]
+        whole.release()
+        path = f"reuse/{i}.sst"
+        store.put(path, view, create=i % 2 == 0)
+        put[path] = data
+        bufs.give(out, view)
+    for path, data in put.items():
+        assert store.get(path) == data, f"{path} changed after its buffer was reused"
+    return bufs
 
 
 class StoreTests:
@@ -74,6 +103,9 @@ class StoreTests:
         assert store.get("mv") == b"view"
         assert store.get("ba") == b"array"
         assert isinstance(store.get("mv"), bytes)
+
+    def test_put_from_a_reused_buffer(self, store: ObjectStore) -> None:
+        check_reused_buffer_puts(store)
 
     def test_overwrite(self, store: ObjectStore) -> None:
         store.put("k", b"one")
