@@ -96,7 +96,7 @@ def locate_values(
     ends: list[int],
     threshold: int,
     sink: Locations,
-    data: bytes | bytearray | None = None,
+    data: bytes | bytearray | memoryview | None = None,
 ) -> None:
     """Record a pointer for every data-tree value of at least ``threshold`` bytes.
 
