@@ -115,3 +115,22 @@ def test_a_bytearray_or_memoryview_block_decodes_on_the_general_path(seed: int) 
     good = _stored(rng, 12, 8, 8)
     decode_stored(good)
     assert _columns(decode_stored(bytearray(good))) == _general(good)  # type: ignore[arg-type]
+
+
+def test_a_shape_is_learnt_even_when_its_decode_fills_the_column_cache(seed: int) -> None:
+    """The column shapes (``_fixed``) are a bounded cache cleared when full. A decode that
+    splits the keys (filling it) and then the values (clearing it) used to lose the keys'
+    shape before learning the block's: the block, and every one like it, then took the
+    general path until a decode happened to learn it -- how many did depended on what
+    earlier blocks of the process had left in the cache."""
+    rng = random.Random(seed)
+    block_mod._shapes.clear()
+    block_mod._fixed.clear()
+    for i in range(block_mod._FIXED_CACHE_MAX - 1):  # one slot left: the keys' split takes it
+        block_mod._fixed_shape(1000 + i, 2)
+    first = _stored(rng, 40, 12, 30)
+    assert _columns(decode_stored(first)) == _general(first)
+    assert len(first) in block_mod._shapes  # learnt at the first decode
+    other = _stored(rng, 40, 12, 30)
+    assert block_mod.stored_shape(other, 0, len(other)) is not None  # the next one is read in place
+    block_mod._fixed.clear()  # (the filler shapes are of no use to later tests)

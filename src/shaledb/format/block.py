@@ -80,16 +80,23 @@ def split_fixed(buf: bytes, off_pos: int, n: int, total: int, blob_pos: int) -> 
     """
     if n < 2 or n > _FIXED_MAX_ENTRIES or total % n or not isinstance(buf, (bytes, bytearray)):
         return None
-    w = total // n
+    shape = _fixed_shape(total // n, n)
+    if not buf.startswith(shape[0], off_pos):
+        return None
+    return shape[1].unpack_from(buf, blob_pos)
+
+
+def _fixed_shape(w: int, n: int) -> tuple[bytes, struct.Struct]:
+    """The packed offsets and the splitting ``Struct`` of ``n`` entries of ``w`` bytes
+    (cached; made when missing, so a cache cleared by another shape's arrival, in this
+    thread or another, never leaves a caller without it)."""
     shape = _fixed.get((w, n))
     if shape is None:
         if len(_fixed) >= _FIXED_CACHE_MAX:
             _fixed.clear()
-        offsets = array("I", range(0, total + 1, w) if w else [0] * (n + 1))
+        offsets = array("I", range(0, w * n + 1, w) if w else [0] * (n + 1))
         shape = _fixed[(w, n)] = (pack_u32s(offsets), struct.Struct(f"{w}s" * n))
-    if not buf.startswith(shape[0], off_pos):
-        return None
-    return shape[1].unpack_from(buf, blob_pos)
+    return shape
 
 
 class Block:
@@ -328,25 +335,27 @@ def _decode_stored_slow(stored: bytes, what: str) -> Block:
     n = len(b.keys)
     klen = len(body) - len(b.kinds) - 12 - 16 * n - b.val_off[-1]
     plain = len(stored) == len(body) + TRAILER_SIZE and stored[len(body) + 4] == CODEC_NONE
-    if b.pays is not None and plain and _LITTLE and type(stored) is bytes and klen % n == 0:
-        kshape = _fixed.get((klen // n, n))
-        vshape = _fixed.get((b.val_off[-1] // n, n))
-        if kshape is not None and vshape is not None:
-            head = _U32.pack(n) + kshape[0] + vshape[0]
-            if body.startswith(head):
-                if len(_shapes) >= _SHAPES_MAX:
-                    _shapes.clear()
-                sp = 4 + 8 * (n + 1)
-                _shapes[len(stored)] = (
-                    head,
-                    stored[len(body) : len(body) + 5],
-                    n,
-                    sp,
-                    sp + 8 * n,
-                    sp + 9 * n,
-                    kshape[1],
-                    vshape[1],
-                    b.val_off,
-                    klen,
-                )
+    if b.pays is not None and type(b.keys) is tuple and plain and _LITTLE and type(stored) is bytes:
+        # Both columns were split as fixed-width; their shapes are made again if missing
+        # (the values' split may have cleared the cache of the keys' shape, or another
+        # thread's blocks did): a block must not go unlearned for that.
+        kshape = _fixed_shape(klen // n, n)
+        vshape = _fixed_shape(b.val_off[-1] // n, n)
+        head = _U32.pack(n) + kshape[0] + vshape[0]
+        if body.startswith(head):
+            if len(_shapes) >= _SHAPES_MAX:
+                _shapes.clear()
+            sp = 4 + 8 * (n + 1)
+            _shapes[len(stored)] = (
+                head,
+                stored[len(body) : len(body) + 5],
+                n,
+                sp,
+                sp + 8 * n,
+                sp + 9 * n,
+                kshape[1],
+                vshape[1],
+                b.val_off,
+                klen,
+            )
     return b
