@@ -13,6 +13,7 @@ import re
 import struct
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -164,13 +165,7 @@ def test_the_version_2_pointer_example_addresses_k1s_bytes() -> None:
     (after its extras) in the block, and the CRC32C of key and value."""
     p1 = decode_pointer(golden("pointer_journal.bin"))
     p = decode_pointer(golden("pointer_journal_v2.bin"))
-    assert (p.ref, p.block_off, p.block_len, p.index, p.value_len) == (
-        p1.ref,
-        p1.block_off,
-        p1.block_len,
-        p1.index,
-        p1.value_len,
-    )
+    assert replace(p, value_off=None, value_crc=0) == p1  # version 1's fields, the same
     assert p.value_off is not None
     data = golden("journal.journal")
     start = p.block_off + p.value_off
@@ -362,13 +357,7 @@ def test_block_heads_and_located_values_match_the_blocks(
     assert set(ranged) == set(sink)
     for k, (_seq, ptr, vlen) in ranged.items():
         p1, p = decode_pointer(sink[k][1]), decode_pointer(ptr)
-        assert (p.ref, p.block_off, p.block_len, p.index, p.value_len) == (
-            p1.ref,
-            p1.block_off,
-            p1.block_len,
-            p1.index,
-            p1.value_len,
-        )
+        assert replace(p, value_off=None, value_crc=0) == p1  # version 1's fields, the same
         raw_block = data[p.block_off + p.block_len - 5] == 0
         assert (p.value_off is not None) == raw_block
         assert decode_pointer(encode_pointer(p)) == p

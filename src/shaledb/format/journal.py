@@ -148,21 +148,33 @@ def wal_pointer(
     )
 
 
+def raw_block_columns(
+    data: bytes | bytearray | memoryview, block_off: int, block_len: int
+) -> tuple[int, int] | None:
+    """For the stored block at ``[block_off, block_off + block_len)`` of object ``data``:
+    where its ``val_off`` column starts and where its payloads start, both from
+    ``block_off``; None if the block is stored compressed. Read from the block's own
+    header (docs/format/block.md): ``n``, then ``key_off[0..n]`` and ``val_off[0..n]``,
+    seqs and kinds (``12 + 17 n`` bytes in all), the keys, the payloads."""
+    if data[block_off + block_len - TRAILER_SIZE + 4] != CODEC_NONE:
+        return None
+    (n,) = _U32.unpack_from(data, block_off)
+    (klen,) = _U32.unpack_from(data, block_off + 4 + 4 * n)
+    return 8 + 4 * n, 12 + 17 * n + klen
+
+
 def raw_value_offset(
     data: bytes | bytearray, block_off: int, block_len: int, index: int, value_len: int
 ) -> int | None:
     """Where the value of entry ``index`` (the last ``value_len`` bytes of its payload,
     after its extras) starts, from ``block_off``, in the stored block at
     ``[block_off, block_off + block_len)`` of object ``data``; None if that block is
-    stored compressed. Read from the block's own header (docs/format/block.md):
-    ``n``, then ``key_off[0..n]`` and ``val_off[0..n]``, seqs and kinds (``12 + 17 n``
-    bytes in all), the keys, the payloads."""
-    if data[block_off + block_len - TRAILER_SIZE + 4] != CODEC_NONE:
+    stored compressed (:func:`raw_block_columns`)."""
+    cols = raw_block_columns(data, block_off, block_len)
+    if cols is None:
         return None
-    (n,) = _U32.unpack_from(data, block_off)
-    (klen,) = _U32.unpack_from(data, block_off + 4 + 4 * n)
-    (vend,) = _U32.unpack_from(data, block_off + 12 + 4 * n + 4 * index)
-    return int(12 + 17 * n + klen + vend - value_len)
+    (vend,) = _U32.unpack_from(data, block_off + cols[0] + 4 * index + 4)
+    return int(cols[1] + vend - value_len)
 
 
 def value_crc(key: bytes, value: bytes) -> int:
@@ -321,6 +333,7 @@ __all__ = [
     "index_term_prefix",
     "is_wal_ref",
     "ranged_pointer",
+    "raw_block_columns",
     "raw_value_offset",
     "ulid_from_bytes",
     "ulid_to_bytes",

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 
 from ..errors import CorruptionError
-from .coding import CODEC_NONE, TRAILER_SIZE, crc32c, crc32c_extend
-from .journal import wal_pointer
+from .journal import raw_block_columns, value_crc, wal_pointer
 from .row import EXTRA_FLAGS, FLAG_INDEX_TREE, TYPE_MASK, decode_payload
 from .sst import SST_WAL, SstBuilder, decode_data_block, decode_meta
 
@@ -114,8 +113,7 @@ def locate_values(
     b = len(ends) - 1
     seen: set[bytes] = set()
     head_b = -1
-    vals_at = 0  # the block's val_off column, from its start
-    blob = 0  # where the block's payloads start, from its start
+    cols: tuple[int, int] | None = None  # the block's raw_block_columns (None: version 1)
     for j in range(len(ents) - 1, -1, -1):
         e = ents[j]
         k = keys[j]
@@ -139,24 +137,15 @@ def locate_values(
             continue  # a newer write of the key was located already (replay of several objects)
         off = offsets[b]
         size = offsets[b + 1] - off
-        if data is None:
-            sink[k] = (e[0], wal_pointer(wal_id, off, size, j - first, vlen), vlen)
-            continue
-        if head_b != b:
+        if head_b != b and data is not None:
             head_b = b
-            if data[off + size - TRAILER_SIZE + 4] != CODEC_NONE:
-                vals_at = -1  # stored compressed: version 1 pointers
-            else:
-                (n,) = _U32.unpack_from(data, off)
-                vals_at = 8 + 4 * n
-                blob = 12 + 17 * n + _U32.unpack_from(data, off + 4 + 4 * n)[0]
-        if vals_at < 0:
-            sink[k] = (e[0], wal_pointer(wal_id, off, size, j - first, vlen), vlen)
-            continue
+            cols = raw_block_columns(data, off, size)
         i = j - first
-        voff = blob + _U32.unpack_from(data, off + vals_at + 4 * i + 4)[0] - vlen
-        crc = crc32c_extend(int(crc32c(k)), body)
-        sink[k] = (e[0], wal_pointer(wal_id, off, size, i, vlen, voff, crc), vlen)
+        if cols is None or data is None:
+            sink[k] = (e[0], wal_pointer(wal_id, off, size, i, vlen), vlen)
+            continue
+        voff = cols[1] + _U32.unpack_from(data, off + cols[0] + 4 * i + 4)[0] - vlen
+        sink[k] = (e[0], wal_pointer(wal_id, off, size, i, vlen, voff, value_crc(k, body)), vlen)
 
 
 def encode_wal(
