@@ -30,8 +30,10 @@ def test_fixed_width_columns_decode_like_sliced_ones(kw: int | None, vw: int | N
         assert [b.payload(i) for i in range(n)] == vals
         assert list(b.payloads(1, n - 1)) == vals[1 : n - 1]
         assert b.seqs.tolist() == seqs
-        # split columns come out as tuples; values of mixed widths stay in their blob
-        assert (b.pays is not None) == (vw is not None and 2 <= n <= 256)
+        # split columns come out as tuples; values of mixed widths stay in their blob (random
+        # widths can all come out equal, most often at n = 2: then the values are one width)
+        one_width = len({len(v) for v in vals}) == 1
+        assert (b.pays is not None) == (one_width and 2 <= n <= 256)
 
 
 def test_offsets_of_equal_total_but_uneven_widths_are_not_taken_for_fixed() -> None:
