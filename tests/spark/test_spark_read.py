@@ -80,7 +80,7 @@ def test_pyspark_reuses_a_filtered_read_plan_for_a_later_unfiltered_query(spark,
 
 
 def test_key_range_options_narrow_the_read_and_stay_correct(spark, loaded):
-    url, _, data = loaded
+    url, db, data = loaded
     df = (
         spark.read.format("shaledb")
         .option("partitions", "6")
@@ -93,8 +93,14 @@ def test_key_range_options_narrow_the_read_and_stay_correct(spark, loaded):
     assert df.count() == len(want)  # reusing the DataFrame keeps the same range
     pre = spark.read.format("shaledb").option("prefix", "k012").load(url)
     assert sorted(r.key for r in pre.collect()) == sorted(k for k in data if k.startswith(b"k012"))
-    point = spark.read.format("shaledb").option("partitions", "6").option("prefix", "k04001").load(url)
+    # A key no SST starts or ends at: at such an edge the planner may rightly cut the prefix's
+    # range in two (keys such as b"k04001a" could sort after an SST's last key b"k04001"), and
+    # where the bulk load's sampled range partitioning put its edges differs from run to run.
+    edges = {k for s in db.manifest.data.ssts() for k in (s.first_key, s.last_key)}
+    key = next(k for k in sorted(data) if k >= b"k04001" and k not in edges)
+    point = spark.read.format("shaledb").option("partitions", "6").option("prefix", key.decode()).load(url)
     assert point.rdd.getNumPartitions() == 1  # the range, not the whole version, was planned
+    assert [r.key for r in point.collect()] == [key]
 
 
 def test_key_filters_are_pushed_down_and_prune_partitions(spark, loaded):
