@@ -328,6 +328,20 @@ def stored_shape(buf: bytes, off: int, size: int) -> _Shape | None:
     return shape
 
 
+def clear_shape_caches() -> None:
+    """Forget every learnt block shape and cached column ``Struct`` (process-wide).
+
+    What a block read does depends on these caches: a block of a known shape is read
+    in place, one of a new shape is decoded first. They are filled by whatever
+    blocks the process met before, so a test that counts decoded blocks starts
+    from here to count the same whichever tests ran before it. Correctness never
+    depends on them: every cache refills itself on the next decode.
+    """
+    _shapes.clear()
+    _fixed.clear()
+    _rows_structs.clear()
+
+
 def _decode_stored_slow(stored: bytes, what: str) -> Block:
     """The general path of :func:`decode_stored`; learns the block's shape if it is fixed-width."""
     body = unframe_block(stored, what)
