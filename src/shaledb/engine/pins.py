@@ -67,6 +67,10 @@ def _new_id(rng: random.Random, epoch: int) -> uuid.UUID:
     return uuid.UUID(int=rng.getrandbits(128) ^ epoch, version=4)
 
 
+def _uuid_of(k: int) -> uuid.UUID:
+    return uuid.UUID(int=k)
+
+
 @dataclass(frozen=True)
 class RepinView(Edit):
     """One more write that pins the latest version with the writer's view checkpoints
@@ -102,7 +106,9 @@ class ViewPins:
         # Checkpoints added by decorate() whose manifest write has not been confirmed
         # (normally one; several if writes race outside the writer's manifest lock).
         self._pending: dict[uuid.UUID, tuple[Checkpoint, SstSet]] = {}
-        self._refs: dict[uuid.UUID, int] = {}
+        self._refs: dict[int, int] = {}
+        """References per checkpoint, keyed by the id's ``int``: every scan takes and drops
+        one, and an int hashes in C where ``UUID.__hash__`` is a Python call (four per scan)."""
         self._pinned: dict[uuid.UUID, SstSet] = {}
         """What each of our checkpoints pins (for the ones this process created)."""
         self._sets: dict[int, SstSet] = {}
@@ -158,7 +164,7 @@ class ViewPins:
                     # switches to the new one: a reader may take it meanwhile, so it is
                     # expired or dropped by a later write, when its references are known.
                     out.append(c)
-                elif self._refs.get(c.id, 0) > 0:
+                elif self._refs.get(c.id.int, 0) > 0:
                     if c.expire_time_s is not None:
                         c = replace(c, expire_time_s=None)
                         changed = True
@@ -192,7 +198,7 @@ class ViewPins:
                     self._pending.pop(next(iter(self._pending)))
                 self._pending[cp.id] = (cp, objects)
                 if len(self._pinned) > 1024:  # entries of CAS attempts that lost
-                    keep_ids = {*self._refs, *self._pending, *(c.id for c in out)}
+                    keep_ids = {*map(_uuid_of, self._refs), *self._pending, *(c.id for c in out)}
                     self._pinned = {k: v for k, v in self._pinned.items() if k in keep_ids}
                 self._pinned[cp.id] = objects
                 changed = True
@@ -219,7 +225,9 @@ class ViewPins:
         """``m`` without this writer's unreferenced checkpoints (at close); None if unchanged."""
         with self._lock:
             epoch = self.epoch
-            keep = tuple(c for c in m.checkpoints if c.writer_epoch != epoch or self._refs.get(c.id, 0) > 0)
+            keep = tuple(
+                c for c in m.checkpoints if c.writer_epoch != epoch or self._refs.get(c.id.int, 0) > 0
+            )
             self.current = None
             self._current_set = None
         if m.writer_epoch != epoch or len(keep) == len(m.checkpoints):
@@ -234,22 +242,24 @@ class ViewPins:
             cur = self.current
             if cur is None:
                 return None
-            self._refs[cur.id] = self._refs.get(cur.id, 0) + 1
+            k = cur.id.int
+            self._refs[k] = self._refs.get(k, 0) + 1
             return cur.id
 
     def release(self, cp_id: uuid.UUID | None) -> None:
         if cp_id is None:
             return
         with self._lock:
-            n = self._refs.get(cp_id, 0) - 1
+            k = cp_id.int
+            n = self._refs.get(k, 0) - 1
             if n > 0:
-                self._refs[cp_id] = n
+                self._refs[k] = n
             else:
-                self._refs.pop(cp_id, None)
+                self._refs.pop(k, None)
 
     def refs(self) -> dict[uuid.UUID, int]:
         with self._lock:
-            return dict(self._refs)
+            return {_uuid_of(k): n for k, n in self._refs.items()}
 
 
 __all__ = ["ViewPins", "referenced_objects"]
