@@ -32,11 +32,16 @@ fetches chunks ahead of it in parallel on a small shared pool:
 And across scans (**warm-up**): short scans scattered over one SST each find
 a different chunk cold and wait a round trip for it, one after another. Once
 scans have started cold in ``WARM_AFTER_COLD_STARTS`` different chunks of an
-SST whose data is at most ``scan_warm_sst_max_bytes``, and waited a few
-milliseconds for each (``WARM_MIN_WAIT_S``: a round trip, not a local disk's
-page cache), its other chunks are fetched in parallel (about one round trip
-for all of them), while the SSTs warmed this way and still live fit in half
-the block cache: a working set larger than that would only evict itself.
+SST whose data is at most ``scan_warm_sst_max_bytes``, and waited for each
+longer than a read from memory would take (``WARM_MIN_WAIT_S``), its other
+chunks are fetched in parallel (about one round trip for all of them), while
+the SSTs warmed this way and still live fit in half the block cache: a working
+set larger than that would only evict itself. A local directory warms too: a
+chunk read there lands in fresh memory, and its page faults (about 0.7 ms per
+MiB) made the first scans into each chunk the slowest 3-8% of short scans
+(their p99 about 10x their p50, docs/benchmarks.md, "scan tail latency"). The
+scan that starts the warm-up reads its own chunk first, so it does not wait
+behind the warm-up's reads.
 ``0`` turns either part off.
 """
 
@@ -62,10 +67,12 @@ SCAN_AHEAD_THREADS = 16
 """Threads of the process-wide pool that runs scans' read-ahead GETs (shared by every database)."""
 WARM_AFTER_COLD_STARTS = 2
 """Scans starting cold in this many different chunks of one SST warm the rest of it ..."""
-WARM_MIN_WAIT_S = 0.004
+WARM_MIN_WAIT_S = 0.00025
 """... if they waited at least this long for each of those chunks, on average: a round
-trip to an object store (S3: 10-50 ms), not a local disk's page cache (well under a
-millisecond), where reading the rest of the SST would only cost CPU."""
+trip to an object store (S3: 10-50 ms), or a local directory's read of a 1 MiB chunk into
+fresh memory (0.6-0.9 ms, mostly page faults, on the benchmark machine). A read shorter
+than this came from memory already in place, where warming would only spend CPU. It was
+4 ms (object stores only) until the scan tail measurements of issue 30."""
 
 
 class ScanAheadLimits(NamedTuple):
@@ -211,32 +218,38 @@ class ChunkFetches:
             and (r.id not in self._warmed)
         )
 
-    def cold_start(self, r: SstReader, ci: int) -> None:
+    def cold_start(self, r: SstReader, ci: int) -> bool:
         """A scan starts in chunk ``ci`` of ``r``, not cached, and is about to read it:
-        count it, and warm the rest of the SST (beside that read) once scans have
-        started cold in enough different chunks of it and the earlier ones waited for
-        their reads like round trips (a local disk answers too fast for warming to
-        pay: it would only spend CPU). :meth:`waited` records the read's time."""
+        count it, and say whether to warm the rest of the SST (:meth:`warm`, after that
+        read) because scans have now started cold in enough different chunks of it and
+        the earlier ones waited for their reads longer than memory answers (see
+        ``WARM_MIN_WAIT_S``). :meth:`waited` records the read's time."""
         size = r.data_end
         with self._lock:
             if r.id in self._warmed:
-                return
+                return False
             seen, n, waited = self._cold_starts.get(r.id, (frozenset(), 0, 0.0))
             self._cold_starts[r.id] = (seen | {ci}, n + 1, waited)
             if len(seen | {ci}) < WARM_AFTER_COLD_STARTS or waited < n * WARM_MIN_WAIT_S:
-                return
+                return False
             for sid in [s for s in self._warmed if not self.live(s)]:
                 del self._warmed[sid]
             if sum(self._warmed.values()) + size > self.cache.capacity_bytes // 2:
-                return
+                return False
             self._warmed[r.id] = size
             del self._cold_starts[r.id]
             if len(self._cold_starts) > 1024:  # SSTs that never warmed: forget the dead ones
                 for sid in [s for s in self._cold_starts if not self.live(s)]:
                     del self._cold_starts[sid]
             self.warm_ups += 1
-        for c in range(-(-size // r.read_ahead)):
-            if c != ci:  # (the scan reads that one now)
+        return True
+
+    def warm(self, r: SstReader, ci: int) -> None:
+        """Fetch every chunk of ``r`` but ``ci`` (read by the scan that started the warm-up)
+        at once, unless cached or in flight. (A few at a time was tried on a local
+        directory: the warm-up then lasted longer and more scans waited beside it.)"""
+        for c in range(-(-r.data_end // r.read_ahead)):
+            if c != ci:
                 self.submit(r, c)
 
     def waited(self, r: SstReader, waited_s: float) -> None:
@@ -309,10 +322,12 @@ class Cursor:
             f = fetches.flying(r, ci)
             if (f is not None and wait_for(f)) or not fetches.may_warm(r):
                 return  # (else the block read fetches the chunk, as before)
-            fetches.cold_start(r, ci)
+            warm = fetches.cold_start(r, ci)
             t0 = fetches.now()
             fetch_chunk(r, ci)  # the GET the block read would make, timed
             fetches.waited(r, fetches.now() - t0)
+            if warm:  # (after this scan's own read, which would otherwise queue behind them)
+                fetches.warm(r, ci)
             return
         self.entered += 1
         if self.near is not None and (ci - self.near) * self.step > 0:
