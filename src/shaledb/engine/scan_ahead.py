@@ -39,9 +39,7 @@ the SSTs warmed this way and still live fit in half the block cache: a working
 set larger than that would only evict itself. A local directory warms too: a
 chunk read there lands in fresh memory, and its page faults (about 0.7 ms per
 MiB) made the first scans into each chunk the slowest 3-8% of short scans
-(their p99 about 10x their p50, docs/benchmarks.md, "scan tail latency"). The
-scan that starts the warm-up reads its own chunk first, so it does not wait
-behind the warm-up's reads.
+(their p99 about 10x their p50; docs/benchmarks.md, "scan tail latency").
 ``0`` turns either part off.
 """
 
@@ -218,38 +216,32 @@ class ChunkFetches:
             and (r.id not in self._warmed)
         )
 
-    def cold_start(self, r: SstReader, ci: int) -> bool:
+    def cold_start(self, r: SstReader, ci: int) -> None:
         """A scan starts in chunk ``ci`` of ``r``, not cached, and is about to read it:
-        count it, and say whether to warm the rest of the SST (:meth:`warm`, after that
-        read) because scans have now started cold in enough different chunks of it and
-        the earlier ones waited for their reads longer than memory answers (see
-        ``WARM_MIN_WAIT_S``). :meth:`waited` records the read's time."""
+        count it, and warm the rest of the SST (beside that read) once scans have
+        started cold in enough different chunks of it and the earlier ones waited for
+        their reads longer than memory answers (see ``WARM_MIN_WAIT_S``).
+        :meth:`waited` records the read's time."""
         size = r.data_end
         with self._lock:
             if r.id in self._warmed:
-                return False
+                return
             seen, n, waited = self._cold_starts.get(r.id, (frozenset(), 0, 0.0))
             self._cold_starts[r.id] = (seen | {ci}, n + 1, waited)
             if len(seen | {ci}) < WARM_AFTER_COLD_STARTS or waited < n * WARM_MIN_WAIT_S:
-                return False
+                return
             for sid in [s for s in self._warmed if not self.live(s)]:
                 del self._warmed[sid]
             if sum(self._warmed.values()) + size > self.cache.capacity_bytes // 2:
-                return False
+                return
             self._warmed[r.id] = size
             del self._cold_starts[r.id]
             if len(self._cold_starts) > 1024:  # SSTs that never warmed: forget the dead ones
                 for sid in [s for s in self._cold_starts if not self.live(s)]:
                     del self._cold_starts[sid]
             self.warm_ups += 1
-        return True
-
-    def warm(self, r: SstReader, ci: int) -> None:
-        """Fetch every chunk of ``r`` but ``ci`` (read by the scan that started the warm-up)
-        at once, unless cached or in flight. (A few at a time was tried on a local
-        directory: the warm-up then lasted longer and more scans waited beside it.)"""
-        for c in range(-(-r.data_end // r.read_ahead)):
-            if c != ci:
+        for c in range(-(-size // r.read_ahead)):
+            if c != ci:  # (the scan reads that one now)
                 self.submit(r, c)
 
     def waited(self, r: SstReader, waited_s: float) -> None:
@@ -322,12 +314,10 @@ class Cursor:
             f = fetches.flying(r, ci)
             if (f is not None and wait_for(f)) or not fetches.may_warm(r):
                 return  # (else the block read fetches the chunk, as before)
-            warm = fetches.cold_start(r, ci)
+            fetches.cold_start(r, ci)
             t0 = fetches.now()
             fetch_chunk(r, ci)  # the GET the block read would make, timed
             fetches.waited(r, fetches.now() - t0)
-            if warm:  # (after this scan's own read, which would otherwise queue behind them)
-                fetches.warm(r, ci)
             return
         self.entered += 1
         if self.near is not None and (ci - self.near) * self.step > 0:
