@@ -845,7 +845,8 @@ class DbReader(Queries):
         return open_feed(self.store, since, self.clock, **options)
 
     def __repr__(self) -> str:
-        return f"DbReader({self._where}, mode={self._mode})"
+        closed = ", closed" if self._closed else ""
+        return f"DbReader({self._where}, mode={self._mode}{closed})"
 
 
 __all__ = ["DbReader", "DbReaderOptions", "ReaderSnapshot"]

@@ -1135,7 +1135,8 @@ class Db(Queries):
         return open_feed(self.store, since, self.clock, **options)
 
     def __repr__(self) -> str:
-        return f"Db({self.store.describe()}, epoch={self.epoch})"
+        closed = ", closed" if getattr(self, "_closed", False) else ""
+        return f"Db({self.store.describe()}, epoch={self.epoch}{closed})"
 
 
 __all__ = ["Db", "Scan", "Snapshot", "WriteHandle"]
