@@ -152,3 +152,30 @@ def test_clone_and_destroy(db: Path, tmp_path: Path) -> None:
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     p = run("--debug", "list-checkpoints", path=tmp_path / "nothing")
     assert p.returncode != 0 and "Traceback" in p.stderr
+
+
+@pytest.mark.parametrize("args", [("delete", "k"), ("delete-range", "a", "b")])
+def test_delete_of_a_missing_database_is_not_found_and_creates_nothing(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """Before, `delete` on a mistyped path created a new empty database there and said ok."""
+    missing = tmp_path / "typo"
+    one_line_error(run(*args, path=missing), 3, "NotFound")
+    assert not missing.exists()
+
+
+def test_every_argument_of_every_command_has_help_text() -> None:
+    """`index-query --help` listed FIELD and --limit with no word on what they are."""
+    import argparse
+
+    from shaledb.cli.app import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [
+        f"{name} {a.dest}"
+        for name, p in sub.choices.items()
+        for a in p._actions
+        if not a.help and not isinstance(a, argparse._HelpAction)
+    ]
+    assert not missing, missing

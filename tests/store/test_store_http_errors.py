@@ -138,3 +138,17 @@ def test_s3_request_timeout_is_transient_and_expired_token_is_refused() -> None:
     assert classify(timeout, "x", "s3://b", s3, True) is None
     expired = _answer("GET", "http://h/b/x", "400 Bad Request", "<Error><Code>ExpiredToken</Code></Error>")
     assert isinstance(classify(expired, "x", "s3://b", s3, True), PermissionDenied)
+
+
+def test_a_failed_tls_handshake_before_any_answer_is_an_endpoint_mistake() -> None:
+    """An https:// endpoint naming a plain-HTTP server (moto on loopback) was retried for 7 s
+    and reported as "unreachable, retry later"; the text is what obstore 0.14 reports then."""
+    exc = Exception(
+        "Generic S3 error: Error performing list request: Error performing GET https://127.0.0.1:9/b "
+        "- HTTP error: error sending request\n\nDebug source:\n inner: Http(HttpError { kind: Connect, "
+        "error: InvalidMessage(InvalidContentType) })"
+    )
+    s3 = CloudService("s3", "b", "https://127.0.0.1:9")
+    err = classify(exc, "manifest/", "s3://b", s3, False)
+    assert isinstance(err, EndpointUnreachable) and "TLS handshake" in str(err)
+    assert classify(exc, "manifest/", "s3://b", s3, True) is None  # after an answer: transient

@@ -270,3 +270,16 @@ def test_cas_selection(tmp_path: Path) -> None:
         open_store(f"file://{tmp_path / 'c'}?cas={cas}", cas="none")
     with pytest.raises(InvalidArgument, match="file path"):
         open_store(str(tmp_path / "d"), cas="sqlite://")
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:9", "localhost:9000", "http://", "ftp://127.0.0.1:9"])
+def test_endpoint_without_scheme_is_refused_at_open(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheme-less endpoint made the backend panic on every request (a Rust backtrace per
+    retry) and the open end seconds later as "unreachable"; it is the caller's mistake."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    with pytest.raises(InvalidArgument, match="not a URL"):
+        open_store("s3://bucket/db", access_key_id="x", secret_access_key="xxxx")
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    with pytest.raises(InvalidArgument, match="not a URL"):
+        open_store("s3://bucket/db", endpoint=endpoint, access_key_id="x", secret_access_key="xxxx")

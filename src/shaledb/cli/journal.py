@@ -107,7 +107,7 @@ def backup_cmd(args: argparse.Namespace, out: Output) -> int | None:
 
 
 def _head_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("key", metavar="KEY", help="the key (0x... for hex)")
+    p.add_argument("key", metavar="KEY", help="key (UTF-8; 0x... for hex; text:... for literal text)")
 
 
 @command("head", "a key's metadata from the ledger (sequence number, size, expiry, index terms)")(_head_args)
@@ -132,13 +132,13 @@ def head_cmd(args: argparse.Namespace, out: Output) -> int | None:
 
 
 def _query_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("field", metavar="FIELD")
+    p.add_argument("field", metavar="FIELD", help="the indexed field (as named in put(..., indexes=...))")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--from", dest="start", default=None, help="first term (inclusive)")
     p.add_argument("--to", dest="end", default=None, help="end term (exclusive, as scan's --to)")
     g.add_argument("--term", default=None, help="exactly this term (not with --from/--to)")
     p.add_argument("--regex", default=None, help="keep terms matching this regular expression")
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--limit", type=int, default=None, help="at most this many keys")
 
 
 @command("index-query", "keys by secondary-index term, in term order")(_query_args)

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..errors import InvalidArgument
 from .output import Output, command, parse_bytes
+from .settings import cli_settings
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    """A delete writes to an existing database only (a missing one is NotFound, exit 3, not a new
+    empty database), with the settings every writing command reads (--settings, SHALEDB_*)."""
+    return cli_settings(args, compactor=None, garbage_collector=None)
 
 
 def _delete_args(p: argparse.ArgumentParser) -> None:
@@ -15,9 +23,8 @@ def _delete_args(p: argparse.ArgumentParser) -> None:
 @command("delete", "delete one key durably (opens the writer: fences any running writer)")(_delete_args)
 def delete(args: argparse.Namespace, out: Output) -> int | None:
     from ..db.writer import Db
-    from ..settings import Settings
 
-    with Db.open(args.path, settings=Settings(compactor=None, garbage_collector=None)) as db:
+    with Db.open(args.path, settings=_settings(args), create_if_missing=False) as db:
         h = db.delete(parse_bytes(args.key))
     out.emit({"key": args.key, "deleted": True, "seq": h.seq})
     return None
@@ -36,10 +43,9 @@ def _delete_range_args(p: argparse.ArgumentParser) -> None:
 )(_delete_range_args)
 def delete_range(args: argparse.Namespace, out: Output) -> int | None:
     from ..db.writer import Db
-    from ..settings import Settings
 
     start, end = parse_bytes(args.start), parse_bytes(args.end)
-    with Db.open(args.path, settings=Settings(compactor=None, garbage_collector=None)) as db:
+    with Db.open(args.path, settings=_settings(args), create_if_missing=False) as db:
         h = db.delete_range(start, end)
     out.emit({"start": args.start, "end": args.end, "deleted_range": True, "seq": h.seq})
     return None

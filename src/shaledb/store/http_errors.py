@@ -47,6 +47,9 @@ _NO_CREDENTIAL = (
     "/metadata/identity/oauth2/token",
 )
 _CONNECT = ("dns error", "ConnectionRefused", "Connection refused", "tcp connect error")
+# A TLS handshake that fails at once (rustls' words): most often an https:// endpoint
+# naming a plain-HTTP service, or a certificate the client does not trust.
+_TLS = ("InvalidContentType", "invalid peer certificate", "UnknownIssuer", "HandshakeFailure")
 # 4xx answers that are not set-up mistakes: handled by the caller (404 missing
 # object, 409 S3's conflicting conditional request, 412 precondition, 416 range
 # past the end) or transient (408 request timeout, 429 throttling).
@@ -144,6 +147,12 @@ def classify(
         return InvalidArgument(
             f"{description} rejected the request for {path} (HTTP {status}); check the bucket name, "
             "endpoint and options of this store"
+        )
+    if status is None and not answered and any(marker in text for marker in _TLS):
+        return EndpointUnreachable(
+            f"cannot reach {service.where()}: the TLS handshake failed (a plain-HTTP service behind an "
+            "https:// endpoint, or an untrusted certificate); check the endpoint setting "
+            f"({_ENDPOINT_HINT[service.scheme]})"
         )
     if status is None and not answered and any(marker in text for marker in _CONNECT):
         why = "its host name does not resolve" if "dns error" in text else "it refused the connection"

@@ -278,6 +278,22 @@ def _refuse_plain_http(
     )
 
 
+def _refuse_schemeless_endpoint(scheme: str, endpoint: Any, secrets: list[str]) -> None:
+    """An S3 or Azure endpoint must be an ``http://`` or ``https://`` URL.
+
+    Why here: given ``127.0.0.1:9000`` the backend panics while signing every
+    request (a Rust backtrace per retry) and the open ends seconds later as
+    "unreachable, retry later"; the mistake is the caller's, so say it at once.
+    """
+    if scheme not in ("s3", "az") or not isinstance(endpoint, str) or not endpoint:
+        return
+    if not endpoint.lower().startswith(("http://", "https://")) or not urlsplit(endpoint).netloc:
+        raise InvalidArgument(
+            f"the endpoint {scrub(endpoint, secrets)!r} is not a URL: give it with its scheme, "
+            "e.g. https://host:port (or http://host:port with allow_http)"
+        )
+
+
 def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str, Any]) -> ObjectStore:
     if not bucket:
         raise InvalidArgument(f"{scheme} URL needs a bucket: {scheme}://BUCKET/prefix, got {scrub(url)!r}")
@@ -307,6 +323,7 @@ def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str
         scheme
     ]
     service = cloud_service(scheme, bucket, kwargs)
+    _refuse_schemeless_endpoint(scheme, kwargs.get("endpoint"), secrets)
     _refuse_plain_http(scheme, service.endpoint, client_options, kwargs, secrets)
     kwargs = with_backend_defaults(kwargs)
     failure = None
