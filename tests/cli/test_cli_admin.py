@@ -179,3 +179,27 @@ def test_every_argument_of_every_command_has_help_text() -> None:
         if not a.help and not isinstance(a, argparse._HelpAction)
     ]
     assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    "command", [("read-manifest",), ("list-manifests",), ("compact-journal",), ("get", "a")]
+)
+def test_a_missing_database_is_named_the_same_way_by_every_command(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """read-manifest, list-manifests and compact-journal named the path as typed (`./typo`),
+    the others as the store's URL (`file:///abs/typo`)."""
+    missing = tmp_path / "typo"
+    p = run(*command, path=missing)
+    one_line_error(p, 3, f"NotFound: no database at {missing.as_uri()}")
+
+
+def test_a_memory_database_not_found_says_it_lived_in_another_process() -> None:
+    """`put` then `get` on memory://x: each command is its own process, so the second finds
+    nothing; the error says why instead of leaving the user to guess."""
+    ok("put", "a", "b", path="memory://cli-hint")
+    p = run("get", "a", path="memory://cli-hint")
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    first, note = p.stderr.strip().splitlines()
+    assert "NotFound: no database at memory://cli-hint" in first
+    assert "lives only in the process that made it" in note and "Traceback" not in p.stderr

@@ -36,6 +36,11 @@ from .stream import silence_stdout
 GROUPS = (core, compaction, admin, journal, verify, settings, more)
 """The command modules, in the order their commands are listed (each registers its own)."""
 
+MEMORY_HINT = (
+    "shaledb: note: a memory:// database lives only in the process that made it, and every "
+    "shaledb command is a new process; use a directory (or s3://...) to keep data between commands\n"
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     register_extra_commands()
@@ -121,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             else EXIT_ERROR
         )
         sys.stderr.write(f"shaledb: error: {type(exc).__name__}: {scrub(str(exc))}\n")
+        if isinstance(exc, NotFound) and str(args.path or "").startswith("memory:"):
+            # Each command is a new process, and a memory store lives only in the process
+            # that made it: `put` then `get` on memory://x finds nothing, by design.
+            sys.stderr.write(MEMORY_HINT)
         return code
     except Exception as exc:  # noqa: BLE001 - a bug: show where, but never a secret it carried
         sys.stderr.write(scrub("".join(traceback.format_exception(exc))))

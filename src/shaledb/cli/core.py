@@ -133,7 +133,7 @@ def read_manifest(args: argparse.Namespace, out: Output) -> int | None:
     ms = manifest_store(args.path)
     m = ms.read(args.id) if args.id is not None else ms.read_latest()
     if m is None:
-        raise NotFound(f"no database at {args.path}")
+        raise NotFound(f"no database at {ms.store.describe()}")
     if out.as_json:
         out.emit(describe_manifest(m))
     else:
@@ -169,7 +169,7 @@ def list_manifests(args: argparse.Namespace, out: Output) -> int | None:
     it = rows()
     first = next(it, None)
     if first is None:
-        raise NotFound(f"no database at {args.path}")
+        raise NotFound(f"no database at {ms.store.describe()}")
     cols = ["id", "size", "modified"] + (
         ["writer_epoch", "compactor_epoch", "l0", "runs", "checkpoints"] if args.long else []
     )

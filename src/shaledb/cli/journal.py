@@ -46,7 +46,7 @@ def compact_journal_cmd(args: argparse.Namespace, out: Output) -> int | None:
     rng = random.Random()
     store = wrap_store(open_store(args.path), settings, SYSTEM_CLOCK, rng)
     if ManifestStore(store, SYSTEM_CLOCK, rng, author="cli").read_latest() is None:
-        raise NotFound(f"no database at {args.path}")
+        raise NotFound(f"no database at {store.describe()}")
     host = StandaloneHost(store, settings=settings, clock=SYSTEM_CLOCK, rng=rng)
     r = compact_journal(host, max_runs=args.max_runs)
     if out.as_json:
