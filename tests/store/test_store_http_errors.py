@@ -152,3 +152,18 @@ def test_a_failed_tls_handshake_before_any_answer_is_an_endpoint_mistake() -> No
     err = classify(exc, "manifest/", "s3://b", s3, False)
     assert isinstance(err, EndpointUnreachable) and "TLS handshake" in str(err)
     assert classify(exc, "manifest/", "s3://b", s3, True) is None  # after an answer: transient
+
+
+def test_a_bare_404_on_a_listing_is_an_endpoint_mistake() -> None:
+    """A listing's 404 without a missing-bucket code: the endpoint is not this API."""
+    exc = Exception(
+        "Generic S3 error: Error performing list request: Error performing GET http://127.0.0.1:9/b?"
+        "list-type=2 in 1ms - Server returned non-2xx status code: 404 Not Found: <!DOCTYPE HTML>"
+    )
+    s3 = CloudService("s3", "b", "http://127.0.0.1:9")
+    err = classify(exc, "manifest/", "s3://b", s3, True)
+    assert isinstance(err, InvalidArgument) and "HTTP 404" in str(err)
+    missing = Exception(str(exc).replace("<!DOCTYPE HTML>", "<Code>NoSuchBucket</Code>"))
+    assert isinstance(classify(missing, "manifest/", "s3://b", s3, True), BucketNotFound)
+    get_404 = Exception("Generic S3 error: Error performing GET http://127.0.0.1:9/b/x: 404 Not Found")
+    assert classify(get_404, "x", "s3://b", s3, True) is None  # a missing object: the caller's case

@@ -26,6 +26,7 @@ from shaledb.clock import SYSTEM_CLOCK
 from shaledb.errors import (
     BucketNotFound,
     EndpointUnreachable,
+    InvalidArgument,
     NotFound,
     ObjectNotFound,
     PermissionDenied,
@@ -216,3 +217,31 @@ def test_set_up_mistakes_are_not_retried(tmp_path: Path) -> None:
         with pytest.raises(type(error)):
             store.get("k")
         assert refusing.count == 1 and store.retries == 0  # type: ignore[attr-defined]
+
+
+def test_an_endpoint_that_is_not_an_object_store_is_reported_at_once(tmp_path: Path) -> None:
+    """A plain web server on the endpoint (here Python's, on loopback) answers a bucket
+    listing with an HTML 404 page; before, that was retried for 7 s and reported as
+    "unreachable, retry later"."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        opts = _s3(endpoint, access_key_id=MOTO_KEY, secret_access_key=MOTO_KEY)
+        store = _stack(f"s3://{MOTO_BUCKET}/db", **opts)
+        err = _timed_raise(InvalidArgument, lambda: list(store.list("manifest/")))
+        assert "HTTP 404" in str(err) and endpoint in str(err) and "AWS_ENDPOINT_URL" in str(err)
+        assert store.retries == 0
+        _timed_raise(InvalidArgument, lambda: Db.open(f"s3://{MOTO_BUCKET}/db", store_options=opts))
+        assert not list(tmp_path.iterdir()), "nothing was written"
+    finally:
+        server.shutdown()
+        server.server_close()

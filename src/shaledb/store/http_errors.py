@@ -53,6 +53,7 @@ _TLS = ("InvalidContentType", "invalid peer certificate", "UnknownIssuer", "Hand
 # 4xx answers that are not set-up mistakes: handled by the caller (404 missing
 # object, 409 S3's conflicting conditional request, 412 precondition, 416 range
 # past the end) or transient (408 request timeout, 429 throttling).
+_LIST_REQUEST = "Error performing list request"  # obstore's words for a failed listing
 _NOT_SETUP_4XX = frozenset({404, 408, 409, 412, 416, 429})
 # 400 answers that are not mistakes in the request: S3 reports an idle upload as
 # 400 RequestTimeout (transient), and expired session credentials as 400 ExpiredToken.
@@ -143,6 +144,15 @@ def classify(
         )
     if status == 400 and any(code in text for code in _TRANSIENT_400):
         return None
+    if status == 404 and _LIST_REQUEST in text:
+        # A listing of a missing prefix is an empty 200, and of a missing bucket a 404
+        # that says so (handled above): a bare 404 (say, a web server's HTML page) means
+        # the endpoint is not this object-store API. Retrying would not change that.
+        return InvalidArgument(
+            f"{description}: the endpoint answered a listing of {service.where()} with HTTP 404 and "
+            "no storage error: it does not look like this object-store API; check the endpoint "
+            f"setting ({_ENDPOINT_HINT[service.scheme]})"
+        )
     if status is not None and 400 <= status < 500 and status not in _NOT_SETUP_4XX:
         return InvalidArgument(
             f"{description} rejected the request for {path} (HTTP {status}); check the bucket name, "
