@@ -149,3 +149,16 @@ def test_a_double_dash_option_value_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--path", url, "clone", "--parent", url + "-parent", "--checkpoint=--"])
     assert exc.value.code == 2
+
+
+def test_bench_prints_request_counts_for_people_and_reads_the_settings_file(tmp_path: Path) -> None:
+    """`bench` printed its request counts as a Python dict (every kind, zeros too), and opened
+    the database with default settings whatever --settings or SHALEDB_* said."""
+    text = ok("bench", "--keys", "300", "--path", str(tmp_path / "a"))
+    line = next(s for s in text.splitlines() if s.startswith("store_requests"))
+    assert "{" not in line and "put_create=" in line and "=0" not in line, line
+    bad = tmp_path / "bad.toml"
+    bad.write_text('compression = "gzipx"\n')
+    p = run("--settings", str(bad), "bench", "--keys", "300", "--path", str(tmp_path / "b"))
+    assert p.returncode == 2 and "compression" in p.stderr and "bad.toml" in p.stderr, p.stderr
+    assert not (tmp_path / "b").exists()

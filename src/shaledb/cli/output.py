@@ -155,6 +155,8 @@ def _fmt(v: Any) -> str:
         return render_bytes(v)
     if isinstance(v, float):
         return f"{v:.3f}"
+    if isinstance(v, dict):  # e.g. request counts: `get_range=2858 list=10`, not a Python repr
+        return " ".join(f"{k}={_fmt(x)}" for k, x in v.items()) or "-"
     return str(v)
 
 
