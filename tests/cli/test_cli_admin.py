@@ -203,3 +203,18 @@ def test_a_memory_database_not_found_says_it_lived_in_another_process() -> None:
     first, note = p.stderr.strip().splitlines()
     assert "NotFound: no database at memory://cli-hint" in first
     assert "lives only in the process that made it" in note and "Traceback" not in p.stderr
+
+
+def test_docs_cli_lists_every_command_in_the_help_order() -> None:
+    """docs/cli.md's table names each command once, in the order `shaledb --help` lists them."""
+    import argparse
+    import re
+
+    from shaledb.cli.app import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    table = doc.split("## Commands", 1)[1].split("## Examples", 1)[0]
+    documented = re.findall(r"^\| `([a-z-]+)", table, flags=re.M)
+    assert documented == list(sub.choices)

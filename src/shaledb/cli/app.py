@@ -36,6 +36,17 @@ from .stream import silence_stdout
 GROUPS = (core, compaction, admin, journal, verify, settings, more)
 """The command modules, in the order their commands are listed (each registers its own)."""
 
+LISTED = (
+    *("get", "put", "delete", "delete-range", "scan", "head", "index-query"),
+    *("stats", "read-manifest", "list-manifests", "verify"),
+    *("create-checkpoint", "refresh-checkpoint", "delete-checkpoint", "list-checkpoints", "clone"),
+    *("run-compactor", "run-gc", "compact-journal", "rebuild-ledger", "backup", "destroy"),
+    *("bench", "settings"),
+)
+"""The order ``shaledb --help`` lists commands in: reading and writing keys first, then
+inspection, checkpoints, maintenance and tools (docs/cli.md follows it). Commands not named
+here (say, from an extension) come after, in their module's order."""
+
 MEMORY_HINT = (
     "shaledb: note: a memory:// database lives only in the process that made it, and every "
     "shaledb command is a new process; use a directory (or s3://...) to keep data between commands\n"
@@ -54,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     seen = set()
     order = {g.__name__: i for i, g in enumerate(GROUPS)}
+    listed = {name: i for i, name in enumerate(LISTED)}
     for name, help_text, configure, handler in sorted(
-        COMMANDS, key=lambda c: order.get(c[3].__module__, len(GROUPS))
+        COMMANDS, key=lambda c: (listed.get(c[0], len(LISTED)), order.get(c[3].__module__, len(GROUPS)))
     ):
         if name in seen:
             continue
