@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,17 +165,24 @@ def test_delete_of_a_missing_database_is_not_found_and_creates_nothing(
     assert not missing.exists()
 
 
-def test_every_argument_of_every_command_has_help_text() -> None:
-    """`index-query --help` listed FIELD and --limit with no word on what they are."""
+def _subcommands() -> dict[str, Any]:
+    """The CLI's commands and their parsers, in the order `shaledb --help` lists them."""
     import argparse
 
     from shaledb.cli.app import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_every_argument_of_every_command_has_help_text() -> None:
+    """`index-query --help` listed FIELD and --limit with no word on what they are."""
+    import argparse
+
     missing = [
         f"{name} {a.dest}"
-        for name, p in sub.choices.items()
+        for name, p in _subcommands().items()
         for a in p._actions
         if not a.help and not isinstance(a, argparse._HelpAction)
     ]
@@ -207,14 +215,9 @@ def test_a_memory_database_not_found_says_it_lived_in_another_process() -> None:
 
 def test_docs_cli_lists_every_command_in_the_help_order() -> None:
     """docs/cli.md's table names each command once, in the order `shaledb --help` lists them."""
-    import argparse
     import re
 
-    from shaledb.cli.app import build_parser
-
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     table = doc.split("## Commands", 1)[1].split("## Examples", 1)[0]
     documented = re.findall(r"^\| `([a-z-]+)", table, flags=re.M)
-    assert documented == list(sub.choices)
+    assert documented == list(_subcommands())

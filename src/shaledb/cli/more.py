@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from ..errors import InvalidArgument
+from ..settings import Settings
 from .output import Output, command, parse_bytes
 from .settings import cli_settings
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def _settings(args: argparse.Namespace) -> Settings:
     """A delete writes to an existing database only (a missing one is NotFound, exit 3, not a new
     empty database), with the settings every writing command reads (--settings, SHALEDB_*)."""
     return cli_settings(args, compactor=None, garbage_collector=None)

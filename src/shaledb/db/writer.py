@@ -1135,7 +1135,7 @@ class Db(Queries):
         return open_feed(self.store, since, self.clock, **options)
 
     def __repr__(self) -> str:
-        closed = ", closed" if getattr(self, "_closed", False) else ""
+        closed = ", closed" if self._closed else ""
         return f"Db({self.store.describe()}, epoch={self.epoch}{closed})"
 
 

@@ -47,13 +47,13 @@ _NO_CREDENTIAL = (
     "/metadata/identity/oauth2/token",
 )
 _CONNECT = ("dns error", "ConnectionRefused", "Connection refused", "tcp connect error")
+_LIST_REQUEST = "Error performing list request"  # obstore's words for a failed listing
 # A TLS handshake that fails at once (rustls' words): most often an https:// endpoint
 # naming a plain-HTTP service, or a certificate the client does not trust.
 _TLS = ("InvalidContentType", "invalid peer certificate", "UnknownIssuer", "HandshakeFailure")
 # 4xx answers that are not set-up mistakes: handled by the caller (404 missing
 # object, 409 S3's conflicting conditional request, 412 precondition, 416 range
 # past the end) or transient (408 request timeout, 429 throttling).
-_LIST_REQUEST = "Error performing list request"  # obstore's words for a failed listing
 _NOT_SETUP_4XX = frozenset({404, 408, 409, 412, 416, 429})
 # 400 answers that are not mistakes in the request: S3 reports an idle upload as
 # 400 RequestTimeout (transient), and expired session credentials as 400 ExpiredToken.
