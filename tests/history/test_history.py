@@ -89,6 +89,72 @@ def test_at_time_resolves_to_the_state_then(mem_url: str) -> None:
                 assert dict(snap.scan()) == state, f"at {t + 1.0} (seq {seq})"
 
 
+def test_at_time_sees_writes_milliseconds_apart_in_the_recent_window(mem_url: str) -> None:
+    """Writes a few milliseconds apart, within one mark interval: a time between two of them
+    reads exactly the writes before it (before: the state of the last whole-second mark, so a
+    write 100 ms before the asked time was missing), in memtables and after a flush alike."""
+    clock = ManualClock()
+    with Db.open(mem_url, settings=_settings(600), clock=clock) as db:
+        states = []
+        state: dict[bytes, bytes] = {}
+        for i in range(40):
+            clock.advance(0.007)
+            db.put(b"k%d" % (i % 5), b"v%d" % i)
+            state[b"k%d" % (i % 5)] = b"v%d" % i
+            states.append((clock.now(), dict(state)))
+            if i == 25:
+                db.flush(memtable=True)
+        clock.advance(0.01)
+        for t, expect in states:
+            at = datetime.fromtimestamp(t + 0.003, tz=UTC)  # after this write, before the next
+            with db.snapshot(at_time=at) as snap:
+                assert dict(snap.scan()) == expect, f"at {t + 0.003}"
+
+
+def test_a_time_in_the_future_is_refused(mem_url: str) -> None:
+    clock = ManualClock()
+    with Db.open(mem_url, settings=_settings(600), clock=clock) as db:
+        db.put(b"k", b"1")
+        with pytest.raises(InvalidArgument, match="is in the future"):
+            db.snapshot(at_time=datetime.fromtimestamp(clock.now() + 5, tz=UTC))
+        with db.snapshot(at_time=datetime.fromtimestamp(clock.now(), tz=UTC)) as snap:
+            assert snap.get(b"k") == b"1"
+
+
+def test_marks_thin_to_one_per_interval_beyond_the_fine_window(mem_url: str) -> None:
+    """A write every millisecond for 6 s: the writer's marks stay bounded, the manifest holds
+    one per interval, and an old time still reads a state at most one interval older."""
+    clock = ManualClock()
+    with Db.open(mem_url, settings=_settings(3600), clock=clock) as db:
+        start = clock.now()
+        for i in range(6000):
+            db.put(b"k", b"%d" % i)
+            clock.advance(0.001)
+        db.flush(memtable=True)
+        marks = decode_marks(db.manifest.option(OPT_MARKS))
+        assert len(marks) <= 8, marks
+        assert db._history is not None and len(db._history.marks) > 5000  # the fine window keeps all
+        clock.advance(120)  # beyond the fine window: the next thinning keeps one per second
+        for i in range(7000):  # past twice what the last thinning kept: the list is thinned
+            db.put(b"x", b"%d" % i)
+            clock.advance(0.001)
+        assert len(db._history.marks) < 7100
+        with db.snapshot(at_time=datetime.fromtimestamp(start + 2.5, tz=UTC)) as snap:
+            got = int(snap.get(b"k") or b"-1")
+        assert 1500 - 2 <= got <= 2500, got  # exactly 2500 then; at most one interval older
+
+
+def test_thin_marks_keeps_the_last_mark_of_each_interval() -> None:
+    from shaledb.engine.history import thin_marks
+
+    assert thin_marks([(1000, 1), (1500, 2), (1999, 3), (2000, 4), (4100, 9)]) == [
+        (1999, 3),
+        (2000, 4),
+        (4100, 9),
+    ]
+    assert thin_marks([]) == []
+
+
 def test_reads_outside_the_window_are_refused_with_the_oldest_point(mem_url: str) -> None:
     clock = ManualClock()
     with Db.open(mem_url, settings=_settings(10), clock=clock) as db:

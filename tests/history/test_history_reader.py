@@ -55,8 +55,18 @@ def test_reader_of_a_database_without_history(mem_url: str) -> None:
     with Db.open(mem_url, settings=_settings(0)) as db:
         db.put(b"k", b"v")
         db.flush(memtable=True)
-        with DbReader.open(mem_url) as r, pytest.raises(InvalidArgument, match="keeps no history"):
+        with DbReader.open(mem_url) as r, pytest.raises(InvalidArgument, match="records no history"):
             r.snapshot(at_seq=1)
+
+
+def test_reader_before_the_writers_first_flush_is_told_to_wait_for_it(mem_url: str) -> None:
+    with Db.open(mem_url, settings=_settings(600)) as db:
+        db.put(b"k", b"v")
+        with DbReader.open(mem_url) as r, pytest.raises(InvalidArgument, match="next flush"):
+            r.snapshot(at_seq=1)
+        db.flush(memtable=True)
+        with DbReader.open(mem_url) as r, r.snapshot(at_seq=1) as snap:
+            assert snap.get(b"k") == b"v"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

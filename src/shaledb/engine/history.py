@@ -10,16 +10,24 @@ sequence number (or wall time) in the last ``R`` seconds:
   (what a read at the floor sees); only those base versions may be dropped
   as tombstones at the bottom;
 * the writer records *marks* ``(time_ms, seq)``, "at this time the newest
-  sequence number was seq" (taken as a write is applied), at most one per
-  :data:`MARK_INTERVAL_MS`, and
+  sequence number was seq" (taken as a write is applied): one per millisecond
+  that saw a write for the last :data:`FINE_MARKS_MS`, thinned beyond that to
+  the last mark of each :data:`MARK_INTERVAL_MS`; and it
   persists the marks of flushed writes (never of writes a crash could still
-  lose) in the manifest's options with the retention itself, so a compactor
-  in another process computes the same floor from the manifest alone.
+  lose), thinned the same way, in the manifest's options with the retention
+  itself, so a compactor in another process computes the same floor from the
+  manifest alone.
 
-A time resolves to the newest mark at or before it, so ``at_time`` reads a
-state at most one mark interval older than asked. With retention 0 none of
-this runs: no marks, no pin, no extra versions, and the options are removed
-at the next flush.
+A time resolves to the newest mark at or before it. So the writer's
+``at_time`` sees exactly the writes made up to that millisecond while the time
+is within the last :data:`FINE_MARKS_MS`, and a state at most one mark interval
+older than asked before that (and a reader, which has only the manifest's
+marks, the same at most one interval older). Why not one mark per write: a
+mark per millisecond is bounded by the clock, not the write rate, and thinning
+keeps the list (and the manifest) small however long the window. A time in the
+future is refused: its state is not known yet. With retention 0 none of this
+runs: no marks, no pin, no extra versions, and the options are removed at the
+next flush.
 """
 
 from __future__ import annotations
@@ -39,6 +47,10 @@ HISTORY_PIN = 1 << 62
 """A memtable pin above every sequence number: every overwrite keeps the replaced version."""
 
 MARK_INTERVAL_MS = 1000
+FINE_MARKS_MS = 60_000
+"""How long the writer keeps a mark for every millisecond that saw a write."""
+_THIN_AT = 4096
+"""The writer thins its marks when the list grows past this (and twice what thinning kept)."""
 OPT_RETENTION = "history_retention_ms"
 OPT_MARKS = "history_marks"
 OPT_START = "history_start_seq"
@@ -69,6 +81,18 @@ def decode_marks(text: str | None) -> list[Mark]:
         dt, _, ds = part.partition(":")
         t, s = t + int(dt), s + int(ds)
         out.append((t, s))
+    return out
+
+
+def thin_marks(marks: list[Mark]) -> list[Mark]:
+    """The last mark of each :data:`MARK_INTERVAL_MS` (marks are in time order): every time
+    still resolves to a state at most one interval older than its own."""
+    out: list[Mark] = []
+    for t, s in marks:
+        if out and out[-1][0] // MARK_INTERVAL_MS == t // MARK_INTERVAL_MS:
+            out[-1] = (t, s)
+        else:
+            out.append((t, s))
     return out
 
 
@@ -110,25 +134,38 @@ class History:
         self.retention_ms = int(retention_s * 1000)
         self.marks: list[Mark] = decode_marks(m.option(OPT_MARKS)) if m.option(OPT_RETENTION) else []
         self.start = _start(m)
+        self.thin_at = _THIN_AT
         if not self.marks or self.marks[-1][0] < now_ms:
             self.marks.append((now_ms, seq))
 
     def note(self, seq: int, now_ms: int) -> None:
         """Write ``seq`` is applied at ``now_ms`` (called under the write lock)."""
         marks = self.marks
-        last = marks[-1][0]
-        if now_ms == last or now_ms - last >= MARK_INTERVAL_MS:
-            with self.lock:
-                if now_ms == marks[-1][0]:
-                    marks[-1] = (now_ms, seq)  # the same millisecond: the newest state then
-                elif now_ms >= marks[-1][0]:
-                    marks.append((now_ms, seq))
+        with self.lock:
+            last = marks[-1][0]
+            if now_ms == last:
+                marks[-1] = (now_ms, seq)  # the same millisecond: the newest state then
+            elif now_ms > last:
+                marks.append((now_ms, seq))
+                if len(marks) > self.thin_at:
+                    self._thin(now_ms)
+
+    def _thin(self, now_ms: int) -> None:
+        """Marks older than :data:`FINE_MARKS_MS` down to one per interval (under ``lock``)."""
+        marks = self.marks
+        cut = bisect_right(marks, now_ms - FINE_MARKS_MS, key=itemgetter(0))
+        marks[:cut] = thin_marks(marks[:cut])
+        self.thin_at = max(_THIN_AT, 2 * len(marks))
 
     def floor(self, now_ms: int) -> int:
         return floor_of(self.marks, self.retention_ms, now_ms, self.start)
 
     def resolve(self, at_ms: int, now_ms: int) -> int:
         """The sequence number to read for wall time ``at_ms``."""
+        if at_ms > now_ms:
+            raise InvalidArgument(
+                f"at_time {_iso(at_ms)} is in the future (now: {_iso(now_ms)}): its state is not known yet"
+            )
         i = bisect_right(self.marks, at_ms, key=itemgetter(0))
         oldest = self.floor(now_ms)
         if i == 0 or self.marks[i - 1][1] < oldest:
@@ -143,10 +180,9 @@ class History:
     def _oldest_text(self, now_ms: int) -> str:
         oldest = self.floor(now_ms)
         t = min((t for t, s in self.marks if s >= oldest), default=now_ms)
-        when = datetime.fromtimestamp(t / 1000, tz=UTC).isoformat()
         return (
             f"outside the history window (history_retention_s={self.retention_ms / 1000:g}): "
-            f"the oldest readable point is seq {oldest} ({when})"
+            f"the oldest readable point is seq {oldest} ({_iso(t)})"
         )
 
     def options(self, opts: dict[str, str], flushed_seq: int, now_ms: int, newest: int) -> None:
@@ -158,11 +194,12 @@ class History:
             keep = [mk for mk in self.marks if mk[1] <= flushed_seq]
             first = max((i for i, mk in enumerate(keep) if mk[1] <= floor), default=0)
             del self.marks[:first]
+            self._thin(now_ms)
             self.start = floor
         opts[OPT_START] = str(min(floor, flushed_seq))  # never past what a crash keeps
         opts[OPT_RETENTION] = str(self.retention_ms)
         opts[OPT_VERSIONS] = "1"
-        opts[OPT_MARKS] = encode_marks(keep[first:])
+        opts[OPT_MARKS] = encode_marks(thin_marks(keep[first:]))
 
 
 def manifest_seq(m: Manifest, newest: int, at_seq: int | None, at_ms: int | None, now_ms: int) -> int:
@@ -172,12 +209,18 @@ def manifest_seq(m: Manifest, newest: int, at_seq: int | None, at_ms: int | None
         raise InvalidArgument("give exactly one of at_seq and at_time")
     r = m.option(OPT_RETENTION)
     if r is None:
-        raise InvalidArgument("this database keeps no history (its writer's history_retention_s is 0)")
+        raise InvalidArgument(
+            "this database's manifest records no history: its writer's history_retention_s is 0, "
+            "or the writer has not flushed an L0 SST since history was turned on (a reader learns "
+            "the history window from the manifest: read again after the writer's next "
+            "flush(memtable=True))"
+        )
     h = History.__new__(History)
     h.lock = threading.Lock()
     h.retention_ms = int(r)
     h.marks = decode_marks(m.option(OPT_MARKS)) or [(now_ms, newest)]
     h.start = _start(m)
+    h.thin_at = _THIN_AT
     if at_ms is not None:
         last_t, last_s = h.marks[-1]
         if at_ms > last_t and newest > last_s:
@@ -205,6 +248,10 @@ def flush_history_options(
         opts.pop(OPT_START, None)
     else:
         history.options(opts, flushed_seq, now_ms, newest)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def to_millis(at_time: datetime) -> int:
@@ -287,5 +334,6 @@ __all__ = [
     "manifest_floor",
     "memtable_versions",
     "merge_history",
+    "thin_marks",
     "to_millis",
 ]
