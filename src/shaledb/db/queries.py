@@ -24,12 +24,14 @@ caller and ``lookup``, so a ``get`` costs what it did when each handle spelled
 it out. Range reads hand the read path one
 :class:`~shaledb.engine.reads.ReadAt` (view, tables, visibility, sequence
 number) and one :class:`~shaledb.engine.reads.Span` (bounds, order, limit).
-A ``Scan`` a snapshot returns holds no pin of its own (the snapshot does).
+A ``Scan`` a snapshot returns holds the snapshot's pin, not one of its own, and
+every scan stops with ``ClosedError`` at its next step once its handle is closed.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -65,6 +67,7 @@ TermRegex = str | bytes | re.Pattern[bytes] | None
 """``index_query``'s ``term_regex``: a pattern over bytes terms (a str is UTF-8 encoded)."""
 
 D = TypeVar("D")
+T_ = TypeVar("T_")
 
 
 def checked_keys(keys: Iterable[BytesLike], workers: int) -> list[bytes]:
@@ -110,6 +113,32 @@ class Queries:
 
     def _resolve_store(self, db_index: int) -> ObjectStore:  # pragma: no cover - every handle
         raise NotImplementedError
+
+    def _ended(self) -> str | None:
+        """Why this handle's running scans must stop (the closed message), or None."""
+        return self._closed_message if self._closed else None
+
+    def _guarded_chunks(self, chunks: Iterator[T_]) -> Iterator[T_]:
+        """``chunks``, checking before each one is read that the handle is still open.
+
+        A scan belongs to the handle it came from: once that is closed (or a
+        snapshot's database), the scan's next step raises ``ClosedError``
+        instead of reading structures the close released -- before this, a
+        snapshot closed mid-scan unpinned its memtable versions and the scan
+        went on without the rows overwritten since (silently short). Rows of a
+        chunk already read come from the pinned view and are still handed out.
+        """
+        ended = self._ended
+        it = iter(chunks)
+        while True:
+            why = ended()
+            if why is not None:
+                raise ClosedError(f"{why}: a scan cannot go on after its handle is closed")
+            try:
+                chunk = next(it)
+            except StopIteration:
+                return
+            yield chunk
 
     def _pin_read(self) -> tuple[ReadAt, Callable[[], None] | None]:
         """What a range read reads, pinned, and the release of that pin (None: nothing to release)."""
@@ -193,7 +222,7 @@ class Queries:
         sp = span(start, end, prefix, reverse, limit)
         self._m_scans += 1
         at, release = self._pin_read()
-        return Scan.of_chunks(scan_chunks(at, sp), release)
+        return Scan.of_chunks(self._guarded_chunks(scan_chunks(at, sp)), release)
 
     def index_query(
         self,
@@ -258,7 +287,7 @@ class Queries:
         sp = span(start, end, prefix, reverse, limit)
         at, release = self._pin_read()
         check = self._journal.checker() if journal_check else None
-        return Scan(scan_heads(at, sp, check), release)
+        return Scan(self._guarded_chunks(scan_heads(at, sp, check)), release)
 
     fold_heads = scan_heads
 
@@ -274,7 +303,7 @@ class Queries:
         """Live keys in ``[start, end)`` in key order, from one consistent view."""
         sp = span(start, end, prefix, reverse, limit)
         at, release = self._pin_read()
-        return Scan(scan_keys(at, sp), release)
+        return Scan(self._guarded_chunks(scan_keys(at, sp)), release)
 
     def fold_objects(
         self, start: Bound = None, end: Bound = None, *, prefix: Bound = None, order: str = "key"
@@ -293,10 +322,10 @@ class Queries:
         sp = span(start, end, prefix, False, None)
         at, release = self._pin_read()
         if order == "key":
-            return Scan(scan_items(at, sp), release)
+            return Scan(self._guarded_chunks(scan_items(at, sp)), release)
         assert at.seq is not None  # (a pinned read has its sequence number)
         rows = fold_sequence_order(at.view, at.seq, at.tables, at.vis, self._resolve_store, sp.start, sp.end)
-        return Scan(rows, release)
+        return Scan(self._guarded_chunks(rows), release)
 
     # ------------------------------------------------------------ dict habits
 
@@ -345,19 +374,41 @@ class SnapshotQueries(Queries):
         self._cap = self.seq = seq
         self._at = ReadAt(view, self._tables, self._vis, seq)
         self._finalizer = weakref.finalize(self, handle._unpin, view.mem, seq, cp)
+        self._scans = 0
+        self._scans_lock = threading.Lock()
+
+    def _ended(self) -> str | None:
+        if self._closed:
+            return self._closed_message
+        return self._handle._ended()
 
     def _pin_read(self) -> tuple[ReadAt, Callable[[], None] | None]:
+        """The snapshot's view; a scan holds the snapshot's pin until it ends, so a ``close()``
+        in another thread while a chunk is being read releases the version only after it."""
         if self._closed:
             raise ClosedError(self._closed_message)
-        return self._at, None
+        with self._scans_lock:
+            self._scans += 1
+        return self._at, self._scan_ended
+
+    def _scan_ended(self) -> None:
+        with self._scans_lock:
+            self._scans -= 1
+            last = self._scans == 0 and self._closed
+        if last:
+            self._finalizer()
 
     def _resolve_store(self, db_index: int) -> ObjectStore:
         return self._handle._resolve_store(db_index)
 
     def close(self) -> None:
-        """Release the snapshot's version; reads raise ``ClosedError`` from now on."""
-        self._closed = True
-        self._finalizer()
+        """Release the snapshot's version; reads, and the next step of its running scans,
+        raise ``ClosedError`` from now on (the version goes once those scans end)."""
+        with self._scans_lock:
+            self._closed = True
+            running = self._scans
+        if not running:
+            self._finalizer()
 
     def __enter__(self) -> Self:
         return self
