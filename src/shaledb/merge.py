@@ -34,15 +34,23 @@ _MASK = (1 << 64) - 1
 class MergeOperator:
     """A merge function with the name a database records for it."""
 
-    __slots__ = ("fn", "name")
+    __slots__ = ("check_operand", "fn", "name")
 
-    def __init__(self, name: str, fn: MergeFunction) -> None:
+    def __init__(
+        self, name: str, fn: MergeFunction, check_operand: Callable[[bytes], None] | None = None
+    ) -> None:
+        """``check_operand`` (optional) raises ``InvalidArgument`` for an operand the function
+        can never fold: ``Db.merge`` then refuses it at once, instead of every later read of
+        the key failing."""
         if not isinstance(name, str) or not name or len(name) > 200:
             raise InvalidArgument(f"a merge operator's name must be 1-200 characters, got {name!r}")
         if not callable(fn):
             raise InvalidArgument(f"a merge operator's function must be callable, got {fn!r}")
+        if check_operand is not None and not callable(check_operand):
+            raise InvalidArgument(f"a merge operator's check_operand must be callable, got {check_operand!r}")
         self.name = name
         self.fn = fn
+        self.check_operand = check_operand
 
     def __call__(self, key: bytes, existing: bytes | None, operands: list[bytes]) -> bytes:
         return self.fn(key, existing, operands)
@@ -61,6 +69,14 @@ def _u64(b: bytes, what: str) -> int:
     if len(b) != 8:
         raise InvalidArgument(f"add_u64: {what} must be 8 bytes (u64 little-endian), got {len(b)}")
     return int(_U64.unpack(b)[0])
+
+
+def _u64_operand(op: bytes) -> None:
+    if len(op) != 8:
+        raise InvalidArgument(
+            f"this merge operator takes 8-byte operands (u64 little-endian, e.g. n.to_bytes(8, 'little')), "
+            f"got {len(op)} bytes"
+        )
 
 
 def _add_u64(key: bytes, existing: bytes | None, operands: list[bytes]) -> bytes:
@@ -84,11 +100,11 @@ def _max_u64(key: bytes, existing: bytes | None, operands: list[bytes]) -> bytes
     return _U64.pack(best)
 
 
-add_u64 = MergeOperator("shaledb.add_u64", _add_u64)
+add_u64 = MergeOperator("shaledb.add_u64", _add_u64, _u64_operand)
 """Counters: the sum of 8-byte little-endian unsigned integers, wrapping at 2**64."""
 append = MergeOperator("shaledb.append", _append)
 """Byte strings: the existing value followed by every operand."""
-max_u64 = MergeOperator("shaledb.max_u64", _max_u64)
+max_u64 = MergeOperator("shaledb.max_u64", _max_u64, _u64_operand)
 """The largest 8-byte little-endian unsigned integer seen."""
 
 BUILTIN: dict[str, MergeOperator] = {op.name: op for op in (add_u64, append, max_u64)}

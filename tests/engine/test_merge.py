@@ -196,6 +196,64 @@ def test_a_failing_operator_changes_nothing(tmp_path: Path) -> None:
     db.close()
 
 
+def _compact_with(url: str, s: Settings) -> None:
+    comp = Compactor.open(url, CompactorOptions(min_l0_ssts=2), seed=1, settings=s)
+    try:
+        for _ in range(6):
+            if not comp.run_once().committed:
+                break
+    finally:
+        comp.close()
+
+
+@pytest.mark.parametrize("op", ["add_u64", "boom"])
+def test_a_key_the_operator_cannot_fold_does_not_stop_compaction(
+    tmp_path: Path, op: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: compaction failed on the key every time (an ERROR a second from the embedded
+    compactor) and L0 grew without bound. Now the key's merge stays unfolded, the rest of the
+    tree compacts, and only reads of that key fail."""
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=settings(_boom if op == "boom" else op, compactor=None))
+    db.put(b"a", b"not-8-bytes" if op == "add_u64" else b"x")
+    db.merge(b"a", u(1) if op == "add_u64" else b"bad")
+    for i in range(6):
+        db.put(b"k%d" % i, b"v%d" % i)
+        db.flush(memtable=True)
+    with caplog.at_level("WARNING", logger="shaledb.compaction"):
+        _compact_with(url, db.settings)
+    assert "refused to fold 1 key(s), first b'a'" in caplog.text
+    db.refresh_manifest()
+    assert not db.manifest.data.l0, "L0 was not compacted"
+    assert [db.get(b"k%d" % i) for i in range(6)] == [b"v%d" % i for i in range(6)]
+    with pytest.raises(MergeOperatorFailed, match="b'a'"):
+        db.get(b"a")
+    db.put(b"a", u(7))  # a put replaces the unfoldable operands
+    for i in range(3):
+        db.put(b"z%d" % i, b"v")
+        db.flush(memtable=True)
+    _compact_with(url, db.settings)
+    assert db.get(b"a") == u(7)
+    db.close()
+
+
+def test_u64_operators_refuse_operands_they_can_never_fold(tmp_path: Path) -> None:
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=settings("add_u64")) as db:
+        with pytest.raises(InvalidArgument, match="8-byte operands"):
+            db.merge(b"c", b"abc")
+        batch = WriteBatch().put(b"x", b"1").merge(b"c", u(1)).merge(b"c", b"12")
+        with pytest.raises(InvalidArgument, match="got 2 bytes"):
+            db.write(batch)
+        with pytest.raises(InvalidArgument), db.transaction() as txn:
+            txn.merge(b"c", b"1")
+        assert db.get(b"x") is None and db.get(b"c") is None  # nothing applied
+        db.merge(b"c", u(2))
+        assert counter(db.get(b"c")) == 2
+    with Db.open(str(tmp_path / "max"), settings=settings("max_u64")) as db, pytest.raises(InvalidArgument):
+        db.merge(b"m", b"")
+
+
 def test_reader_in_another_process_checkpoint_and_clone(tmp_path: Path) -> None:
     url = str(tmp_path / "db")
     db = Db.open(url, settings=settings())

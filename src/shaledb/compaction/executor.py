@@ -140,8 +140,20 @@ def own_operands(cols: Columns) -> Columns:
 
 
 def fold_merges(folder: Folder | None, cols: Columns, bottom: bool, now_ms: int) -> Columns:
-    """Merge entries of ``cols`` (made self-contained) folded into values where safe."""
-    return fold_columns(cols, bottom=bottom, folder=folder, base_value=plain_base_value(now_ms))
+    """Merge entries of ``cols`` (made self-contained) folded into values where safe; one
+    the operator refuses stays unfolded, with a warning (see ``fold_columns``)."""
+    failed: list[bytes] = []
+    out = fold_columns(cols, bottom=bottom, folder=folder, base_value=plain_base_value(now_ms), failed=failed)
+    if failed:
+        name = folder.op.name if folder is not None and folder.op is not None else "?"
+        log.warning(
+            "merge operator %r refused to fold %d key(s), first %r: kept unfolded (compaction goes on); "
+            "reads of those keys raise MergeOperatorFailed until they are overwritten or deleted",
+            name,
+            len(failed),
+            failed[0][:64],
+        )
+    return out
 
 
 class _Output:

@@ -63,7 +63,7 @@ from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
 from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMissing, ShaleError
 from ..format.coding import CODECS
-from ..format.merge import one_operand
+from ..format.merge import decode_merge, one_operand
 from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import FLAG_INDEX_TREE, FLAG_TERMS, KIND_MERGE, KIND_VALUE, encode_payload
 from ..journal.backup import BackupReport, backup_from_writer
@@ -275,6 +275,7 @@ class Db(Queries):
             self._resolve_store, self.cache, lambda: self.manifest, settings.journal_whole_block_max_bytes
         )
         self.merge_operator = as_operator(settings.merge_operator)
+        self._check_operand = None if self.merge_operator is None else self.merge_operator.check_operand
         self._merge_recorded = False
         """Whether the manifest names the operator (checked once, by the first merge)."""
         self.vis = Visibility(lambda: int(self.clock.now() * 1000), self.journal.resolve)
@@ -521,6 +522,8 @@ class Db(Queries):
         op = operand if type(operand) is bytes and len(operand) <= MAX_VALUE_BYTES else check_value(operand)
         if not self._merge_recorded:
             self._check_merges()
+        if self._check_operand is not None:
+            self._check_operand(op)
         if self._indexed:  # folded at write time to keep the index exact (plan_index_changes)
             return self._write_indexed(WriteBatch().merge(k, op), durable)
         n = len(k) + len(op) + ENTRY_OVERHEAD
@@ -571,6 +574,15 @@ class Db(Queries):
         if mem.nbytes >= self.settings.l0_sst_size_bytes:
             self._freeze_locked()
         return seq, latch
+
+    def _check_batch_operands(self, kinds: bytes | bytearray | list[int], payloads: list[bytes]) -> None:
+        """Every merge operand of a batch, checked by the operator before anything is applied."""
+        check = self._check_operand
+        assert check is not None
+        for t, p in zip(kinds, payloads):
+            if t == KIND_MERGE:
+                for operand in decode_merge(p)[1]:
+                    check(operand)
 
     def _check_merges(self) -> None:
         """Merges need an operator; the first one records its name in the manifest."""
@@ -629,6 +641,8 @@ class Db(Queries):
         else:
             if KIND_MERGE in kinds:
                 self._check_merges()
+                if self._check_operand is not None:
+                    self._check_batch_operands(kinds, payloads)
             if self._indexed or any("indexes" in x for _, x in batch._extras or ()):
                 return self._write_indexed(batch, durable)
             if batch._extras:  # (the batch's own lists stay as built: a copy is finished)

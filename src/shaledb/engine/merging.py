@@ -384,7 +384,13 @@ def complete_columns(cols: Sequence[Columns], frags: Fragments | None = None) ->
 
 
 def fold_columns(
-    cols: Columns, *, bottom: bool, folder: Folder | None, base_value: BaseValue, journal: bool = False
+    cols: Columns,
+    *,
+    bottom: bool,
+    folder: Folder | None,
+    base_value: BaseValue,
+    journal: bool = False,
+    failed: list[bytes] | None = None,
 ) -> Columns:
     """Merge entries folded into plain values where that is safe: self-contained ones,
     and (``bottom``: nothing lies below) all of them; nothing without an operator.
@@ -392,7 +398,13 @@ def fold_columns(
     Bases in the value journal (POINTER) are folded only with ``journal`` (``base_value``
     then follows pointers: bulk reads). Compaction keeps such a merge self-contained
     instead: it reads no journal, and a folded value written into the ledger would
-    undo the value separation (a put of the value puts it back in the journal)."""
+    undo the value separation (a put of the value puts it back in the journal).
+
+    With ``failed`` (compaction), a merge the operator refuses to fold stays the
+    self-contained merge entry it is and its key is appended to ``failed``:
+    one key's bad operands must not stop the tree's compaction forever (L0
+    growing until writes stall); reads of that key raise the operator's error
+    as before. Without it the error is raised (a read)."""
     keys, seqs, kinds, pays = cols
     if folder is None or folder.op is None or KIND_MERGE not in kinds:
         return cols
@@ -407,7 +419,13 @@ def fold_columns(
         if base is not None and base[0] & TYPE_MASK == KIND_POINTER and not journal:
             continue
         existing = None if base is None else base_value(keys[i], base[0], base[1])
-        out[i] = folder.fold(keys[i], existing, ops)
+        try:
+            out[i] = folder.fold(keys[i], existing, ops)
+        except MergeOperatorFailed:
+            if failed is None:
+                raise
+            failed.append(keys[i])
+            continue
         kb[i] = KIND_VALUE
     return keys, seqs, bytes(kb), out
 
