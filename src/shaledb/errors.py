@@ -73,6 +73,11 @@ class CursorExpired(NotFound):
     """A change-feed cursor needs WAL objects the garbage collector removed (``shaledb.engine.changes``)."""
 
 
+class CursorAhead(InvalidArgument):
+    """A change-feed cursor points past the end of the database's WAL: it came from another
+    database, or was made up (``shaledb.engine.changes``)."""
+
+
 class ObjectNotFound(NotFound):
     """The object store has no object at ``path``."""
 

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, TypedDict, Unpack
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import CursorExpired, InvalidArgument, NotFound
+from ..errors import CursorAhead, CursorExpired, InvalidArgument, NotFound
 from ..format import paths
 from ..format.merge import merge_operand
 from ..format.range_dels import KIND_RANGE_DEL
@@ -45,7 +45,9 @@ from ..format.row import FLAG_INDEX_TREE, KIND_MERGE, KIND_TOMBSTONE, TYPE_MASK,
 from ..format.wal import EpochGate, decode_wal_object
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
+from ..numbers import check_int, check_number
 from ..store.base import ObjectStore
+from .reads import check_limit
 from .wal_read import fetch_wal_objects
 
 _CURSOR = re.compile(r"^c1\.(\d+)\.(\d+)\.(\d+)$")
@@ -131,18 +133,17 @@ class ChangeFeed:
         read_ahead: int = READ_AHEAD,
         owns_store: bool = False,
     ) -> None:
-        if (
-            isinstance(poll_interval_s, bool)
-            or not isinstance(poll_interval_s, (int, float))
-            or poll_interval_s <= 0
-        ):
-            raise InvalidArgument(f"poll_interval_s must be > 0, got {poll_interval_s!r}")
+        check_number("poll_interval_s", poll_interval_s, above_minimum=True, maximum=86_400)
+        if not isinstance(follow, bool):
+            raise InvalidArgument(f"follow must be True or False, got {follow!r}")
+        check_int("read_ahead", read_ahead, minimum=1, maximum=1024)
         self.store = store
         self.cursor = Cursor.parse(since)
         self.follow = follow
         self.poll_interval_s = float(poll_interval_s)
         self.clock = clock or SYSTEM_CLOCK
-        self.read_ahead = max(1, read_ahead)
+        self.read_ahead = read_ahead
+        self._ahead_checked = False
         self._owns_store = owns_store
         self._manifests = ManifestStore(store, self.clock, random.Random(), author="changes")
         self._latest: Manifest | None = None
@@ -154,7 +155,10 @@ class ChangeFeed:
 
     def read(self, limit: int | None = None) -> list[Change]:
         """The changes committed after the cursor and present now (at most ``limit``);
-        advances the cursor past them."""
+        advances the cursor past them. ``limit=0`` reads nothing."""
+        check_limit(limit)
+        if limit == 0:
+            return []
         out: list[Change] = []
         for change in self._available():
             out.append(change)
@@ -240,6 +244,9 @@ class ChangeFeed:
                 f"longer with GcOptions.wal_retention_s"
             )
         if m.next_wal_id <= wid + 1:
+            if not self._ahead_checked:  # once: a follower polling at the end lists nothing
+                self._ahead_checked = True
+                self._refuse_if_ahead(m, wid)
             return False
         for meta in self.store.list(paths.WAL_DIR, offset=paths.wal_path(wid)):
             nxt = paths.parse_wal_id(meta.path)
@@ -249,12 +256,36 @@ class ChangeFeed:
                 return True
         return False
 
+    def _refuse_if_ahead(self, m: Manifest, wid: int) -> None:
+        """A cursor at ``wid`` says object ``wid - 1`` was read. If no WAL object at or after
+        it exists and the manifest never allocated its id, no writer made it: the cursor is
+        not from this database (before, such a feed waited for it forever)."""
+        if wid - 1 < max(m.next_wal_id, 1):
+            return
+        last = None
+        for meta in self.store.list(paths.WAL_DIR):
+            got = paths.parse_wal_id(meta.path)
+            if got is not None and (last is None or got > last):
+                last = got
+        if last is None or last < wid - 1:
+            end = "has no WAL objects" if last is None else f"ends at WAL object {last}"
+            raise CursorAhead(
+                f"change-feed cursor {self.cursor} is past the end of the database at "
+                f"{self.store.describe()}: its WAL {end}; take cursors from Change.cursor, "
+                f'or start with since=None (the oldest history) or "latest"'
+            )
+
     def _refresh_manifest(self) -> Manifest | None:
         if self._latest is None:
             self._latest = self._manifests.read_latest()
         else:
             self._latest = self._manifests.refresh(self._latest)
         return self._latest
+
+    def __repr__(self) -> str:
+        mode = "follow" if self.follow else "no follow"
+        closed = ", closed" if self._closed.is_set() else ""
+        return f"ChangeFeed({self.store.describe()}, at {self.cursor}, {mode}{closed})"
 
     def close(self) -> None:
         """Stop iterating (a following iterator returns at its next poll)."""
