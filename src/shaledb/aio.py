@@ -32,7 +32,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack
 
 from .db import reader as _db_reader
@@ -295,6 +295,15 @@ class AsyncChanges:
         self._closed = True
         self._feed.close()
 
+    async def __aenter__(self) -> AsyncChanges:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"aio.{self._feed!r}".replace(f"at {self._feed.cursor}", f"at {self.cursor}")
+
 
 class _Reads:
     """Reads shared by handles and snapshots: every one on the executor."""
@@ -340,6 +349,10 @@ class Snapshot(_Reads):
     async def close(self) -> None:
         self._snap.close()
 
+    def __repr__(self) -> str:
+        closed = ", closed" if self._snap._closed else ""
+        return f"aio.Snapshot(seq={self.seq}{closed})"
+
 
 class Db(_Reads):
     """The writer's asyncio handle; ``sync`` is the :class:`shaledb.Db` it shares the engine with."""
@@ -351,6 +364,7 @@ class Db(_Reads):
         self._target = db
         self._executor = _Executor(workers)
         self._waiter = _DurabilityWaiter(db.wal)
+        self._shut = False
 
     @classmethod
     async def open(
@@ -421,9 +435,11 @@ class Db(_Reads):
     # ----------------------------------------------------------------- reads
 
     @asynccontextmanager
-    async def snapshot(self) -> AsyncIterator[Snapshot]:
+    async def snapshot(
+        self, *, at_seq: int | None = None, at_time: datetime | None = None
+    ) -> AsyncIterator[Snapshot]:
         """``async with db.snapshot() as snap``: a consistent view, released on exit."""
-        snap = Snapshot(self._executor, self.sync.snapshot())
+        snap = Snapshot(self._executor, self.sync.snapshot(at_seq=at_seq, at_time=at_time))
         try:
             yield snap
         finally:
@@ -446,7 +462,11 @@ class Db(_Reads):
         await self._executor.run(self.sync.flush, memtable=memtable)
 
     async def close(self) -> None:
-        """Flush and close the database (on the executor), then stop this handle's threads."""
+        """Flush and close the database (on the executor), then stop this handle's threads;
+        closing again does nothing."""
+        if self._shut:
+            return
+        self._shut = True
         try:
             await self._executor.run(self.sync.close)
         finally:
@@ -476,6 +496,7 @@ class DbReader(_Reads):
         self.sync = reader
         self._target = reader
         self._executor = _Executor(workers)
+        self._shut = False
 
     @classmethod
     async def open(
@@ -495,9 +516,11 @@ class DbReader(_Reads):
         return cls(reader, workers=workers)
 
     @asynccontextmanager
-    async def snapshot(self) -> AsyncIterator[Snapshot]:
+    async def snapshot(
+        self, *, at_seq: int | None = None, at_time: datetime | None = None
+    ) -> AsyncIterator[Snapshot]:
         """``async with reader.snapshot() as snap``."""
-        snap = Snapshot(self._executor, self.sync.snapshot())
+        snap = Snapshot(self._executor, self.sync.snapshot(at_seq=at_seq, at_time=at_time))
         try:
             yield snap
         finally:
@@ -516,10 +539,21 @@ class DbReader(_Reads):
         return self.sync.seq
 
     async def close(self) -> None:
+        """Close the reader (on the executor) and stop this handle's threads; again: nothing."""
+        if self._shut:
+            return
+        self._shut = True
         try:
             await self._executor.run(self.sync.close)
         finally:
             self._executor.shutdown()
+
+    @property
+    def closed(self) -> bool:
+        return self.sync.closed
+
+    def __repr__(self) -> str:
+        return f"aio.{self.sync!r}"
 
     async def __aenter__(self) -> DbReader:
         return self

@@ -1,0 +1,89 @@
+"""The asyncio handles mirror the sync API where users reach for it: closing twice,
+time-travel snapshots, ``async with`` over a change feed, and readable reprs."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from datetime import UTC, datetime
+
+import pytest
+
+import shaledb
+from shaledb import Settings, aio
+
+QUIET = {"compactor": None, "garbage_collector": None}
+
+
+def test_close_twice_is_a_no_op_for_db_and_reader(mem_url: str) -> None:
+    async def main() -> tuple[str, str]:
+        db = await aio.Db.open(mem_url, settings=Settings(**QUIET))  # type: ignore[arg-type]
+        await db.put(b"k", b"v")
+        await db.flush(memtable=True)
+        reader = await aio.DbReader.open(mem_url)
+        assert await reader.get(b"k") == b"v"
+        assert "DbReader(" in repr(reader) and not reader.closed
+        await reader.close()
+        await reader.close()  # before: RuntimeError from the executor already shut down
+        await db.close()
+        await db.close()
+        return repr(db), repr(reader)
+
+    db_repr, reader_repr = asyncio.run(main())
+    assert db_repr.startswith("aio.Db(") and db_repr.endswith(", closed)")
+    assert reader_repr.startswith("aio.DbReader(") and reader_repr.endswith(", closed)")
+
+
+def test_time_travel_snapshots_and_their_repr(mem_url: str) -> None:
+    settings = Settings(history_retention_s=600, **QUIET)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        async with await aio.Db.open(mem_url, settings=settings) as db:
+            first = await db.put(b"k", b"1")
+            await asyncio.sleep(0.01)
+            between = datetime.now(UTC)
+            await asyncio.sleep(0.01)
+            await db.put(b"k", b"2")
+            async with db.snapshot(at_seq=first.seq) as snap:
+                assert await snap.get(b"k") == b"1"
+                assert repr(snap) == f"aio.Snapshot(seq={first.seq})"
+            assert repr(snap).endswith(", closed)")
+            async with db.snapshot(at_time=between) as snap:
+                assert await snap.get(b"k") == b"1"
+            async with db.snapshot() as snap:
+                assert await snap.get(b"k") == b"2"
+
+    asyncio.run(main())
+
+
+def test_changes_as_an_async_context_manager(mem_url: str) -> None:
+    async def main() -> list[bytes]:
+        async with await aio.Db.open(mem_url, settings=Settings(**QUIET)) as db:  # type: ignore[arg-type]
+            for i in range(3):
+                await db.put(b"k%d" % i, b"v")
+            got = []
+            async with db.changes(since=None, poll_interval_s=0.01) as feed:
+                assert repr(feed).startswith("aio.ChangeFeed(") and "follow" in repr(feed)
+                async for change in feed:
+                    got.append(change.key)
+                    if len(got) == 3:
+                        break
+            assert repr(feed).endswith(", closed)")
+            async for _ in feed:  # closed: ends at once
+                raise AssertionError("a closed feed yielded")
+            return got
+
+    assert asyncio.run(main()) == [b"k0", b"k1", b"k2"]
+
+
+@pytest.mark.parametrize(
+    ("sync", "async_"),
+    [
+        (shaledb.Db.snapshot, aio.Db.snapshot),
+        (shaledb.DbReader.snapshot, aio.DbReader.snapshot),
+        (shaledb.Db.changes, aio.Db.changes),
+        (shaledb.DbReader.changes, aio.DbReader.changes),
+    ],
+)
+def test_signatures_match_the_sync_api(sync: object, async_: object) -> None:
+    assert list(inspect.signature(sync).parameters) == list(inspect.signature(async_).parameters)  # type: ignore[arg-type]
