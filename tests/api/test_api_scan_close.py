@@ -89,3 +89,15 @@ def test_closing_a_reader_mid_scan_stops_the_scan(mem_url: str) -> None:
         it = iter(reader.scan())
         with pytest.raises(ClosedError):
             _drain_after(it, reader.close)  # type: ignore[arg-type]
+
+
+def test_snapshot_reprs_say_where_and_when(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"k", b"v")
+        snap = db.snapshot()
+        assert repr(snap) == f"Snapshot(seq={snap.seq} of {db!r})"
+        snap.close()
+        assert repr(snap).endswith(", closed)")
+        db.flush(memtable=True)
+        with DbReader.open(mem_url) as reader, reader.snapshot() as rs:
+            assert repr(rs).startswith(f"ReaderSnapshot(seq={rs.seq} of DbReader(")

@@ -416,5 +416,9 @@ class SnapshotQueries(Queries):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        closed = ", closed" if self._closed else ""
+        return f"{type(self).__name__}(seq={self.seq} of {self._handle!r}{closed})"
+
 
 __all__ = ["Queries", "SnapshotQueries", "checked_keys", "span"]
