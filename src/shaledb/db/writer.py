@@ -333,7 +333,7 @@ class Db(Queries):
             store.describe(),
             self.epoch,
             m.id,
-            f" (fenced writer epoch {self.epoch - 1})" if self.epoch > 1 else "",
+            f" (after writer epoch {self.epoch - 1})" if self.epoch > 1 else "",
             len(replay.objects),
             len(replay.keys),
         )
