@@ -93,3 +93,32 @@ def test_stream_reader_offsets_without_a_session(tmp_path: Path) -> None:
         assert [(r[3], bytes(r[4])) for r in rows] == [("put", b"late")]
         with pytest.raises(InvalidArgument, match="CHANGES_SCHEMA"):
             ShaleChangeStream({"path": url}, StructType(CHANGES_SCHEMA.fields[:-1]))
+
+
+def test_change_stream_carries_range_ends_and_expiries(spark: Any, tmp_path: Path) -> None:
+    """A consumer applying the stream needs a range delete's end key and a put's expiry
+    (before, the rows had neither: a "delete_range" row could not be applied)."""
+    url = str(tmp_path / "db")
+    settings = Settings(compactor=None, garbage_collector=None, merge_operator="add_u64")
+    with Db.open(url, settings=settings) as db:
+        db.put(b"a", b"1")
+        db.put(b"t", b"2", ttl=3600)
+        db.merge(b"n", (5).to_bytes(8, "little"))
+        db.delete_range(b"b", b"m")
+        want = {c.kind: c for c in db.changes(follow=False).read()}
+    q = (
+        shale_spark.read_changes(spark, url)
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    rows = {r.key: r for r in spark.read.parquet(str(tmp_path / "out")).collect()}
+    assert rows[b"b"].kind == "delete_range" and bytes(rows[b"b"].end) == b"m"
+    assert want["put"].key == b"t" and want["put"].expires_at_ms is not None
+    assert rows[b"t"].expires_at_ms == want["put"].expires_at_ms
+    assert rows[b"a"].expires_at_ms is None and rows[b"a"].end is None
+    assert rows[b"n"].kind == "merge" and bytes(rows[b"n"].value) == (5).to_bytes(8, "little")

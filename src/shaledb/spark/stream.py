@@ -52,15 +52,30 @@ CHANGES_SCHEMA = StructType(
         StructField("value", BinaryType(), True),
         StructField("metadata", BinaryType(), True),
         StructField("cursor", StringType(), False),
+        StructField("end", BinaryType(), True),
+        StructField("expires_at_ms", LongType(), True),
     ]
 )
-"""Columns of the change stream: one row per committed write (``shaledb.engine.changes.Change``)."""
+"""Columns of the change stream: one row per committed write (``shaledb.engine.changes.Change``).
+``kind`` is "put", "delete", "merge" (``value``: the operand) or "delete_range" (every key in
+``[key, end)``); ``expires_at_ms`` is a put's expiry (``ttl``), else null."""
 
 MAX_CHANGES_PER_TRIGGER = 100_000
 
 
 def _row(c: Change) -> tuple[Any, ...]:
-    return (c.seq, c.batch_index, c.batch_size, c.kind, c.key, c.value, c.metadata, str(c.cursor))
+    return (
+        c.seq,
+        c.batch_index,
+        c.batch_size,
+        c.kind,
+        c.key,
+        c.value,
+        c.metadata,
+        str(c.cursor),
+        c.end,
+        c.expires_at_ms,
+    )
 
 
 def _store_options(options: Mapping[str, str]) -> dict[str, Any]:
