@@ -63,19 +63,28 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=total)
 
 
-def to_seconds(value: timedelta | float | int | str | None, what: str = "duration") -> float | None:
-    """Seconds from a timedelta, a number of seconds or a duration string; None stays None."""
+def to_seconds(
+    value: timedelta | float | int | str | None, what: str = "duration", *, allow_zero: bool = True
+) -> float | None:
+    """Seconds from a timedelta, a number of seconds or a duration string; None stays None.
+
+    Every refusal names ``what`` (the option), so a user who typed a bad duration in a
+    config file or on the command line knows which one; ``allow_zero=False`` for
+    durations where zero means nothing (a lifetime)."""
     if value is None:
         return None
     if isinstance(value, timedelta):
         secs: object = value.total_seconds()
     elif isinstance(value, str):
-        secs = parse_duration(value).total_seconds()
+        try:
+            secs = parse_duration(value).total_seconds()
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{what}: {exc}") from None
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         secs = value
     else:
         raise InvalidArgument(f"{what} must be a timedelta, a number of seconds or a string, got {value!r}")
-    return check_seconds(what, secs, allow_zero=True)
+    return check_seconds(what, secs, allow_zero=allow_zero)
 
 
 def format_duration(seconds: float) -> str:

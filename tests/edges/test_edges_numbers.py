@@ -113,6 +113,24 @@ def test_durations_are_bounded() -> None:
     assert to_seconds("1h") == 3600.0
 
 
+def test_duration_refusals_name_the_option_and_zero_only_where_it_means_something(mem_url: str) -> None:
+    with pytest.raises(InvalidArgument, match="^manifest poll: cannot parse duration 'soon'"):
+        to_seconds("soon", "manifest poll")
+    assert to_seconds("0s", "poll") == 0.0
+    with pytest.raises(InvalidArgument, match=r"lease must be a finite number of seconds, > 0"):
+        to_seconds(0, "lease", allow_zero=False)
+    with Db.open(mem_url) as db:
+        for bad, match in [
+            (0, r"checkpoint lifetime must be .*> 0 .*got 0 \(or None for no expiry\)"),
+            (-1, r"> 0 .*got -1"),  # before: ">= 0" for -1, then "must be positive" for 0
+            ("forever", r"^checkpoint lifetime: cannot parse duration 'forever'"),
+            (math.nan, r"checkpoint lifetime .*got nan"),
+        ]:
+            with pytest.raises(InvalidArgument, match=match):
+                db.create_checkpoint(lifetime=bad)
+        assert db.create_checkpoint(lifetime="5 minutes").expire_time_s is not None
+
+
 def test_cli_run_gc_min_age_nan_is_a_usage_error_and_deletes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -61,10 +61,10 @@ MAX_NAME_CHARS = 256
 
 def lifetime_seconds(lifetime: Lifetime) -> float | None:
     """Validate a lifetime: None (never expires) or a positive duration."""
-    secs = to_seconds(lifetime, "checkpoint lifetime")
-    if secs is not None and secs <= 0:
-        raise InvalidArgument("checkpoint lifetime must be positive (or None for no expiry)")
-    return secs
+    try:
+        return to_seconds(lifetime, "checkpoint lifetime", allow_zero=False)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{exc} (or None for no expiry)") from None
 
 
 def as_checkpoint_id(value: uuid.UUID | str | Checkpoint) -> uuid.UUID:
