@@ -114,7 +114,7 @@ def test_durations_are_bounded() -> None:
 
 
 def test_duration_refusals_name_the_option_and_zero_only_where_it_means_something(mem_url: str) -> None:
-    with pytest.raises(InvalidArgument, match="^manifest poll: cannot parse duration 'soon'"):
+    with pytest.raises(InvalidArgument, match=r"^manifest poll: cannot parse duration 'soon'"):
         to_seconds("soon", "manifest poll")
     assert to_seconds("0s", "poll") == 0.0
     with pytest.raises(InvalidArgument, match=r"lease must be a finite number of seconds, > 0"):

@@ -427,3 +427,24 @@ def test_hot_merges_fold_above_the_bottom(tmp_path: Path, retention: int) -> Non
         assert counter(db.get(b"k")) == 100 + n and counter(db.get(b"cold")) == 2
     with DbReader.open(url) as r:
         assert counter(r.get(b"k")) == 100 + n
+
+
+def test_the_docs_merge_example_runs_as_written(tmp_path: Path) -> None:
+    """docs/transactions.md's merge example, taken from the page and run (it once merged a
+    one-byte operand into an add_u64 counter: refused now, a failing read before)."""
+    import re
+
+    page = (Path(__file__).parents[2] / "docs" / "transactions.md").read_text()
+    section = page.split("## Merge operator", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    lines = code.group(1).splitlines()
+    results = [ln.split("#")[-1].strip() for ln in lines if ln.startswith("int.from_bytes")]
+    scope: dict[str, object] = {"url": str(tmp_path / "db")}
+    body = [
+        f"_r{i} = {ln.split('#')[0]}" if ln.startswith("int.from_bytes") else ln for i, ln in enumerate(lines)
+    ]
+    exec("\n".join(body), scope)
+    got = [str(scope[f"_r{i}"]) for i in range(len(lines)) if f"_r{i}" in scope]
+    assert got == results, (got, results)
+    scope["db"].close()  # type: ignore[attr-defined]
