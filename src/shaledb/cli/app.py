@@ -28,16 +28,16 @@ from collections.abc import Sequence
 
 from ..errors import InvalidArgument, NotFound, ShaleError
 from ..store.scrub import ScrubFilter, scrub
-from . import admin, compaction, core, journal, more, settings, verify
+from . import admin, compaction, core, feed, journal, more, settings, verify
 from .options import add_global_options, add_version, register_extra_commands
 from .output import COMMANDS, EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Output
 from .stream import silence_stdout
 
-GROUPS = (core, compaction, admin, journal, verify, settings, more)
+GROUPS = (core, compaction, admin, feed, journal, verify, settings, more)
 """The command modules, in the order their commands are listed (each registers its own)."""
 
 LISTED = (
-    *("get", "put", "delete", "delete-range", "scan", "head", "index-query"),
+    *("get", "put", "delete", "delete-range", "scan", "head", "index-query", "changes"),
     *("stats", "read-manifest", "list-manifests", "verify"),
     *("create-checkpoint", "refresh-checkpoint", "delete-checkpoint", "list-checkpoints", "clone"),
     *("run-compactor", "run-gc", "compact-journal", "rebuild-ledger", "backup", "destroy"),
