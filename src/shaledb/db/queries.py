@@ -130,15 +130,20 @@ class Queries:
         """
         ended = self._ended
         it = iter(chunks)
-        while True:
-            why = ended()
-            if why is not None:
-                raise ClosedError(f"{why}: a scan cannot go on after its handle is closed")
-            try:
-                chunk = next(it)
-            except StopIteration:
-                return
-            yield chunk
+        try:
+            while True:
+                why = ended()
+                if why is not None:
+                    raise ClosedError(f"{why}: a scan cannot go on after its handle is closed")
+                try:
+                    chunk = next(it)
+                except StopIteration:
+                    return
+                yield chunk
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()  # at once, not at garbage collection: a scan's read-ahead GETs stop
 
     def _pin_read(self) -> tuple[ReadAt, Callable[[], None] | None]:
         """What a range read reads, pinned, and the release of that pin (None: nothing to release)."""
