@@ -448,3 +448,45 @@ def test_the_docs_merge_example_runs_as_written(tmp_path: Path) -> None:
     got = [str(scope[f"_r{i}"]) for i in range(len(lines)) if f"_r{i}" in scope]
     assert got == results, (got, results)
     scope["db"].close()  # type: ignore[attr-defined]
+
+
+def test_hot_merges_without_a_base_below_are_not_counted_twice(tmp_path: Path) -> None:
+    """Found by the merge state machine (tests/engine/test_merge_stateful.py): with a history
+    window, a key merged past the hot threshold over operands in a run below, and never put,
+    had those operands fetched from below, completed into the kept versions and left below
+    too: a read applied them twice. The runs below hold no base, so there is nothing to fold:
+    such a key is now left alone."""
+    from shaledb.engine.merging import MAX_STACK
+
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=tiny_settings(merge_operator="append", history_retention_s=3600.0))
+    opts = CompactorOptions(min_l0_ssts=2, min_merge_runs=2, max_sst_size_bytes=4096)
+    want: dict[bytes, bytes] = {}
+
+    def hot(key: bytes, n: int) -> None:
+        for j in range(n):
+            op = bytes([65 + j % 26])
+            db.merge(key, op, durable=False)
+            want[key] = want.get(key, b"") + op
+
+    def compact_all() -> None:
+        db.flush(memtable=True)
+        comp = Compactor.open(url, opts, seed=3)
+        try:
+            for _ in range(3):
+                if not comp.run_once().did_work:
+                    break
+        finally:
+            comp.close()
+        db.refresh_manifest()
+
+    for _ in range(3):
+        hot(b"\x00", MAX_STACK)
+    compact_all()
+    hot(b"abc", MAX_STACK + 3)
+    compact_all()
+    hot(b"abc", MAX_STACK + 1)
+    compact_all()
+    assert dict(db.scan()) == want
+    assert db.get(b"abc") == want[b"abc"]
+    db.close()

@@ -84,7 +84,9 @@ class BelowReader:
 
     def versions(self, key: bytes) -> list[tuple[int, int, bytes]] | None:
         """``(seq, kind, payload)`` of ``key`` below, newest first, down to its base;
-        None when a range tombstone below could hide them (the key is left alone)."""
+        None when a range tombstone below could hide them, or when the runs below hold
+        no base (the key is left alone: without a base nothing can be folded, and a
+        merge completed over operands that stay below would count them twice)."""
         out: list[tuple[int, int, bytes]] = []
         for run in self.runs:
             i = bisect_left([s.last_key for s in run.ssts], key)
@@ -107,7 +109,7 @@ class BelowReader:
                 out.append(e)
                 if e[1] != KIND_MERGE or decode_merge(e[2])[0] is not None:
                     return out  # the base: nothing older matters
-        return out
+        return None
 
 
 def below_rows(cols: Columns, reader: BelowReader) -> Columns:
