@@ -119,7 +119,8 @@ class Queries:
         return self._closed_message if self._closed else None
 
     def _guarded_chunks(self, chunks: Iterator[T_]) -> Iterator[T_]:
-        """``chunks``, checking before each one is read that the handle is still open.
+        """``chunks`` (rows, for the folds), checking before each one is read that the handle
+        is still open (``scan`` asks the same of ``Scan.of_chunks``, a layer fewer).
 
         A scan belongs to the handle it came from: once that is closed (or a
         snapshot's database), the scan's next step raises ``ClosedError``
@@ -227,7 +228,7 @@ class Queries:
         sp = span(start, end, prefix, reverse, limit)
         self._m_scans += 1
         at, release = self._pin_read()
-        return Scan.of_chunks(self._guarded_chunks(scan_chunks(at, sp)), release)
+        return Scan.of_chunks(scan_chunks(at, sp), release, self._ended)
 
     def index_query(
         self,

@@ -24,7 +24,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from ..errors import CorruptionError
+from ..errors import ClosedError, CorruptionError
 from ..format.range_dels import Fragments
 from ..format.row import (
     EXTRA_FLAGS,
@@ -111,19 +111,26 @@ class Scan(Generic[T]):
         self._gen = self._src = _released_after(it, rel)
 
     @classmethod
-    def of_chunks(cls, chunks: Iterator[Iterable[T]], release: Callable[[], None] | None = None) -> Scan[T]:
+    def of_chunks(
+        cls,
+        chunks: Iterator[Iterable[T]],
+        release: Callable[[], None] | None = None,
+        ended: Callable[[], str | None] | None = None,
+    ) -> Scan[T]:
         """The rows of ``chunks`` (lists, or row iterators), pinned as :class:`Scan` pins.
 
         Closing the scan mid-chunk empties the chunk being handed out (a list
         this scan built) or closes it (an iterator), so no row comes after ``close()``.
+        ``ended()`` is asked before each chunk is read: a message (the scan's handle
+        was closed) stops the scan with ``ClosedError``.
         """
         self = cls.__new__(cls)
         if release is None:
             self._release = None
-            self._src = src = _closing_chunks(chunks, None)
+            self._src = src = _closing_chunks(chunks, None, ended)
         else:
             self._release = rel = Release(release)
-            self._src = src = _closing_chunks(chunks, rel)
+            self._src = src = _closing_chunks(chunks, rel, ended)
         self._gen = chain.from_iterable(src)
         return self
 
@@ -155,15 +162,31 @@ def _released_after(it: Iterator[T], release: Release) -> Generator[T, None, Non
 
 
 def _closing_chunks(
-    chunks: Iterator[Iterable[T]], release: Release | None
+    chunks: Iterator[Iterable[T]], release: Release | None, ended: Callable[[], str | None] | None = None
 ) -> Generator[Iterable[T], None, None]:
-    """``chunks`` one by one; at the end, on ``close()`` or when collected: the chunk
-    being read is emptied or closed, then ``release`` called."""
+    """``chunks`` one by one (each after ``ended()`` says the handle is open); at the end, on
+    ``close()`` or when collected: the chunk being read is emptied or closed, ``chunks``
+    closed (its read-ahead stops), then ``release`` called."""
     cur: Iterable[T] = ()
     try:
-        for cur in chunks:
-            yield cur
+        if ended is None:
+            for cur in chunks:
+                yield cur
+        else:
+            pull = chunks.__next__
+            while True:
+                why = ended()
+                if why is not None:
+                    raise ClosedError(f"{why}: a scan cannot go on after its handle is closed")
+                try:
+                    cur = pull()
+                except StopIteration:
+                    break
+                yield cur
     finally:
+        close_chunks = getattr(chunks, "close", None)
+        if close_chunks is not None:
+            close_chunks()
         if type(cur) is list:
             cur.clear()
         else:
