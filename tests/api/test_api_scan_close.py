@@ -101,3 +101,12 @@ def test_snapshot_reprs_say_where_and_when(mem_url: str) -> None:
         db.flush(memtable=True)
         with DbReader.open(mem_url) as reader, reader.snapshot() as rs:
             assert repr(rs).startswith(f"ReaderSnapshot(seq={rs.seq} of DbReader(")
+
+
+def test_scan_repr_says_whether_it_still_holds_its_view(mem_url: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"k", b"v")
+        scan = db.scan()
+        assert repr(scan) == "Scan(open)"
+        assert list(scan) == [(b"k", b"v")]
+        assert repr(scan) == "Scan(done: its view released)"

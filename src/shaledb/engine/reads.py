@@ -137,6 +137,10 @@ class Scan(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         return self._gen
 
+    def __repr__(self) -> str:
+        rel = self._release
+        return "Scan(done: its view released)" if rel is not None and not rel._fns else "Scan(open)"
+
     def __next__(self) -> T:
         return next(self._gen)
 
