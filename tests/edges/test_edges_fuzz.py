@@ -206,6 +206,7 @@ COMMANDS: dict[str, list[str]] = {
     "destroy": [],
     "get": ["k0"],
     "scan": [],
+    "changes": [],  # without --follow (no value: never drawn) it lists and ends
     "compact-journal": [],
     "rebuild-ledger": [],
     "backup": [],

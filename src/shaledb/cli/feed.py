@@ -17,8 +17,7 @@ import json
 from typing import Any
 
 from ..engine.changes import Change, open_changes
-from ..errors import InvalidArgument
-from ..numbers import check_number
+from ..numbers import check_int, check_number
 from .output import Output, command, render_bytes
 from .stream import stream_rows
 
@@ -52,8 +51,8 @@ def _changes_args(p: argparse.ArgumentParser) -> None:
     "committed writes in order from the WAL, each with the cursor to resume after it (reads only)",
 )(_changes_args)
 def changes(args: argparse.Namespace, out: Output) -> int | None:
-    if args.limit is not None and args.limit < 0:
-        raise InvalidArgument(f"--limit must be >= 0, got {args.limit}")
+    if args.limit is not None:
+        check_int("--limit", args.limit, minimum=0)
     check_number("--poll", args.poll, above_minimum=True, maximum=3600, unit="seconds")
     with open_changes(args.path, args.since, follow=args.follow, poll_interval_s=args.poll) as feed:
         rows = (_row(c) for c in itertools.islice(feed, args.limit))
