@@ -95,7 +95,8 @@ def test_public_signatures_name_no_any() -> None:
     count = 0
     for name, f in _public_functions():
         count += 1
-        hints = typing.get_type_hints(f, globalns={**names, **f.__globals__})
+        own = inspect.unwrap(f).__globals__  # (a decorated function's, not its decorator's module)
+        hints = typing.get_type_hints(f, globalns={**names, **own})
         found += [f"{name}: {p} is {t}" for p, t in hints.items() if _any_in(t, names, set())]
     assert count > 150, "the scan should see the whole public surface"
     assert not found, "\n".join(found)
