@@ -78,3 +78,19 @@ def test_a_cursor_past_the_end_is_refused_not_waited_on(mem_url: str) -> None:
         db.put(b"k2", b"v")
         assert [c.key for c in db.changes(since=last, follow=False).read()] == [b"k2"]
         assert db.changes(since="latest", follow=False).read() == []
+
+
+def test_a_cursor_whose_sequence_number_is_ahead_is_refused(mem_url: str) -> None:
+    """A real WAL object but a sequence number no write has: before, a follower skipped every
+    new write until the numbers caught up with the cursor (silently losing them)."""
+    with Db.open(mem_url, settings=QUIET) as db:
+        for i in range(3):
+            db.put(b"k%d" % i, b"v")
+        first = db.changes(since=None, follow=False).read()[0].cursor
+        bogus = f"c1.{first.wal_id}.999999.0"
+        with pytest.raises(CursorAhead, match="holds writes up to seq"):
+            db.changes(since=bogus, follow=False).read()
+        # every real cursor of the history still reads on, to the end
+        for c in db.changes(since=None, follow=False).read():
+            rest = db.changes(since=c.cursor, follow=False).read()
+            assert all(r.seq > c.seq or (r.seq == c.seq and r.batch_index >= c.batch_index + 1) for r in rest)

@@ -206,6 +206,17 @@ class ChangeFeed:
             return  # a crashed writer's object after the next writer's fence
         keys, ents = decode_wal_object(data, path)
         rows = [(k, e) for k, e in zip(keys, ents) if not e[1] & FLAG_INDEX_TREE]
+        if rows and max(e[0] for _, e in rows) < self.cursor.seq:
+            # A cursor names the object it stopped in (holding its batch) or one after it,
+            # whose writes are all newer: writes older than it all through mean the cursor
+            # is not from this history (before: a follower skipped every new write until
+            # the sequence numbers caught up with it).
+            raise CursorAhead(
+                f"change-feed cursor {self.cursor} is past the end of the database at "
+                f"{self.store.describe()}: WAL object {wid} holds writes up to seq "
+                f"{max(e[0] for _, e in rows)} only; take cursors from Change.cursor, "
+                f'or start with since=None (the oldest history) or "latest"'
+            )
         i = 0
         n = len(rows)
         while i < n:
