@@ -122,3 +122,22 @@ def test_change_stream_carries_range_ends_and_expiries(spark: Any, tmp_path: Pat
     assert rows[b"t"].expires_at_ms == want["put"].expires_at_ms
     assert rows[b"a"].expires_at_ms is None and rows[b"a"].end is None
     assert rows[b"n"].kind == "merge" and bytes(rows[b"n"].value) == (5).to_bytes(8, "little")
+
+
+def test_a_misspelled_stream_option_is_refused_naming_the_known_ones(spark: Any, tmp_path: Path) -> None:
+    """``startCursor`` (for ``startingCursor``) used to be ignored: the stream replayed the whole feed."""
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+    q = (
+        spark.readStream.format("shaledb")
+        .schema(shale_spark.stream.CHANGES_SCHEMA)
+        .option("startCursor", "latest")
+        .load(url)
+        .writeStream.format("memory")
+        .queryName("misspelled_stream_option")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+    )
+    with pytest.raises(Exception, match=r"unknown shaledb stream option 'startcursor'.*'startingCursor'"):
+        q.start().awaitTermination(60)

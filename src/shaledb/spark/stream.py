@@ -26,7 +26,8 @@ cursor the garbage collector overtook fails the query with ``CursorExpired``
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import difflib
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -61,6 +62,25 @@ CHANGES_SCHEMA = StructType(
 ``[key, end)``); ``expires_at_ms`` is a put's expiry (``ttl``), else null."""
 
 MAX_CHANGES_PER_TRIGGER = 100_000
+
+STREAM_OPTIONS = ("maxChangesPerTrigger", "startingCursor")
+"""The options a change stream takes besides ``path`` and ``store.<name>``."""
+
+
+def check_stream_names(names: Iterable[str]) -> None:
+    """Refuse an unknown stream option: a misspelled ``startingCursor`` would silently replay
+    the whole feed, a misspelled ``maxChangesPerTrigger`` silently use the default."""
+    known = {n.lower(): n for n in STREAM_OPTIONS}
+    for raw in names:
+        name = str(raw).lower()
+        if name in known or name in ("path", "url") or name.startswith("store."):
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
+        hint = f"; did you mean {known[close[0]]!r}?" if close else ""
+        raise InvalidArgument(
+            f"unknown shaledb stream option {raw!r}{hint} "
+            f"(known: {', '.join(STREAM_OPTIONS)}, path, store.<name>)"
+        )
 
 
 def _row(c: Change) -> tuple[Any, ...]:
@@ -103,6 +123,7 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         url = options.get("path") or options.get("url")
         if not url:
             raise InvalidArgument("give the database URL: .load(url)")
+        check_stream_names(options)
         self.url = url
         self.store_options = _store_options(options)
         self._target: Cursor | None = None
