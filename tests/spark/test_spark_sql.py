@@ -147,6 +147,13 @@ def test_a_sql_table_is_created_inserted_into_queried_and_described(spark, tmp_p
             [("y", "25", None, None)], "key string, value string, seq bigint, metadata binary"
         ).write.format("shaledb").mode("append").saveAsTable("kv")
         assert contents(url) == {b"y": b"25", b"z": b"26"}
+        # mode("overwrite").saveAsTable: Spark drops the entry, then the pathless write is
+        # refused (docs/spark.md says to use INSERT OVERWRITE); the data is untouched.
+        with pytest.raises(Exception, match="give the database URL"):
+            spark.createDataFrame([("x", "24")], "key string, value string").write.format("shaledb").mode(
+                "overwrite"
+            ).saveAsTable("kv")
+        assert contents(url) == {b"y": b"25", b"z": b"26"}
     finally:
         spark.sql("DROP TABLE IF EXISTS kv")
     assert contents(url) == {b"y": b"25", b"z": b"26"}  # dropping the table leaves the database
