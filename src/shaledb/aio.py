@@ -302,7 +302,7 @@ class AsyncChanges:
         await self.aclose()
 
     def __repr__(self) -> str:
-        return f"aio.{self._feed!r}".replace(f"at {self._feed.cursor}", f"at {self.cursor}")
+        return f"aio.{self._feed.describe(self.cursor)}"
 
 
 class _Reads:

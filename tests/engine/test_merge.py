@@ -196,11 +196,19 @@ def test_a_failing_operator_changes_nothing(tmp_path: Path) -> None:
     db.close()
 
 
-def _compact_with(url: str, s: Settings) -> None:
-    comp = Compactor.open(url, CompactorOptions(min_l0_ssts=2), seed=1, settings=s)
+def _compact_with(
+    url: str,
+    s: Settings | None = None,
+    opts: CompactorOptions = CompactorOptions(min_l0_ssts=2),  # noqa: B008 - frozen
+    *,
+    seed: int = 1,
+    passes: int = 6,
+) -> None:
+    """A standalone compactor's passes over ``url`` until one does no work."""
+    comp = Compactor.open(url, opts, seed=seed, settings=s)
     try:
-        for _ in range(6):
-            if not comp.run_once().committed:
+        for _ in range(passes):
+            if not comp.run_once().did_work:
                 break
     finally:
         comp.close()
@@ -471,13 +479,7 @@ def test_hot_merges_without_a_base_below_are_not_counted_twice(tmp_path: Path) -
 
     def compact_all() -> None:
         db.flush(memtable=True)
-        comp = Compactor.open(url, opts, seed=3)
-        try:
-            for _ in range(3):
-                if not comp.run_once().did_work:
-                    break
-        finally:
-            comp.close()
+        _compact_with(url, opts=opts, seed=3, passes=3)
         db.refresh_manifest()
 
     for _ in range(3):

@@ -67,7 +67,6 @@ TermRegex = str | bytes | re.Pattern[bytes] | None
 """``index_query``'s ``term_regex``: a pattern over bytes terms (a str is UTF-8 encoded)."""
 
 D = TypeVar("D")
-T_ = TypeVar("T_")
 
 
 def checked_keys(keys: Iterable[BytesLike], workers: int) -> list[bytes]:
@@ -115,36 +114,16 @@ class Queries:
         raise NotImplementedError
 
     def _ended(self) -> str | None:
-        """Why this handle's running scans must stop (the closed message), or None."""
-        return self._closed_message if self._closed else None
-
-    def _guarded_chunks(self, chunks: Iterator[T_]) -> Iterator[T_]:
-        """``chunks`` (rows, for the folds), checking before each one is read that the handle
-        is still open (``scan`` asks the same of ``Scan.of_chunks``, a layer fewer).
+        """Why this handle's running scans must stop (the closed message), or None.
 
         A scan belongs to the handle it came from: once that is closed (or a
         snapshot's database), the scan's next step raises ``ClosedError``
-        instead of reading structures the close released -- before this, a
-        snapshot closed mid-scan unpinned its memtable versions and the scan
-        went on without the rows overwritten since (silently short). Rows of a
-        chunk already read come from the pinned view and are still handed out.
+        (``engine.reads.while_open``) -- before, a snapshot closed mid-scan
+        unpinned its memtable versions and the scan went on without the rows
+        overwritten since (silently short). Rows of a chunk already read come
+        from the pinned view and are still handed out.
         """
-        ended = self._ended
-        it = iter(chunks)
-        try:
-            while True:
-                why = ended()
-                if why is not None:
-                    raise ClosedError(f"{why}: a scan cannot go on after its handle is closed")
-                try:
-                    chunk = next(it)
-                except StopIteration:
-                    return
-                yield chunk
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()  # at once, not at garbage collection: a scan's read-ahead GETs stop
+        return self._closed_message if self._closed else None
 
     def _pin_read(self) -> tuple[ReadAt, Callable[[], None] | None]:
         """What a range read reads, pinned, and the release of that pin (None: nothing to release)."""
@@ -293,7 +272,7 @@ class Queries:
         sp = span(start, end, prefix, reverse, limit)
         at, release = self._pin_read()
         check = self._journal.checker() if journal_check else None
-        return Scan(self._guarded_chunks(scan_heads(at, sp, check)), release)
+        return Scan(scan_heads(at, sp, check), release, self._ended)
 
     fold_heads = scan_heads
 
@@ -309,7 +288,7 @@ class Queries:
         """Live keys in ``[start, end)`` in key order, from one consistent view."""
         sp = span(start, end, prefix, reverse, limit)
         at, release = self._pin_read()
-        return Scan(self._guarded_chunks(scan_keys(at, sp)), release)
+        return Scan(scan_keys(at, sp), release, self._ended)
 
     def fold_objects(
         self, start: Bound = None, end: Bound = None, *, prefix: Bound = None, order: str = "key"
@@ -328,10 +307,10 @@ class Queries:
         sp = span(start, end, prefix, False, None)
         at, release = self._pin_read()
         if order == "key":
-            return Scan(self._guarded_chunks(scan_items(at, sp)), release)
+            return Scan(scan_items(at, sp), release, self._ended)
         assert at.seq is not None  # (a pinned read has its sequence number)
         rows = fold_sequence_order(at.view, at.seq, at.tables, at.vis, self._resolve_store, sp.start, sp.end)
-        return Scan(self._guarded_chunks(rows), release)
+        return Scan(rows, release, self._ended)
 
     # ------------------------------------------------------------ dict habits
 

@@ -206,17 +206,13 @@ class ChangeFeed:
             return  # a crashed writer's object after the next writer's fence
         keys, ents = decode_wal_object(data, path)
         rows = [(k, e) for k, e in zip(keys, ents) if not e[1] & FLAG_INDEX_TREE]
-        if rows and max(e[0] for _, e in rows) < self.cursor.seq:
+        newest = max((e[0] for _, e in rows), default=None)
+        if newest is not None and newest < self.cursor.seq:
             # A cursor names the object it stopped in (holding its batch) or one after it,
             # whose writes are all newer: writes older than it all through mean the cursor
             # is not from this history (before: a follower skipped every new write until
             # the sequence numbers caught up with it).
-            raise CursorAhead(
-                f"change-feed cursor {self.cursor} is past the end of the database at "
-                f"{self.store.describe()}: WAL object {wid} holds writes up to seq "
-                f"{max(e[0] for _, e in rows)} only; take cursors from Change.cursor, "
-                f'or start with since=None (the oldest history) or "latest"'
-            )
+            raise self._ahead(f"WAL object {wid} holds writes up to seq {newest} only")
         i = 0
         n = len(rows)
         while i < n:
@@ -279,12 +275,16 @@ class ChangeFeed:
             if got is not None and (last is None or got > last):
                 last = got
         if last is None or last < wid - 1:
-            end = "has no WAL objects" if last is None else f"ends at WAL object {last}"
-            raise CursorAhead(
-                f"change-feed cursor {self.cursor} is past the end of the database at "
-                f"{self.store.describe()}: its WAL {end}; take cursors from Change.cursor, "
-                f'or start with since=None (the oldest history) or "latest"'
+            raise self._ahead(
+                "its WAL " + ("has no WAL objects" if last is None else f"ends at WAL object {last}")
             )
+
+    def _ahead(self, why: str) -> CursorAhead:
+        return CursorAhead(
+            f"change-feed cursor {self.cursor} is past the end of the database at "
+            f"{self.store.describe()}: {why}; take cursors from Change.cursor, "
+            f'or start with since=None (the oldest history) or "latest"'
+        )
 
     def _refresh_manifest(self) -> Manifest | None:
         if self._latest is None:
@@ -294,9 +294,13 @@ class ChangeFeed:
         return self._latest
 
     def __repr__(self) -> str:
+        return self.describe(self.cursor)
+
+    def describe(self, at: Cursor) -> str:
+        """The repr, with ``at`` as the position (``aio``'s feed hands out from a buffer)."""
         mode = "follow" if self.follow else "no follow"
         closed = ", closed" if self._closed.is_set() else ""
-        return f"ChangeFeed({self.store.describe()}, at {self.cursor}, {mode}{closed})"
+        return f"ChangeFeed({self.store.describe()}, at {at}, {mode}{closed})"
 
     def close(self) -> None:
         """Stop iterating (a following iterator returns at its next poll)."""

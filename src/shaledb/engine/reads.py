@@ -101,7 +101,14 @@ class Scan(Generic[T]):
 
     __slots__ = ("_gen", "_release", "_src")
 
-    def __init__(self, it: Iterator[T], release: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        it: Iterator[T],
+        release: Callable[[], None] | None = None,
+        ended: Callable[[], str | None] | None = None,
+    ) -> None:
+        if ended is not None:
+            it = while_open(it, ended)
         if release is None:
             self._release: Release | None = None
             self._gen: Iterator[T] = it
@@ -165,32 +172,43 @@ def _released_after(it: Iterator[T], release: Release) -> Generator[T, None, Non
         release()
 
 
+def while_open(items: Iterator[T], ended: Callable[[], str | None]) -> Generator[T, None, None]:
+    """``items``, asking ``ended()`` before each is read: a message (the scan's handle was
+    closed) stops them with ``ClosedError`` instead of reading what the close released.
+    ``items`` is closed at the end, at once (its read-ahead GETs stop), not when collected."""
+    items = iter(items)
+    pull = items.__next__
+    try:
+        while True:
+            why = ended()
+            if why is not None:
+                raise ClosedError(f"{why}: a scan cannot go on after its handle is closed")
+            try:
+                item = pull()
+            except StopIteration:
+                return
+            yield item
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+
+
 def _closing_chunks(
     chunks: Iterator[Iterable[T]], release: Release | None, ended: Callable[[], str | None] | None = None
 ) -> Generator[Iterable[T], None, None]:
-    """``chunks`` one by one (each after ``ended()`` says the handle is open); at the end, on
-    ``close()`` or when collected: the chunk being read is emptied or closed, ``chunks``
-    closed (its read-ahead stops), then ``release`` called."""
+    """``chunks`` one by one (each after ``ended()`` says the handle is open: :func:`while_open`);
+    at the end, on ``close()`` or when collected: the chunk being read is emptied or closed,
+    then ``release`` called."""
     cur: Iterable[T] = ()
+    src = chunks if ended is None else while_open(chunks, ended)
     try:
-        if ended is None:
-            for cur in chunks:
-                yield cur
-        else:
-            pull = chunks.__next__
-            while True:
-                why = ended()
-                if why is not None:
-                    raise ClosedError(f"{why}: a scan cannot go on after its handle is closed")
-                try:
-                    cur = pull()
-                except StopIteration:
-                    break
-                yield cur
+        for cur in src:
+            yield cur
     finally:
-        close_chunks = getattr(chunks, "close", None)
-        if close_chunks is not None:
-            close_chunks()
+        close_src = getattr(src, "close", None)
+        if close_src is not None:
+            close_src()
         if type(cur) is list:
             cur.clear()
         else:
