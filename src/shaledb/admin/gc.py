@@ -45,7 +45,9 @@ A pass (see docs/design/gc.md):
    access to the record table ``tmp/2pc/`` is left alone; a bulk load's
    staged runs under ``tmp/stage/`` follow the SSTs' job-lease rule) and stale job leases
    (past their lease, or of an older compactor epoch: those jobs can never
-   commit).
+   commit). In a local directory, also the staging files (``<name>#<n>``) of puts
+   a killed process never finished, by the same age rule: listings never show
+   them, and each can be as large as an SST.
 
 ``min_age_s`` is measured from an object's creation (the later of its
 store timestamp and, for SSTs, its ULID time) and must exceed how long a
@@ -86,6 +88,7 @@ from ..manifest.store import ManifestStore
 from ..numbers import check_seconds
 from ..settings import GcOptions, Settings
 from ..store.base import ObjectMeta, ObjectStore
+from ..store.obstore_store import LocalObstoreStore
 from ..store.roots import foreign_roots
 from ..store.stack import close_quietly, open_stack
 from ..store.twophase import TWO_PHASE_TMP_PREFIX, TwoPhaseStore
@@ -257,6 +260,7 @@ class GarbageCollector:
         for cls, directory, parse_id, ids_of in _ULID_CLASSES:
             self._unreferenced(cls, directory, parse_id, ids_of, m, active, (cutoff, live_from), dry, report)
         self._tmp(cutoff, live_from, dry, report)
+        self._stages(cutoff, dry, report)
         report.detached = self.lifecycle.detach_step(dry_run=dry)
         report.duration_s = self.clock.monotonic() - started
         c = report.counts()
@@ -463,6 +467,16 @@ class GarbageCollector:
                 continue  # a bulk load's staged run, the load still under its lease
             doomed.append(meta)
         self._delete("tmp", doomed, dry, report)
+
+    def _stages(self, cutoff: float, dry: bool, report: GcReport) -> None:
+        local: LocalObstoreStore | None = find_wrapper(self.store, LocalObstoreStore)
+        if local is None:
+            return
+        doomed = local.abandoned_stages(cutoff)
+        if doomed and not dry:
+            local.remove_stages([m.path for m in doomed])
+        report.deleted["tmp"].extend(m.path for m in doomed)
+        report.bytes_deleted += sum(m.size for m in doomed)
 
     # ------------------------------------------------------------------ loop
 

@@ -20,6 +20,10 @@ wrong, the CLI's ``get``) created the database's empty root directory. So:
   HTTP 401/403, so one ``except`` serves every store kind --, a read-only file
   system ``InvalidArgument``, a missing object ``ObjectNotFound``, and only what
   may pass (disk full, too many open files, I/O errors) ``Unavailable``;
+* :func:`abandoned_stages` finds the staging files (``<name>#<n>``) a process
+  killed between writing an object and linking it into place left behind
+  (listings never show them, so nothing else would ever delete them), and
+  :func:`remove_stages` deletes them -- for the garbage collector;
 * :func:`embedded_errno` finds the OS error code inside an error of obstore's
   local store, which reports it only in its message (``... (os error 13)``),
   so those errors get the same mapping instead of being retried as outages.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 
 from ..errors import (
     InvalidArgument,
@@ -39,6 +44,7 @@ from ..errors import (
     ShaleError,
     Unavailable,
 )
+from .base import ObjectMeta
 
 _BAD_PATH = {
     errno.ENAMETOOLONG: "a name in it is too long for the file system",
@@ -153,4 +159,60 @@ def make_dirs(directory: str, where: str) -> None:
         raise os_error(exc, directory, where, "create the directory") from None
 
 
-__all__ = ["check_root", "embedded_errno", "make_dirs", "os_error"]
+STAGE_NAME = re.compile(r"#\d+$")
+"""A staging file's name: the object's name and ``#<n>`` (obstore's local store and ours
+both stage a put this way, then rename or link it into place)."""
+
+
+def abandoned_stages(root: str, older_than: float) -> list[ObjectMeta]:
+    """Staging files below ``root`` last modified before ``older_than`` (seconds since
+    the epoch), as metas with paths relative to ``root``, sorted.
+
+    A put writes the whole stage and then links it, within the put's own call, so a
+    stage not modified for longer than any put takes was left by a process that
+    died in between. A stage is not an object: listings skip ``#`` names. The walk
+    does not follow symbolic links and leaves out a directory holding another
+    database (a ``manifest`` directory below the root): its stages are its own.
+    """
+    found: list[ObjectMeta] = []
+    for here, dirs, files in os.walk(root):
+        if here != root and "manifest" in dirs:
+            dirs[:] = []
+            continue
+        for name in files:
+            if STAGE_NAME.search(name) is None:
+                continue
+            full = os.path.join(here, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue  # linked and removed meanwhile: a live put's
+            if stat.S_ISREG(st.st_mode) and st.st_mtime < older_than:
+                rel = os.path.relpath(full, root).replace(os.sep, "/")
+                found.append(ObjectMeta(rel, st.st_size, st.st_mtime))
+    return sorted(found, key=lambda m: m.path)
+
+
+def remove_stages(root: str, names: list[str], where: str) -> None:
+    """Delete the staging files ``names`` (relative to ``root``, from
+    :func:`abandoned_stages`); one already gone is not an error."""
+    for name in names:
+        if STAGE_NAME.search(name) is None or name.startswith("/") or ".." in name.split("/"):
+            raise InvalidArgument(f"{name!r} is not a staging file's name below {where}")
+        try:
+            os.unlink(os.path.join(root, name))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise os_error(exc, name, where, "delete") from exc
+
+
+__all__ = [
+    "STAGE_NAME",
+    "abandoned_stages",
+    "check_root",
+    "embedded_errno",
+    "make_dirs",
+    "os_error",
+    "remove_stages",
+]

@@ -55,7 +55,7 @@ from ..errors import (
 from ..format.paths import check_prefix, check_relative_path
 from .base import BULK_DELETE_OBJECTS, ObjectMeta
 from .http_errors import CloudService, bucket_missing, classify, http_status, is_bucket_missing
-from .local_fs import check_root, embedded_errno, make_dirs, os_error
+from .local_fs import abandoned_stages, check_root, embedded_errno, make_dirs, os_error, remove_stages
 from .scrub import scrub, scrub_exception
 
 log = logging.getLogger(__name__)
@@ -555,6 +555,17 @@ class LocalObstoreStore(ObstoreStore):
     def _p(self, path: str) -> str:
         self._resolve(path)
         return path
+
+    def abandoned_stages(self, older_than: float) -> builtins.list[ObjectMeta]:
+        """Staging files a killed process left, not modified since ``older_than`` (epoch
+        seconds): what the garbage collector deletes besides objects (``local_fs``)."""
+        if self._lazy is None and not self._root_exists():
+            return []
+        return abandoned_stages(self._real_root, older_than)
+
+    def remove_stages(self, names: builtins.list[str]) -> None:
+        """Delete staging files :meth:`abandoned_stages` named."""
+        remove_stages(self._real_root, names, self._description)
 
     def _resolve(self, path: str, *, final: bool = True) -> str:
         """The absolute path of ``path``, checked to stay inside the real root.
