@@ -21,6 +21,7 @@ from clones_kit import (
 
 from shaledb import (
     CheckpointNotFound,
+    CursorExpired,
     DatabaseDestroyed,
     Db,
     DbReader,
@@ -369,3 +370,17 @@ def test_writer_and_clone_opened_with_one_seed_do_not_share_a_checkpoint_id(tmp_
     with Db.open(parent, seed=7) as db:  # raised ManifestInvariantError: checkpoint appears twice
         db.put(b"b", b"2")
         assert db.get(b"a") == b"1"
+
+
+def test_clone_feed_cursor_before_the_clone_says_where_its_history_starts(urls: list[str]) -> None:
+    parent_url, clone_url, _ = urls
+    with Db.open(parent_url, settings=QUIET) as parent:
+        fill(parent, b"sst-", 20)
+        parent.flush(memtable=True)
+        fill(parent, b"wal-", 5)
+        with Db.open_from_checkpoint(clone_url, parent_url, settings=QUIET) as clone:
+            with pytest.raises(CursorExpired, match=r"clone of .*before the fork") as exc:
+                clone.changes(None, follow=False).read()
+            assert parent_url in str(exc.value) and 'changes("latest")' in str(exc.value)
+            clone.put(b"c-only", b"1")
+            assert [c.key for c in clone.changes("latest", follow=False).read()] == []

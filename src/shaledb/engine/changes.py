@@ -244,6 +244,14 @@ class ChangeFeed:
         m = self._refresh_manifest()
         if m is None:
             raise NotFound(f"no database at {self.store.describe()}")
+        if m.replay_after_wal_id >= wid and m.parent is not None:
+            raise CursorExpired(
+                f"change-feed cursor {self.cursor} needs {paths.wal_path(wid)}, which this database does "
+                f"not have: it is a clone of {m.parent.url} (checkpoint {m.parent.checkpoint_id}); its "
+                f"changes before the fork are in the parent's feed, and its own WAL objects up to "
+                f"{m.replay_after_wal_id} have their writes in SSTs (the garbage collector may have "
+                f'removed them); start from a snapshot of the clone and changes("latest")'
+            )
         if m.replay_after_wal_id >= wid:
             raise CursorExpired(
                 f"change-feed cursor {self.cursor} needs {paths.wal_path(wid)}, which the garbage collector "
