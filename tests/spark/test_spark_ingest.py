@@ -28,7 +28,7 @@ pytest.importorskip("pyspark")
 
 from shaledb.bulk.read_arrow import read_part_arrow  # noqa: E402
 from shaledb.spark.schema import WriteOptions  # noqa: E402
-from shaledb.spark.source import ShaleWriter, begin_write  # noqa: E402
+from shaledb.spark.write import ShaleWriter, begin_write  # noqa: E402
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
 

@@ -38,7 +38,7 @@ from ..bulk.ingest.exchange import (
     delete_staged,
     new_exchange_id,
 )
-from .source import ShaleWriter, begin_write, write_options
+from .write import ShaleWriter, begin_write, write_options
 
 log = logging.getLogger("shaledb.spark")
 

@@ -162,7 +162,8 @@ def _dedupe(w: PartWriter, keys: Any, values: Any) -> tuple[Any, Any]:
         i = pc.index(eq, True).as_py()
         raise InvalidArgument(
             f"ingest part {w.partition}: key {keys[i].as_py()!r:.80} appears more than once "
-            "(use duplicates='last' to keep the last one)"
+            "(to keep one: duplicates='last' in Python; in Spark, "
+            "options on_duplicate and order_by)"
         )
     keep = pc.invert(pa.concat_arrays([eq, pa.array([False])]))  # the last of equal keys wins
     return keys.filter(keep), values.filter(keep)

@@ -250,7 +250,8 @@ class PartWriter:
                     if self.plan.duplicates == "error":
                         raise InvalidArgument(
                             f"ingest part {self.partition}: key {ks[i]!r:.80} appears more than once "
-                            "(use duplicates='last' to keep the last one)"
+                            "(to keep one: duplicates='last' in Python; in Spark, "
+                            "options on_duplicate and order_by)"
                         )
                     continue  # "last": the later row of equal keys wins
             keep.append(i)

@@ -1,0 +1,170 @@
+"""Structured Streaming into a database: ``df.writeStream.format("shaledb")``.
+
+Each micro-batch becomes one bulk ingest, so a stream writes the way a batch
+write does (docs/spark.md, "Streaming writes"):
+
+1. every task encodes and sorts its rows exactly as a batch write's task does
+   and stages them as one Arrow run under ``tmp/stage/<ULID>/``
+   (:func:`shaledb.bulk.ingest.exchange.stage_run`); the run's description is
+   the task's commit message;
+2. the micro-batch's ``commit`` gathers the runs (one key range), sorts them,
+   writes the SSTs and commits them as ingest ``<sink id>-<batch id>`` in one
+   manifest CAS (:func:`shaledb.bulk.ingest.commit_ingest`), then deletes the
+   runs; ``abort`` deletes them too (a run left by a killed process is the
+   garbage collector's, as every staged run).
+
+Why one ingest per micro-batch: ingest ids are recorded in the manifest, so a
+micro-batch Spark replays after a crash (same batch id) finds itself committed
+and writes nothing -- exactly once, as Spark's sink contract asks. The sink id
+is the ``ingest_id`` option, or else is derived from the query's
+``checkpointLocation`` (the same query restarted gets the same ids); a query
+without one cannot be restarted, so its id is random. A reused checkpoint
+location whose batch ids start over with other rows fails with
+``IngestConflict`` naming the remedy.
+
+``commit`` runs in one Python process on the driver's side (PySpark gives a
+stream writer's commit no Spark context to spread work with), so the
+micro-batch's SSTs are written there; micro-batches are sized by the source's
+per-trigger limits. Complete output mode (Spark's ``overwrite``) replaces the
+database's contents with each micro-batch, as ``save_mode=overwrite`` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import pickle
+import random
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from ..bulk.ingest import IngestConflict, IngestPart, abort_ingest, commit_ingest, open_ingest_store
+from ..bulk.ingest.exchange import GatherTask, StagedRun, stage_run
+from ..clock import SYSTEM_CLOCK
+from ..errors import InvalidArgument
+from ..format import paths
+from .schema import WriteOptions
+from .write import ShaleWriter, begin_write, encode_partition, task_context, write_options
+
+log = logging.getLogger("shaledb.spark")
+
+STREAM_ONLY = ("checkpointlocation",)
+"""Options Spark passes to a stream writer that are Spark's own (read here, not by the write)."""
+
+
+def sink_id(options: Mapping[str, str]) -> str:
+    """The prefix of the sink's ingest ids: ``ingest_id``, else one derived from the query's
+    checkpoint location, else random (see the module docstring)."""
+    given = options.get("ingest_id")
+    if given:
+        return given
+    where = options.get("checkpointlocation")
+    if where:
+        return "stream-" + hashlib.sha256(where.encode()).hexdigest()[:20]
+    return "stream-" + uuid.uuid4().hex[:20]
+
+
+def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> ShaleStreamWriter:
+    """The writer for ``DataSource.streamWriter``: options checked once, on the driver."""
+    own = {k.lower(): str(v) for k, v in options.items()}
+    if "save_mode" in own:
+        raise InvalidArgument(
+            "a stream has no save_mode: it appends each micro-batch (outputMode append or update), "
+            'or replaces the contents with each one (outputMode("complete"))'
+        )
+    prefix = sink_id(own)
+    spark_own = {k for k in STREAM_ONLY if k in own}
+    opts = write_options(schema, {k: v for k, v in own.items() if k not in spark_own and k != "ingest_id"})
+    if overwrite:
+        opts = replace(opts, save_mode="overwrite")
+    return ShaleStreamWriter(opts, prefix)
+
+
+@dataclass
+class StagedMessage(WriterCommitMessage):
+    """One task's staged run (None: its partition was empty)."""
+
+    run: bytes
+    """The pickled :class:`StagedRun`, or empty."""
+
+
+class ShaleStreamWriter(DataSourceStreamArrowWriter):
+    """Stages each task's rows; commits each micro-batch as one ingest (module docstring)."""
+
+    def __init__(self, opts: WriteOptions, prefix: str) -> None:
+        self.opts = opts
+        self.prefix = prefix
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        batches = list(iterator)
+        if not batches:
+            return StagedMessage(b"")
+        cols = encode_partition(self.opts, pa.Table.from_batches(batches), task_context()[0])
+        if not len(cols.keys):
+            return StagedMessage(b"")
+        exchange = paths.new_ulid(SYSTEM_CLOCK.now(), random.Random())
+        with closing(open_ingest_store(self.opts.url, store_options=self.opts.store)) as store:
+            run = stage_run(store, cols.staged(), exchange_id=exchange, parts=1)
+        return StagedMessage(pickle.dumps(run) if run is not None else b"")
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        runs = _runs(messages)
+        iid = f"{self.prefix}-{batchId}"
+        try:
+            self._ingest(iid, runs, batchId)
+        finally:
+            self._delete(runs, iid)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        self._delete(_runs(messages), f"{self.prefix}-{batchId}")
+
+    def _ingest(self, iid: str, runs: list[StagedRun], batch: int) -> None:
+        opts = replace(self.opts, ingest_id=iid)
+        if not runs and opts.save_mode != "overwrite":
+            return  # an empty micro-batch adds nothing (and claims nothing)
+        plan = begin_write(opts)
+        if plan is None:
+            return
+        writer = ShaleWriter(opts, plan)
+        part: IngestPart | None = None
+        try:
+            part = writer.gather(GatherTask(0, None, None, tuple((r, r.batches) for r in runs)))
+            commit_ingest(plan, [part], opts.url, store_options=opts.store)
+        except IngestConflict as exc:
+            abort_ingest(plan, [part], opts.url, store_options=opts.store)
+            raise IngestConflict(
+                f"micro-batch {batch} of this stream was committed before with other rows ({exc}); the "
+                "query's checkpoint location was probably cleared, so Spark numbers its batches from 0 "
+                "again: give the query a new checkpointLocation or a new ingest_id option"
+            ) from exc
+        except BaseException:
+            abort_ingest(plan, [part], opts.url, store_options=opts.store)  # keeps them if the CAS landed
+            raise
+
+    def _delete(self, runs: list[StagedRun], iid: str) -> None:
+        if not runs:
+            return
+        try:
+            with closing(open_ingest_store(self.opts.url, store_options=self.opts.store)) as store:
+                store.delete_many([r.path for r in runs])
+        except Exception as exc:  # the garbage collector takes them later  # noqa: BLE001
+            log.warning("stream ingest %s: could not delete its staged runs: %s", iid, exc)
+
+
+def _runs(messages: Sequence[WriterCommitMessage | None]) -> list[StagedRun]:
+    out = []
+    for m in messages:
+        if isinstance(m, StagedMessage) and m.run:
+            run = pickle.loads(m.run)
+            if isinstance(run, StagedRun):
+                out.append(run)
+    return out
+
+
+__all__ = ["STREAM_ONLY", "ShaleStreamWriter", "StagedMessage", "sink_id", "stream_writer"]
