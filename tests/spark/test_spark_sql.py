@@ -311,3 +311,18 @@ def test_filtered_then_unfiltered_counts_are_right_by_default_and_per_sql_statem
         assert spark.sql("SELECT count(*) AS n FROM pushed").first().n == 300
     finally:
         spark.sql("DROP TABLE IF EXISTS pushed")
+
+
+def test_a_table_created_with_a_column_list_says_to_create_it_without_one(spark, tmp_path):
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=Settings(compactor=None, garbage_collector=None)) as db:
+        db.put(b"a", b"1")
+    spark.sql(f"CREATE TABLE listed (key STRING, value STRING) USING shaledb OPTIONS (path '{url}')")
+    try:
+        for stmt in ("SELECT * FROM listed", "INSERT INTO listed VALUES ('b', '2')"):
+            with pytest.raises(Exception, match="created with a column list") as exc:
+                spark.sql(stmt).collect()
+            assert "drop it and create it without one" in str(exc.value)
+    finally:
+        spark.sql("DROP TABLE IF EXISTS listed")
+    assert contents(url) == {b"a": b"1"}
