@@ -141,3 +141,22 @@ def test_a_misspelled_stream_option_is_refused_naming_the_known_ones(spark: Any,
     )
     with pytest.raises(Exception, match=r"unknown shaledb stream option 'startcursor'.*'startingCursor'"):
         q.start().awaitTermination(60)
+
+
+def test_a_stream_of_a_missing_database_fails_with_a_short_message(spark: Any, tmp_path: Path) -> None:
+    """Spark prints a streaming source's Python traceback whole (hideTraceback does not reach
+    it): our own errors come without the feed's internal frames."""
+    with pytest.raises(Exception) as exc:
+        q = (
+            shale_spark.read_changes(spark, str(tmp_path / "missing"))
+            .writeStream.format("console")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(120)
+        raise q.exception() or AssertionError("the stream ran")
+    text = str(exc.value)
+    assert "NotFound: no database at" in text
+    assert "engine/changes.py" not in text and "manifest/store.py" not in text, text
+    assert not (tmp_path / "missing").exists()

@@ -50,6 +50,7 @@ from ..clock import SYSTEM_CLOCK
 from ..errors import InvalidArgument
 from ..format import paths
 from .schema import WriteOptions
+from .tracebacks import short_traceback
 from .write import ShaleWriter, begin_write, encode_partition, task_context, write_options
 
 log = logging.getLogger("shaledb.spark")
@@ -101,6 +102,7 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
         self.opts = opts
         self.prefix = prefix
 
+    @short_traceback
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         batches = list(iterator)
         if not batches:
@@ -113,6 +115,7 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
             run = stage_run(store, cols.staged(), exchange_id=exchange, parts=1)
         return StagedMessage(pickle.dumps(run) if run is not None else b"")
 
+    @short_traceback
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         runs = _runs(messages)
         iid = f"{self.prefix}-{batchId}"
@@ -121,6 +124,7 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
         finally:
             self._delete(runs, iid)
 
+    @short_traceback
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         self._delete(_runs(messages), f"{self.prefix}-{batchId}")
 

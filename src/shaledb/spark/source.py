@@ -56,6 +56,7 @@ from ..errors import CheckpointNotFound, InvalidArgument
 from ..keys import key_after, prefix_end
 from .options import CATALOG_KEYS
 from .schema import READ_COLUMNS, ReadOptions
+from .tracebacks import short_traceback
 from .write import ShaleWriter, SkipWriter, begin_write, simple_type, write_options
 
 log = logging.getLogger("shaledb.spark")
@@ -119,12 +120,14 @@ class ShaleDataSource(DataSource):
             self._pinned = self._pin(opts)
         return ShaleReader(opts, *self._pinned, parallelism=self.parallelism, schema=schema)
 
+    @short_traceback
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The change feed as a stream (``shaledb.spark.stream``)."""
         from .stream import ShaleChangeStream
 
         return ShaleChangeStream(self.options, schema)
 
+    @short_traceback
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """Structured Streaming into the database, a micro-batch per ingest (``shaledb.spark.sink``)."""
         from .sink import stream_writer

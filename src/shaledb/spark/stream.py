@@ -42,6 +42,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 from ..engine.changes import Change, Cursor, latest_cursor, open_changes
 from ..errors import InvalidArgument
 from .schema import int_option
+from .tracebacks import short_traceback
 
 CHANGES_SCHEMA = StructType(
     [
@@ -102,6 +103,14 @@ def _store_options(options: Mapping[str, str]) -> dict[str, Any]:
     return {k[len("store.") :]: v for k, v in options.items() if k.startswith("store.")}
 
 
+def _require_database(url: str, store_options: dict[str, Any]) -> None:
+    """Refuse a stream of a database that does not exist when the query starts (one manifest
+    read), not at its first micro-batch."""
+    from .. import admin
+
+    admin.read_manifest(url, store_options=store_options or None)
+
+
 class ChangeRange(InputPartition):  # type: ignore[misc]
     """One micro-batch: the changes after ``start`` up to and including ``end``."""
 
@@ -114,6 +123,7 @@ class ChangeRange(InputPartition):  # type: ignore[misc]
 class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """The stream reader (see the module docstring)."""
 
+    @short_traceback
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         if [f.name for f in schema.fields] != [f.name for f in CHANGES_SCHEMA.fields]:
             raise InvalidArgument(
@@ -131,7 +141,9 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         self.starting = options.get("startingCursor")
         if self.starting not in (None, "latest"):
             Cursor.parse(self.starting)
+        _require_database(self.url, self.store_options)
 
+    @short_traceback
     def initialOffset(self) -> dict[str, str]:
         if self.starting == "latest":
             with open_changes(self.url, store_options=self.store_options, follow=False) as feed:
@@ -141,11 +153,13 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_changes)
 
+    @short_traceback
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: stop at the last change committed now."""
         with open_changes(self.url, store_options=self.store_options, follow=False) as feed:
             self._target = latest_cursor(feed.store)
 
+    @short_traceback
     def latestOffset(self, start: dict[str, str], limit: Any = None) -> dict[str, str]:
         """The cursor of the last change within ``limit`` (and the AvailableNow target), or
         ``start`` when there is none: the offset moves only with changes."""
@@ -170,6 +184,7 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[InputPartition]:
         return [ChangeRange(start["cursor"], end["cursor"])]
 
+    @short_traceback
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, ChangeRange)
         end = Cursor.parse(partition.end)
