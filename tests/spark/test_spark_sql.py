@@ -326,3 +326,23 @@ def test_a_table_created_with_a_column_list_says_to_create_it_without_one(spark,
     finally:
         spark.sql("DROP TABLE IF EXISTS listed")
     assert contents(url) == {b"a": b"1"}
+
+
+def test_writes_to_a_table_by_column_name_take_key_and_value_alone(spark, tmp_path):
+    """docs/spark.md: saveAsTable and writeTo match by name; insertInto by position (all four)."""
+    url = str(tmp_path / "db")
+    spark.sql(
+        f"CREATE TABLE named USING shaledb OPTIONS (path '{url}', key_type 'string', value_type 'string')"
+    )
+    try:
+        spark.createDataFrame([("a", "1")], "key string, value string").writeTo("named").append()
+        df = spark.createDataFrame([("b", "2")], "key string, value string")
+        df.write.format("shaledb").mode("append").saveAsTable("named")
+        with pytest.raises(Exception, match="INSERT_COLUMN_ARITY_MISMATCH"):
+            spark.createDataFrame([("c", "3")], "key string, value string").write.insertInto("named")
+        spark.createDataFrame(
+            [("d", "4", None, None)], "key string, value string, seq bigint, metadata binary"
+        ).write.insertInto("named")
+    finally:
+        spark.sql("DROP TABLE IF EXISTS named")
+    assert contents(url) == {b"a": b"1", b"b": b"2", b"d": b"4"}
