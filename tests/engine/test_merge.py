@@ -245,6 +245,31 @@ def test_a_key_the_operator_cannot_fold_does_not_stop_compaction(
     db.close()
 
 
+def test_an_unfoldable_key_is_warned_about_once_per_compactor(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every compaction of its range meets the key again; it said so at WARNING each time."""
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=settings("add_u64", compactor=None))
+    db.put(b"a", b"not-8-bytes")
+    comp = Compactor.open(url, CompactorOptions(min_l0_ssts=2), seed=1, settings=db.settings)
+    try:
+        with caplog.at_level("DEBUG", logger="shaledb.compaction"):
+            for round_ in range(3):
+                db.merge(b"a", u(1))
+                for i in range(3):
+                    db.put(b"k%d" % i, b"r%d" % round_)
+                    db.flush(memtable=True)
+                while comp.run_once().did_work:
+                    pass
+    finally:
+        comp.close()
+    said = [r for r in caplog.records if "refused to fold" in r.getMessage()]
+    assert [r.levelname for r in said][:1] == ["WARNING"] and len(said) >= 3, said
+    assert all(r.levelname == "DEBUG" and "warned before" in r.getMessage() for r in said[1:])
+    db.close()
+
+
 def test_u64_operators_refuse_operands_they_can_never_fold(tmp_path: Path) -> None:
     url = str(tmp_path / "db")
     with Db.open(url, settings=settings("add_u64")) as db:

@@ -139,19 +139,35 @@ def own_operands(cols: Columns) -> Columns:
     return keys, seqs, bytes(kl), pl
 
 
-def fold_merges(folder: Folder | None, cols: Columns, bottom: bool, now_ms: int) -> Columns:
+UNFOLDABLE_WARNED_MAX = 4096
+"""Keys an executor remembers having warned about (beyond that, each new one warns again)."""
+
+
+def fold_merges(
+    folder: Folder | None, cols: Columns, bottom: bool, now_ms: int, warned: set[bytes] | None = None
+) -> Columns:
     """Merge entries of ``cols`` (made self-contained) folded into values where safe; one
-    the operator refuses stays unfolded, with a warning (see ``fold_columns``)."""
+    the operator refuses stays unfolded, with a warning (see ``fold_columns``).
+
+    ``warned``: keys already warned about (the executor's, so per database and process).
+    An unfoldable key stays so until it is overwritten, and every compaction of its range
+    meets it again: the warning is for news, repeats go to DEBUG.
+    """
     failed: list[bytes] = []
     out = fold_columns(cols, bottom=bottom, folder=folder, base_value=plain_base_value(now_ms), failed=failed)
     if failed:
+        new = failed if warned is None else [k for k in failed if k not in warned]
+        if warned is not None and len(warned) < UNFOLDABLE_WARNED_MAX:
+            warned.update(new)
         name = folder.op.name if folder is not None and folder.op is not None else "?"
-        log.warning(
+        log.log(
+            logging.WARNING if new else logging.DEBUG,
             "merge operator %r refused to fold %d key(s), first %r: kept unfolded (compaction goes on); "
-            "reads of those keys raise MergeOperatorFailed until they are overwritten or deleted",
+            "reads of those keys raise MergeOperatorFailed until they are overwritten or deleted%s",
             name,
             len(failed),
-            failed[0][:64],
+            (new or failed)[0][:64],
+            "" if new else " (warned before)",
         )
     return out
 
@@ -231,6 +247,8 @@ class Executor:
         self._meta_lock = threading.Lock()
         self.folder_for: Callable[[], Folder | None] = lambda: None
         """The merge operator to fold merge entries with (``shaledb.engine.merging``)."""
+        self.unfoldable_warned: set[bytes] = set()
+        """Keys whose unfoldable merges were logged at WARNING (``fold_merges``)."""
 
     # --------------------------------------------------------------- helpers
 
@@ -344,7 +362,9 @@ class Executor:
                         if extra[0]:
                             done = without(complete_columns([extra, *cols], frags), extra)
                     cols = [done]
-                    folded = fold_merges(self.folder_for(), cols[0], spec.bottom, now_ms)
+                    folded = fold_merges(
+                        self.folder_for(), cols[0], spec.bottom, now_ms, self.unfoldable_warned
+                    )
                     cols = [folded]
                 if spec.history_floor is not None:
                     merged = merge_history(cols, spec.history_floor, bottom=spec.bottom, now_ms=now_ms)
