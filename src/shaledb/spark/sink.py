@@ -74,6 +74,12 @@ def sink_id(options: Mapping[str, str]) -> str:
 def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> ShaleStreamWriter:
     """The writer for ``DataSource.streamWriter``: options checked once, on the driver."""
     own = {k.lower(): str(v) for k, v in options.items()}
+    if not own.get("path"):
+        raise InvalidArgument(
+            'give the database URL: .start(url) (or option "path"). toTable() cannot reach a shaledb '
+            "table's path (PySpark hands a stream writer the stream's columns, not the table's): start "
+            "the query with the table's URL instead"
+        )
     if "save_mode" in own:
         raise InvalidArgument(
             "a stream has no save_mode: it appends each micro-batch (outputMode append or update), "

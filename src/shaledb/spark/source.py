@@ -132,13 +132,19 @@ class ShaleDataSource(DataSource):
         """Structured Streaming into the database, a micro-batch per ingest (``shaledb.spark.sink``)."""
         from .sink import stream_writer
 
-        return stream_writer(self.options, schema, overwrite)
+        return stream_writer(self._write_options(schema), schema, overwrite)
 
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+    def _write_options(self, schema: StructType) -> dict[str, str]:
+        """The options of a write: given, or a catalog table's (whose columns are key, value,
+        seq -- ignored -- and metadata)."""
         options, table = source_options(self.options, schema)
-        if table:  # a table's columns: key, value, seq (ignored), metadata
+        if table:
             names = {f.name for f in schema.fields}
             options = {**{c: c for c in ("value", "metadata") if c in names}, **options}
+        return options
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        options = self._write_options(schema)
         if overwrite:
             given = options.get("save_mode", "overwrite")
             if given != "overwrite":
