@@ -244,3 +244,19 @@ def test_a_killed_stream_restarted_commits_each_micro_batch_once(tmp_path: Path)
     committed = sorted(int(p.name) for p in (Path(ckpt) / "commits").iterdir() if p.name.isdigit())
     assert batches == committed == list(range(len(ids))), (ids, committed, seed)
     assert _contents(url) == want, f"seed {seed}"
+
+
+def test_a_micro_batch_whose_staged_runs_were_collected_fails_saying_why(tmp_path: Path) -> None:
+    url = str(tmp_path / "db")
+    w = _writer(url)
+    msgs = [w.write(iter(_batch({"a": "1"})))]
+    for p in (tmp_path / "db" / "tmp").rglob("*.arrows"):
+        p.unlink()  # what a GC pass does to runs older than its min_age_s
+    with pytest.raises(NotFound, match="min_age_s"):
+        w.commit(msgs, 0)
+    assert not admin.read_manifest(url).ingests and _contents(url) == {}  # nothing committed
+
+
+def test_an_ingest_id_prefix_too_long_for_its_batch_ids_is_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="ingest id"):
+        _writer(str(tmp_path / "db"), ingest_id="x" * 190)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import pickle
 import random
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,8 +45,9 @@ from pyspark.sql.types import StructType
 
 from ..bulk.ingest import IngestConflict, IngestPart, abort_ingest, commit_ingest, open_ingest_store
 from ..bulk.ingest.exchange import GatherTask, StagedRun, stage_run
+from ..bulk.ingest.model import check_ingest_id
 from ..clock import SYSTEM_CLOCK
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, NotFound, ObjectNotFound
 from ..format import paths
 from .schema import WriteOptions
 from .tracebacks import short_traceback
@@ -86,6 +86,7 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
             'or replaces the contents with each one (outputMode("complete"))'
         )
     prefix = sink_id(own)
+    check_ingest_id(f"{prefix}-{2**63}")  # the longest id a batch can give it
     spark_own = {k for k in STREAM_ONLY if k in own}
     opts = write_options(schema, {k: v for k, v in own.items() if k not in spark_own and k != "ingest_id"})
     if overwrite:
@@ -97,8 +98,7 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
 class StagedMessage(WriterCommitMessage):
     """One task's staged run (None: its partition was empty)."""
 
-    run: bytes
-    """The pickled :class:`StagedRun`, or empty."""
+    run: StagedRun | None
 
 
 class ShaleStreamWriter(DataSourceStreamArrowWriter):
@@ -112,14 +112,14 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         batches = list(iterator)
         if not batches:
-            return StagedMessage(b"")
+            return StagedMessage(None)
         cols = encode_partition(self.opts, pa.Table.from_batches(batches), task_context()[0])
         if not len(cols.keys):
-            return StagedMessage(b"")
+            return StagedMessage(None)
         exchange = paths.new_ulid(SYSTEM_CLOCK.now(), random.Random())
         with closing(open_ingest_store(self.opts.url, store_options=self.opts.store)) as store:
             run = stage_run(store, cols.staged(), exchange_id=exchange, parts=1)
-        return StagedMessage(pickle.dumps(run) if run is not None else b"")
+        return StagedMessage(run)
 
     @short_traceback
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
@@ -144,7 +144,14 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
         writer = ShaleWriter(opts, plan)
         part: IngestPart | None = None
         try:
-            part = writer.gather(GatherTask(0, None, None, tuple((r, r.batches) for r in runs)))
+            try:
+                part = writer.gather(GatherTask(0, None, None, tuple((r, r.batches) for r in runs)))
+            except ObjectNotFound as exc:
+                raise NotFound(
+                    f"micro-batch {batch}: a staged run is gone ({exc}): the garbage collector deletes "
+                    "staged runs older than its min_age_s (default 300 s), and this micro-batch's tasks "
+                    "took longer; make micro-batches smaller or raise GcOptions.min_age_s"
+                ) from exc
             commit_ingest(plan, [part], opts.url, store_options=opts.store)
         except IngestConflict as exc:
             abort_ingest(plan, [part], opts.url, store_options=opts.store)
@@ -168,13 +175,7 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
 
 
 def _runs(messages: Sequence[WriterCommitMessage | None]) -> list[StagedRun]:
-    out = []
-    for m in messages:
-        if isinstance(m, StagedMessage) and m.run:
-            run = pickle.loads(m.run)
-            if isinstance(run, StagedRun):
-                out.append(run)
-    return out
+    return [m.run for m in messages if isinstance(m, StagedMessage) and m.run is not None]
 
 
 __all__ = ["STREAM_ONLY", "ShaleStreamWriter", "StagedMessage", "sink_id", "stream_writer"]
