@@ -9,7 +9,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from shaledb import Db, DbReader, InvalidArgument, NotFound, Settings, admin
@@ -18,6 +17,7 @@ from shaledb.testing.seeds import test_seed
 
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
+pa = pytest.importorskip("pyarrow")
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 
@@ -113,16 +113,19 @@ def test_to_table_is_refused_naming_the_way_that_works(spark: Any, tmp_path: Pat
         spark.sql("DROP TABLE IF EXISTS sunk")
 
 
-def _writer(url: str, overwrite: bool = False, **opts: str) -> Any:
+def _schema() -> Any:
     from pyspark.sql.types import StringType, StructField, StructType
 
+    return StructType([StructField("key", StringType()), StructField("value", StringType())])
+
+
+def _writer(url: str, overwrite: bool = False, **opts: str) -> Any:
     from shaledb.spark.source import ShaleDataSource
 
-    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
-    return ShaleDataSource({"path": url, **opts}).streamWriter(schema, overwrite)
+    return ShaleDataSource({"path": url, **opts}).streamWriter(_schema(), overwrite)
 
 
-def _batch(rows: dict[str, str]) -> list[pa.RecordBatch]:
+def _batch(rows: dict[str, str]) -> list[Any]:
     return [pa.RecordBatch.from_pydict({"key": list(rows), "value": list(rows.values())})]
 
 
@@ -260,3 +263,23 @@ def test_a_micro_batch_whose_staged_runs_were_collected_fails_saying_why(tmp_pat
 def test_an_ingest_id_prefix_too_long_for_its_batch_ids_is_refused_at_start(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="ingest id"):
         _writer(str(tmp_path / "db"), ingest_id="x" * 190)
+
+
+def test_micro_batches_are_compacted_as_they_come_unless_told_not_to(tmp_path: Path) -> None:
+    """Each micro-batch adds a sorted run; the sink merges them by the compactor's policy."""
+    for compact, most in (("true", 4), ("false", 12)):
+        url = str(tmp_path / compact)
+        w = _writer(url, compact=compact)
+        model: dict[bytes, bytes] = {}
+        for b in range(12):
+            rows = {f"k{(b * 37 + i) % 200:03d}": f"v{b}" for i in range(40)}
+            w.commit([w.write(iter(_batch(rows)))], b)
+            model |= {k.encode(): v.encode() for k, v in rows.items()}
+        runs = admin.read_manifest(url).data.runs
+        print(f"compact={compact}: {len(runs)} sorted runs after 12 micro-batches")
+        assert (len(runs) <= most) if compact == "true" else len(runs) == most, (compact, len(runs))
+        assert _contents(url) == model
+    from shaledb.spark.write import write_options
+
+    with pytest.raises(InvalidArgument, match="option compact is for streams"):
+        write_options(_schema(), {"path": url, "compact": "true"})

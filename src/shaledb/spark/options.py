@@ -63,6 +63,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _w("bloom_bits_per_key", "Settings()", "bloom filter bits per key (0: none)"),
     _w("lease_s", "3600", "GC lease of the job, seconds"),
     _w("keep_page_cache", "false", "leave the SSTs a task writes in the OS page cache"),
+    _w("compact", "streams: true", "a stream's commit compacts when sorted runs pile up (streams only)"),
     _w("testing.fail_partition", "", "test hook: that partition's first attempt fails"),
     _w("testing.duplicate_attempt", "false", "test hook: each task also leaves a losing attempt's SSTs"),
     # reads

@@ -64,7 +64,7 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
 
-def _bool(options: Mapping[str, str], name: str, default: bool = False) -> bool:
+def bool_option(options: Mapping[str, str], name: str, default: bool = False) -> bool:
     raw = options.get(name)
     if raw is None:
         return default
@@ -284,8 +284,13 @@ class WriteOptions:
         save_mode = str(options.get("save_mode", "append")).lower()
         if save_mode not in SAVE_MODES:
             raise InvalidArgument(f"option save_mode must be one of {SAVE_MODES}, got {save_mode!r}")
-        if save_mode == "overwrite" and _bool(options, "ingest_behind"):
+        if save_mode == "overwrite" and bool_option(options, "ingest_behind"):
             raise InvalidArgument("option save_mode=overwrite replaces everything: it cannot load behind")
+        if "compact" in options:
+            raise InvalidArgument(
+                "option compact is for streams (writeStream): a batch write adds one sorted run; "
+                "compact with shaledb.spark.compact(spark, url) or a compactor"
+            )
         compression = options.get("compression")
         if compression is not None and compression not in COMPRESSIONS:
             raise InvalidArgument(f"option compression must be one of {COMPRESSIONS}, got {compression!r}")
@@ -298,7 +303,7 @@ class WriteOptions:
             index_columns=index_columns,
             value_separation_threshold=int_option(options, "value_separation_threshold", None, unit="bytes"),
             ingest_id=options.get("ingest_id") or None,
-            behind=_bool(options, "ingest_behind"),
+            behind=bool_option(options, "ingest_behind"),
             duplicates=duplicates,
             order_by=order_by,
             save_mode=save_mode,
@@ -311,10 +316,10 @@ class WriteOptions:
             ),
             max_sst_size_bytes=int_option(options, "max_sst_size_bytes", None, minimum=4096),
             lease_s=seconds_option(options, "lease_s", 3600.0, none_ok=False) or 3600.0,
-            keep_page_cache=_bool(options, "keep_page_cache"),
+            keep_page_cache=bool_option(options, "keep_page_cache"),
             store=store_options(options),
             fail_partition=int_option(options, "testing.fail_partition", None, minimum=0),
-            duplicate_attempt=_bool(options, "testing.duplicate_attempt"),
+            duplicate_attempt=bool_option(options, "testing.duplicate_attempt"),
         )
 
 
@@ -356,7 +361,7 @@ class ReadOptions:
             partitions=int_option(options, "partitions", None),
             key_type=types["key_type"],
             value_type=types["value_type"],
-            pushdown=_bool(options, "pushdown", False),
+            pushdown=bool_option(options, "pushdown", False),
             start=_key_option(options, "start", types["key_type"]),
             end=_key_option(options, "end", types["key_type"]),
             prefix=_key_option(options, "prefix", types["key_type"]),
@@ -508,6 +513,7 @@ __all__ = [
     "READ_COLUMNS",
     "ReadOptions",
     "WriteOptions",
+    "bool_option",
     "int_option",
     "json_column",
     "json_values",

@@ -47,13 +47,16 @@ from ..bulk.ingest import IngestConflict, IngestPart, abort_ingest, commit_inges
 from ..bulk.ingest.exchange import GatherTask, StagedRun, stage_run
 from ..bulk.ingest.model import check_ingest_id
 from ..clock import SYSTEM_CLOCK
-from ..errors import InvalidArgument, NotFound, ObjectNotFound
+from ..errors import InvalidArgument, NotFound, ObjectNotFound, ShaleError
 from ..format import paths
-from .schema import WriteOptions
+from .schema import WriteOptions, bool_option
 from .tracebacks import short_traceback
-from .write import ShaleWriter, begin_write, encode_partition, task_context, write_options
+from .write import ShaleWriter, begin_write, encode_partition, task_context, write_options, write_settings
 
 log = logging.getLogger("shaledb.spark")
+
+MAX_COMPACTION_PASSES = 4
+"""Compaction passes after one micro-batch at most (each runs every job the policy proposes)."""
 
 STREAM_ONLY = ("checkpointlocation",)
 """Options Spark passes to a stream writer that are Spark's own (read here, not by the write)."""
@@ -87,11 +90,12 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
         )
     prefix = sink_id(own)
     check_ingest_id(f"{prefix}-{2**63}")  # the longest id a batch can give it
-    spark_own = {k for k in STREAM_ONLY if k in own}
-    opts = write_options(schema, {k: v for k, v in own.items() if k not in spark_own and k != "ingest_id"})
+    mine = {k for k in (*STREAM_ONLY, "ingest_id", "compact") if k in own}
+    opts = write_options(schema, {k: v for k, v in own.items() if k not in mine})
     if overwrite:
         opts = replace(opts, save_mode="overwrite")
-    return ShaleStreamWriter(opts, prefix)
+    compact = bool_option(own, "compact", default=not opts.behind)
+    return ShaleStreamWriter(opts, prefix, compact=compact)
 
 
 @dataclass
@@ -104,9 +108,11 @@ class StagedMessage(WriterCommitMessage):
 class ShaleStreamWriter(DataSourceStreamArrowWriter):
     """Stages each task's rows; commits each micro-batch as one ingest (module docstring)."""
 
-    def __init__(self, opts: WriteOptions, prefix: str) -> None:
+    def __init__(self, opts: WriteOptions, prefix: str, *, compact: bool = True) -> None:
         self.opts = opts
         self.prefix = prefix
+        self.compact = compact
+        """Run compaction passes after a commit when the tree asks for them (:meth:`_compact`)."""
 
     @short_traceback
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
@@ -163,6 +169,44 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
         except BaseException:
             abort_ingest(plan, [part], opts.url, store_options=opts.store)  # keeps them if the CAS landed
             raise
+        if self.compact:
+            self._compact(iid)
+
+    def _compact(self, iid: str) -> None:
+        """Compaction passes here, when the compactor's policy asks for one after this commit.
+
+        Each micro-batch adds a sorted run on top of the tree, and nothing else merges them
+        while the stream owns the database (each commit claims it, fencing a writer and its
+        compactor), so reads would check ever more runs. The policy is the compactor's
+        (``Settings.compactor``, or its defaults): merges of similar-sized runs, and a full
+        merge when the runs above the last exceed its space amplification. A failure is
+        logged, not raised: the micro-batch is committed, and the next one tries again.
+        """
+        from .. import admin
+        from ..compaction import Compactor, schedule
+        from ..settings import CompactorOptions
+
+        opts = self.opts
+        settings = write_settings(opts)
+        copts = settings.compactor or CompactorOptions()
+        store = opts.store or None
+        try:
+            m = admin.read_manifest(opts.url, store_options=store)
+            if not (schedule(m, copts, "data") or schedule(m, copts, "index")):
+                return
+            comp = Compactor.open(opts.url, copts, settings=settings, store_options=store)
+            try:
+                for _ in range(MAX_COMPACTION_PASSES):
+                    if not comp.run_once().did_work:
+                        break
+            finally:
+                comp.close()
+        except ShaleError as exc:
+            log.warning(
+                "stream ingest %s is committed; compacting after it failed (the next tries again): %s",
+                iid,
+                exc,
+            )
 
     def _delete(self, runs: list[StagedRun], iid: str) -> None:
         if not runs:

@@ -66,15 +66,21 @@ def write_options(schema: StructType, options: Mapping[str, str]) -> WriteOption
     return WriteOptions.parse(options, {f.name: simple_type(f.dataType) for f in schema.fields})
 
 
+def write_settings(opts: WriteOptions) -> Settings:
+    """The settings a write uses: ``SHALEDB_SETTINGS_FILE``, ``SHALEDB_*`` variables, then the
+    write's own options (SST format, value separation)."""
+    tuned = ("block_size_bytes", "compression", "bloom_bits_per_key", "value_separation_threshold")
+    changes = {k: v for k in tuned if (v := getattr(opts, k)) is not None}
+    return load_settings(Settings, **changes)
+
+
 def begin_write(opts: WriteOptions) -> IngestPlan | None:
     """The ingest's plan (:func:`shaledb.bulk.ingest.begin_ingest` with the options' settings);
     None when save mode ``ignore`` finds data (then nothing is written)."""
     if opts.save_mode == "ignore" and _holds_data(opts):
         log.info("shaledb write to %s: the database holds data, save mode ignore writes nothing", opts.url)
         return None
-    tuned = ("block_size_bytes", "compression", "bloom_bits_per_key", "value_separation_threshold")
-    changes = {k: v for k in tuned if (v := getattr(opts, k)) is not None}
-    settings = load_settings(Settings, **changes)  # SHALEDB_SETTINGS_FILE, SHALEDB_* variables, then options
+    settings = write_settings(opts)
     return begin_ingest(
         opts.url,
         ingest_id=opts.ingest_id,
@@ -354,4 +360,5 @@ __all__ = [
     "simple_type",
     "task_context",
     "write_options",
+    "write_settings",
 ]
