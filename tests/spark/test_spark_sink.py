@@ -283,3 +283,31 @@ def test_micro_batches_are_compacted_as_they_come_unless_told_not_to(tmp_path: P
 
     with pytest.raises(InvalidArgument, match="option compact is for streams"):
         write_options(_schema(), {"path": url, "compact": "true"})
+
+
+def test_a_change_stream_copied_into_another_database(spark: Any, tmp_path: Path) -> None:
+    """docs/spark.md: the puts of one database's change stream, written by the sink into another."""
+    from shaledb import spark as shale_spark
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    with Db.open(a, settings=QUIET) as db:
+        for i in range(60):
+            db.put(b"k%02d" % i, b"v%d" % i, durable=False)
+        db.put(b"k01", b"newer")
+        db.flush()
+        want = dict(db.scan())
+    q = (
+        shale_spark.read_changes(spark, a, max_changes_per_trigger=100)  # k01 twice in a micro-batch
+        .filter("kind = 'put'")
+        .select("key", "value", "seq", "batch_index")
+        .writeStream.format("shaledb")
+        .option("value", "value")
+        .option("on_duplicate", "last")
+        .option("order_by", "seq,batch_index")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start(b)
+    )
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    assert _contents(b) == want
