@@ -260,6 +260,11 @@ def test_a_micro_batch_whose_staged_runs_were_collected_fails_saying_why(tmp_pat
     assert not admin.read_manifest(url).ingests and _contents(url) == {}  # nothing committed
 
 
+def test_complete_mode_behind_existing_data_is_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="cannot load behind"):
+        _writer(str(tmp_path / "db"), overwrite=True, ingest_behind="true")
+
+
 def test_an_ingest_id_prefix_too_long_for_its_batch_ids_is_refused_at_start(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="ingest id"):
         _writer(str(tmp_path / "db"), ingest_id="x" * 190)

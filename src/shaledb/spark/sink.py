@@ -93,6 +93,11 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
     mine = {k for k in (*STREAM_ONLY, "ingest_id", "compact") if k in own}
     opts = write_options(schema, {k: v for k, v in own.items() if k not in mine})
     if overwrite:
+        if opts.behind:
+            raise InvalidArgument(
+                'outputMode("complete") replaces the whole contents with each micro-batch: it cannot '
+                "load behind (option ingest_behind)"
+            )
         opts = replace(opts, save_mode="overwrite")
     compact = bool_option(own, "compact", default=not opts.behind)
     return ShaleStreamWriter(opts, prefix, compact=compact)
