@@ -316,3 +316,17 @@ def test_a_change_stream_copied_into_another_database(spark: Any, tmp_path: Path
     q.awaitTermination(180)
     assert q.exception() is None, q.exception()
     assert _contents(b) == want
+
+
+def test_a_stream_behind_a_live_writer_neither_fences_it_nor_hides_its_writes(tmp_path: Path) -> None:
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"x", b"writer")
+        db.flush()
+        w = _writer(url, ingest_behind="true")
+        w.commit([w.write(iter(_batch({"x": "stream", "y": "stream"})))], 0)
+        db.put(b"z", b"writer again")  # not fenced
+        db.refresh_manifest()
+        assert db.get(b"x") == b"writer" and db.get(b"y") == b"stream"
+        assert w.compact is False  # behind a writer, its compactor merges
+    assert _contents(url) == {b"x": b"writer", b"y": b"stream", b"z": b"writer again"}
