@@ -221,3 +221,14 @@ def test_docs_cli_lists_every_command_in_the_help_order() -> None:
     table = doc.split("## Commands", 1)[1].split("## Examples", 1)[0]
     documented = re.findall(r"^\| `([a-z-]+)", table, flags=re.M)
     assert documented == list(_subcommands())
+
+
+@pytest.mark.parametrize(
+    ("typed", "hint"),
+    [("gc", "did you mean 'run-gc'?"), ("scna", "did you mean 'scan'?"), ("xyz", "unknown command 'xyz' (")],
+)
+def test_a_mistyped_command_names_the_closest_ones(tmp_path: Path, typed: str, hint: str) -> None:
+    """argparse listed all 25 commands ("invalid choice: 'gc' (choose from 'get', ...)")."""
+    p = run(typed, path=tmp_path / "db")
+    assert p.returncode == 2 and hint in p.stderr and "choose from" not in p.stderr, p.stderr
+    assert not (tmp_path / "db").exists()

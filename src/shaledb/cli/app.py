@@ -21,10 +21,13 @@ in ``shaledb/cli/*.py`` and is listed in :data:`GROUPS`.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
+import re
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ..errors import InvalidArgument, NotFound, ShaleError
 from ..store.scrub import ScrubFilter, scrub
@@ -53,9 +56,32 @@ MEMORY_HINT = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """The top-level parser: a mistyped command gets the closest command names instead of
+    argparse's list of all 25 (``shaledb gc`` -> did you mean 'run-gc'?)."""
+
+    commands: tuple[str, ...] = ()
+
+    def error(self, message: str) -> NoReturn:
+        m = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
+        if m is not None and self.commands:
+            message = f"unknown command {m.group(1)!r}{command_hint(m.group(1), self.commands)}"
+        super().error(message)
+
+
+def command_hint(given: str, names: Sequence[str]) -> str:
+    """ "; did you mean ...?" naming commands that contain ``given`` as a word or are spelled
+    close to it, then where the whole list is ("" is never returned: the list always is)."""
+    word = given.lower()
+    near = [n for n in names if word and word in n.split("-")]
+    near += [n for n in difflib.get_close_matches(word, names, n=3, cutoff=0.6) if n not in near]
+    quoted = " or ".join(repr(n) for n in near[:3])
+    return (f"; did you mean {quoted}?" if near else "") + " (shaledb --help lists the commands)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     register_extra_commands()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="shaledb",
         description="Inspect and operate a shaledb database.",
         epilog="Global options may also follow the command: shaledb scan --path DB --json.",
@@ -76,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         configure(p)
         add_global_options(p, after_command=True)
         p.set_defaults(handler=handler)
+    parser.commands = tuple(sorted(seen))
     return parser
 
 
