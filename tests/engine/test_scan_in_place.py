@@ -31,6 +31,18 @@ def _in_place_reads(db: Db) -> int:
     return sum(sum(r.seen) for r in _readers(db))
 
 
+def _some_in_place(db: Db, model: dict[bytes, bytes], rng: random.Random, n: int) -> None:
+    """At least one block was read in place, checking more scans against the model while none
+    was: a block is read in place only once its read-ahead chunk is cached, and under load the
+    chunk can arrive after the scans meeting it (a CI run with another test suite beside it
+    saw none in 150 scans)."""
+    for _ in range(20):
+        if _in_place_reads(db) > 0:
+            return
+        _check(db, model, rng, n, 50)
+    assert _in_place_reads(db) > 0
+
+
 def _decoded(db: Db) -> int:
     return sum(1 for k in db._tables.cache.entries if isinstance(k, tuple) and len(k) == 2)
 
@@ -98,7 +110,7 @@ def test_first_scans_read_in_place_then_decode_and_match_the_model(url: str, see
     with Db.open(url, settings=SMALL_BLOCKS) as db:
         for _ in range(4):  # in place, then from decoded blocks
             _check(db, model, rng, n, 40)
-        assert _in_place_reads(db) > 0
+        _some_in_place(db, model, rng, n)
 
 
 def test_a_sorted_run_of_several_ssts_and_deletes_match_the_model(url: str, seed: int) -> None:
@@ -119,7 +131,7 @@ def test_a_sorted_run_of_several_ssts_and_deletes_match_the_model(url: str, seed
         snap = db.snapshot()
         for _ in range(3):
             _check(db, model, rng, n, 50)
-        assert _in_place_reads(db) > 0
+        _some_in_place(db, model, rng, n)
         before = dict(model)
         for i in rng.sample(range(n), 50):
             db.put(key(i), b"new", durable=False)
