@@ -207,9 +207,7 @@ def _compact_with(
     """A standalone compactor's passes over ``url`` until one does no work."""
     comp = Compactor.open(url, opts, seed=seed, settings=s)
     try:
-        for _ in range(passes):
-            if not comp.run_once().did_work:
-                break
+        comp.run_until_idle(passes)
     finally:
         comp.close()
 
@@ -260,8 +258,7 @@ def test_an_unfoldable_key_is_warned_about_once_per_compactor(
                 for i in range(3):
                     db.put(b"k%d" % i, b"r%d" % round_)
                     db.flush(memtable=True)
-                while comp.run_once().did_work:
-                    pass
+                comp.run_until_idle(6)
     finally:
         comp.close()
     said = [r for r in caplog.records if "refused to fold" in r.getMessage()]

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 from typing import Any
 
 from ..engine.changes import Change, open_changes
 from ..numbers import check_int, check_number
 from .output import Output, command, render_bytes
-from .stream import stream_rows
+from .stream import follow_rows, stream_rows
 
 COLUMNS = ("seq", "kind", "key", "value", "end", "cursor")
 
@@ -56,17 +55,6 @@ def changes(args: argparse.Namespace, out: Output) -> int | None:
     check_number("--poll", args.poll, above_minimum=True, maximum=3600, unit="seconds")
     with open_changes(args.path, args.since, follow=args.follow, poll_interval_s=args.poll) as feed:
         rows = (_row(c) for c in itertools.islice(feed, args.limit))
-        if not args.follow:
-            stream_rows(out, rows, COLUMNS)
-            return None
-        stream = out.stream
-        if not out.as_json:
-            stream.write("  ".join(c.upper() for c in COLUMNS) + "\n")
-            stream.flush()
-        for row in rows:  # one line per change, at once: a table cannot wait for its widths here
-            if out.as_json:
-                stream.write(json.dumps(row, sort_keys=True) + "\n")
-            else:
-                stream.write("  ".join("-" if row[c] is None else str(row[c]) for c in COLUMNS) + "\n")
-            stream.flush()
+        write = follow_rows if args.follow else stream_rows  # (a follower's rows never end)
+        write(out, rows, COLUMNS)
     return None

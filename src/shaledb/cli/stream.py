@@ -73,6 +73,27 @@ def _stream_table(stream: Any, rows: Iterator[dict[str, Any]], columns: Sequence
     return n
 
 
+def follow_rows(out: Any, rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> int:
+    """Write ``rows`` one line each the moment each is read (a follower's output, which has no
+    end to size a table or close an array by): JSON lines, or unpadded table lines under the
+    column names. The row count."""
+    from .output import _fmt
+
+    stream = out.stream
+    if not out.as_json:
+        stream.write("  ".join(c.upper() for c in columns) + "\n")
+        stream.flush()
+    n = 0
+    for row in rows:
+        if out.as_json:
+            stream.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+        else:
+            stream.write("  ".join(_fmt(row.get(c)) for c in columns) + "\n")
+        stream.flush()
+        n += 1
+    return n
+
+
 def _chain(head: list[dict[str, Any]], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """The sampled rows (released as they are written), then the rest."""
     head.reverse()

@@ -533,6 +533,20 @@ class Compactor:
         report.duration_s = self.clock.monotonic() - started
         return report
 
+    def run_until_idle(self, max_passes: int) -> int:
+        """Passes until one does no work (a pass's output can make the next job eligible),
+        at most ``max_passes``; the number of passes that did work.
+
+        Raises:
+            FencedError: a newer compactor took over.
+        """
+        worked = 0
+        for _ in range(max_passes):
+            if not self.run_once().did_work:
+                break
+            worked += 1
+        return worked
+
     def run(self, on_report: Callable[[CompactionReport], None] | None = None) -> None:
         """Compact until :meth:`stop`, polling every ``poll_interval_s``.
 

@@ -96,11 +96,18 @@ def check_names(names: Iterable[str]) -> None:
             continue
         if name.startswith("option."):  # the catalog's copy of a table option, checked as itself
             continue
-        close = difflib.get_close_matches(name, sorted(KNOWN), n=1, cutoff=0.5)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidArgument(
-            f"unknown shaledb option {raw!r}{hint} (known: {', '.join(sorted(KNOWN))}, path, store.<name>)"
+            f"unknown shaledb option {raw!r}{closest(name, KNOWN)} "
+            f"(known: {', '.join(sorted(KNOWN))}, path, store.<name>)"
         )
 
 
-__all__ = ["CATALOG_KEYS", "KNOWN", "OPTIONS", "OptionSpec", "check_names"]
+def closest(name: str, known: Iterable[str]) -> str:
+    """ "; did you mean 'x'?" naming the known option spelled closest to ``name`` (compared in
+    lower case, named as spelled in ``known``), or "" when none is close."""
+    spelled = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), sorted(spelled), n=1, cutoff=0.5)
+    return f"; did you mean {spelled[close[0]]!r}?" if close else ""
+
+
+__all__ = ["CATALOG_KEYS", "KNOWN", "OPTIONS", "OptionSpec", "check_names", "closest"]

@@ -201,9 +201,7 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
                 return
             comp = Compactor.open(opts.url, copts, settings=settings, store_options=store)
             try:
-                for _ in range(MAX_COMPACTION_PASSES):
-                    if not comp.run_once().did_work:
-                        break
+                comp.run_until_idle(MAX_COMPACTION_PASSES)
             finally:
                 comp.close()
         except ShaleError as exc:

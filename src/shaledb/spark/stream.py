@@ -26,7 +26,6 @@ cursor the garbage collector overtook fails the query with ``CursorExpired``
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -41,6 +40,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, Str
 
 from ..engine.changes import Change, Cursor, latest_cursor, open_changes
 from ..errors import InvalidArgument
+from .options import closest
 from .schema import int_option
 from .tracebacks import short_traceback
 
@@ -71,15 +71,13 @@ STREAM_OPTIONS = ("maxChangesPerTrigger", "startingCursor")
 def check_stream_names(names: Iterable[str]) -> None:
     """Refuse an unknown stream option: a misspelled ``startingCursor`` would silently replay
     the whole feed, a misspelled ``maxChangesPerTrigger`` silently use the default."""
-    known = {n.lower(): n for n in STREAM_OPTIONS}
+    known = {n.lower() for n in STREAM_OPTIONS}
     for raw in names:
         name = str(raw).lower()
         if name in known or name in ("path", "url") or name.startswith("store."):
             continue
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
-        hint = f"; did you mean {known[close[0]]!r}?" if close else ""
         raise InvalidArgument(
-            f"unknown shaledb stream option {raw!r}{hint} "
+            f"unknown shaledb stream option {raw!r}{closest(name, STREAM_OPTIONS)} "
             f"(known: {', '.join(STREAM_OPTIONS)}, path, store.<name>)"
         )
 

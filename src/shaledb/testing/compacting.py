@@ -2,8 +2,8 @@
 
 Tests that check what compaction keeps (merge chains, index terms, journal
 pointers) need "everything that can be compacted now has been", not one pass:
-a pass's output can make the next job eligible. One helper keeps the bound on
-passes and the closing of the compactor in one place.
+a pass's output can make the next job eligible. One helper opens and closes the
+compactor around its ``run_until_idle``.
 """
 
 from __future__ import annotations
@@ -26,12 +26,7 @@ def compact_until_idle(
     """Run compaction passes on ``url`` until one does no work (at most
     ``max_passes``); returns the number of passes that did work."""
     comp = Compactor.open(url, options, seed=1, clock=clock)
-    worked = 0
     try:
-        for _ in range(max_passes):
-            if not comp.run_once().did_work:
-                break
-            worked += 1
+        return comp.run_until_idle(max_passes)
     finally:
         comp.close()
-    return worked
