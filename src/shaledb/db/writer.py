@@ -76,7 +76,7 @@ from ..journal.compaction import (
 from ..journal.rebuild import rebuild_ledger
 from ..journal.resolver import JournalResolver
 from ..keys import MAX_KEY_BYTES, MAX_VALUE_BYTES, BytesLike, check_key, check_value
-from ..manifest.edits import Edit, NoChange
+from ..manifest.edits import AllOf, Edit, NoChange, SettleWal
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.options import OPT_INDEXED
 from ..manifest.store import ManifestStore
@@ -1079,7 +1079,7 @@ class Db(Queries):
         self.flusher.stop()
         self.wal.stop()
         if not failed and self._failure is None:
-            self._release_pins()
+            self._tidy_manifest(settle=error is None)
         with self._lock:
             self._state = _CLOSED
             self._closed = True
@@ -1091,14 +1091,24 @@ class Db(Queries):
             # found only by this last flush has just lost buffered writes: say so.
             raise error
 
-    def _release_pins(self) -> None:
-        """Drop this writer's unreferenced view checkpoints (one manifest write at close)."""
+    def _tidy_manifest(self, *, settle: bool) -> None:
+        """At close, one manifest write (none if nothing changes): drop this writer's
+        unreferenced view checkpoints and, when ``settle`` and nothing is left outside
+        L0, move the replay point past its WAL objects (:class:`SettleWal`)."""
+        edits: list[Edit] = [StripPins(self.pins)]
+        with self._lock:
+            mem = self._mem
+            drained = not (self._imms or mem.d or mem.rdels or (mem.sub is not None and mem.sub.d))
+        if settle and drained:
+            edits.append(SettleWal(self.epoch, self.wal.durable_wal_id))
         try:
             self.manifests.update(
-                StripPins(self.pins), timeout_s=self.settings.manifest_update_timeout_s, current=self.manifest
+                AllOf(tuple(edits)), timeout_s=self.settings.manifest_update_timeout_s, current=self.manifest
             )
         except ShaleError as exc:
-            log.warning("could not remove this writer's checkpoints at close: %s", exc)
+            log.warning(
+                "could not write the manifest at close (its view checkpoints stay until they expire): %s", exc
+            )
 
     def __enter__(self) -> Db:
         return self

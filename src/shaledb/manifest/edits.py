@@ -76,6 +76,49 @@ class Decorated(Edit):
 
 
 @dataclass(frozen=True)
+class AllOf(Edit):
+    """``edits`` applied in turn, in one manifest version; None if none of them changes anything."""
+
+    edits: tuple[Edit, ...]
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        out: Manifest | None = None
+        for edit in self.edits:
+            nxt = edit.apply(m if out is None else out)
+            if nxt is not None:
+                out = nxt
+        return out
+
+
+@dataclass(frozen=True)
+class SettleWal(Edit):
+    """A writer closing with nothing outside L0 moves ``replay_after_wal_id`` up to
+    ``upto``, its last durable WAL object.
+
+    The objects after its last flush hold no writes (its opening fence, and the
+    slots it fenced beside it), yet until a flush moves the replay point every
+    later open lists and reads each of them again, and the garbage collector keeps
+    them: a database opened and closed without writes -- what every bulk ingest's
+    claim does -- grew one more object to read at each open, for ever. Nothing
+    changes if another writer took over (its epoch owns the replay point) or the
+    point is there already.
+    """
+
+    epoch: int
+    upto: int
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.writer_epoch != self.epoch or m.replay_after_wal_id >= self.upto:
+            return None
+        return replace(
+            m,
+            replay_after_wal_id=self.upto,
+            next_wal_id=max(m.next_wal_id, self.upto + 1),
+            tracked_wals=tuple(w for w in m.tracked_wals if w.id > self.upto),
+        )
+
+
+@dataclass(frozen=True)
 class ClaimWriterEpoch(Edit):
     """A writer opening the database takes the next writer epoch (fencing the previous writer).
 
