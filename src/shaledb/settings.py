@@ -407,6 +407,11 @@ class Settings:
       go one after another, in an order that does not depend on thread timing
       (tests that script faults call by call; with ``wal_read_ahead`` 1 for the
       replay's GETs too).
+      ``pin_metadata_on_open`` -- opening fetches every SST's index and filter
+      blocks (in parallel) and keeps them, so the first reads do not pay for
+      them. False leaves each to the first read that needs it: for a writer
+      that only writes (a bulk ingest's claim opens so) an open then costs no
+      request per SST.
       ``wal_max_in_flight`` -- WAL PUTs in flight at once (1 to 4; default 1): durable
       writes that arrive while a PUT is in flight go out at once in the next
       object instead of waiting for it. Ids stay contiguous and a write is
@@ -448,6 +453,7 @@ class Settings:
     wal_recovery_mode: WalRecoveryMode = "absolute_consistency"
     wal_read_ahead: int = WAL_READ_AHEAD
     open_in_parallel: bool = True
+    pin_metadata_on_open: bool = True
     wal_max_in_flight: int = WAL_MAX_IN_FLIGHT
     value_separation_threshold: int | None = None
     journal_max_bytes: int = 64 * MiB
@@ -499,6 +505,7 @@ class Settings:
         _positive("manifest_update_timeout_s", self.manifest_update_timeout_s)
         _boolean("track_and_verify_wals", self.track_and_verify_wals)
         _boolean("open_in_parallel", self.open_in_parallel)
+        _boolean("pin_metadata_on_open", self.pin_metadata_on_open)
         _integer("wal_read_ahead", self.wal_read_ahead, minimum=1)
         _integer("wal_max_in_flight", self.wal_max_in_flight, minimum=1, maximum=WAL_MAX_IN_FLIGHT_LIMIT)
         if self.wal_recovery_mode not in WAL_RECOVERY_MODES:

@@ -298,7 +298,8 @@ class Db(Queries):
         )
         # The SSTs' index and filter blocks depend on nothing the fence and the replay do:
         # fetch them meanwhile (open_in_parallel False: one call at a time, pinned below).
-        pinning = self.tables.pin_meanwhile(m) if settings.open_in_parallel else completed(None)
+        pin = settings.pin_metadata_on_open
+        pinning = self.tables.pin_meanwhile(m) if pin and settings.open_in_parallel else completed(None)
         try:
             self.pins.confirm(m)
             self.epoch = m.writer_epoch
@@ -368,7 +369,8 @@ class Db(Queries):
         self._unflushed = mem.nbytes
         self._view = ReadView(self._mem, self._imms, m)
         pinning.result()  # the early pin's own SSTs (an error is its bug: a fetch error only skips one)
-        self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel (the rest, if any)
+        if pin:
+            self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel (the rest, if any)
         self.wal = WalWriter(
             store=store,
             clock=clock,

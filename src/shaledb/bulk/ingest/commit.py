@@ -39,6 +39,7 @@ from .model import (
     find_record,
     fingerprint,
     holds_data,
+    lease_due,
     log,
     write_lease,
 )
@@ -140,7 +141,8 @@ def begin_ingest(
         plan = base
     else:
         # Claim: fence any live writer, move what its WAL holds into L0, reserve a seq.
-        claim = settings.replace(compactor=None, garbage_collector=None)
+        # It reads nothing: no SST's index and filter (a request each) are worth fetching.
+        claim = settings.replace(compactor=None, garbage_collector=None, pin_metadata_on_open=False)
         # The URL (with the store) lets a creating open check the new root against other
         # databases' on cloud stores too (shaledb.store.new_root).
         db = Db.open(
@@ -392,7 +394,8 @@ def commit_ingest(
     if plan.committed_manifest is None:
         check_cross_duplicates(st, chosen, plan.duplicates)
     if plan.committed_manifest is None and nssts:
-        write_lease(st, plan, clock.now())  # keep the GC off while we check and commit
+        if lease_due(plan, clock.now()):
+            write_lease(st, plan, clock.now())  # keep the GC off while we check and commit
         for p in chosen:
             names = [paths.sst_path(s.id) for s in (*p.ssts, *p.index_ssts)]
             for name in (*names, *(paths.journal_path(j.id) for j in p.journal)):

@@ -204,6 +204,12 @@ def write_lease(store: ObjectStore, plan: IngestPlan, now_s: float) -> None:
     store.put(paths.job_path(plan.lease_id), json.dumps(body).encode())
 
 
+def lease_due(plan: IngestPlan, now_s: float) -> bool:
+    """Whether the lease the begin wrote may have used a quarter of its ``lease_s`` by
+    ``now_s`` (wall time, as the garbage collector reads a lease's ``renewed_s``)."""
+    return now_s - plan.began_s >= plan.lease_s / 4
+
+
 def drop_lease(store: ObjectStore, plan: IngestPlan) -> None:
     if plan.lease_id is None:
         return
@@ -280,5 +286,6 @@ __all__ = [
     "drop_lease",
     "find_record",
     "fingerprint",
+    "lease_due",
     "write_lease",
 ]

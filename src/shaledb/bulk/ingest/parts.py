@@ -34,7 +34,7 @@ from ...store.obstore_store import LocalObstoreStore
 from ...store.stack import open_stack
 from ...store.url import open_store
 from .arrow import add_arrow, bloom_filter_bytes
-from .model import STREAMS, IngestPart, IngestPlan, log, write_lease
+from .model import STREAMS, IngestPart, IngestPlan, lease_due, log, write_lease
 from .outputs import JournalCutter, SstCutter, TermColumn, TermsPlanner
 
 _NO_META = 0xFFFFFFFF
@@ -118,7 +118,7 @@ class PartWriter:
         )
         self._reader: DbReader | None = None
         self._terms = TermsPlanner(plan.index_fields, self._old_terms if plan.terms_checkpoint else None)
-        self._last_lease = -float("inf")  # renewed with the first SST, then every lease_s / 4
+        self._last_lease = -float("inf")  # monotonic time of this part's last renewal
         self._done = False
 
     @property
@@ -301,8 +301,18 @@ class PartWriter:
         return info
 
     def renew_lease(self) -> None:
+        """Rewrite the lease once a quarter of ``lease_s`` has passed since it was last written:
+        since the plan began (its begin wrote it), then since this part's last renewal.
+
+        So a lease always has three quarters of its life left when a part checks, and a part
+        that runs soon after the begin -- a stream's micro-batch, most jobs -- writes none (it
+        used to write one with its first SST and one at its finish)."""
         now = self.clock.monotonic()
-        if now - self._last_lease >= self.plan.lease_s / 4:
+        if self._last_lease == -float("inf"):
+            due = lease_due(self.plan, self.clock.now())
+        else:
+            due = now - self._last_lease >= self.plan.lease_s / 4
+        if due:
             self._last_lease = now
             write_lease(self.store, self.plan, self.clock.now())
 
@@ -333,7 +343,7 @@ class PartWriter:
             journal=() if self._journal is None else tuple(self._journal.files),
         )
         if self.write and part.objects:
-            write_lease(self.store, self.plan, self.clock.now())
+            self.renew_lease()
         return part
 
     def abort(self) -> None:
