@@ -13,6 +13,7 @@ import pytest
 
 from shaledb import Db, DbReader, InvalidArgument, NotFound, Settings, admin
 from shaledb.bulk.ingest import IngestConflict
+from shaledb.errors import BucketNotFound, DatabaseDestroyed
 from shaledb.testing.seeds import test_seed
 
 pytestmark = pytest.mark.spark
@@ -174,6 +175,26 @@ def test_a_stream_into_s3(spark: Any, tmp_path: Path, s3_url_factory: Any) -> No
     q = _stream(spark, src, loc.url, tmp_path / "ckpt", **strs)
     assert q.exception() is None, q.exception()
     assert len(_contents(loc.url, **loc.options)) == 100
+
+
+def test_a_wrong_bucket_or_a_destroyed_database_fails_when_the_query_starts(
+    tmp_path: Path, s3_url_factory: Any
+) -> None:
+    """As a batch write does: before any task runs (the first task's error used to be the
+    first word of it, inside Spark's own error lines)."""
+    loc = s3_url_factory()
+    strs = {f"store.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in loc.options.items()}
+    wrong = "s3://no-such-bucket-here/" + loc.url.split("/", 3)[3]
+    with pytest.raises(BucketNotFound, match="no-such-bucket-here"):
+        _writer(wrong, **strs)
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+    admin.destroy(url)
+    with pytest.raises(DatabaseDestroyed):
+        _writer(url)
+    _writer(str(tmp_path / "new"))  # a database not there yet: the first micro-batch creates it
+    assert not (tmp_path / "new").exists()
 
 
 def test_complete_mode_micro_batches_replace_and_an_empty_one_empties(tmp_path: Path) -> None:

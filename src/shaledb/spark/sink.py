@@ -47,7 +47,7 @@ from ..bulk.ingest import IngestConflict, IngestPart, abort_ingest, commit_inges
 from ..bulk.ingest.exchange import GatherTask, StagedRun, stage_run
 from ..bulk.ingest.model import check_ingest_id
 from ..clock import SYSTEM_CLOCK
-from ..errors import InvalidArgument, NotFound, ObjectNotFound, ShaleError
+from ..errors import BucketNotFound, DatabaseDestroyed, InvalidArgument, NotFound, ObjectNotFound, ShaleError
 from ..format import paths
 from .schema import WriteOptions, bool_option
 from .tracebacks import short_traceback
@@ -100,7 +100,25 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
             )
         opts = replace(opts, save_mode="overwrite")
     compact = bool_option(own, "compact", default=not opts.behind)
+    _reach(opts)
     return ShaleStreamWriter(opts, prefix, compact=compact)
+
+
+def _reach(opts: WriteOptions) -> None:
+    """Read the database's manifest once when the query starts, so a wrong bucket, endpoint or
+    credentials fail there with the store's own error (as a batch write's begin does), not
+    inside the first micro-batch's tasks. A missing database is fine: the first micro-batch
+    creates it."""
+    from .. import admin
+
+    try:
+        m = admin.read_manifest(opts.url, store_options=opts.store)
+    except (BucketNotFound, DatabaseDestroyed):
+        raise
+    except NotFound:
+        return  # no database yet
+    if m.destroyed_at_s is not None:
+        raise DatabaseDestroyed(f"the database at {opts.url} was destroyed: a stream cannot write to it")
 
 
 @dataclass
