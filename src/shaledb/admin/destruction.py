@@ -209,17 +209,20 @@ def _hard_destroy(ms: ManifestStore, clock: Clock, external: ExternalStores, tim
 def delete_database(
     ms: ManifestStore, m: Manifest, external: ExternalStores, clock: Clock, timeout_s: float
 ) -> int:
-    """Release held checkpoints, then delete every object, the latest manifest last."""
+    """Release held checkpoints, then delete every object in the database's folders
+    (:data:`~shaledb.format.paths.OWN_DIRS`: other files under its root are not its own and
+    stay), the latest manifest last."""
     release_checkpoints(_held_elsewhere(m), external, clock, timeout_s)
     store = ms.store
     manifests: list[tuple[int, str]] = []
     others: list[str] = []
-    for meta in store.list(""):
-        mid = paths.parse_manifest_id(meta.path)
-        if mid is not None:
-            manifests.append((mid, meta.path))
-        else:
-            others.append(meta.path)
+    for own in paths.OWN_DIRS:
+        for meta in store.list(own):
+            mid = paths.parse_manifest_id(meta.path)
+            if mid is not None:
+                manifests.append((mid, meta.path))
+            else:
+                others.append(meta.path)
     manifests.sort()
     # A bulk delete has no order, so the current manifest goes alone and last: until then
     # the database still reads as destroyed, and an interrupted delete can be run again.

@@ -31,6 +31,10 @@ JOB_DIR = "compactions/"
 STAGE_DIR = f"{TMP_DIR}stage/"
 """Sorted runs a bulk load exchanges between its tasks (``shaledb.bulk.ingest.exchange``)."""
 
+OWN_DIRS = (MANIFEST_DIR, WAL_DIR, SST_DIR, JOURNAL_DIR, TMP_DIR, JOB_DIR)
+"""Every folder a database writes in. Nothing outside them is the database's: destroying it
+deletes these folders' objects only (its root may hold a user's other files)."""
+
 _MAX_ID = 2**64 - 1
 _ID_RE = re.compile(r"[0-9]{20}")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -142,6 +146,11 @@ def parse_job_id(path: str) -> str | None:
         return None
     core = path[len(JOB_DIR) : -len(".job")]
     return core if _ULID_RE.fullmatch(core) else None
+
+
+def is_own(path: str) -> bool:
+    """Whether ``path`` (relative to a database's root) lies in one of the database's folders."""
+    return path.startswith(OWN_DIRS)
 
 
 def check_ulid(value: str) -> str:

@@ -30,6 +30,7 @@ check runs (local and memory stores are reached through their description).
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 from collections.abc import Mapping
@@ -38,12 +39,13 @@ from urllib.parse import urlsplit
 
 from ..clock import Clock
 from ..errors import InvalidArgument
-from ..format.paths import MANIFEST_DIR, parse_manifest_id
+from ..format.paths import MANIFEST_DIR, OWN_DIRS, is_own, parse_manifest_id
 from ..settings import Settings
 from .base import ObjectStore
 from .roots import foreign_roots, root_key
 
 _CLOUD_KINDS = ("s3", "gs", "az")
+log = logging.getLogger("shaledb.store")
 
 
 def _refuse(url: str, where: str, other: str) -> InvalidArgument:
@@ -70,11 +72,25 @@ def check_new_root(
     ``store_options`` say how to reach the folders above it, so a cloud store's
     ancestors are not listed (see module docstring)."""
     name = url or store.describe()
+    others: list[str] = []
     for meta in store.list(""):
         inner = foreign_roots([meta.path])
         if inner:
             sub = next(iter(inner)).rstrip("/")
             raise _refuse(name, "contains the root of", f"{name.rstrip('/')}/{sub}")
+        if not is_own(meta.path):
+            others.append(meta.path)
+    if others:
+        log.warning(
+            "creating database %s in a location that already holds %d other object(s) (%s%s): the "
+            "database writes and deletes only in its own folders (%s), so they stay as they are, "
+            "destroying it included",
+            name,
+            len(others),
+            ", ".join(repr(p) for p in others[:3]),
+            ", ..." if len(others) > 3 else "",
+            " ".join(OWN_DIRS),
+        )
     key = root_key(url or store.describe())
     if key is None:
         return
