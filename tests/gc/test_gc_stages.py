@@ -82,6 +82,20 @@ def test_gc_leaves_the_stages_of_a_database_nested_below_alone(tmp_path: Path) -
     assert "compacted/01ARZ3NDEKTSV4RRFFQ69G5FAV.sst#2" in report.deleted["tmp"]
 
 
+def test_gc_leaves_files_outside_the_database_s_folders_alone(tmp_path: Path) -> None:
+    """A root may hold a user's other files; one named like a stage is still theirs."""
+    root = tmp_path / "db"
+    with Db.open(str(root), settings=Settings(compactor=None, garbage_collector=None)) as db:
+        db.put(b"a", b"1")
+    theirs = [root / "notes.txt#1", root / "drafts" / "plan.md#2"]
+    for f in theirs:
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(b"mine")
+    with GarbageCollector.open(str(root), GcOptions(min_age_s=0.0), clock=FutureClock()) as gc:
+        report = gc.run_once()
+    assert all(f.exists() for f in theirs) and report.deleted["tmp"] == []
+
+
 @pytest.mark.parametrize("name", ["../x#1", "/etc/x#1", "wal/1.sst"])
 def test_removing_stages_refuses_other_names(tmp_path: Path, name: str) -> None:
     from shaledb.errors import InvalidArgument

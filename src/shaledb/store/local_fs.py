@@ -32,6 +32,7 @@ wrong, the CLI's ``get``) created the database's empty root directory. So:
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import stat
@@ -44,6 +45,7 @@ from ..errors import (
     ShaleError,
     Unavailable,
 )
+from ..format.paths import OWN_DIRS
 from .base import ObjectMeta
 
 _BAD_PATH = {
@@ -172,11 +174,14 @@ def abandoned_stages(root: str, older_than: float) -> list[ObjectMeta]:
     stage not modified for longer than any put takes was left by a process that
     died in between. A stage is not an object: listings skip ``#`` names. The walk
     does not follow symbolic links and leaves out a directory holding another
-    database (a ``manifest`` directory below the root): its stages are its own.
+    database (a ``manifest`` directory below the root): its stages are its own. Only the
+    database's folders are walked (``paths.OWN_DIRS``): a user's files elsewhere under the
+    root are not its own, whatever their names.
     """
     found: list[ObjectMeta] = []
-    for here, dirs, files in os.walk(root):
-        if here != root and "manifest" in dirs:
+    walks = (os.walk(os.path.join(root, own.rstrip("/"))) for own in OWN_DIRS)
+    for here, dirs, files in itertools.chain.from_iterable(walks):
+        if "manifest" in dirs:
             dirs[:] = []
             continue
         for name in files:
