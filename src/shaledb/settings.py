@@ -462,8 +462,9 @@ class Settings:
     retry: RetryOptions = field(default_factory=RetryOptions)
     compactor: CompactorOptions | None = field(default_factory=CompactorOptions)
     garbage_collector: GcOptions | None = field(default_factory=GcOptions)
-    history_retention_s: Seconds[float] = Seconds(0.0)
-    """Keep old versions this long for ``Db.snapshot(at_seq=/at_time=)`` (0: off; see
+    history_retention_s: Seconds[float | None] = Seconds(None)
+    """Keep old versions this long for ``Db.snapshot(at_seq=/at_time=)`` (0: off; None, the
+    default: the window the database's manifest records, off for a new database; see
     ``shaledb.engine.history``)."""
     merge_operator: MergeOperator | MergeFunction | str | None = None
     """What ``Db.merge`` operands are folded with: a function ``(key, existing, operands)
@@ -472,7 +473,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         _positive("flush_interval_s", self.flush_interval_s)
-        _positive("history_retention_s", self.history_retention_s, allow_zero=True)
+        if self.history_retention_s is not None:
+            _positive("history_retention_s", self.history_retention_s, allow_zero=True)
         object.__setattr__(self, "merge_operator", as_operator(self.merge_operator))
         _integer("wal_max_bytes", self.wal_max_bytes, minimum=1)
         _integer("l0_sst_size_bytes", self.l0_sst_size_bytes, minimum=4 * KiB)

@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -224,6 +226,42 @@ def test_retention_zero_changes_nothing(tmp_path: object) -> None:
         assert db._history is None and db._mem.pins == {}
     with pytest.raises(InvalidArgument):
         Settings(history_retention_s=-1)
+
+
+def test_a_writer_opened_without_the_setting_keeps_the_recorded_window(tmp_path: object, caplog: Any) -> None:
+    """A plain ``Db.open`` (a script, the CLI's put) removed the history at its first flush
+    and compaction then dropped the old versions; now only an explicit 0 turns it off."""
+    url = str(tmp_path) + "/db"  # type: ignore[operator]
+    clock = ManualClock()
+    with Db.open(url, settings=_settings(3600), clock=clock) as db:
+        db.put(b"k", b"v1")
+        first = db.stats()["seq"]
+        clock.advance(1)
+        db.put(b"k", b"v2")
+        db.flush(memtable=True)
+    for _ in range(2):
+        with Db.open(url, settings=Settings(**QUIET), clock=clock) as db:  # type: ignore[arg-type]
+            assert db.settings.history_retention_s == 3600
+            clock.advance(1)
+            db.put(b"k", b"v3")
+            db.flush(memtable=True)
+        _compact(url, clock)
+    with Db.open(url, settings=Settings(**QUIET), clock=clock) as db:  # type: ignore[arg-type]
+        assert db.manifest.option(OPT_RETENTION) == "3600000"
+        with db.snapshot(at_seq=first) as snap:
+            assert snap.get(b"k") == b"v1"
+    with (
+        caplog.at_level(logging.WARNING, logger="shaledb"),
+        Db.open(url, settings=_settings(0), clock=clock) as db,
+    ):
+        db.put(b"k", b"v4")
+        db.flush(memtable=True)
+        assert db.manifest.option(OPT_RETENTION) is None
+    assert "history_retention_s=0 turns off the history" in caplog.text
+    with Db.open(url, settings=Settings(**QUIET), clock=clock) as db:  # type: ignore[arg-type]
+        assert not db.settings.history_retention_s
+        with pytest.raises(InvalidArgument, match="history_retention_s"):
+            db.snapshot(at_seq=first)
 
 
 def test_marks_round_trip_and_merge_keeps_the_base_version() -> None:

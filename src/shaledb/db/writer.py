@@ -38,7 +38,7 @@ from ..engine.admission import flush_first
 from ..engine.allocator import fix_mmap_threshold
 from ..engine.cache import LruCache
 from ..engine.flush import MemtableFlusher
-from ..engine.history import HISTORY_PIN, History, to_millis
+from ..engine.history import HISTORY_PIN, History, resolve_retention, to_millis
 from ..engine.indexes import current_terms, current_value, plan_index_changes, prefetch_old_terms
 from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from ..engine.merging import (
@@ -340,6 +340,9 @@ class Db(Queries):
         )
         self.manifest = m
         self._seq = max(m.last_l0_seq, replay.max_seq)
+        retention = resolve_retention(settings.history_retention_s, m, store.describe())
+        if retention != settings.history_retention_s:
+            settings = self.settings = settings.replace(history_retention_s=retention)
         mem = new_memtable()
         if settings.history_retention_s:  # keep every version (shaledb.engine.history)
             mem.pin(HISTORY_PIN)

@@ -32,6 +32,7 @@ next flush.
 
 from __future__ import annotations
 
+import logging
 import threading
 from bisect import bisect_right
 from collections.abc import Iterable
@@ -42,6 +43,8 @@ from ..errors import HistoryUnavailable, InvalidArgument
 from ..format.row import FLAG_EXPIRY, FLAG_INDEXED, KIND_TOMBSTONE, TYPE_MASK, payload_expiry
 from ..manifest.model import Manifest
 from .memtable import Memtable
+
+log = logging.getLogger("shaledb.history")
 
 HISTORY_PIN = 1 << 62
 """A memtable pin above every sequence number: every overwrite keeps the replaced version."""
@@ -120,6 +123,30 @@ def manifest_floor(m: Manifest, now_ms: int) -> int | None:
     if r is None:
         return None
     return floor_of(decode_marks(m.option(OPT_MARKS)), int(r), now_ms, _start(m))
+
+
+def resolve_retention(asked: float | None, m: Manifest, where: str) -> float:
+    """The window a writer opening ``m`` keeps: ``asked`` (``Settings.history_retention_s``),
+    or with None the one the database records (0 if none).
+
+    Why None by default: a writer opened without the setting -- a script, the CLI's ``put``
+    -- removed a database's history at its first flush, and compaction then dropped the
+    versions time-travel reads needed, with no word. Turning it off is now an explicit 0,
+    which is logged."""
+    recorded = m.option(OPT_RETENTION)
+    had = int(recorded) / 1000 if recorded is not None and recorded.isdigit() else 0.0
+    if asked is None:
+        if had:
+            log.info("%s keeps history for %gs, as its manifest records", where, had)
+        return had
+    if had and not asked:
+        log.warning(
+            "history_retention_s=0 turns off the history %s kept (%gs): its time-travel reads stop at "
+            "the next flush and compaction drops old versions (leave history_retention_s unset to keep it)",
+            where,
+            had,
+        )
+    return float(asked)
 
 
 class History:
