@@ -266,3 +266,20 @@ def test_reader_and_its_snapshots_fold_like_the_writer(tmp_path: Path) -> None:
         rs2.close()
         with pytest.raises(shaledb.ClosedError, match="snapshot is closed"):
             rs2.fold_keys()
+
+
+def test_every_error_the_docs_name_is_exported_at_the_top() -> None:
+    """The README and the guides name errors as users catch them (``except shaledb.X``):
+    every class of the error tree a user can meet is in ``shaledb.__all__``."""
+    import re
+    from pathlib import Path
+
+    from shaledb import errors
+
+    tree = {n for n, c in vars(errors).items() if isinstance(c, type) and issubclass(c, errors.ShaleError)}
+    docs = Path(__file__).parents[2]
+    text = "\n".join(p.read_text() for p in [docs / "README.md", *sorted((docs / "docs").glob("*.md"))])
+    named = {n for n in re.findall(r"`([A-Z][A-Za-z]+)`", text) if n in tree}
+    assert named, "no error named in the docs: the pattern is stale"
+    missing = sorted(n for n in named if n not in shaledb.__all__)
+    assert not missing, f"named in the docs but not exported from shaledb: {missing}"
