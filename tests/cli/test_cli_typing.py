@@ -83,8 +83,10 @@ def test_delete_and_the_literal_text_escape(db: Path) -> None:
     assert ok("get", "text:text:a", "--path", str(db)) == "text:0x00\n"  # shown so it parses back
     with Db.open(db, settings=QUIET) as d:
         assert d[b"0xford"] == b"oxford" and d[b"text:a"] == b"0x00"
-    for raw in (b"0xford", b"text:x", b"plain", b"\x00\xff", b"0x"):
+    for raw in (b"0xford", b"text:x", b"plain", b"\x00\xff", b"0x", b"\xde\xad", "caf\u00e9".encode()):
         assert parse_bytes(render_bytes(raw)) == raw
+    # Binary that happens to be UTF-8 starting with a combining mark (U+07AD) shows as hex.
+    assert render_bytes(b"\xde\xad") == "0xdead" and render_bytes("caf\u00e9".encode()) == "caf\u00e9"
 
 
 def test_checkpoints_by_name_everywhere(db: Path, tmp_path: Path) -> None:

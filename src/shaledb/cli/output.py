@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -169,7 +170,9 @@ def render_bytes(b: bytes) -> str:
     as hex or as the escape itself is shown as ``text:...`` (so output parses back)."""
     try:
         s = b.decode("utf-8")
-        if s.isprintable():
+        # A leading combining mark has nothing to sit on: binary bytes that happen to be UTF-8
+        # (0xdead is U+07AD) would print as a stray accent nobody can type back.
+        if s.isprintable() and not unicodedata.category(s[:1] or "a").startswith("M"):
             if s.startswith(("0x", TEXT_PREFIX)):
                 return TEXT_PREFIX + s
             return s
