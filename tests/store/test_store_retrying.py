@@ -256,3 +256,33 @@ def test_ambiguous_create_on_s3(s3_url_factory: Callable[[], Any], manual_clock:
     assert len(inner.attributes("manifest/1")[PUT_ID_ATTRIBUTE]) == 32
     with pytest.raises(AlreadyExists):
         retrying(inner, manual_clock, seed=23).put("manifest/1", b"epoch 2 nonce 3", create=True)
+
+
+class Silent(StoreWrapper):
+    """Each get waits ``wait_s`` on the clock (a request timeout), then fails."""
+
+    def __init__(self, inner: ObjectStore, clock: ManualClock, wait_s: float) -> None:
+        super().__init__(inner)
+        self.clock, self.wait_s = clock, wait_s
+
+    def get(self, path: str) -> bytes:
+        self.clock.advance(self.wait_s)
+        raise Unavailable("HTTP error: operation timed out")
+
+
+def test_a_store_that_stays_silent_is_reported_while_retrying(
+    memory_store: ObjectStore, manual_clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An endpoint that accepts and never answers fails each attempt at its request timeout: the
+    caller heard nothing for a minute. Past SLOW_RETRY_S, each retry is a WARNING."""
+    st = retrying(Silent(memory_store, manual_clock, 30.0), manual_clock)
+    with caplog.at_level("WARNING", logger="shaledb"), pytest.raises(Unavailable, match="failed after"):
+        st.get("k")
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "get k has failed for 30s (attempt 1 of 6" in warned[0]
+    assert "up to 60s in all (RetryOptions.timeout_s)" in warned[0]
+    caplog.clear()
+    quick = retrying(Silent(memory_store, manual_clock, 0.0), manual_clock)
+    with caplog.at_level("WARNING", logger="shaledb"), pytest.raises(Unavailable):
+        quick.get("k")  # six quick failures within a few seconds of backoff: no warning
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -53,6 +53,8 @@ from .wrappers import StoreWrapper
 
 _log = logging.getLogger(__name__)
 _retry_log = logging.getLogger("shaledb.store")
+SLOW_RETRY_S = 5.0
+"""A retry after an operation has failed this long is logged at WARNING (before: DEBUG)."""
 T = TypeVar("T")
 
 
@@ -106,9 +108,26 @@ class RetryingStore(StoreWrapper):
         if isinstance(exc, EndpointUnreachable) or attempt >= self.options.max_attempts:
             return False
         delay = self._backoff(attempt)
-        if self._clock.monotonic() + delay > deadline:
+        now = self._clock.monotonic()
+        if now + delay > deadline:
             return False
-        if _retry_log.isEnabledFor(logging.DEBUG):
+        spent = now - (deadline - self.options.timeout_s)
+        if spent >= SLOW_RETRY_S:
+            # Past a few seconds the caller is waiting on a store that does not answer (an
+            # endpoint that accepts connections and stays silent fails each attempt only at
+            # its request timeout): say so, instead of a long silence before the error.
+            _retry_log.warning(
+                "%s: %s has failed for %.0fs (attempt %d of %d: %s); retrying for up to %.0fs in all "
+                "(RetryOptions.timeout_s)",
+                self.describe(),
+                what,
+                spent,
+                attempt,
+                self.options.max_attempts,
+                exc,
+                self.options.timeout_s,
+            )
+        elif _retry_log.isEnabledFor(logging.DEBUG):
             _retry_log.debug(
                 "%s: %s failed (attempt %d of %d), retrying in %.3fs: %s",
                 self.describe(),
