@@ -6,7 +6,6 @@ closes again) used to pay one ranged GET per SST of the database at every open.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -14,34 +13,15 @@ import pytest
 from shaledb import Db, Settings
 from shaledb.bulk.ingest import begin_ingest, ingest_columns
 from shaledb.errors import InvalidArgument
-from shaledb.store import ObjectStore, StoreWrapper, open_store
+from shaledb.store import open_store
+from shaledb.testing.counting import FolderCalls
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 SSTS = 6
 
 
-class SstReads(StoreWrapper):
-    def __init__(self, inner: ObjectStore) -> None:
-        super().__init__(inner)
-        self.lock = threading.Lock()
-        self.reads = 0
-
-    def _count(self, path: str) -> None:
-        if path.startswith("compacted/"):
-            with self.lock:
-                self.reads += 1
-
-    def get(self, path: str) -> bytes:
-        self._count(path)
-        return self.inner.get(path)
-
-    def get_range(self, path: str, start: int, end: int) -> bytes:
-        self._count(path)
-        return self.inner.get_range(path, start, end)
-
-
-def _database(tmp_path: Path) -> tuple[SstReads, dict[bytes, bytes]]:
-    store = SstReads(open_store(f"file://{tmp_path}/db"))
+def _database(tmp_path: Path) -> tuple[FolderCalls, dict[bytes, bytes]]:
+    store = FolderCalls(open_store(f"file://{tmp_path}/db"), "compacted/")
     model: dict[bytes, bytes] = {}
     with Db.open(store=store, settings=QUIET) as db:
         for s in range(SSTS):
@@ -56,24 +36,26 @@ def _database(tmp_path: Path) -> tuple[SstReads, dict[bytes, bytes]]:
 
 def test_an_open_without_pinning_reads_no_sst_and_reads_still_find_everything(tmp_path: Path) -> None:
     store, model = _database(tmp_path)
-    store.reads = 0
+    store.reset()
     with Db.open(store=store, settings=QUIET.replace(pin_metadata_on_open=False)) as db:
-        assert store.reads == 0
+        assert store.total("get", "get_range", "get_ranges") == 0
         assert db.get(b"k3-007") == model[b"k3-007"]
         assert dict(db.scan()) == model
-    store.reads = 0
+    store.reset()
     with Db.open(store=store, settings=QUIET):
-        assert store.reads >= SSTS  # the default pins each SST's index and filter
+        assert (
+            store.total("get", "get_range", "get_ranges") >= SSTS
+        )  # the default pins each SST's index and filter
 
 
 def test_an_ingest_claim_reads_no_sst(tmp_path: Path) -> None:
     url = f"file://{tmp_path}/db"
-    store = SstReads(open_store(url))
+    store = FolderCalls(open_store(url), "compacted/")
     for b in range(4):
         ingest_columns(url, [f"b{b}".encode()], [b"v"], ingest_id=f"i{b}", store=store)
-    store.reads = 0
+    store.reset()
     begin_ingest(url, store=store, ingest_id="next")
-    assert store.reads == 0
+    assert store.total("get", "get_range", "get_ranges") == 0
 
 
 def test_the_setting_is_a_boolean() -> None:

@@ -10,7 +10,6 @@ anyway) now settles them: :class:`shaledb.manifest.edits.SettleWal`.
 from __future__ import annotations
 
 import random
-import threading
 from pathlib import Path
 
 from engine_support import abandon
@@ -19,32 +18,18 @@ from shaledb import Db, Settings
 from shaledb.bulk.ingest import ingest_columns
 from shaledb.manifest.edits import SettleWal
 from shaledb.manifest.model import Manifest, TrackedWal
-from shaledb.store import ObjectStore, StoreWrapper, open_store
+from shaledb.store import open_store
 from shaledb.testing import FaultInjectingStore
+from shaledb.testing.counting import FolderCalls
 
 QUIET = Settings(compactor=None, garbage_collector=None)
-
-
-class WalReads(StoreWrapper):
-    """Counts GETs of WAL objects."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        super().__init__(inner)
-        self.lock = threading.Lock()
-        self.gets = 0
-
-    def get(self, path: str) -> bytes:
-        if path.startswith("wal/"):
-            with self.lock:
-                self.gets += 1
-        return self.inner.get(path)
 
 
 def test_opens_without_writes_leave_nothing_to_replay(tmp_path: Path) -> None:
     seed = random.randrange(2**32)
     print(f"seed={seed}")
     rng = random.Random(seed)
-    store = WalReads(open_store(f"file://{tmp_path}/db"))
+    store = FolderCalls(open_store(f"file://{tmp_path}/db"), "wal/")
     model = {f"k{i:03d}".encode(): rng.randbytes(rng.randrange(1, 40)) for i in range(50)}
     with Db.open(store=store, settings=QUIET) as db:
         for k, v in model.items():
@@ -52,9 +37,9 @@ def test_opens_without_writes_leave_nothing_to_replay(tmp_path: Path) -> None:
     for _ in range(6):
         with Db.open(store=store, settings=QUIET) as db:
             assert db.get(b"k007") == model[b"k007"]
-    store.gets = 0
+    store.reset()
     with Db.open(store=store, settings=QUIET) as db:
-        assert store.gets == 0  # the old code read the six fences before it
+        assert store.total("get") == 0  # the old code read the six fences before it
         assert dict(db.scan()) == model
         m = db.manifest
         assert m.replay_after_wal_id == m.next_wal_id - 1
@@ -112,11 +97,11 @@ def test_ingest_claims_do_not_read_earlier_claims_fences(tmp_path: Path) -> None
     """Each ingest claims the database (opens and closes a writer); the tenth claim read nine
     fences before, and a stream sink's thousandth a thousand."""
     url = f"file://{tmp_path}/db"
-    store = WalReads(open_store(url))
+    store = FolderCalls(open_store(url), "wal/")
     for b in range(10):
-        store.gets = 0
+        store.reset()
         keys = sorted(f"b{b}-{i:04d}".encode() for i in range(20))
         ingest_columns(url, keys, [b"v"] * len(keys), ingest_id=f"batch-{b}", store=store)
-        assert store.gets == 0, f"ingest {b} read {store.gets} WAL objects"
+        assert store.total("get") == 0, f"ingest {b} read {store.counts} WAL objects"
     with Db.open(store=store, settings=QUIET) as db:
         assert sum(1 for _ in db.scan()) == 200

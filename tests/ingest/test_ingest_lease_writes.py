@@ -8,38 +8,24 @@ again at its finish, and the commit once more: three requests in the path of eve
 
 from __future__ import annotations
 
-import threading
-
 from ingest_kit import contents
 
 from shaledb import GarbageCollector, GcOptions
 from shaledb.bulk.ingest import begin_ingest, commit_ingest
 from shaledb.bulk.ingest.parts import PartWriter
-from shaledb.store import ObjectStore, StoreWrapper, open_store
+from shaledb.store import open_store
 from shaledb.testing.clock import ManualClock
+from shaledb.testing.counting import FolderCalls
 
 LEASE_S = 100.0
 
 
-class LeaseWrites(StoreWrapper):
-    def __init__(self, inner: ObjectStore) -> None:
-        super().__init__(inner)
-        self.lock = threading.Lock()
-        self.writes = 0
-
-    def put(self, path: str, data: bytes, **kw: object) -> object:  # type: ignore[override]
-        if path.startswith("compactions/"):
-            with self.lock:
-                self.writes += 1
-        return self.inner.put(path, data, **kw)  # type: ignore[arg-type]
-
-
 def _ingest(tmp_path, wait_before_part_s: float, wait_before_commit_s: float) -> tuple[int, str]:
     url = f"file://{tmp_path}/db"
-    store = LeaseWrites(open_store(url))
+    store = FolderCalls(open_store(url), "compactions/")
     clock = ManualClock(start=1_700_000_000.0)
     plan = begin_ingest(url, store=store, clock=clock, lease_s=LEASE_S, seed=1)
-    assert store.writes == 1
+    assert store.total("put") == 1
     clock.advance(wait_before_part_s)
     part = PartWriter(store, plan, 0, clock=clock)
     part.add([b"a", b"b"], [b"1", b"2"])
@@ -47,7 +33,7 @@ def _ingest(tmp_path, wait_before_part_s: float, wait_before_commit_s: float) ->
     clock.advance(wait_before_commit_s)
     commit_ingest(plan, [done], store=store, clock=clock)
     assert contents(url) == {b"a": b"1", b"b": b"2"}
-    return store.writes, url
+    return store.total("put"), url
 
 
 def test_a_part_and_commit_soon_after_the_begin_write_no_lease(tmp_path) -> None:
