@@ -17,6 +17,8 @@ tables; the old names keep working).
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import warnings
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, overload
@@ -85,6 +87,29 @@ def seconds_fields(obj: Any) -> None:
             secs = _field_seconds(type(obj).__name__, f.name, v)
             if secs is not v:
                 object.__setattr__(obj, f.name, secs)
+
+
+C = TypeVar("C", bound=type)
+
+
+def suggest_keywords(cls: C) -> C:
+    """Class decorator for an options dataclass: an unknown keyword raises the TypeError
+    Python would, naming the closest fields (``Settings(flush_interval=1)``: did you mean
+    flush_interval_s?), as the environment and TOML loaders do for their names."""
+    init = getattr(cls, "__init__")  # noqa: B009 - mypy: the class's own __init__, not an instance's
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        for key in kwargs:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)
+                hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {key!r}{hint}")
+        init(self, *args, **kwargs)
+
+    setattr(cls, "__init__", __init__)  # noqa: B010 - mypy refuses assigning a method directly
+    return cls
 
 
 def renamed(kwargs: dict[str, Any], old: str, new: str, where: str) -> None:

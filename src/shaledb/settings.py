@@ -16,7 +16,7 @@ from typing import Any, Literal
 from .errors import InvalidArgument
 from .merge import MergeFunction, MergeOperator, as_operator
 from .numbers import check_int, check_number
-from .option_names import Seconds
+from .option_names import Seconds, suggest_keywords
 
 MAX_MMAP_THRESHOLD_BYTES = 32 << 20
 """The largest mmap threshold glibc accepts (HEAP_MAX_SIZE / 2 on 64-bit)."""
@@ -103,6 +103,7 @@ def _boolean(name: str, value: bool) -> None:
         raise InvalidArgument(f"{name} must be True or False, got {value!r}")
 
 
+@suggest_keywords
 @dataclass(frozen=True)
 class RetryOptions:
     """How the store wrapper retries transient failures.
@@ -124,6 +125,7 @@ class RetryOptions:
         _positive("RetryOptions.timeout_s", self.timeout_s)
 
 
+@suggest_keywords
 @dataclass(frozen=True)
 class CompactorOptions:
     """The size-tiered compactor (embedded in the writer or standalone).
@@ -180,6 +182,7 @@ class CompactorOptions:
         _positive("CompactorOptions.manifest_update_timeout_s", self.manifest_update_timeout_s)
 
 
+@suggest_keywords
 @dataclass(frozen=True)
 class GcOptions:
     """The garbage collector (embedded in the writer or standalone).
@@ -210,6 +213,7 @@ class GcOptions:
 RECOVERY_STRATEGIES: tuple[str, ...] = ("retain", "recovr")
 
 
+@suggest_keywords
 @dataclass(frozen=True)
 class JournalOptions:
     """The value journal's recovery strategy and journal compaction (docs/design/value-journal.md).
@@ -256,6 +260,7 @@ class JournalOptions:
             _positive("JournalOptions.compaction_interval_s", self.compaction_interval_s)
 
 
+@suggest_keywords
 @dataclass(frozen=True)
 class DbReaderOptions:
     """Options of a :class:`DbReader` (units in the names; validated on construction).
@@ -347,6 +352,7 @@ class DbReaderOptions:
             raise InvalidArgument("DbReaderOptions.retry must be a RetryOptions")
 
 
+@suggest_keywords
 @dataclass(frozen=True)
 class Settings:
     """Settings of a writer (``Db``).

@@ -283,3 +283,20 @@ def test_every_error_the_docs_name_is_exported_at_the_top() -> None:
     assert named, "no error named in the docs: the pattern is stale"
     missing = sorted(n for n in named if n not in shaledb.__all__)
     assert not missing, f"named in the docs but not exported from shaledb: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("cls", "typo", "hint"),
+    [
+        (shaledb.Settings, "flush_interval", "flush_interval_s"),
+        (shaledb.GcOptions, "min_age", "min_age_s"),
+        (shaledb.CompactorOptions, "poll_interval", "poll_interval_s"),
+        (shaledb.RetryOptions, "max_attempt", "max_attempts"),
+        (shaledb.DbReaderOptions, "manifest_poll_interval", "manifest_poll_interval_s"),
+        (shaledb.JournalOptions, "nothing_like_it", None),
+    ],
+)
+def test_a_mistyped_option_keyword_names_the_closest(cls: type, typo: str, hint: str | None) -> None:
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{typo}'") as err:
+        cls(**{typo: 1})
+    assert (f"did you mean {hint}" in str(err.value)) if hint else ("did you mean" not in str(err.value))
