@@ -308,3 +308,36 @@ def test_a_gc_that_took_an_sst_before_the_commit_is_reported(url):
     with pytest.raises(NotFound, match="is gone"):
         commit_ingest(plan, [part], url)
     assert contents(url) == {b"x": b"0"}
+
+
+def test_the_commit_checks_the_parts_outputs_several_at_a_time(url):
+    """One HEAD per output SST: they went one after another (a round trip each on S3)."""
+    import threading
+    import time
+
+    from shaledb.store import StoreWrapper
+
+    class Gauge(StoreWrapper):
+        def __init__(self, inner):
+            super().__init__(inner)
+            self.lock, self.now, self.most, self.heads = threading.Lock(), 0, 0, 0
+
+        def head(self, path):
+            with self.lock:
+                self.now += 1
+                self.heads += 1
+                self.most = max(self.most, self.now)
+            try:
+                time.sleep(0.01)
+                return self.inner.head(path)
+            finally:
+                with self.lock:
+                    self.now -= 1
+
+    ingest_columns(url, [b"x"], [b"0"])
+    st = Gauge(open_store(url))
+    plan = begin_ingest(url, store=st)
+    parts = [write_part(st, plan, i, [b"p%02d" % i], [b"v"]) for i in range(24)]
+    commit_ingest(plan, parts, store=st)
+    assert st.heads == 24 and st.most > 1
+    assert contents(url)[b"p07"] == b"v"
