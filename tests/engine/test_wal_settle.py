@@ -14,8 +14,10 @@ from pathlib import Path
 
 from engine_support import abandon
 
-from shaledb import Db, Settings
+from shaledb import Db, GarbageCollector, GcOptions, Settings
 from shaledb.bulk.ingest import ingest_columns
+from shaledb.format import paths
+from shaledb.format.wal import encode_wal
 from shaledb.manifest.edits import SettleWal
 from shaledb.manifest.model import Manifest, TrackedWal
 from shaledb.store import open_store
@@ -105,3 +107,27 @@ def test_ingest_claims_do_not_read_earlier_claims_fences(tmp_path: Path) -> None
         assert store.total("get") == 0, f"ingest {b} read {store.counts} WAL objects"
     with Db.open(store=store, settings=QUIET) as db:
         assert sum(1 for _ in db.scan()) == 200
+
+
+def test_a_journal_object_written_again_after_an_old_fence_is_recorded_by_the_settle(tmp_path: Path) -> None:
+    """With value separation, a WAL object is a value-journal file once a manifest lists it.
+    An older writer's fence landing in our next slot makes the segment go out one slot on,
+    past the id its memtable was sealed with, so the flush does not list it; the settle
+    must (else the collector deletes it below the replay point and its values are lost)."""
+    url = f"file://{tmp_path}/db"
+    sep = Settings(compactor=None, garbage_collector=None, value_separation_threshold=64)
+    with Db.open(url, settings=sep) as db:
+        db.put(b"a", b"x" * 10)
+    db = Db.open(url, settings=sep)
+    old_fence = encode_wal(
+        [], [], epoch=db.epoch - 1, nonce=bytes(16), created_at_ms=0, codec=db.codec, block_size=4096
+    )
+    db.store.put(paths.wal_path(db.wal.next_id), old_fence, create=True)
+    big = b"V" * 500
+    db.put(b"big", big, durable=False)
+    db.close()
+    with GarbageCollector.open(url, GcOptions(min_age_s=0)) as gc:
+        gc.run_once()
+    with Db.open(url, settings=sep) as db:
+        assert db.get(b"big") == big  # CorruptionError: value-journal object is missing, before
+        assert db.get(b"a") == b"x" * 10

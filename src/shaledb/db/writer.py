@@ -1105,7 +1105,8 @@ class Db(Queries):
             mem = self._mem
             drained = not (self._imms or mem.d or mem.rdels or (mem.sub is not None and mem.sub.d))
         if settle and drained:
-            edits.append(SettleWal(self.epoch, self.wal.durable_wal_id))
+            upto = self.wal.durable_wal_id
+            edits.append(SettleWal(self.epoch, upto, tuple(self.wal.drain_journal(upto))))
         try:
             self.manifests.update(
                 AllOf(tuple(edits)), timeout_s=self.settings.manifest_update_timeout_s, current=self.manifest

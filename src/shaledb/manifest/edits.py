@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from ..clock import Clock
 from ..errors import DatabaseDestroyed, FencedError, InvalidArgument
-from .model import Checkpoint, Manifest
+from .model import Checkpoint, JournalFile, Manifest
 
 
 class Edit(ABC):
@@ -102,19 +102,28 @@ class SettleWal(Edit):
     claim does -- grew one more object to read at each open, for ever. Nothing
     changes if another writer took over (its epoch owns the replay point) or the
     point is there already.
+
+    ``journal``: the writer's value-journal files up to ``upto`` that no flush recorded
+    (a WAL object holding separated values whose segment was written again one slot on,
+    after an older writer's fence took its slot; or one replayed at open). They are
+    recorded in the same version: below the replay point, an object the manifest does
+    not list as a journal file is garbage, and the values in it would be lost.
     """
 
     epoch: int
     upto: int
+    journal: tuple[JournalFile, ...] = ()
 
     def apply(self, m: Manifest) -> Manifest | None:
         if m.writer_epoch != self.epoch or m.replay_after_wal_id >= self.upto:
             return None
+        have = {j.id for j in m.journal}
         return replace(
             m,
             replay_after_wal_id=self.upto,
             next_wal_id=max(m.next_wal_id, self.upto + 1),
             tracked_wals=tuple(w for w in m.tracked_wals if w.id > self.upto),
+            journal=m.journal + tuple(j for j in self.journal if j.id not in have),
         )
 
 
