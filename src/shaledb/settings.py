@@ -364,6 +364,11 @@ class Settings:
       (or a sixteenth of ``max_unflushed_bytes``, if smaller: ``wal.wal_object_bytes``).
       ``l0_sst_size_bytes`` -- the memtable is frozen and flushed to an L0 SST at
       this size (accounted bytes include Python's per-entry overhead).
+      ``l0_max_wal_objects`` -- the memtable is also frozen and flushed once its
+      writes span this many WAL objects (0: no limit). A slow durable writer
+      makes one WAL object per write; without it they piled up until the
+      memtable reached ``l0_sst_size_bytes`` (hundreds of thousands), and every
+      reader's open and every recovery replayed them all.
       ``max_unflushed_bytes`` -- writes block while memtables not yet in L0
       exceed this (backpressure).
       ``l0_max_ssts`` -- L0 flushes (and then writes) stall while more L0 SSTs
@@ -440,6 +445,7 @@ class Settings:
     flush_interval_s: Seconds[float] = Seconds(0.1)
     wal_max_bytes: int = 4 * MiB
     l0_sst_size_bytes: int = 64 * MiB
+    l0_max_wal_objects: int = 1000
     max_unflushed_bytes: int = 256 * MiB
     l0_max_ssts: int = 16
     block_size_bytes: int = 4 * KiB
@@ -484,6 +490,7 @@ class Settings:
         object.__setattr__(self, "merge_operator", as_operator(self.merge_operator))
         _integer("wal_max_bytes", self.wal_max_bytes, minimum=1)
         _integer("l0_sst_size_bytes", self.l0_sst_size_bytes, minimum=4 * KiB)
+        _integer("l0_max_wal_objects", self.l0_max_wal_objects, minimum=0)
         _integer("max_unflushed_bytes", self.max_unflushed_bytes, minimum=1)
         if self.max_unflushed_bytes < self.l0_sst_size_bytes:
             raise InvalidArgument(

@@ -391,6 +391,9 @@ class Db(Queries):
             max_in_flight=settings.wal_max_in_flight,
         )
         self.wal.sink = mem.locs
+        # The replayed objects count toward the limit: after a slow writer died, the next
+        # write freezes what they held.
+        self._freeze_at_wal_id = self._wal_limit(replay.objects[0].id if replay.objects else fence_id + 1)
         self.wal.note_written([*replay.objects, fence_rec])
         if threshold is not None:
             self.wal.note_journal(replay.journal)
@@ -508,7 +511,7 @@ class Db(Queries):
                 latch = wal.pending
                 if wal.nbytes >= wal.max_buffer_bytes:
                     wal.cut_full_locked()
-                if mem.nbytes >= self.settings.l0_sst_size_bytes:
+                if mem.nbytes >= self.settings.l0_sst_size_bytes or wal._next_id >= self._freeze_at_wal_id:
                     self._freeze_locked()
             else:
                 seq = -1
@@ -576,7 +579,7 @@ class Db(Queries):
         latch = wal.pending
         if wal.nbytes >= wal.max_buffer_bytes:
             wal.cut_full_locked()
-        if mem.nbytes >= self.settings.l0_sst_size_bytes:
+        if mem.nbytes >= self.settings.l0_sst_size_bytes or wal._next_id >= self._freeze_at_wal_id:
             self._freeze_locked()
         return seq, latch
 
@@ -726,7 +729,7 @@ class Db(Queries):
         self._unflushed += n
         if wal.nbytes >= wal.max_buffer_bytes:
             wal.cut_full_locked()
-        if mem.nbytes >= self.settings.l0_sst_size_bytes:
+        if mem.nbytes >= self.settings.l0_sst_size_bytes or wal._next_id >= self._freeze_at_wal_id:
             self._freeze_locked()
         return seq
 
@@ -768,11 +771,18 @@ class Db(Queries):
             finally:
                 self._stalled_writers -= 1
 
+    def _wal_limit(self, first: int) -> int:
+        """The WAL id at which a memtable whose writes start at ``first`` is frozen
+        (``Settings.l0_max_wal_objects``; never when 0)."""
+        limit = self.settings.l0_max_wal_objects
+        return first + limit if limit else 1 << 64
+
     def _freeze_locked(self, *, even_if_empty: bool = False) -> None:
         mem = self._mem
         if not mem.d and not mem.rdels and not even_if_empty:
             return
         mem.wal_id = self.wal.seal_locked()
+        self._freeze_at_wal_id = self._wal_limit(mem.wal_id + 1)
         mem.last_seq = self._seq
         self._imms = (mem, *self._imms)
         self._mem = new_memtable()

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from ..clock import Clock
-from ..errors import InvalidArgument, NotSupported
+from ..errors import InvalidArgument, NotSupported, ObjectNotFound, PreconditionFailed
 from .base import BULK_DELETE_OBJECTS, ObjectMeta, ObjectStore
 
 T = TypeVar("T")
@@ -228,13 +228,21 @@ class StoreStats:
         )
 
 
+ANSWERS = (ObjectNotFound, PreconditionFailed)
+"""Exceptions that are the store's answer to a request, not a failure of it."""
+
+
 class InstrumentedStore(PerCallStore):
     """Counts requests, errors and bytes per operation kind, thread-safely.
 
     Object-store cost is requests and bytes, so the engine reports them per
     workload; the hot path costs one uncontended lock per call. A call is
     counted when it is made, whether or not it succeeds; bytes are counted when
-    they were actually transferred (written bytes on success only).
+    they were actually transferred (written bytes on success only). An error is
+    a call that failed; a missing object or a conditional write that found one
+    (:data:`ANSWERS`) is the store's answer, expected many times a minute by a
+    healthy writer (probes, fences), and not counted as one: an alert on errors
+    would otherwise fire all the time.
     """
 
     def __init__(self, inner: ObjectStore) -> None:
@@ -265,6 +273,8 @@ class InstrumentedStore(PerCallStore):
             self._requests[kind] += requests
         try:
             return fn()
+        except ANSWERS:
+            raise
         except BaseException:
             with self._lock:
                 self._errors[kind] += 1
