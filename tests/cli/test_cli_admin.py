@@ -232,3 +232,24 @@ def test_a_mistyped_command_names_the_closest_ones(tmp_path: Path, typed: str, h
     p = run(typed, path=tmp_path / "db")
     assert p.returncode == 2 and hint in p.stderr and "choose from" not in p.stderr, p.stderr
     assert not (tmp_path / "db").exists()
+
+
+def test_run_gc_prints_a_line_per_pass_that_did_something(tmp_path: Path) -> None:
+    """A pass a minute that deleted nothing printed a line each (the docs say: only passes
+    that did something)."""
+    import signal
+    import time
+
+    db = tmp_path / "db"
+    with Db.open(db, settings=QUIET) as d:
+        for i in range(3):
+            d.put(b"k%d" % i, b"v")
+            d.flush(memtable=True)  # older manifests: garbage for the first pass
+    cmd = [*BASE, "--path", str(db), "run-gc", "--interval", "0.1", "--min-age", "0"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # the first pass and idle ones after it
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and "deleted" in lines[0], out

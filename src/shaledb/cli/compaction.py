@@ -141,7 +141,8 @@ def run_gc(args: argparse.Namespace, out: Output) -> int | None:
     with _stop_on_signals(gc.stop):
         while not gc._stop.is_set():
             r = gc.run_once()
-            show(r)
+            if r.destroyed or r.detached or r.checkpoints_expired or any(r.deleted.values()):
+                show(r)  # a line per pass that did something (an idle pass a minute was noise)
             if r.destroyed:
                 break
             SYSTEM_CLOCK.wait(gc._stop, gc.options.interval_s)
