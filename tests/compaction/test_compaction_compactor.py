@@ -6,7 +6,7 @@ import io
 import json
 import threading
 import time
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -213,11 +213,13 @@ def test_cli_run_compactor_once_and_gc_dry_run(tmp_path: Path) -> None:
     db = Db.open(url, settings=NO_BG)
     model = fill(db, 300)
     db.close()
-    buf = io.StringIO()
-    with redirect_stdout(buf):
+    buf, note = io.StringIO(), io.StringIO()
+    with redirect_stdout(buf), redirect_stderr(note):
         assert main(["--path", url, "--json", "run-compactor", "--once"]) == 0
     report = json.loads(buf.getvalue())
     assert report["committed"] >= 1 and report["bytes_written"] > 0
+    # A one-off run fenced whatever compactor ran before (a writer's embedded one): it says so.
+    assert "stops until its process opens again" in note.getvalue()
     buf = io.StringIO()
     with redirect_stdout(buf):
         assert main(["--path", url, "--json", "run-gc", "--dry-run", "--min-age", "0"]) == 0
