@@ -205,3 +205,24 @@ def test_a_file_system_refusing_the_advice_still_gets_every_byte(
     st.put("compacted/a.sst", big, create=True)
     assert calls == [mib]  # asked once, then the rest is written without advice
     assert st.get("compacted/a.sst") == big
+
+
+def test_deleting_a_stage_s_runs_removes_its_empty_folder(tmp_path: Path) -> None:
+    """A directory is not an object: nothing removed a staged exchange's folder once its
+    runs were deleted, so a stream into a local directory left one empty folder per
+    micro-batch under tmp/stage/."""
+    from shaledb.store import open_store
+
+    st = open_store(f"file://{tmp_path}/db")
+    a = "tmp/stage/01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    b = "tmp/stage/01ARZ3NDEKTSV4RRFFQ69G5FAW"
+    for run in (f"{a}/01ARZ3NDEKTSV4RRFFQ69G5FA1.arrows", f"{a}/01ARZ3NDEKTSV4RRFFQ69G5FA2.arrows"):
+        st.put(run, b"run")
+    st.put(f"{b}/01ARZ3NDEKTSV4RRFFQ69G5FA3.arrows", b"run")
+    st.put(f"{b}/01ARZ3NDEKTSV4RRFFQ69G5FA4.arrows", b"run")
+    st.delete_many([f"{a}/01ARZ3NDEKTSV4RRFFQ69G5FA1.arrows", f"{a}/01ARZ3NDEKTSV4RRFFQ69G5FA2.arrows"])
+    st.delete_many([f"{b}/01ARZ3NDEKTSV4RRFFQ69G5FA3.arrows"])
+    assert not (tmp_path / "db" / a).exists()
+    assert (tmp_path / "db" / b).is_dir()  # still holds a run
+    st.put(f"{a}/01ARZ3NDEKTSV4RRFFQ69G5FA5.arrows", b"again")  # the folder comes back on demand
+    assert st.get(f"{a}/01ARZ3NDEKTSV4RRFFQ69G5FA5.arrows") == b"again"

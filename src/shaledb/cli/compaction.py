@@ -90,9 +90,9 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
         # included: it stays stopped until that writer reopens, which a one-off run to
         # "kick" compaction does not suggest.
         sys.stderr.write(
-            f"shaledb: note: this run took compactor epoch {c.epoch}; a compactor running before it "
-            "(a writer's embedded one too) stops until its process opens again: reopen that writer, or keep a "
-            "compactor running (run-compactor without --once)\n"
+            f"shaledb: note: this run took compactor epoch {c.epoch}; a compactor running before "
+            "it (a writer's embedded one too) stops until its process opens again: reopen that "
+            "writer, or keep a compactor running (run-compactor without --once)\n"
         )
         return None
     if not out.as_json:

@@ -52,7 +52,7 @@ from ..errors import (
     ShaleError,
     Unavailable,
 )
-from ..format.paths import check_prefix, check_relative_path
+from ..format.paths import STAGE_DIR, check_prefix, check_relative_path
 from .base import BULK_DELETE_OBJECTS, ObjectMeta
 from .http_errors import CloudService, bucket_missing, classify, http_status, is_bucket_missing
 from .local_fs import abandoned_stages, check_root, embedded_errno, make_dirs, os_error, remove_stages
@@ -774,6 +774,19 @@ class LocalObstoreStore(ObstoreStore):
         for path in paths:
             self._checked.pop(path, None)
         super().delete_many(paths)
+        self._drop_stage_dirs(paths)
+
+    def _drop_stage_dirs(self, paths: Sequence[str]) -> None:
+        """Remove the folders of staged runs (``tmp/stage/<exchange>/``) their deletes left
+        empty. A directory is not an object, so nothing else removes them: a stream into a
+        local directory left one empty folder per micro-batch. Best effort: a folder that
+        is not empty, or gone already, stays as it is."""
+        folders = {p.rsplit("/", 1)[0] for p in paths if p.startswith(STAGE_DIR) and p.count("/") >= 3}
+        for folder in folders:
+            try:
+                os.rmdir(os.path.join(self._real_root, *folder.split("/")))
+            except OSError:
+                pass
 
     def close(self) -> None:
         with self._files_lock:
