@@ -122,11 +122,12 @@ class JournalCompactionReport:
     strategy: str = "retain"
     busy: bool = False
     """Another journal compaction of this database was running in this process."""
-    scores: list[FileScore] = field(default_factory=list)
-    """The first scoring pass (before anything was rewritten)."""
-    runs: list[list[str]] = field(default_factory=list)
-    run_scores: list[float] = field(default_factory=list)
-    outputs: list[str] = field(default_factory=list)
+    scores: list[FileScore] = field(default_factory=list, repr=False)
+    """The first scoring pass (before anything was rewritten). Out of the repr, as are the
+    lists below: one entry per journal file, a printed report filled a terminal (40 KB)."""
+    runs: list[list[str]] = field(default_factory=list, repr=False)
+    run_scores: list[float] = field(default_factory=list, repr=False)
+    outputs: list[str] = field(default_factory=list, repr=False)
     bytes_read: int = 0
     """Bytes of the journal objects rewritten (and later reclaimed by GC)."""
     bytes_rewritten: int = 0
