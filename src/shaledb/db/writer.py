@@ -370,6 +370,9 @@ class Db(Queries):
             self._history = History(settings.history_retention_s, m, self._seq, int(clock.now() * 1000))
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
+        self._freeze_bytes = settings.l0_sst_size_bytes
+        """A write that leaves the memtable at least this big freezes it: the size bound, or 0
+        once its writes span ``l0_max_wal_objects`` WAL objects (:meth:`_wal_limit_reached`)."""
         self._view = ReadView(self._mem, self._imms, m)
         pinning.result()  # the early pin's own SSTs (an error is its bug: a fetch error only skips one)
         if pin:
@@ -393,7 +396,10 @@ class Db(Queries):
         self.wal.sink = mem.locs
         # The replayed objects count toward the limit: after a slow writer died, the next
         # write freezes what they held.
-        self._freeze_at_wal_id = self._wal_limit(replay.objects[0].id if replay.objects else fence_id + 1)
+        self.wal.limit_id = self._wal_limit(replay.objects[0].id if replay.objects else fence_id + 1)
+        self.wal.on_limit = self._wal_limit_reached
+        if fence_id + 1 >= self.wal.limit_id:
+            self._freeze_bytes = 0
         self.wal.note_written([*replay.objects, fence_rec])
         if threshold is not None:
             self.wal.note_journal(replay.journal)
@@ -511,7 +517,7 @@ class Db(Queries):
                 latch = wal.pending
                 if wal.nbytes >= wal.max_buffer_bytes:
                     wal.cut_full_locked()
-                if mem.nbytes >= self.settings.l0_sst_size_bytes or wal._next_id >= self._freeze_at_wal_id:
+                if mem.nbytes >= self._freeze_bytes:
                     self._freeze_locked()
             else:
                 seq = -1
@@ -579,7 +585,7 @@ class Db(Queries):
         latch = wal.pending
         if wal.nbytes >= wal.max_buffer_bytes:
             wal.cut_full_locked()
-        if mem.nbytes >= self.settings.l0_sst_size_bytes or wal._next_id >= self._freeze_at_wal_id:
+        if mem.nbytes >= self._freeze_bytes:
             self._freeze_locked()
         return seq, latch
 
@@ -729,7 +735,7 @@ class Db(Queries):
         self._unflushed += n
         if wal.nbytes >= wal.max_buffer_bytes:
             wal.cut_full_locked()
-        if mem.nbytes >= self.settings.l0_sst_size_bytes or wal._next_id >= self._freeze_at_wal_id:
+        if mem.nbytes >= self._freeze_bytes:
             self._freeze_locked()
         return seq
 
@@ -771,6 +777,11 @@ class Db(Queries):
             finally:
                 self._stalled_writers -= 1
 
+    def _wal_limit_reached(self) -> None:
+        """The WAL cut the object that makes the memtable span ``l0_max_wal_objects``
+        (under the db lock): the next write freezes it."""
+        self._freeze_bytes = 0
+
     def _wal_limit(self, first: int) -> int:
         """The WAL id at which a memtable whose writes start at ``first`` is frozen
         (``Settings.l0_max_wal_objects``; never when 0)."""
@@ -782,7 +793,8 @@ class Db(Queries):
         if not mem.d and not mem.rdels and not even_if_empty:
             return
         mem.wal_id = self.wal.seal_locked()
-        self._freeze_at_wal_id = self._wal_limit(mem.wal_id + 1)
+        self.wal.limit_id = self._wal_limit(mem.wal_id + 1)
+        self._freeze_bytes = self.settings.l0_sst_size_bytes
         mem.last_seq = self._seq
         self._imms = (mem, *self._imms)
         self._mem = new_memtable()

@@ -186,6 +186,11 @@ class WalWriter:
         (the flusher thread, or a durable writer making its own PUT), so they go out
         one at a time in id order and ``_flights`` has one owner at a time."""
         self._next_id = next_id
+        self.limit_id = 1 << 64
+        """Cutting the segment that takes ``_next_id`` to this id calls ``on_limit`` (the
+        writer's memtable spans ``Settings.l0_max_wal_objects`` objects): checked once per
+        object here instead of once per write in the writer."""
+        self.on_limit: Callable[[], None] | None = None
         # Durability (guarded by ``_cv``).
         self._cv = threading.Condition(threading.Lock())
         self.durable_seq = durable_seq
@@ -209,6 +214,8 @@ class WalWriter:
         seg = WalSegment(self._next_id, self.keys, self.seqs, self.kinds, self.pays, self.sink, self.pending)
         self.pending = threading.Event()
         self._next_id += 1
+        if self._next_id >= self.limit_id and self.on_limit is not None:
+            self.on_limit()
         self.keys = []
         self.seqs = array("Q")
         self.kinds = bytearray()
