@@ -14,14 +14,14 @@ from shaledb import Db, Settings
 from shaledb.bulk.ingest import begin_ingest, ingest_columns
 from shaledb.errors import InvalidArgument
 from shaledb.store import open_store
-from shaledb.testing.counting import FolderCalls
+from shaledb.testing import FaultInjectingStore
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 SSTS = 6
 
 
-def _database(tmp_path: Path) -> tuple[FolderCalls, dict[bytes, bytes]]:
-    store = FolderCalls(open_store(f"file://{tmp_path}/db"), "compacted/")
+def _database(tmp_path: Path) -> tuple[FaultInjectingStore, dict[bytes, bytes]]:
+    store = FaultInjectingStore(open_store(f"file://{tmp_path}/db"), seed=0)
     model: dict[bytes, bytes] = {}
     with Db.open(store=store, settings=QUIET) as db:
         for s in range(SSTS):
@@ -36,26 +36,26 @@ def _database(tmp_path: Path) -> tuple[FolderCalls, dict[bytes, bytes]]:
 
 def test_an_open_without_pinning_reads_no_sst_and_reads_still_find_everything(tmp_path: Path) -> None:
     store, model = _database(tmp_path)
-    store.reset()
+    store.clear_calls()
     with Db.open(store=store, settings=QUIET.replace(pin_metadata_on_open=False)) as db:
-        assert store.total("get", "get_range", "get_ranges") == 0
+        assert store.count_calls(("get", "get_range", "get_ranges"), "compacted/") == 0
         assert db.get(b"k3-007") == model[b"k3-007"]
         assert dict(db.scan()) == model
-    store.reset()
+    store.clear_calls()
     with Db.open(store=store, settings=QUIET):
         assert (
-            store.total("get", "get_range", "get_ranges") >= SSTS
+            store.count_calls(("get", "get_range", "get_ranges"), "compacted/") >= SSTS
         )  # the default pins each SST's index and filter
 
 
 def test_an_ingest_claim_reads_no_sst(tmp_path: Path) -> None:
     url = f"file://{tmp_path}/db"
-    store = FolderCalls(open_store(url), "compacted/")
+    store = FaultInjectingStore(open_store(url), seed=0)
     for b in range(4):
         ingest_columns(url, [f"b{b}".encode()], [b"v"], ingest_id=f"i{b}", store=store)
-    store.reset()
+    store.clear_calls()
     begin_ingest(url, store=store, ingest_id="next")
-    assert store.total("get", "get_range", "get_ranges") == 0
+    assert store.count_calls(("get", "get_range", "get_ranges"), "compacted/") == 0
 
 
 def test_the_setting_is_a_boolean() -> None:

@@ -18,7 +18,6 @@ from engine_support import abandon
 from shaledb import Db, Settings
 from shaledb.store import open_store
 from shaledb.testing import FaultInjectingStore
-from shaledb.testing.counting import FolderCalls
 
 LIMIT = 20
 SLOW = Settings(compactor=None, garbage_collector=None, l0_max_wal_objects=LIMIT)
@@ -29,7 +28,7 @@ def test_a_slow_durable_writer_flushes_every_limit_objects(tmp_path: Path) -> No
     print(f"seed={seed}")
     rng = random.Random(seed)
     model: dict[bytes, bytes] = {}
-    store = FolderCalls(open_store(f"file://{tmp_path}/db"), "wal/")
+    store = FaultInjectingStore(open_store(f"file://{tmp_path}/db"), seed=0)
     with Db.open(store=store, settings=SLOW) as db:
         for _ in range(5 * LIMIT):
             k, v = b"k%03d" % rng.randrange(60), rng.randbytes(8)
@@ -42,9 +41,9 @@ def test_a_slow_durable_writer_flushes_every_limit_objects(tmp_path: Path) -> No
         assert len(m.data.l0) >= 4, "the memtable was never frozen by the object count"
         assert db.wal.durable_wal_id - m.replay_after_wal_id <= LIMIT + 2
         assert dict(db.scan()) == model
-    store.reset()
+    store.clear_calls()
     with Db.open(store=store, settings=SLOW) as db:
-        assert store.total("get") <= LIMIT + 2
+        assert store.count_calls("get", "wal/") <= LIMIT + 2
         assert dict(db.scan()) == model
 
 

@@ -22,7 +22,6 @@ from shaledb.manifest.edits import SettleWal
 from shaledb.manifest.model import Manifest, TrackedWal
 from shaledb.store import open_store
 from shaledb.testing import FaultInjectingStore
-from shaledb.testing.counting import FolderCalls
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 
@@ -31,7 +30,7 @@ def test_opens_without_writes_leave_nothing_to_replay(tmp_path: Path) -> None:
     seed = random.randrange(2**32)
     print(f"seed={seed}")
     rng = random.Random(seed)
-    store = FolderCalls(open_store(f"file://{tmp_path}/db"), "wal/")
+    store = FaultInjectingStore(open_store(f"file://{tmp_path}/db"), seed=0)
     model = {f"k{i:03d}".encode(): rng.randbytes(rng.randrange(1, 40)) for i in range(50)}
     with Db.open(store=store, settings=QUIET) as db:
         for k, v in model.items():
@@ -39,9 +38,9 @@ def test_opens_without_writes_leave_nothing_to_replay(tmp_path: Path) -> None:
     for _ in range(6):
         with Db.open(store=store, settings=QUIET) as db:
             assert db.get(b"k007") == model[b"k007"]
-    store.reset()
+    store.clear_calls()
     with Db.open(store=store, settings=QUIET) as db:
-        assert store.total("get") == 0  # the old code read the six fences before it
+        assert store.count_calls("get", "wal/") == 0  # the old code read the six fences before it
         assert dict(db.scan()) == model
         m = db.manifest
         assert m.replay_after_wal_id == m.next_wal_id - 1
@@ -99,12 +98,12 @@ def test_ingest_claims_do_not_read_earlier_claims_fences(tmp_path: Path) -> None
     """Each ingest claims the database (opens and closes a writer); the tenth claim read nine
     fences before, and a stream sink's thousandth a thousand."""
     url = f"file://{tmp_path}/db"
-    store = FolderCalls(open_store(url), "wal/")
+    store = FaultInjectingStore(open_store(url), seed=0)
     for b in range(10):
-        store.reset()
+        store.clear_calls()
         keys = sorted(f"b{b}-{i:04d}".encode() for i in range(20))
         ingest_columns(url, keys, [b"v"] * len(keys), ingest_id=f"batch-{b}", store=store)
-        assert store.total("get") == 0, f"ingest {b} read {store.counts} WAL objects"
+        assert store.count_calls("get", "wal/") == 0, f"ingest {b} read WAL objects"
     with Db.open(store=store, settings=QUIET) as db:
         assert sum(1 for _ in db.scan()) == 200
 

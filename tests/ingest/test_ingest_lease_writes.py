@@ -14,18 +14,18 @@ from shaledb import GarbageCollector, GcOptions
 from shaledb.bulk.ingest import begin_ingest, commit_ingest
 from shaledb.bulk.ingest.parts import PartWriter
 from shaledb.store import open_store
+from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock
-from shaledb.testing.counting import FolderCalls
 
 LEASE_S = 100.0
 
 
 def _ingest(tmp_path, wait_before_part_s: float, wait_before_commit_s: float) -> tuple[int, str]:
     url = f"file://{tmp_path}/db"
-    store = FolderCalls(open_store(url), "compactions/")
+    store = FaultInjectingStore(open_store(url), seed=0)
     clock = ManualClock(start=1_700_000_000.0)
     plan = begin_ingest(url, store=store, clock=clock, lease_s=LEASE_S, seed=1)
-    assert store.total("put") == 1
+    assert store.count_calls("put", "compactions/") == 1
     clock.advance(wait_before_part_s)
     part = PartWriter(store, plan, 0, clock=clock)
     part.add([b"a", b"b"], [b"1", b"2"])
@@ -33,7 +33,7 @@ def _ingest(tmp_path, wait_before_part_s: float, wait_before_commit_s: float) ->
     clock.advance(wait_before_commit_s)
     commit_ingest(plan, [done], store=store, clock=clock)
     assert contents(url) == {b"a": b"1", b"b": b"2"}
-    return store.total("put"), url
+    return store.count_calls("put", "compactions/"), url
 
 
 def test_a_part_and_commit_soon_after_the_begin_write_no_lease(tmp_path) -> None:

@@ -72,23 +72,26 @@ def check_new_root(
     ``store_options`` say how to reach the folders above it, so a cloud store's
     ancestors are not listed (see module docstring)."""
     name = url or store.describe()
-    others: list[str] = []
+    others = 0
+    named: list[str] = []  # the first few, for the warning
     for meta in store.list(""):
         inner = foreign_roots([meta.path])
         if inner:
             sub = next(iter(inner)).rstrip("/")
             raise _refuse(name, "contains the root of", f"{name.rstrip('/')}/{sub}")
         if not is_own(meta.path):
-            others.append(meta.path)
+            others += 1
+            if len(named) < 3:
+                named.append(repr(meta.path))
     if others:
         log.warning(
             "creating database %s in a location that already holds %d other object(s) (%s%s): the "
             "database writes and deletes only in its own folders (%s), so they stay as they are, "
             "destroying it included",
             name,
-            len(others),
-            ", ".join(repr(p) for p in others[:3]),
-            ", ..." if len(others) > 3 else "",
+            others,
+            ", ".join(named),
+            ", ..." if others > 3 else "",
             " ".join(OWN_DIRS),
         )
     key = root_key(url or store.describe())

@@ -196,6 +196,17 @@ class FaultInjectingStore(StoreWrapper):
         with self._lock:
             self._calls.clear()
 
+    def count_calls(self, ops: Collection[str] | str | None = None, path_prefix: str = "") -> int:
+        """Logged calls of ``ops`` (names or :data:`OP_ALIASES`; None: all) on paths starting
+        with ``path_prefix``: what a request-cost test asks ("GETs of WAL objects")."""
+        wanted = _expand_ops(ops)
+        with self._lock:
+            return sum(
+                1
+                for c in self._calls
+                if (wanted is None or c.op in wanted) and c.path.startswith(path_prefix)
+            )
+
     # -- the decision ----------------------------------------------------------------------
 
     def _crash_error(self, call: Call) -> SimulatedCrash:

@@ -186,6 +186,17 @@ def _check_outputs(store: ObjectStore, plan: IngestPlan, chosen: Sequence[Ingest
     """NotFound unless every object the parts name still exists: a manifest must never name
     a missing SST. One HEAD each, :data:`CHECK_WORKERS` at a time (one after another, a load of
     1,600 SSTs waited 1,600 round trips here: most of a minute on S3)."""
+
+    def check(item: tuple[int, str]) -> None:
+        partition, name = item
+        try:
+            store.head(name)
+        except ObjectNotFound:
+            raise NotFound(
+                f"ingest {plan.ingest_id}: {name} of partition {partition} is gone (its lease lapsed "
+                "and the garbage collector removed it); re-run the job"
+            ) from None
+
     names = [
         (p.partition, name)
         for p in chosen
@@ -194,16 +205,8 @@ def _check_outputs(store: ObjectStore, plan: IngestPlan, chosen: Sequence[Ingest
             *(paths.journal_path(j.id) for j in p.journal),
         )
     ]
-    try:
-        for _ in run_bounded(lambda item: store.head(item[1]), names, lambda _: 0, workers=CHECK_WORKERS):
-            pass
-    except ObjectNotFound as exc:
-        gone = next((x for x in names if x[1] == exc.path), None)
-        where = f"{gone[1]} of partition {gone[0]}" if gone is not None else (exc.path or "an output")
-        raise NotFound(
-            f"ingest {plan.ingest_id}: {where} is gone (its lease lapsed and the garbage collector "
-            "removed it); re-run the job"
-        ) from None
+    for _ in run_bounded(check, names, lambda _: 0, workers=CHECK_WORKERS):
+        pass
 
 
 CHECK_WORKERS = 16
