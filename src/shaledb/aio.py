@@ -526,6 +526,12 @@ class DbReader(_Reads):
         finally:
             await snap.close()
 
+    def stats(self) -> dict[str, int | str]:
+        return self.sync.stats()
+
+    def metrics(self) -> dict[str, object]:
+        return self.sync.metrics()
+
     def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> AsyncChanges:
         """``async for change in reader.changes(since)`` (see :meth:`shaledb.DbReader.changes`)."""
         return AsyncChanges(self._executor, self.sync.changes(since, **options))

@@ -104,6 +104,44 @@ def test_prometheus_scrape(mem_url: str) -> None:
     assert samples[("shaledb_store_request_seconds_count", (("db", "test"), ("kind", "put_create")))] >= 5
 
 
+def test_reader_metrics_and_scrape(tmp_path: Path) -> None:
+    """A reader in another process is monitored like the writer: its reads, cache, the version
+    it follows, its store requests and its disk cache (the only place that cache shows)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shaledb import DbReader, DbReaderOptions
+
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        for i in range(20):
+            db.put(b"k%02d" % i, b"v" * 10, durable=False)
+        db.flush(memtable=True)
+        db.put(b"late", b"x")
+        opts = DbReaderOptions(disk_cache_dir=str(tmp_path / "cache"), background_poll=False)
+        with DbReader.open(url, options=opts) as reader:
+            assert reader.get(b"k03") == b"v" * 10
+            assert reader.get(b"late") == b"x"
+            assert len(list(reader.scan(prefix=b"k1"))) == 10
+            m = reader.metrics()
+            assert (m["gets_total"], m["scans_total"]) == (2, 1)
+            assert m["l0_ssts"] == 1 and m["seq"] == 21 and m["memtables"] == 1
+            assert m["wal_objects_replayed_total"] >= 1
+            requests = m["store_requests_total"]
+            assert isinstance(requests, dict) and requests["get"] >= 1
+            assert m["disk_cache_misses_total"] == 1 and m["disk_cache_bytes"] > 0
+            registry = CollectorRegistry()
+            registry.register(PrometheusCollector(reader, labels={"db": "r"}))
+            text = generate_latest(registry).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+    assert samples[("shaledb_gets_total", (("db", "r"),))] == 2
+    assert samples[("shaledb_seq", (("db", "r"),))] == 21
+
+
 def test_cli_stats_human_and_json(tmp_path: Path) -> None:
     url = str(tmp_path / "db")
     with Db.open(url, settings=QUIET) as db:

@@ -837,6 +837,35 @@ class DbReader(Queries):
             **self.counters,
         }
 
+    def metrics(self) -> dict[str, object]:
+        """Counters and gauges for monitoring, named as :meth:`shaledb.Db.metrics` names them
+        (``*_total`` counters; exported the same way, ``shaledb.store.metrics.PrometheusCollector``):
+        gets and scans, block-cache hits and misses, the version read (manifest, sequence
+        number, L0 SSTs, sorted runs, replayed tables), the polls and WAL objects replayed, and
+        this handle's store requests, errors, bytes, disk-cache figures and request latencies."""
+        from ..store.metrics import store_metrics
+
+        stats = self.stats()
+        out: dict[str, object] = {
+            "gets_total": self._m_gets,
+            "scans_total": self._m_scans,
+            "cache_hits_total": self._cache.hits,
+            "cache_misses_total": self._cache.misses,
+            "polls_total": stats["polls"],
+            "reestablished_total": stats["reestablished"],
+            "refreshed_total": stats["refreshed"],
+            "wal_objects_replayed_total": stats["wal_objects"],
+            "manifest_id": stats["manifest_id"],
+            "seq": stats["seq"],
+            "l0_ssts": stats["l0_ssts"],
+            "sorted_runs": stats["sorted_runs"],
+            "memtables": stats["memtables"],
+            "memtable_bytes": stats["memtable_bytes"],
+            "own_checkpoints": stats["own_checkpoints"],
+        }
+        out.update(store_metrics(self.store))
+        return out
+
     def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> ChangeFeed:
         """A :class:`~shaledb.engine.changes.ChangeFeed` of committed writes after ``since``
         (a cursor or its string; None: from the start; "latest": only new writes)."""

@@ -129,8 +129,6 @@ def collect(db: Any) -> dict[str, Any]:
     Names end in ``_total`` for counters, ``_seconds`` for histograms; the rest
     are gauges. Store figures cover every request of this handle's store stack.
     """
-    from .wrappers import InstrumentedStore
-
     m = db.manifest
     wm: WriterMetrics = db.metrics_state
     out: dict[str, Any] = {
@@ -155,19 +153,29 @@ def collect(db: Any) -> dict[str, Any]:
         "compaction_seconds": wm.compaction_s.snapshot(),
         "write_stall_seconds": wm.write_stall_s.snapshot(),
     }
-    inst = find_wrapper(db.store, InstrumentedStore)
+    out.update(store_metrics(db.store))
+    return out
+
+
+def store_metrics(store: ObjectStore) -> dict[str, Any]:
+    """What the wrappers of one handle's store stack counted: requests, errors and bytes by
+    kind, the disk cache's figures and the request latency per kind (only the wrappers
+    present in the stack report)."""
+    from .disk_cache import DiskCachedStore
+    from .wrappers import InstrumentedStore
+
+    out: dict[str, Any] = {}
+    inst = find_wrapper(store, InstrumentedStore)
     if inst is not None:
         s = inst.snapshot()
         out["store_requests_total"] = dict(s.requests)
         out["store_errors_total"] = dict(s.errors)
         out["store_bytes_read_total"] = s.bytes_read
         out["store_bytes_written_total"] = s.bytes_written
-    from .disk_cache import DiskCachedStore
-
-    cached = find_wrapper(db.store, DiskCachedStore)
+    cached = find_wrapper(store, DiskCachedStore)
     if cached is not None:
         out.update(cached.stats())
-    timed = find_wrapper(db.store, TimedStore)
+    timed = find_wrapper(store, TimedStore)
     if timed is not None:
         out["store_request_seconds"] = {
             k: h.snapshot() for k, h in timed.timer.latency.items() if h.snapshot()["count"]
@@ -176,8 +184,9 @@ def collect(db: Any) -> dict[str, Any]:
 
 
 class PrometheusCollector:
-    """A ``prometheus_client`` collector of one ``Db``: register it, and every scrape reads
-    ``db.metrics()`` (``prometheus_client`` is the optional ``metrics`` extra).
+    """A ``prometheus_client`` collector of one ``Db`` or ``DbReader`` (either's asyncio
+    handle too): register it, and every scrape reads ``db.metrics()`` (``prometheus_client``
+    is the optional ``metrics`` extra).
 
         from prometheus_client import REGISTRY, start_http_server
         REGISTRY.register(PrometheusCollector(db))
@@ -198,7 +207,7 @@ class PrometheusCollector:
         names = list(self.labels)
         values = [self.labels[n] for n in names]
         p = self.prefix
-        for name, v in collect(self.db).items():
+        for name, v in self.db.metrics().items():
             full = f"{p}_{name}"
             if name.endswith("_seconds") and isinstance(v, dict) and "buckets" in v:
                 fam_h = HistogramMetricFamily(full, f"shaledb {name}", labels=names)
@@ -229,4 +238,12 @@ def _buckets(h: Mapping[str, Any]) -> list[tuple[str, int]]:
     return [("+Inf" if le == float("inf") else repr(float(le)), n) for le, n in h["buckets"]]
 
 
-__all__ = ["Histogram", "PrometheusCollector", "StoreTimer", "TimedStore", "WriterMetrics", "collect"]
+__all__ = [
+    "Histogram",
+    "PrometheusCollector",
+    "StoreTimer",
+    "TimedStore",
+    "WriterMetrics",
+    "collect",
+    "store_metrics",
+]
