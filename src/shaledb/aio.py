@@ -470,7 +470,9 @@ class Db(_Reads):
         try:
             await self._executor.run(self.sync.close)
         finally:
-            await asyncio.get_running_loop().run_in_executor(None, self._waiter.stop)
+            # On the handle's own pool: the loop's default executor would start a thread
+            # that outlives the handle until the loop ends.
+            await self._executor.run(self._waiter.stop)
             self._executor.shutdown()
 
     @property

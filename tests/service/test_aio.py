@@ -335,6 +335,28 @@ def test_a_write_after_close_raises(mem_url: str) -> None:
     asyncio.run(main())
 
 
+def test_close_leaves_no_thread_behind(tmp_path: Any) -> None:
+    """A closed handle's threads are gone while the loop still runs (a service that opens a
+    database per request must not collect a thread per handle until it exits)."""
+
+    async def main() -> None:
+        before = {t.ident for t in threading.enumerate()}
+        db = await aio.Db.open(str(tmp_path / "db"), settings=QUIET)
+        await db.put(b"a", b"1")
+        await db.close()
+        reader = await aio.DbReader.open(str(tmp_path / "db"))
+        assert await reader.get(b"a") == b"1"
+        await reader.close()
+        for _ in range(100):
+            left = [t.name for t in threading.enumerate() if t.ident not in before]
+            if not left:
+                break
+            await asyncio.sleep(0.02)
+        assert left == []
+
+    asyncio.run(main())
+
+
 def test_sync_and_async_share_the_engine(mem_url: str) -> None:
     async def main() -> None:
         async with await aio.Db.open(mem_url, settings=QUIET) as db:
