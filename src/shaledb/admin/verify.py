@@ -32,6 +32,7 @@ from ..errors import CorruptionError, NotFound, ObjectNotFound, ShaleError
 from ..format import paths
 from ..format.coding import crc32c
 from ..format.sst import decode_sst
+from ..format.wal import EpochGate, wal_object_epoch
 from ..manifest.invariants import ManifestInvariantError, check_manifest
 from ..manifest.model import Manifest, SstInfo, TrackedWal
 from ..manifest.store import ManifestStore
@@ -81,6 +82,8 @@ class _Verifier:
         self._seen: set[tuple[int, str]] = set()
         self._checks: list[tuple[int, Callable[[], None]]] = []  # (bytes it reads, the check)
         self._lock = threading.Lock()
+        self._wal_epochs: dict[int, int | None] = {}
+        """Deep check: each WAL object's writer epoch (None: zero-length), for :meth:`wal_order`."""
 
     def problem(self, path: str, message: str) -> None:
         with self._lock:
@@ -214,9 +217,10 @@ class _Verifier:
                 if w is not None and present[wid] != w.size:
                     self.problem(path, f"is {present[wid]} bytes, the manifest tracked {w.size}")
                 continue
-            self.later(present[wid], partial(self._check_wal, path, w))
+            self.later(present[wid], partial(self._check_wal, wid, w))
 
-    def _check_wal(self, path: str, w: TrackedWal | None) -> None:
+    def _check_wal(self, wid: int, w: TrackedWal | None) -> None:
+        path = paths.wal_path(wid)
         data = self.read(self.store, path, w.size if w is not None else None)
         if data is None:
             return
@@ -224,6 +228,22 @@ class _Verifier:
             self.problem(path, "CRC32C differs from the manifest's record")
         if data:
             self._decodes(path, data)
+        try:
+            epoch = wal_object_epoch(data)
+        except CorruptionError:
+            return  # (reported by the decode above)
+        with self._lock:
+            self._wal_epochs[wid] = epoch
+
+    def wal_order(self) -> None:
+        """After the deep checks: a zero-length WAL object between objects of one writer is
+        an emptied data object, not a fence (:class:`~shaledb.format.wal.EpochGate`)."""
+        gate = EpochGate()
+        for wid in sorted(self._wal_epochs):
+            try:
+                gate.admit_epoch(self._wal_epochs[wid], paths.wal_path(wid))
+            except CorruptionError as exc:
+                self.problem(exc.path or paths.wal_path(wid), str(exc).removeprefix(f"{exc.path}: "))
 
     def manifest(self, m: Manifest) -> None:
         self.report.manifests.append(m.id)
@@ -275,6 +295,8 @@ def verify(
             except CorruptionError as exc:
                 v.problem(paths.manifest_path(cp.manifest_id), f"damaged: {exc}")
         v.run(workers, progress)
+        v.wal_order()
+        v.report.problems.sort()
         return v.report
 
 

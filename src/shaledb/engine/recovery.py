@@ -310,7 +310,17 @@ def replay_wal(
                 damaged = f"checksum or size differs from the manifest's record ({tw.size} bytes)"
             else:
                 damaged = None
-            if not gate.admit(data, path):
+            try:
+                admitted = gate.admit(data, path)
+            except CorruptionError as exc:  # an emptied WAL object before this one (EpochGate)
+                what = str(exc).removeprefix(f"{exc.path}: ")
+                if _damage(res, exc.path or path, what, mode, lambda: False, whole=True):
+                    res.skipped.append(
+                        f"not replayed after the damage: {', '.join(paths.wal_path(i) for i in ids[pos:])}"
+                    )
+                    break
+                admitted = gate.admit(data, path)  # (the gate has let the empty object go)
+            if not admitted:
                 continue  # a crashed writer's object after the hole the next writer fenced
             is_tail = functools.partial(_only_fences, store, ids[pos + 1 :])
             stop = _replay_object(res, path, data, damaged, mode, is_tail, wid, threshold)

@@ -190,21 +190,47 @@ class EpochGate:
     after a newer epoch's object is such a dead object: this gate skips it.
     In a log written one PUT at a time an older epoch never follows a newer
     one except as an empty fence, so nothing else is skipped.
+
+    A zero-length object is a fence of unknown epoch, which only a *newer*
+    writer can have placed: a writer that meets one stops (``FencedError``).
+    So an object after it from the epoch before it, or an older one, means
+    the zero-length object was a data object emptied by damage; that raises
+    ``CorruptionError`` naming it (before, its writes vanished without a word).
+    Only the first object read can be emptied unseen: nothing before it tells
+    its writer's epoch.
     """
 
-    __slots__ = ("epoch",)
+    __slots__ = ("_empty", "epoch")
 
     def __init__(self) -> None:
         self.epoch = 0
+        self._empty: str | None = None
+        """The first zero-length object since the last object with an epoch."""
 
     def admit(self, data: bytes, path: str) -> bool:
         """True if the object ``data`` (read in id order) belongs to the log."""
         if not data:
-            return True
+            return self.admit_epoch(None, path)
         try:
             epoch = decode_meta(data, len(data)).props.writer_epoch
         except CorruptionError:
             return True  # the caller's decoding reports the damage
+        return self.admit_epoch(epoch, path)
+
+    def admit_epoch(self, epoch: int | None, path: str) -> bool:
+        """:meth:`admit` for an object whose epoch is known (None: zero-length)."""
+        if epoch is None:
+            if self._empty is None:
+                self._empty = path
+            return True
+        empty, self._empty = self._empty, None
+        if empty is not None and 0 < epoch <= self.epoch:
+            raise CorruptionError(
+                f"zero-length, but {path} after it was written by epoch {epoch} and the object "
+                f"before it by epoch {self.epoch}: only a newer writer's fence may be empty, so "
+                "this was a WAL object holding writes",
+                empty,
+            )
         if epoch < self.epoch:
             log.info("skipping %s: written by epoch %d after epoch %d fenced it", path, epoch, self.epoch)
             return False
