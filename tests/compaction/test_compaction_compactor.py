@@ -6,6 +6,7 @@ import io
 import json
 import threading
 import time
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -13,9 +14,11 @@ import pytest
 from compaction_support import memory_store
 
 from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, Settings
+from shaledb.admin import read_manifest
 from shaledb.cli import main
 from shaledb.compaction import Compactor, EmbeddedCompactor
 from shaledb.format import paths
+from shaledb.manifest.options import OPT_COMPACTOR_RELEASED
 from shaledb.store import ObjectStore, StoreWrapper
 
 NO_BG = Settings(
@@ -184,27 +187,59 @@ def test_each_job_holds_a_lease_until_its_commit() -> None:
         db.close()
 
 
-def test_embedded_compactor_is_fenced_by_a_standalone_one_and_the_writer_keeps_going() -> None:
+def _until(cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_embedded_compactor_pauses_for_a_standalone_one_and_resumes_when_it_closes() -> None:
     with memory_store() as store:
         settings = NO_BG.replace(compactor=OPTS)
         db = Db.open(store=store, settings=settings)
         (emb,) = [s for s in db._background if isinstance(s, EmbeddedCompactor)]
         model = fill(db, 200)
-        deadline = time.monotonic() + 30
-        while db.manifest.data.l0 and time.monotonic() < deadline:  # it compacts on its own
-            time.sleep(0.01)
-        assert db.manifest.data.runs
+        _until(lambda: bool(db.manifest.data.runs), "the embedded compactor compacts on its own")
         standalone = Compactor.open(store=store, options=OPTS)
         model.update(fill(db, 200, tag=b"w"))
-        deadline = time.monotonic() + 30
-        while emb.alive and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not emb.alive and isinstance(emb.fenced, FencedError)
+        _until(lambda: isinstance(emb.fenced, FencedError), "the embedded compactor is fenced")
+        assert emb.alive  # paused, not stopped
         db.put(b"after", b"fence")  # the writer is unaffected
         model[b"after"] = b"fence"
         assert standalone.run_once().aborted == 0
+        epoch = standalone.epoch
+        standalone.close()  # gives the role back
+        # L0 grows again; the writer reads the release in the manifest of its next flush.
+        model.update(fill(db, 200, tag=b"x"))
+        _until(lambda: emb.fenced is None, "the embedded compactor resumes")
+        assert epoch is not None and db.manifest.compactor_epoch > epoch
+        done = emb.totals.committed
+        db.flush(memtable=True)
+        _until(lambda: emb.totals.committed > done, "and compacts again")
         db.refresh_manifest()
         assert dict(db.scan()) == model
+        db.close()
+
+
+def test_a_released_role_stays_with_the_compactor_that_took_it_over() -> None:
+    """Closing an older compactor after a newer one claimed releases nothing: the embedded
+    compactor stays paused while the newer one runs."""
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG.replace(compactor=OPTS))
+        (emb,) = [s for s in db._background if isinstance(s, EmbeddedCompactor)]
+        fill(db, 50)
+        first = Compactor.open(store=store, options=OPTS)
+        second = Compactor.open(store=store, options=OPTS)
+        first.close()
+        fill(db, 200, tag=b"w")
+        _until(lambda: isinstance(emb.fenced, FencedError), "the embedded compactor is fenced")
+        time.sleep(0.3)
+        db.flush(memtable=True)
+        assert emb.fenced is not None and db.manifest.option(OPT_COMPACTOR_RELEASED) is None
+        second.close()
+        fill(db, 50, tag=b"x")
+        _until(lambda: emb.fenced is None, "it resumes once the holder closes")
         db.close()
 
 
@@ -218,8 +253,8 @@ def test_cli_run_compactor_once_and_gc_dry_run(tmp_path: Path) -> None:
         assert main(["--path", url, "--json", "run-compactor", "--once"]) == 0
     report = json.loads(buf.getvalue())
     assert report["committed"] >= 1 and report["bytes_written"] > 0
-    # A one-off run fenced whatever compactor ran before (a writer's embedded one): it says so.
-    assert "stops until its process opens again" in note.getvalue()
+    # The run gave the role back at exit: a writer's embedded compactor it fenced resumes.
+    assert read_manifest(url).option(OPT_COMPACTOR_RELEASED) == str(read_manifest(url).compactor_epoch)
     buf = io.StringIO()
     with redirect_stdout(buf):
         assert main(["--path", url, "--json", "run-gc", "--dry-run", "--min-age", "0"]) == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -82,24 +81,20 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
 
         opts = replace(opts, **changes)
     c = Compactor.open(args.path, opts)
-    if args.once:
-        with out.progress("compaction", unit="bytes") as progress:
-            r = c.run_once(progress=progress)
-        _emit_line(out, r.to_dict(), _compaction_line(r))
-        # Claiming the epoch fenced any compactor running before, a writer's embedded one
-        # included: it stays stopped until that writer reopens, which a one-off run to
-        # "kick" compaction does not suggest.
-        sys.stderr.write(
-            f"shaledb: note: this run took compactor epoch {c.epoch}; a compactor running before "
-            "it (a writer's embedded one too) stops until its process opens again: reopen that "
-            "writer, or keep a compactor running (run-compactor without --once)\n"
-        )
+    try:
+        if args.once:
+            with out.progress("compaction", unit="bytes") as progress:
+                r = c.run_once(progress=progress)
+            _emit_line(out, r.to_dict(), _compaction_line(r))
+            return None
+        if not out.as_json:
+            out.line(f"compactor running with epoch {c.epoch} (Ctrl-C to stop)")
+        with _stop_on_signals(c.stop):
+            c.run(on_report=lambda r: _emit_line(out, r.to_dict(), _compaction_line(r)))
         return None
-    if not out.as_json:
-        out.line(f"compactor running with epoch {c.epoch} (Ctrl-C to stop)")
-    with _stop_on_signals(c.stop):
-        c.run(on_report=lambda r: _emit_line(out, r.to_dict(), _compaction_line(r)))
-    return None
+    finally:
+        # Gives the role back: a writer's embedded compactor this one fenced resumes.
+        c.close()
 
 
 def _gc_line(r: GcReport) -> str:

@@ -11,7 +11,9 @@ Fencing (see docs/design/manifest-and-fencing.md). Opening a compactor bumps ``c
 Every commit re-checks the epoch inside its manifest mutator, so an older
 compactor's next commit raises :class:`~shaledb.errors.FencedError` and its
 outputs become orphans for the garbage collector. An embedded compactor that
-is fenced by a standalone one logs and stops; the writer keeps running.
+is fenced by a standalone one pauses (the writer keeps running) and claims the
+role again once that one closes: ``Compactor.close`` records its epoch as
+released in the manifest (``ReleaseCompactorEpoch``).
 
 The commit (:func:`apply_compaction`) re-validates against the *latest*
 manifest, because the writer keeps flushing while a job runs: the job's L0
@@ -49,8 +51,9 @@ from ..engine.parents import ExternalStores, default_factory
 from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError
 from ..format import paths
 from ..format.coding import CODECS
-from ..manifest.edits import ClaimCompactorEpoch, Decorated, Edit
+from ..manifest.edits import ClaimCompactorEpoch, Decorated, Edit, ReleaseCompactorEpoch
 from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
+from ..manifest.options import OPT_COMPACTOR_RELEASED
 from ..manifest.store import ManifestStore
 from ..merge import as_operator
 from ..settings import CompactorOptions, MiB, Settings
@@ -574,9 +577,28 @@ class Compactor:
         self._wake.set()
 
     def close(self) -> None:
+        """Stop, and give the compactor role up (:meth:`release`), so a writer's embedded
+        compactor this one fenced resumes; then close what :meth:`open` opened."""
         self.stop()
+        if self.host is None and self.epoch is not None:
+            self.release()
         close_quietly(self.external if self._own_external else None, self.owned_store)
         self.owned_store = None
+
+    def release(self) -> None:
+        """Record in the manifest that this compactor's epoch gave the role up (one CAS;
+        nothing if another compactor took over since). An embedded compactor fenced by this
+        one sees the mark and claims the role again; a failure is logged (the embedded one
+        then stays paused until its writer reopens, as before this existed)."""
+        epoch, self.epoch = self.epoch, None
+        if epoch is None:
+            return
+        try:
+            self._update(ReleaseCompactorEpoch(epoch))
+        except ShaleError as exc:
+            log.warning("compactor epoch %d could not give its role back: %s", epoch, exc)
+            return
+        log.info("compactor epoch %d released the role", epoch)
 
     def __enter__(self) -> Compactor:
         return self
@@ -612,9 +634,12 @@ def working_set(settings: Settings, options: CompactorOptions) -> tuple[int, int
 class EmbeddedCompactor:
     """A compactor thread inside the writer (``Settings.compactor`` not None).
 
-    Fenced by a standalone compactor (or the writer fenced): logs and stops;
-    the writer keeps running. Other failures are logged and retried at the
-    next poll, so a flaky store does not stop compaction for good.
+    Fenced by a standalone compactor: pauses (logs a WARNING), and claims the role again
+    once that compactor closes and releases it (``ReleaseCompactorEpoch``, seen in the
+    manifests the writer reads anyway: no request of its own). Before, it stopped until the
+    writer reopened, and a one-off ``run-compactor --once`` or Spark compaction left the
+    writer stalled on L0 for good. Other failures are logged and retried at the next
+    poll, so a flaky store does not stop compaction for good.
     """
 
     def __init__(self, host: WriterHost, options: CompactorOptions) -> None:
@@ -626,7 +651,9 @@ class EmbeddedCompactor:
             rng=random.Random(host.rng.getrandbits(64)),
             host=host,
         )
+        self.host = host
         self.fenced: FencedError | None = None
+        """Set while paused: the fencing that paused it."""
         self.last_error: BaseException | None = None
         self.reports = 0
         self.totals = CompactionReport()
@@ -636,13 +663,27 @@ class EmbeddedCompactor:
         self._thread = threading.Thread(target=self._run, name="shaledb-compactor", daemon=True)
         self._thread.start()
 
+    def _released(self) -> bool:
+        """Whether the compactor that fenced this one has given the role up."""
+        m = self.host.manifest
+        return m.option(OPT_COMPACTOR_RELEASED) == str(m.compactor_epoch)
+
     def _run(self) -> None:
         c = self.compactor
         opts = c.options
         while not c._stop.is_set():
             try:
                 if c.epoch is None:
+                    if self.fenced is not None and not self._released():
+                        c.clock.wait(c._wake, opts.poll_interval_s)
+                        c._wake.clear()
+                        continue
                     c.claim()
+                    if self.fenced is not None:
+                        log.warning(
+                            "embedded compactor resumes with epoch %d (the other compactor closed)", c.epoch
+                        )
+                        self.fenced = None
                 report = c.run_once()
                 self.reports += 1
                 self.totals.merge(report)
@@ -653,8 +694,8 @@ class EmbeddedCompactor:
                     continue
             except FencedError as exc:
                 self.fenced = exc
-                log.warning("embedded compactor stops: %s", exc)
-                return
+                c.epoch = None
+                log.warning("embedded compactor pauses: %s; it resumes when that compactor closes", exc)
             except Exception as exc:  # noqa: BLE001 - logged and retried; the writer keeps going
                 self.last_error = exc
                 log.error("embedded compaction failed (retrying in %.1fs): %s", opts.poll_interval_s, exc)

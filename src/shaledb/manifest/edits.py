@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from ..clock import Clock
 from ..errors import DatabaseDestroyed, FencedError, InvalidArgument
 from .model import Checkpoint, JournalFile, Manifest
+from .options import OPT_COMPACTOR_RELEASED
 
 
 class Edit(ABC):
@@ -152,10 +153,27 @@ class ClaimWriterEpoch(Edit):
 
 @dataclass(frozen=True)
 class ClaimCompactorEpoch(Edit):
-    """A compactor starting takes the next compactor epoch, fencing older compactors' commits."""
+    """A compactor starting takes the next compactor epoch, fencing older compactors' commits
+    (and clearing a released epoch's mark: the role is held again)."""
 
     def apply(self, m: Manifest) -> Manifest | None:
-        return replace(m, compactor_epoch=m.compactor_epoch + 1)
+        options = tuple((k, v) for k, v in m.options if k != OPT_COMPACTOR_RELEASED)
+        return replace(m, compactor_epoch=m.compactor_epoch + 1, options=options)
+
+
+@dataclass(frozen=True)
+class ReleaseCompactorEpoch(Edit):
+    """A compactor closing gives its role up: the manifest records its epoch as released,
+    so the embedded compactor it fenced may claim again. Nothing if another took over."""
+
+    epoch: int
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        if m.compactor_epoch != self.epoch or m.option(OPT_COMPACTOR_RELEASED) == str(self.epoch):
+            return None
+        options = dict(m.options)
+        options[OPT_COMPACTOR_RELEASED] = str(self.epoch)
+        return replace(m, options=tuple(sorted(options.items())))
 
 
 @dataclass(frozen=True)
@@ -246,6 +264,7 @@ class RemoveOption(Edit):
 __all__ = [
     "ClaimCompactorEpoch",
     "ClaimWriterEpoch",
+    "ReleaseCompactorEpoch",
     "Decorated",
     "DropCheckpoint",
     "DropCheckpoints",

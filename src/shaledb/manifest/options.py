@@ -22,4 +22,9 @@ epoch with (absent: 1). An opening writer fences that many slots minus one after
 fence (``engine.recovery.write_fence``): a database whose writers never pipelined
 pays one fence PUT per open, as before pipelining."""
 
-__all__ = ["OPT_COMPLETE", "OPT_INDEXED", "OPT_RECOVERY", "OPT_WAL_WINDOW"]
+OPT_COMPACTOR_RELEASED = "compactor.released"
+"""The compactor epoch whose holder closed and gave the role up (a standalone compactor,
+``run-compactor --once``, a Spark compaction): a writer's embedded compactor that it
+fenced claims the role again (``compaction.compactor.EmbeddedCompactor``)."""
+
+__all__ = ["OPT_COMPACTOR_RELEASED", "OPT_COMPLETE", "OPT_INDEXED", "OPT_RECOVERY", "OPT_WAL_WINDOW"]

@@ -2,9 +2,9 @@
 
 The driver (the calling process) opens a :class:`~shaledb.Compactor`, which
 claims ``compactor_epoch`` and so fences any other compactor (an embedded
-one logs and stops). For each job the scheduler proposes it cuts the key
-space into ranges of similar input size (``Compactor.plan_ranges``), holds
-the job's lease while one Spark task per range runs
+one pauses, and resumes when this job closes its compactor). For each job
+the scheduler proposes it cuts the key space into ranges of similar input
+size (``Compactor.plan_ranges``), holds the job's lease while one Spark task per range runs
 ``Compactor.execute_range`` (the executor's own code: same merge, same
 tombstone and expiry rules, same SST format), and commits the concatenated
 outputs with one manifest CAS (``Compactor.commit``), which re-checks the
@@ -108,15 +108,18 @@ def compact(
     report = SparkCompactionReport()
     started = time.monotonic()
     c = Compactor.open(url, options, settings=settings, store_options=sopts)
-    while True:
-        specs = c.schedule()
-        if not specs:
-            break
-        for spec in specs:
-            _run_job(sc, c, url, sopts, settings, options, spec, n, report)
-        if not until_settled:
-            break
-    report.manifest_id = c.latest().id
+    try:
+        while True:
+            specs = c.schedule()
+            if not specs:
+                break
+            for spec in specs:
+                _run_job(sc, c, url, sopts, settings, options, spec, n, report)
+            if not until_settled:
+                break
+        report.manifest_id = c.latest().id
+    finally:
+        c.close()  # gives the role back: a writer's embedded compactor it fenced resumes
     report.duration_s = time.monotonic() - started
     return report
 
