@@ -283,3 +283,22 @@ def test_endpoint_without_scheme_is_refused_at_open(endpoint: str, monkeypatch: 
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     with pytest.raises(InvalidArgument, match="not a URL"):
         open_store("s3://bucket/db", endpoint=endpoint, access_key_id="x", secret_access_key="xxxx")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"s3://AKIAKEYID:{SECRET}/tail@bucket/db",  # a '/' in the secret ends the authority early
+        f"s3://AKIAKEYID:{SECRET}?tail@bucket/db",
+        f"s3://AKIAKEYID:{SECRET}#tail@bucket/db",
+        f"gs://AKIAKEYID:{SECRET}/tail@bucket/db",
+        f"memory://AKIAKEYID:{SECRET}/tail@name/db",
+        f"file://AKIAKEYID:{SECRET}/tail@localhost/tmp/db",
+    ],
+)
+def test_credentials_cut_short_by_a_slash_are_refused_unrepeated(url: str) -> None:
+    """The secret's first part was echoed as an invalid bucket name (or an unknown URL
+    option) because urlsplit ends the host at the secret's '/', '?' or '#'."""
+    with pytest.raises(InvalidArgument, match="must not carry credentials") as info:
+        open_store(url)
+    assert SECRET not in str(info.value) and "AKIAKEYID" not in str(info.value)

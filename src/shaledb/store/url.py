@@ -126,12 +126,26 @@ def _split_query(query: str, url: str) -> dict[str, str]:
 
 
 def _refuse_userinfo(scheme: str, netloc: str) -> None:
-    """``scheme://user:secret@bucket/...``: refused, and the message does not repeat it."""
-    if scheme and len(scheme) > 1 and "@" in netloc:
+    """``scheme://user:secret@bucket/...``: refused, and the message does not repeat it.
+
+    A secret holding ``/``, ``?`` or ``#`` (AWS secret keys often hold ``/``) ends the
+    URL's authority early: ``s3://AKID:abc/def@bucket/db`` parses as the host ``AKID:abc``
+    with no ``@`` in it. No bucket, container or memory name has a ``:``, so one in the
+    authority is refused the same way, without repeating it (it is part of a secret or a
+    port no store URL takes).
+    """
+    if not scheme or len(scheme) == 1:
+        return
+    if "@" in netloc:
         host = netloc.rpartition("@")[2]
         raise InvalidArgument(
             f"a database URL must not carry credentials ({scheme}://<redacted>@{host}/...): "
             f"remove the part before '@'; {_CREDENTIALS_GO}"
+        )
+    if ":" in netloc:
+        raise InvalidArgument(
+            f"a database URL must not carry credentials or a port ({scheme}://<redacted>/...): "
+            f"name the bucket alone, e.g. {scheme}://BUCKET/prefix; {_CREDENTIALS_GO}"
         )
 
 
