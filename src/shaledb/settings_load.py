@@ -299,16 +299,31 @@ def from_toml(cls: type[T], text: str, source: str = "<toml>") -> T:
 
 def from_file(cls: type[T], path: str | os.PathLike[str]) -> T:
     """``cls`` from a TOML file."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgument(f"settings file must be a path (str or os.PathLike), got {type(path).__name__}")
     p = Path(path)
     if "\x00" in str(p):
         raise InvalidArgument("settings file path contains a NUL character")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = _read_text(p)
     except FileNotFoundError:
         raise InvalidArgument(f"settings file {str(p)!r} does not exist") from None
+    return from_toml(cls, text, str(p))
+
+
+def _read_text(p: Path) -> str:
+    """A settings file's text; InvalidArgument if it cannot be read or is not UTF-8 (TOML
+    is UTF-8: a binary or Latin-1 file raised a bare UnicodeDecodeError)."""
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
     except OSError as exc:
         raise InvalidArgument(f"cannot read settings file {str(p)!r}: {exc.strerror}") from None
-    return from_toml(cls, text, str(p))
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(
+            f"settings file {str(p)!r} is not UTF-8 text (byte {exc.start}); TOML files are UTF-8"
+        ) from None
 
 
 def _toml_value(v: Any) -> str:
@@ -377,7 +392,7 @@ def load_settings(
     if path is not None:
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            text = _read_text(p)
         except OSError as exc:
             raise InvalidArgument(f"cannot read settings file {str(p)!r}: {exc.strerror}") from None
         try:

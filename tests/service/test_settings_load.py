@@ -153,3 +153,24 @@ def test_cli_refuses_a_typo_before_touching_the_database(tmp_path: Path) -> None
     assert not db.exists()
     p = _cli("--path", str(db), "put", "k", "v", env={"SHALEDB_FLUSH_INTERVAL_S": "0.2"})
     assert p.returncode == 0, p.stderr
+
+
+def test_non_utf8_file_is_a_clear_error(tmp_path: Path) -> None:
+    """A binary or Latin-1 settings file raised a bare UnicodeDecodeError (from_file, and
+    a traceback from `shaledb --settings FILE`); a non-path raised TypeError."""
+    path = tmp_path / "latin1.toml"
+    path.write_bytes("flush_interval_s = 1 # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(InvalidArgument, match="not UTF-8"):
+        Settings.from_file(path)
+    with pytest.raises(InvalidArgument, match="not UTF-8"):
+        load_settings(Settings, path=str(path), env={})
+    with pytest.raises(InvalidArgument, match="must be a path"):
+        Settings.from_file(5)  # type: ignore[arg-type]
+    result = subprocess.run(
+        [*BASE, "--path", str(tmp_path / "db"), "--settings", str(path), "settings"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "not UTF-8" in result.stderr
