@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shaledb import Db, Settings, __version__
+from shaledb import Db, InvalidArgument, Settings, __version__
 from shaledb.cli.app import build_parser, main
 from shaledb.cli.output import Output, parse_bytes, render_bytes
 
@@ -164,3 +164,21 @@ def test_bench_prints_request_counts_for_people_and_reads_the_settings_file(tmp_
     p = run("--settings", str(bad), "bench", "--keys", "300", "--path", str(tmp_path / "b"))
     assert p.returncode == 2 and "compression" in p.stderr and "bad.toml" in p.stderr, p.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_a_key_that_is_not_utf8_is_a_usage_error(db: Path) -> None:
+    """`shaledb get $'\\xff'`: argv's non-UTF-8 bytes arrive as lone surrogates and raised a
+    UnicodeEncodeError traceback (exit 1); now InvalidArgument naming the hex form (exit 2)."""
+    with pytest.raises(InvalidArgument, match="0xff"):
+        parse_bytes("\udcff")
+    with pytest.raises(InvalidArgument, match="not UTF-8"):
+        parse_bytes("text:\ud800")
+    p = subprocess.run(
+        [*BASE, "--path", str(db), "get", b"\xff".decode("utf-8", "surrogateescape")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr and "0xff" in p.stderr

@@ -189,7 +189,7 @@ def parse_bytes(text: str) -> bytes:
     key ``0xford``, and ``text:text:a`` the key ``text:a``.
     """
     if text.startswith(TEXT_PREFIX):
-        return text[len(TEXT_PREFIX) :].encode("utf-8")
+        return _utf8(text[len(TEXT_PREFIX) :])
     if text.startswith("0x") and len(text) > 2:
         try:
             return bytes.fromhex(text[2:])
@@ -197,7 +197,20 @@ def parse_bytes(text: str) -> bytes:
             raise InvalidArgument(
                 f"{text!r} starts with 0x but is not hex; write {TEXT_PREFIX}{text} for that literal text"
             ) from exc
-    return text.encode("utf-8")
+    return _utf8(text)
+
+
+def _utf8(text: str) -> bytes:
+    """An argument's UTF-8; bytes that are not UTF-8 (Python decodes them from argv as lone
+    surrogates) are InvalidArgument naming the ``0x`` form, not a UnicodeEncodeError."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raise InvalidArgument(f"{text!r} is not UTF-8 text; give the bytes in hex, 0x...") from None
+        raise InvalidArgument(f"{text!r} is not UTF-8 text; give the bytes in hex: 0x{raw.hex()}") from None
 
 
 def human_size(n: int) -> str:
