@@ -302,3 +302,21 @@ def test_credentials_cut_short_by_a_slash_are_refused_unrepeated(url: str) -> No
     with pytest.raises(InvalidArgument, match="must not carry credentials") as info:
         open_store(url)
     assert SECRET not in str(info.value) and "AKIAKEYID" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"endpoint": "http://[::1", "allow_http": True}, "is not a URL"),
+        ({"endpoint": "https://[::1"}, "is not a URL"),
+        ({"client_options": "timeout=5s"}, "client_options must be a dict"),
+        ({"client_options": [("timeout", "5s")]}, "client_options must be a dict"),
+    ],
+)
+def test_malformed_endpoint_and_client_options_are_invalid_argument(
+    options: dict[str, Any], message: str
+) -> None:
+    """Before: a bare ValueError from urlsplit ("Invalid IPv6 URL") and from dict() of a
+    string, neither a ShaleError."""
+    with pytest.raises(InvalidArgument, match=message):
+        open_store("s3://bucket/db", **options)

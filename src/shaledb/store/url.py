@@ -301,7 +301,11 @@ def _refuse_schemeless_endpoint(scheme: str, endpoint: Any, secrets: list[str]) 
     """
     if scheme not in ("s3", "az") or not isinstance(endpoint, str) or not endpoint:
         return
-    if not endpoint.lower().startswith(("http://", "https://")) or not urlsplit(endpoint).netloc:
+    try:
+        netloc = urlsplit(endpoint).netloc
+    except ValueError:  # e.g. an unclosed IPv6 bracket, "http://[::1"
+        netloc = ""
+    if not endpoint.lower().startswith(("http://", "https://")) or not netloc:
         raise InvalidArgument(
             f"the endpoint {scrub(endpoint, secrets)!r} is not a URL: give it with its scheme, "
             "e.g. https://host:port (or http://host:port with allow_http)"
@@ -314,7 +318,12 @@ def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str
     _check_bucket(scheme, bucket)
     prefix = _clean_prefix(path, url)
     kwargs: dict[str, Any] = dict(options)
-    client_options: dict[str, Any] = dict(kwargs.pop("client_options", None) or {})
+    raw_client_options = kwargs.pop("client_options", None) or {}
+    if not isinstance(raw_client_options, Mapping):
+        raise InvalidArgument(
+            f"store option client_options must be a dict, got {type(raw_client_options).__name__}"
+        )
+    client_options: dict[str, Any] = dict(raw_client_options)
     if "allow_http" in kwargs:
         client_options["allow_http"] = _truthy(kwargs.pop("allow_http"))
     if scheme == "s3":
