@@ -320,3 +320,13 @@ def test_malformed_endpoint_and_client_options_are_invalid_argument(
     string, neither a ShaleError."""
     with pytest.raises(InvalidArgument, match=message):
         open_store("s3://bucket/db", **options)
+
+
+def test_an_endpoint_with_user_info_is_not_repeated_in_errors(caplog: pytest.LogCaptureFixture) -> None:
+    """EndpointUnreachable named the endpoint as given: http://user:SECRET@host:port."""
+    caplog.set_level(logging.DEBUG)
+    st = open_store("s3://bucket/db", endpoint=f"http://user:{SECRET}@127.0.0.1:9", allow_http=True)
+    with pytest.raises(ShaleError) as info:
+        st.get("k")
+    texts = [str(info.value), caplog.text]
+    assert all(SECRET not in t for t in texts), texts

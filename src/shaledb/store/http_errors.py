@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import BucketNotFound, EndpointUnreachable, InvalidArgument, PermissionDenied, ShaleError
+from .scrub import scrub
 
 _STATUS = re.compile(r"status code: (\d{3})")
 _BUCKET_MISSING = (
@@ -97,7 +98,7 @@ class CloudService:
         at = self.endpoint or {"s3": "AWS S3", "gs": "Google Cloud Storage", "az": "Azure Blob Storage"}.get(
             self.scheme, self.scheme
         )
-        return f"{kind} {self.bucket!r} at {at}"
+        return f"{kind} {self.bucket!r} at {scrub(at)}"  # an endpoint may carry user:password@
 
 
 def http_status(text: str) -> int | None:
