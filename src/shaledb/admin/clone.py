@@ -73,7 +73,7 @@ from ..store.new_root import check_new_root
 from ..store.parallel import run_bounded
 from ..store.roots import check_disjoint
 from ..store.stack import close_quietly, wrap_store
-from ..store.url import open_store
+from ..store.url import open_store, store_options_dict
 from .checkpoint import (
     as_checkpoint_id,
     durable_wal_tail,
@@ -468,7 +468,7 @@ def open_clone(
     owned = store is None
     if store is None:
         assert url is not None
-        store = open_store(url, **(store_options or {}))
+        store = open_store(url, **store_options_dict(store_options))
     wrapped = wrap_store(store, settings, clock, rng)
     preset = {parent: wrap_store(parent_store, settings, clock, rng)} if parent_store is not None else None
     external = ExternalStores(factory, own_url=own_url, preset=preset)

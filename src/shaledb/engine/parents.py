@@ -36,7 +36,7 @@ from ..settings import RetryOptions
 from ..store.base import ObjectStore
 from ..store.retrying import RetryingStore
 from ..store.roots import check_disjoint
-from ..store.url import check_url_text, open_store
+from ..store.url import check_url_text, open_store, store_options_dict
 from ..store.wrappers import InstrumentedStore
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def default_factory(
     retry: RetryOptions, clock: Clock, rng: random.Random, store_options: Mapping[str, Any] | None
 ) -> StoreFactory:
     """Open a URL with ``open_store`` and the usual retrying, accounted stack."""
-    opts = dict(store_options or {})
+    opts = store_options_dict(store_options)
 
     def open_url(url: str) -> ObjectStore:
         scheme = urlsplit(url).scheme.lower()

@@ -21,7 +21,7 @@ from ..errors import InvalidArgument
 from ..settings import Settings
 from .base import ObjectStore
 from .retrying import RetryingStore
-from .url import open_store
+from .url import open_store, store_options_dict
 from .wrappers import InstrumentedStore
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def open_stack(
     if store is None:
         if url is None:
             raise InvalidArgument("give a database URL or a store")
-        store = open_store(url, **dict(store_options or {}))
+        store = open_store(url, **store_options_dict(store_options))
     return wrap_store(store, settings, clock, rng)
 
 

@@ -159,6 +159,21 @@ def _check_bucket(scheme: str, bucket: str) -> None:
         )
 
 
+def store_options_dict(store_options: Any) -> dict[str, Any]:
+    """``store_options`` (a mapping of option names, or None) as a dict for ``open_store(url, **...)``.
+
+    Anything else is the caller's mistake: ``dict("x")`` raised a bare ValueError and
+    ``**{1: ...}`` a TypeError.
+    """
+    if store_options is None:
+        return {}
+    if not isinstance(store_options, Mapping) or not all(isinstance(k, str) for k in store_options):
+        raise InvalidArgument(
+            f"store_options must be a dict of option names to values, got {type(store_options).__name__}"
+        )
+    return dict(store_options)
+
+
 def open_store(url: str | os.PathLike[str], *, cas: str | None = None, **options: Any) -> ObjectStore:
     """Open the store rooted at ``url``.
 
