@@ -21,6 +21,7 @@ import os
 import random
 import threading
 import uuid
+import weakref
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import wait
@@ -99,6 +100,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("shaledb.db")
 
 _OPEN, _CLOSING, _CLOSED = 0, 1, 2
+
+_WRITERS: weakref.WeakSet[Db] = weakref.WeakSet()
+"""Open writers of this process: a forked child must not write through them."""
+
+
+class ForkedHandle(ClosedError):
+    """A writer opened in a parent process, used in a child created by ``fork``."""
+
+
+def _orphan_writers_after_fork() -> None:
+    """In a forked child, stop the parent's writers from writing (``os.register_at_fork``).
+
+    The child inherits the handle but none of its threads. A durable put writes its WAL
+    object on the caller's thread, so the child's put used to land under the parent's
+    epoch at the slot the parent writes next: acknowledged in the child, invisible to the
+    parent, whose next write then failed with a ``CorruptionError``; the child's
+    ``close()`` waited forever for the flusher thread. Reads keep working in the child.
+    """
+    for db in list(_WRITERS):
+        db._failure = ForkedHandle(
+            f"{db!r} was opened by process {db._pid}; this process ({os.getpid()}) is a "
+            "fork of it and cannot write through it (its background threads did not "
+            "survive the fork). Open a shaledb.DbReader, or a Db (fencing the parent's), "
+            "in the child; or start children with the 'spawn' method"
+        )
+        writers.release(getattr(db, "_writer_claim", None), db)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_orphan_writers_after_fork)
 
 
 class Snapshot(SnapshotQueries):
@@ -267,6 +298,8 @@ class Db(Queries):
         self.closing = False
         """Set when close() starts: the final flush must not wait for a compactor."""
         self._failure: BaseException | None = None
+        self._pid = os.getpid()
+        _WRITERS.add(self)
         self.cache = LruCache(settings.block_cache_bytes)
         self.tables = TableCache(
             self._resolve_store, self.cache, settings.sst_read_ahead_bytes, limits_of(settings)
@@ -905,6 +938,8 @@ class Db(Queries):
         f = self._failure
         if isinstance(f, FencedError):
             return FencedError(str(f))
+        if isinstance(f, ForkedHandle):
+            return ForkedHandle(str(f))
         err = ClosedError(f"database stopped after a background failure: {type(f).__name__}: {f}")
         err.__cause__ = f
         return err

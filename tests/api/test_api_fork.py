@@ -1,0 +1,57 @@
+"""A writer handle inherited by a forked child: the child cannot write through it.
+
+Before, a durable put in the child wrote a WAL object under the parent's epoch at the
+slot the parent writes next (acknowledged in the child, invisible to the parent, whose
+next write failed with a CorruptionError), and the child's close() waited forever.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import pytest
+
+import shaledb
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32" or not hasattr(os, "fork"), reason="needs fork")
+
+
+def _child(db: shaledb.Db, out: Connection) -> None:
+    result: dict[str, object] = {"get": db.get(b"a")}
+    try:
+        db.put(b"child", b"1")
+        result["put"] = "ok"
+    except Exception as exc:
+        result["put"] = f"{type(exc).__name__}: {exc}"
+    out.send(result)
+    db.close()
+    out.send("closed")
+
+
+def test_forked_child_cannot_write_and_parent_keeps_writing(tmp_path: Path) -> None:
+    db = shaledb.Db.open(tmp_path / "db")
+    try:
+        db.put(b"a", b"1")
+        ctx = multiprocessing.get_context("fork")
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(db, send))
+        p.start()
+        try:
+            assert recv.poll(30), "the child sent nothing"
+            result = recv.recv()
+            assert result["get"] == b"1"  # reads work in the child
+            assert str(result["put"]).startswith("ForkedHandle"), result
+            assert recv.poll(30) and recv.recv() == "closed", "the child's close() hung"
+        finally:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+        db.put(b"b", b"2")  # the parent is unaffected
+    finally:
+        db.close()
+    with shaledb.Db.open(tmp_path / "db") as again:
+        assert again.get_many([b"a", b"b", b"child"]) == [b"1", b"2", None]
