@@ -188,10 +188,13 @@ class _Executor:
         self.closed = False
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self.submit(fn, *args, **kwargs)
+
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         if self.closed:
             raise ClosedError("the handle is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+        return loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
 
     def shutdown(self) -> None:
         self.closed = True
@@ -212,6 +215,8 @@ class AsyncScan(Generic[T]):
         self._rows: Iterator[T] = iter(())
         self._chunk = chunk
         self._done = False
+        self._pending: asyncio.Future[list[T]] | None = None
+        """The chunk being fetched; a cancelled step leaves it for the next one."""
 
     def __aiter__(self) -> AsyncScan[T]:
         return self
@@ -220,9 +225,15 @@ class AsyncScan(Generic[T]):
         row = next(self._rows, _END)
         if row is not _END:
             return row  # type: ignore[return-value]  # (not the _END marker)
-        if self._done:
+        if self._done and self._pending is None:
             raise StopAsyncIteration
-        rows = await self._executor.run(self._fetch)
+        if self._pending is None:
+            self._pending = self._executor.submit(self._fetch)
+        # Shielded: a cancelled step (a timeout, a cancelled task) leaves the fetch running
+        # and its rows for the next step. Before, they were dropped and the scan went on
+        # after them, silently skipping a chunk.
+        rows = await asyncio.shield(self._pending)
+        self._pending = None
         if not rows:
             self._done = True
             raise StopAsyncIteration
@@ -241,6 +252,7 @@ class AsyncScan(Generic[T]):
     async def aclose(self) -> None:
         self._done = True
         self._rows = iter(())
+        self._pending = None
         if self._scan is not None:
             self._scan.close()
 
@@ -267,6 +279,8 @@ class AsyncChanges:
         self._closed = False
         self._start: Cursor = feed.cursor
         self._last: Cursor | None = None
+        self._pending: asyncio.Future[list[Change]] | None = None
+        """The read in flight; a cancelled step leaves its changes for the next one."""
 
     @property
     def cursor(self) -> Cursor:
@@ -282,7 +296,12 @@ class AsyncChanges:
             if change is not None:
                 self._last = change.cursor
                 return change
-            got = await self._executor.run(self._feed.read, self._chunk)
+            if self._pending is None:
+                self._pending = self._executor.submit(self._feed.read, self._chunk)
+            # Shielded, as a scan's fetch: the feed has moved past what the read returns, so
+            # a cancelled step that dropped them skipped those changes for good.
+            got = await asyncio.shield(self._pending)
+            self._pending = None
             if got:
                 self._buffer = iter(got)
                 continue
@@ -293,6 +312,7 @@ class AsyncChanges:
 
     async def aclose(self) -> None:
         self._closed = True
+        self._pending = None
         self._feed.close()
 
     async def __aenter__(self) -> AsyncChanges:
