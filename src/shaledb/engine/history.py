@@ -99,6 +99,15 @@ def thin_marks(marks: list[Mark]) -> list[Mark]:
     return out
 
 
+def thin_after_first(marks: list[Mark]) -> list[Mark]:
+    """:func:`thin_marks` of every mark but the first, which stays: it is where the list
+    begins (the window's floor, or when history began). Thinning it into the last mark of
+    its interval left every time before that mark unresolvable: a read at a time inside the
+    window, soon after the database was created, raised ``HistoryUnavailable`` naming seq 0
+    as readable."""
+    return marks[:1] + thin_marks(marks[1:])
+
+
 def floor_of(marks: list[Mark], retention_ms: int, now_ms: int, start: int) -> int:
     """The oldest readable sequence number: current ``retention_ms`` ago, or where history began."""
     i = bisect_right(marks, now_ms - retention_ms, key=itemgetter(0))
@@ -181,7 +190,7 @@ class History:
         """Marks older than :data:`FINE_MARKS_MS` down to one per interval (under ``lock``)."""
         marks = self.marks
         cut = bisect_right(marks, now_ms - FINE_MARKS_MS, key=itemgetter(0))
-        marks[:cut] = thin_marks(marks[:cut])
+        marks[:cut] = thin_after_first(marks[:cut])
         self.thin_at = max(_THIN_AT, 2 * len(marks))
 
     def floor(self, now_ms: int) -> int:
@@ -226,7 +235,7 @@ class History:
         opts[OPT_START] = str(min(floor, flushed_seq))  # never past what a crash keeps
         opts[OPT_RETENTION] = str(self.retention_ms)
         opts[OPT_VERSIONS] = "1"
-        opts[OPT_MARKS] = encode_marks(thin_marks(keep[first:]))
+        opts[OPT_MARKS] = encode_marks(thin_after_first(keep[first:]))
 
 
 def manifest_seq(m: Manifest, newest: int, at_seq: int | None, at_ms: int | None, now_ms: int) -> int:
