@@ -15,6 +15,7 @@ one, writes raise (``FencedError`` if another writer took over, else
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
@@ -130,6 +131,30 @@ def _orphan_writers_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_orphan_writers_after_fork)
+
+
+def _flush_writers_at_exit() -> None:
+    """At interpreter exit, make the writes of writers never closed durable in the WAL.
+
+    The WAL thread is a daemon: a script that ended without ``close()`` used to lose
+    every ``durable=False`` write still buffered, silently (a RocksDB or sqlite3 user
+    expects a process exit to keep unsynced writes). A WAL flush is what a crash would
+    have needed; the next open replays it. Handles of another process (a fork) are left.
+    """
+    for db in list(_WRITERS):
+        if db._pid != os.getpid() or db._state != _OPEN or db._failure is not None:
+            continue
+        pending = db._seq > db.wal.durable_seq
+        try:
+            db.flush()
+        except Exception as exc:  # noqa: BLE001 - exiting: report, go on with the others
+            log.warning("%r was not closed, and flushing it at exit failed: %s", db, exc)
+            continue
+        if pending:
+            log.warning("%r was not closed: its writes not yet durable were flushed at exit", db)
+
+
+atexit.register(_flush_writers_at_exit)
 
 
 class Snapshot(SnapshotQueries):
