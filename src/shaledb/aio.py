@@ -488,7 +488,8 @@ class Db(_Reads):
             return
         self._shut = True
         try:
-            await self._executor.run(self.sync.close)
+            # Shielded: a cancelled close() still closes (a second call returns at once).
+            await asyncio.shield(self._executor.submit(self.sync.close))
         finally:
             # On the handle's own pool: the loop's default executor would start a thread
             # that outlives the handle until the loop ends.
@@ -572,7 +573,8 @@ class DbReader(_Reads):
             return
         self._shut = True
         try:
-            await self._executor.run(self.sync.close)
+            # Shielded: a cancelled close() still closes (a second call returns at once).
+            await asyncio.shield(self._executor.submit(self.sync.close))
         finally:
             self._executor.shutdown()
 

@@ -9,6 +9,7 @@ changes (a feed).
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -53,3 +54,28 @@ def test_a_cancelled_change_feed_step_skips_no_changes(mem_url: str) -> None:
 
     keys = asyncio.run(main())
     assert keys == [b"k%05d" % i for i in range(2000)]
+
+
+def test_a_cancelled_close_still_closes(mem_url: str) -> None:
+    async def main() -> tuple[bool, bool]:
+        db = await aio.Db.open(mem_url, workers=1)
+        reader = await aio.DbReader.open(mem_url, workers=1)
+        await db.put(b"k", b"v")
+        gate = threading.Event()
+        busy = [h._executor.submit(gate.wait, 10) for h in (db, reader)]  # the one worker is busy
+        closes = [asyncio.ensure_future(db.close()), asyncio.ensure_future(reader.close())]
+        await asyncio.sleep(0)  # each close is queued behind it
+        for c in closes:
+            c.cancel()
+        await asyncio.gather(*closes, return_exceptions=True)
+        gate.set()
+        await asyncio.gather(*busy)
+        await db.close()  # closing again does nothing: it must not leave the handle open
+        await reader.close()
+        for _ in range(100):
+            if db.sync.closed and reader.sync.closed:
+                break
+            await asyncio.sleep(0.05)
+        return db.sync.closed, reader.sync.closed
+
+    assert asyncio.run(main()) == (True, True)
