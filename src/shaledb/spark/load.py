@@ -31,7 +31,6 @@ import pyarrow as pa
 
 from ..bulk.ingest import IngestPart, abort_ingest, commit_ingest, open_ingest_store
 from ..bulk.ingest.exchange import (
-    GatherTask,
     StagedRun,
     assign,
     choose_bounds,
@@ -60,13 +59,27 @@ _RUN_SCHEMA = pa.schema([("run", pa.binary())])
 
 
 class _Gather:
-    """The write job's function: a key range's rows from every run, as SSTs."""
+    """The write job's function: a key range's rows from every run, as SSTs (one pickled
+    ``GatherTask`` in, one pickled ``IngestPart`` out, per row).
+
+    It runs as ``mapInArrow``, like the stage job, not as an RDD ``map``: Spark honours
+    ``spark.sql.execution.pyspark.udf.hideTraceback.enabled`` (which ``register`` sets) only
+    in SQL's Python runners, so a task's ``InvalidArgument`` (a duplicate key, say) reached
+    the user of an RDD job at the end of a dozen frames of worker and ingest internals.
+    """
 
     def __init__(self, writer: ShaleWriter) -> None:
         self.writer = writer
 
-    def __call__(self, task: GatherTask) -> IngestPart:
-        return self.writer.gather(task)
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for raw in batch.column(0).to_pylist():
+                part = self.writer.gather(pickle.loads(raw))
+                yield pa.RecordBatch.from_pydict({"part": [pickle.dumps(part)]}, schema=_PART_SCHEMA)
+
+
+_TASK_SCHEMA = "task binary"
+_PART_SCHEMA = pa.schema([("part", pa.binary())])
 
 
 def load(df: Any, url: str, options: Mapping[str, str], partitions: int) -> None:
@@ -97,7 +110,11 @@ def load(df: Any, url: str, options: Mapping[str, str], partitions: int) -> None
             len(tasks),
         )
         sc.setJobDescription(f"shaledb ingest {plan.ingest_id}: write {len(tasks)} key ranges")
-        parts = list(sc.parallelize(tasks, len(tasks)).map(_Gather(writer)).collect())
+        pickled = sc.parallelize([(pickle.dumps(t),) for t in tasks], len(tasks))  # one task each
+        written = df.sparkSession.createDataFrame(pickled, _TASK_SCHEMA).mapInArrow(
+            _Gather(writer), "part binary"
+        )
+        parts = [pickle.loads(row.part) for row in written.collect()]
         commit_ingest(plan, parts, url, store_options=opts.store)
     except BaseException:
         abort_ingest(plan, parts, url, store_options=opts.store)  # keeps them if the CAS landed
