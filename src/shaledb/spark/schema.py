@@ -143,7 +143,8 @@ def _names(raw: str | None) -> tuple[str, ...]:
 NO_URL = (
     'give the database URL: .save(url) / .load(url) (or option "path"). For a SQL table, create it '
     "first with CREATE TABLE name USING shaledb OPTIONS (path 'URL'), then saveAsTable or insertInto "
-    "it: saveAsTable cannot create a shaledb table (Spark keeps no path in the new catalog entry). "
+    "it (or INSERT INTO it): saveAsTable and CREATE TABLE ... AS SELECT cannot create a shaledb table "
+    "(Spark keeps no path in the new catalog entry and hands the writer none). "
     "A table created with a column list, CREATE TABLE name (key ..., value ...) USING shaledb, "
     "cannot reach its options either (PySpark hands them to the source only when it asks for the "
     "columns): drop it and create it without one; its columns are key, value, seq and metadata, "

@@ -85,7 +85,7 @@ def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: boo
         )
     if "save_mode" in own:
         raise InvalidArgument(
-            "a stream has no save_mode: it appends each micro-batch (outputMode append or update), "
+            "a stream has no save_mode: it appends each micro-batch (outputMode append), "
             'or replaces the contents with each one (outputMode("complete"))'
         )
     prefix = sink_id(own)
