@@ -34,3 +34,23 @@ def test_the_store_exchange_still_loads_every_range(spark, tmp_path):
     assert record.rows == 500
     got = spark.read.format("shaledb").option("key_type", "string").option("value_type", "string").load(url)
     assert sorted((r.key, r.value) for r in got.collect()) == sorted(rows)
+
+
+def test_a_raw_write_with_on_duplicate_last_whose_partitions_share_a_key_says_to_repartition(spark, tmp_path):
+    """on_duplicate=last is resolved by order_by within each task; copies of a key in two
+    partitions of a raw write fail at the commit, which must not advise setting the options
+    the user already set."""
+    rows = [("a", "1", 1), ("b", "2", 1)]
+    df = spark.createDataFrame(rows, "key string, value string, t int").union(
+        spark.createDataFrame([("a", "3", 2)], "key string, value string, t int")
+    )
+    assert df.rdd.getNumPartitions() > 1
+    url = str(tmp_path / "db")
+    with pytest.raises(Exception) as err:
+        df.write.format("shaledb").mode("append").option("value", "value").option(
+            "on_duplicate", "last"
+        ).option("order_by", "t").save(url)
+    text = str(err.value)
+    assert "key b'a' appears more than once in this ingest" in text
+    assert "on_duplicate='last' is decided by order_by within a partition" in text, text
+    assert "repartitionByRange(key)" in text

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -343,7 +343,10 @@ class ShaleWriter(DataSourceArrowWriter):
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         parts = [m.part if isinstance(m, ShaleCommitMessage) else None for m in messages]
-        commit_ingest(self.plan, parts, self.opts.url, store_options=self.opts.store)
+        # The plan says "error" (each task resolves on_duplicate itself); the commit's check of
+        # keys that two partitions share is told the user's policy, so its advice fits it.
+        plan = replace(self.plan, duplicates=self.opts.duplicates)
+        commit_ingest(plan, parts, self.opts.url, store_options=self.opts.store)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         parts = [m.part if isinstance(m, ShaleCommitMessage) else None for m in messages]
