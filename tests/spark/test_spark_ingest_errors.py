@@ -54,3 +54,13 @@ def test_a_raw_write_with_on_duplicate_last_whose_partitions_share_a_key_says_to
     assert "key b'a' appears more than once in this ingest" in text
     assert "on_duplicate='last' is decided by order_by within a partition" in text, text
     assert "repartitionByRange(key)" in text
+
+
+def test_a_load_of_several_urls_says_one_url_not_a_misspelled_option(spark, tmp_path):
+    """load([a, b]) reaches the source as option "paths": it was refused as an unknown option,
+    "did you mean 'partitions'?"."""
+    with pytest.raises(Exception) as err:
+        spark.read.format("shaledb").load([str(tmp_path / "a"), str(tmp_path / "b")])
+    text = str(err.value)
+    assert "takes one database URL" in text, text
+    assert "partitions" not in text

@@ -96,6 +96,11 @@ def check_names(names: Iterable[str]) -> None:
             continue
         if name.startswith("option."):  # the catalog's copy of a table option, checked as itself
             continue
+        if name == "paths":  # what Spark passes for load([url, ...]) or load(a, b)
+            raise InvalidArgument(
+                "a shaledb read or write takes one database URL: load(url) / save(url), not a list "
+                "(read each database with its own load() and union the DataFrames)"
+            )
         raise InvalidArgument(
             f"unknown shaledb option {raw!r}{closest(name, KNOWN)} "
             f"(known: {', '.join(sorted(KNOWN))}, path, store.<name>)"
