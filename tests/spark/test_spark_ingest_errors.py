@@ -64,3 +64,30 @@ def test_a_load_of_several_urls_says_one_url_not_a_misspelled_option(spark, tmp_
     text = str(err.value)
     assert "takes one database URL" in text, text
     assert "partitions" not in text
+
+
+def test_save_and_ingest_work_from_a_thread_of_their_own(spark, tmp_path):
+    """PySpark 4.3 finds a Python data source for a write only in the JVM thread's active
+    session, which a new Python thread lacks (DATA_SOURCE_NOT_FOUND: shaledb) unless something
+    there set it; the helpers make the DataFrame's session active first."""
+    import threading
+
+    url = str(tmp_path / "db")
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            # Not createDataFrame, which happens to make its session active on the thread.
+            df = spark.range(2).selectExpr("char(97 + id) AS key", "cast(id + 1 AS string) AS value")
+            shale_spark.save(df, url)
+            more = spark.range(1).selectExpr("'c' AS key", "'3' AS value")
+            shale_spark.ingest(more, url, exchange="spark")
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    worker.join()
+    assert errors == []
+    got = spark.read.format("shaledb").option("key_type", "string").option("value_type", "string").load(url)
+    assert sorted((r.key, r.value) for r in got.collect()) == [("a", "1"), ("b", "2"), ("c", "3")]

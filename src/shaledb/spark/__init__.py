@@ -184,6 +184,7 @@ def ingest(
         load(df, url, opts, n)
     else:
         prepared = range_partition(df, key=key, partitions=n, order=order_by, sort=bool(order_by))
+        activate(df.sparkSession)
         df.sparkSession.sparkContext.setJobDescription(f"shaledb ingest {iid} into {url}")
         try:
             prepared.write.format(FORMAT).mode("append").options(**opts).save(url)
@@ -219,8 +220,25 @@ def save(df: Any, url: str, *, mode: str = "errorifexists", options: Mapping[str
     """
     if mode not in SAVE_MODES:
         raise InvalidArgument(f"mode must be one of {SAVE_MODES}, got {mode!r}")
+    activate(df.sparkSession)
     writer = df.write.format(FORMAT).options(**(options or {})).option("save_mode", mode)
     writer.mode("overwrite" if mode == "overwrite" else "append").save(url)
+
+
+def activate(session: Any) -> None:
+    """Make ``session`` the active session of this thread's JVM thread.
+
+    PySpark 4.3 looks a Python data source up in the *active* session when a write starts
+    (``df.write...save()``, ``writeStream...start()``), and a Python thread other than the
+    one that made the session has none on its JVM thread: the write failed there with
+    ``DATA_SOURCE_NOT_FOUND: shaledb`` (reads and SQL statements found it). ``save`` and
+    ``ingest`` call this; a raw write from a thread of your own can too.
+    """
+    jvm = getattr(session, "_jvm", None)
+    jsession = getattr(session, "_jsparkSession", None)
+    if jvm is None or jsession is None:  # Spark Connect: the server resolves the source
+        return
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
 
 
 def _store_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -276,6 +294,7 @@ def read_changes(
 __all__ = [
     "FORMAT",
     "SparkCompactionReport",
+    "activate",
     "compact",
     "ingest",
     "local_session",
