@@ -324,7 +324,6 @@ class Db(Queries):
         """Set when close() starts: the final flush must not wait for a compactor."""
         self._failure: BaseException | None = None
         self._pid = os.getpid()
-        _WRITERS.add(self)
         self.cache = LruCache(settings.block_cache_bytes)
         self.tables = TableCache(
             self._resolve_store, self.cache, settings.sst_read_ahead_bytes, limits_of(settings)
@@ -472,6 +471,7 @@ class Db(Queries):
                 self._freeze_locked(even_if_empty=True)
             self.flush(memtable=True)
         self._start_background()
+        _WRITERS.add(self)  # (once open: the exit and fork hooks expect a whole writer)
 
     def _start_background(self) -> None:
         """Pin the opened view, then start the embedded compactor and garbage collector."""
