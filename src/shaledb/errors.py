@@ -38,6 +38,13 @@ class ClosedError(ShaleError):
     """
 
 
+class ForkedHandle(ClosedError):
+    """Used in a process forked after the handle was made: a writer opened in the parent
+    (its background threads did not survive the fork), or a cloud store client once the
+    parent had used one (obstore's I/O runtime did not either: its requests would hang).
+    Open handles in the child, or start children with ``multiprocessing``'s ``spawn``."""
+
+
 class CorruptionError(ShaleError):
     """Stored bytes failed validation (checksum, length, structure or version).
 

@@ -12,6 +12,7 @@ import os
 import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,3 +56,43 @@ def test_forked_child_cannot_write_and_parent_keeps_writing(tmp_path: Path) -> N
         db.close()
     with shaledb.Db.open(tmp_path / "db") as again:
         assert again.get_many([b"a", b"b", b"child"]) == [b"1", b"2", None]
+
+
+def _cloud_child(url: str, options: dict[str, object], out: Connection) -> None:
+    try:
+        with shaledb.DbReader.open(url, store_options=options) as r:
+            out.send(("opened", r.get(b"a")))
+    except Exception as exc:
+        out.send((type(exc).__name__, str(exc)))
+
+
+def test_a_child_forked_after_cloud_requests_fails_at_once(s3_url_factory: Any) -> None:
+    """obstore's cloud requests run on threads a forked child lacks: they hung forever (even
+    through a store the child made itself); now the first one raises ForkedHandle."""
+    loc = s3_url_factory()
+    with shaledb.Db.open(loc.url, store_options=loc.options) as db:
+        db.put(b"a", b"1")
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_cloud_child, args=(loc.url, loc.options, send))
+    p.start()
+    try:
+        assert recv.poll(60), "the child hung"
+        kind, message = recv.recv()
+        assert kind == "ForkedHandle" and "spawn" in str(message), (kind, message)
+    finally:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+    # A spawned child is the way, and works.
+    sctx = multiprocessing.get_context("spawn")
+    recv, send = sctx.Pipe(duplex=False)
+    p = sctx.Process(target=_cloud_child, args=(loc.url, loc.options, send))
+    p.start()
+    try:
+        assert recv.poll(120), "the spawned child sent nothing"
+        assert recv.recv() == ("opened", b"1")
+    finally:
+        p.join(10)
+        if p.is_alive():
+            p.kill()

@@ -63,7 +63,7 @@ from ..engine.recovery import claim_wal_window, claim_writer_epoch, confirm_and_
 from ..engine.scan_ahead import limits_of
 from ..engine.sstable import TableCache
 from ..engine.wal import WalWriter, wal_object_bytes
-from ..errors import ClosedError, FencedError, InvalidArgument, MergeOperatorMissing, ShaleError
+from ..errors import ClosedError, FencedError, ForkedHandle, InvalidArgument, MergeOperatorMissing, ShaleError
 from ..format.coding import CODECS
 from ..format.merge import decode_merge, one_operand
 from ..format.range_dels import KIND_RANGE_DEL
@@ -104,10 +104,6 @@ _OPEN, _CLOSING, _CLOSED = 0, 1, 2
 
 _WRITERS: weakref.WeakSet[Db] = weakref.WeakSet()
 """Open writers of this process: a forked child must not write through them."""
-
-
-class ForkedHandle(ClosedError):
-    """A writer opened in a parent process, used in a child created by ``fork``."""
 
 
 def _orphan_writers_after_fork() -> None:

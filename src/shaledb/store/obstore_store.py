@@ -43,6 +43,7 @@ from obstore.exceptions import (
 
 from ..errors import (
     AlreadyExists,
+    ForkedHandle,
     InvalidArgument,
     InvalidPathError,
     NotSupported,
@@ -99,6 +100,33 @@ def _meta(raw: Mapping[str, Any], strip: int) -> ObjectMeta:
     )
 
 
+_CLOUD_PID: int | None = None
+"""The process that made the first cloud request (obstore's I/O runtime lives in it)."""
+
+
+def _check_cloud_fork() -> None:
+    """ForkedHandle in a process forked after its parent made a cloud request.
+
+    obstore runs cloud requests on one process-wide Rust runtime whose threads a forked
+    child does not inherit: every S3/GCS/Azure request of the child, through an inherited
+    store or a new one, waited forever. Local directories and memory stores do not use
+    it that way and keep working in a child.
+    """
+    global _CLOUD_PID
+    pid = os.getpid()
+    if pid == _CLOUD_PID:
+        return
+    if _CLOUD_PID is None:
+        _CLOUD_PID = pid
+        return
+    raise ForkedHandle(
+        f"this process ({pid}) was forked from process {_CLOUD_PID} after that one used a cloud "
+        "object store: obstore's I/O threads do not survive a fork, and its requests would hang. "
+        "Start workers with multiprocessing's 'spawn' (or 'forkserver') start method, or fork "
+        "before the parent opens anything on S3, GCS or Azure"
+    )
+
+
 class ObstoreStore:
     """An obstore store plus a root prefix (for stores that cannot prefix).
 
@@ -127,7 +155,7 @@ class ObstoreStore:
         self._bulk_delete = bulk_delete
         self._answered = False  # any request answered yet (see http_errors.classify)
         self._bucket_seen = False
-        self._inner = inner
+        self._client = inner
         self._root = (root.strip("/") + "/") if root.strip("/") else ""
         self._description = scrub(description)
         self._conditional = conditional_put
@@ -146,6 +174,13 @@ class ObstoreStore:
     @property
     def inner(self) -> Any:
         return self._inner
+
+    @property
+    def _inner(self) -> Any:
+        """The obstore store every request goes through (checked for a fork, on a cloud)."""
+        if self._service is not None:
+            _check_cloud_fork()
+        return self._client
 
     @property
     def root(self) -> str:
