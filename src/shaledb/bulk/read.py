@@ -41,6 +41,7 @@ from typing import Any
 from ..admin.checkpoint import (
     as_checkpoint_id,
     create_checkpoint,
+    durable_wal_tail,
     live_checkpoint,
     read_checkpoint_manifest,
     refresh_checkpoint,
@@ -79,7 +80,7 @@ from ..format.sst import SstMeta
 from ..format.wal import EpochGate, decode_wal_object
 from ..journal.resolver import JournalResolver
 from ..keys import key_after
-from ..manifest.model import Manifest, SstInfo
+from ..manifest.model import Checkpoint, Manifest, SstInfo
 from ..manifest.store import ManifestStore
 from ..settings import WAL_READ_AHEAD, MiB, Settings
 from ..store.base import ObjectStore
@@ -280,6 +281,36 @@ def _sources(m: Manifest, lo: bytes | None, hi: bytes | None) -> tuple[tuple[Sst
     return tuple(out)
 
 
+SHARED_READ = (("shared_read", "1"),)
+"""The metadata of a checkpoint a read made to be shared (``plan_read(reuse=True)``): only
+those are reused, never one that its maker deletes when done."""
+
+
+def reusable_checkpoint(
+    ms: ManifestStore, store: ObjectStore, name: str, lifetime_s: float | None, now_s: float
+) -> Checkpoint | None:
+    """A live checkpoint named ``name`` that a new read may share: it pins the latest
+    manifest, no WAL object exists after that manifest's range (one listing, as creating
+    one makes), it was made to be shared (:data:`SHARED_READ`) and at least half of
+    ``lifetime_s`` is left. None otherwise (and for a checkpoint that never expires)."""
+    if lifetime_s is None:
+        return None
+    m = ms.require_latest()
+    for cp in m.checkpoints:
+        if (
+            cp.name == name
+            and cp.manifest_id == m.id
+            and cp.writer_epoch is None
+            and cp.metadata == SHARED_READ
+            and cp.expire_time_s is not None
+            and cp.expire_time_s - now_s >= lifetime_s / 2
+        ):
+            if durable_wal_tail(store, m.next_wal_id - 1) != m.next_wal_id - 1:
+                return None  # writes since (in the WAL): a new version to pin
+            return cp
+    return None
+
+
 def plan_read(
     url: str | None = None,
     *,
@@ -292,6 +323,7 @@ def plan_read(
     lifetime_s: float | None = DEFAULT_LIFETIME_S,
     name: str = "bulk-read",
     inline_wal_bytes: int = 0,
+    reuse: bool = False,
     store: ObjectStore | None = None,
     store_options: Mapping[str, Any] | None = None,
     clock: Clock | None = None,
@@ -308,14 +340,27 @@ def plan_read(
     When the version's WAL objects hold at most ``inline_wal_bytes``, they are
     read here once and each part carries its entries (:attr:`ReadPart.wal`):
     otherwise every task reads all of them, having no key order to skip by.
+
+    ``reuse``: instead of creating a checkpoint, take a live one named ``name`` that pins
+    the latest manifest when nothing was written since (no newer manifest, no WAL object
+    after its range) and at least half of ``lifetime_s`` is left (:func:`reusable_checkpoint`).
+    For callers that never delete the checkpoints they create (a Spark read lets them
+    lapse): repeated queries of an unchanged database then write nothing.
     """
     clock = clock or SYSTEM_CLOCK
     with _stack(url, store, store_options, clock) as st:
         ms = ManifestStore(st, clock, random.Random(), author="bulk-read")
         created = checkpoint is None
         if checkpoint is None:
-            cp = create_checkpoint(
-                ms, clock=clock, rng=random.Random(), timeout_s=60.0, lifetime=lifetime_s, name=name
+            found = reusable_checkpoint(ms, st, name, lifetime_s, clock.now()) if reuse else None
+            cp = found or create_checkpoint(
+                ms,
+                clock=clock,
+                rng=random.Random(),
+                timeout_s=60.0,
+                lifetime=lifetime_s,
+                name=name,
+                metadata=dict(SHARED_READ) if reuse else None,
             )
             cp_id = cp.id
         else:

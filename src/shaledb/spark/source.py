@@ -108,6 +108,7 @@ class ShaleDataSource(DataSource):
             partitions=1,
             lifetime_s=opts.checkpoint_lifetime_s,
             name="spark-read",
+            reuse=True,  # an unchanged database: the last read's checkpoint, no manifest write
             store_options=opts.store,
         )
         log.info("shaledb read of %s pinned checkpoint %s", opts.url, plan.checkpoint_id)
