@@ -14,7 +14,8 @@ QUIET = Settings(compactor=None, garbage_collector=None)
 
 
 def _plan(store: ObjectStore, lifetime_s: float = 3600.0) -> str:
-    return plan_read(store=store, partitions=1, name="spark-read", reuse=True, lifetime_s=lifetime_s).checkpoint_id
+    plan = plan_read(store=store, partitions=1, name="spark-read", reuse=True, lifetime_s=lifetime_s)
+    return plan.checkpoint_id
 
 
 def test_repeated_reads_of_an_unchanged_database_write_nothing(mem_url: str) -> None:
