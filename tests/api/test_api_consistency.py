@@ -89,3 +89,13 @@ def test_duration_fields_type_check_with_text_and_timedelta(
         ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "c"), str(user)]
     )
     assert status == 0, out + err
+
+
+def test_wait_durable_takes_durations_like_every_other_timeout(tmp_path: Path) -> None:
+    """``wait_durable("1s")`` raised a TypeError from inside the WAL, and NaN or -1 passed."""
+    with Db.open(tmp_path / "db") as db:
+        h = db.put(b"a", b"1", durable=False)
+        assert h.wait_durable("1s") and h.wait_durable(dt.timedelta(seconds=1)) and h.wait_durable(2)
+        for bad in (float("nan"), -1, "soon", [1]):
+            with pytest.raises(InvalidArgument):
+                h.wait_durable(bad)  # type: ignore[arg-type]

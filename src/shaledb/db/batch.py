@@ -237,8 +237,14 @@ class WriteHandle:
         self._wal = wal
         self.seq = seq
 
-    def wait_durable(self, timeout: float | None = None) -> bool:
-        """Block until the write is durable in a WAL object; False on timeout."""
+    def wait_durable(self, timeout: timedelta | float | str | None = None) -> bool:
+        """Block until the write is durable in a WAL object; False on timeout (seconds, a
+        ``timedelta`` or a duration string such as ``"1s"``, as every duration takes;
+        None waits as long as it takes)."""
+        if timeout is not None and not (type(timeout) is float and 0.0 <= timeout < float("inf")):
+            from ..duration import to_seconds
+
+            timeout = to_seconds(timeout, "timeout")
         return self._wal.wait_durable(self.seq, timeout)
 
     @property
