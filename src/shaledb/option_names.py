@@ -38,11 +38,7 @@ def _field_seconds(owner: str, name: str, value: Any) -> Any:
     dataclass's ``__post_init__`` checks them, with its own messages)."""
     if not isinstance(value, (str, timedelta)):
         return value
-    what = f"{owner}.{name}"
-    try:
-        return to_seconds(value, what)
-    except InvalidArgument as exc:
-        raise InvalidArgument(f"{what}: {exc}") from None
+    return to_seconds(value, f"{owner}.{name}")  # (its errors name the option)
 
 
 class Seconds(Generic[T]):

@@ -167,3 +167,16 @@ def test_cli_bad_numbers_are_usage_errors(
     assert rc == EXIT_USAGE, capsys.readouterr()
     assert "error: InvalidArgument" in capsys.readouterr().err
     assert not (tmp_path / "db").exists()  # refused before anything was created
+
+
+def test_a_bad_duration_option_names_itself_once() -> None:
+    with pytest.raises(InvalidArgument) as err:
+        GcOptions(min_age_s="nan")  # type: ignore[arg-type]
+    assert str(err.value).count("GcOptions.min_age_s") == 1, err.value
+
+
+def test_head_refuses_an_empty_key_as_get_does(tmp_path: Path) -> None:
+    with Db.open(tmp_path / "db") as db:
+        for read in (db.get, db.head):
+            with pytest.raises(InvalidArgument, match="empty"):
+                read(b"")

@@ -178,7 +178,7 @@ class Queries:
         in_journal)``, or None if absent, deleted or expired. Reads no value."""
         if self._closed:
             raise ClosedError(self._closed_message)
-        k = key if type(key) is bytes else check_key(key)
+        k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
         e = lookup(self._view, self._tables, k, self._cap)
         return None if e is None else make_head(e[0], e[1], e[2], self._vis.now_ms)
 
