@@ -694,8 +694,13 @@ class EmbeddedCompactor:
                     continue
             except FencedError as exc:
                 self.fenced = exc
+                log.warning(
+                    "embedded compactor (epoch %s) pauses: another compactor holds the role "
+                    "(compactor epoch %d); it resumes when that one closes",
+                    c.epoch,
+                    self.host.manifest.compactor_epoch,
+                )
                 c.epoch = None
-                log.warning("embedded compactor pauses: %s; it resumes when that compactor closes", exc)
             except Exception as exc:  # noqa: BLE001 - logged and retried; the writer keeps going
                 self.last_error = exc
                 log.error("embedded compaction failed (retrying in %.1fs): %s", opts.poll_interval_s, exc)
