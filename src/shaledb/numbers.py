@@ -104,4 +104,12 @@ def check_seconds(
     )
 
 
-__all__ = ["MAX_INT", "MAX_SECONDS", "check_int", "check_number", "check_seconds", "unit_of"]
+def check_flag(name: str, value: object) -> bool:
+    """A yes/no argument: ``True`` or ``False`` only. Any truthy object used to count as
+    yes, so ``scan(reverse="no")`` scanned in reverse and ``backup(prune="no")`` pruned."""
+    if value is True or value is False:
+        return value
+    raise InvalidArgument(f"{name} must be True or False, got {value!r}")
+
+
+__all__ = ["MAX_INT", "MAX_SECONDS", "check_flag", "check_int", "check_number", "check_seconds", "unit_of"]

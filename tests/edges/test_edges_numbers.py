@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -180,3 +181,33 @@ def test_head_refuses_an_empty_key_as_get_does(tmp_path: Path) -> None:
         for read in (db.get, db.head):
             with pytest.raises(InvalidArgument, match="empty"):
                 read(b"")
+
+
+def test_yes_no_arguments_take_only_booleans(tmp_path: Path) -> None:
+    """A truthy "no" used to mean yes: scan(reverse="no") scanned in reverse and
+    backup(prune="no") pruned. Each is refused before it changes anything."""
+    from shaledb import GarbageCollector, WriteBatch
+
+    url = str(tmp_path / "db")
+    with Db.open(url) as db:
+        db.put(b"a", b"1")
+        bad: list[tuple[str, Any]] = [
+            ("durable", lambda: db.put(b"b", b"2", durable="no")),
+            ("durable", lambda: db.merge(b"b", b"2", durable=None)),
+            ("durable", lambda: db.write(WriteBatch().put(b"b", b"2"), durable=1)),
+            ("durable", lambda: db.delete(b"a", durable="yes")),
+            ("reverse", lambda: list(db.scan(reverse="no"))),
+            ("memtable", lambda: db.flush(memtable="yes")),
+            ("prune", lambda: db.backup(str(tmp_path / "bak"), prune="no")),
+        ]
+        for name, call in bad:
+            with pytest.raises(InvalidArgument, match=name):
+                call()
+        assert dict(db.scan()) == {b"a": b"1"}  # nothing was written
+        assert not (tmp_path / "bak").exists()
+    gc = GarbageCollector.open(url)
+    try:
+        with pytest.raises(InvalidArgument, match="dry_run"):
+            gc.run_once(dry_run="no")  # type: ignore[arg-type]
+    finally:
+        gc.close()

@@ -85,7 +85,7 @@ from ..format.sst import decode_meta
 from ..manifest.edits import DropExpiredCheckpoints
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
-from ..numbers import check_seconds
+from ..numbers import check_flag, check_seconds
 from ..settings import GcOptions, Settings
 from ..store.base import ObjectMeta, ObjectStore
 from ..store.obstore_store import LocalObstoreStore
@@ -232,7 +232,7 @@ class GarbageCollector:
 
     def run_once(self, *, dry_run: bool | None = None, min_age_s: float | None = None) -> GcReport:
         """One pass; ``dry_run`` and ``min_age_s`` override the options for this pass."""
-        dry = self.options.dry_run if dry_run is None else dry_run
+        dry = self.options.dry_run if dry_run is None else check_flag("dry_run", dry_run)
         min_age = (
             self.options.min_age_s
             if min_age_s is None

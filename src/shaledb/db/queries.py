@@ -56,6 +56,7 @@ from ..errors import ClosedError, InvalidArgument, ObjectNotFound
 from ..journal.folds import fold_sequence_order
 from ..journal.resolver import JournalResolver
 from ..keys import MAX_KEY_BYTES, BytesLike, check_key, scan_bounds
+from ..numbers import check_flag
 from ..store.base import ObjectStore
 from ..store.parallel import DEFAULT_WORKERS, check_workers
 from .mapping import closing, refuse_pickle
@@ -86,7 +87,9 @@ def span(start: Bound, end: Bound, prefix: Bound, reverse: bool, limit: int | No
     else:
         s, e = scan_bounds(start, end, prefix)
     check_limit(limit)
-    return Span(s, e, bool(reverse), limit)
+    if reverse is not False and reverse is not True:
+        check_flag("reverse", reverse)
+    return Span(s, e, reverse, limit)
 
 
 class Queries:

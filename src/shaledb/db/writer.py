@@ -83,6 +83,7 @@ from ..manifest.model import Checkpoint, Manifest
 from ..manifest.options import OPT_INDEXED
 from ..manifest.store import ManifestStore
 from ..merge import as_operator
+from ..numbers import check_flag
 from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.metrics import WriterMetrics
@@ -533,6 +534,8 @@ class Db(Queries):
         indexes: IndexTerms | None = None,
     ) -> WriteHandle:
         """Set ``key`` to ``value``; durable when it returns unless ``durable=False``."""
+        if durable is not True and durable is not False:
+            check_flag("durable", durable)
         if ttl is not None or metadata is not None or indexes is not None:
             return self.write(
                 WriteBatch().put(key, value, ttl=ttl, metadata=metadata, indexes=indexes), durable=durable
@@ -586,6 +589,8 @@ class Db(Queries):
         reading it: reads and compaction fold it in later (``shaledb.engine.merging``).
         On a database with index terms the merge is folded now instead (one lookup of the
         key, as every indexed write does for its old terms): ``plan_index_changes``."""
+        if durable is not True and durable is not False:
+            check_flag("durable", durable)
         k = key if type(key) is bytes and 0 < len(key) <= MAX_KEY_BYTES else check_key(key)
         op = operand if type(operand) is bytes and len(operand) <= MAX_VALUE_BYTES else check_value(operand)
         if not self._merge_recorded:
@@ -694,6 +699,8 @@ class Db(Queries):
         """Apply ``batch`` atomically under one sequence number."""
         if not isinstance(batch, WriteBatch):
             raise InvalidArgument(f"write() takes a WriteBatch, got {type(batch).__name__}")
+        if durable is not True and durable is not False:
+            check_flag("durable", durable)
         keys = batch._keys
         if not keys:
             with self._lock:
@@ -1128,6 +1135,7 @@ class Db(Queries):
 
     def flush(self, *, memtable: bool = False) -> None:
         """Make every write so far durable; with ``memtable=True`` also write it to L0."""
+        check_flag("memtable", memtable)
         with self._lock:
             self._admit_locked(check_space=False)
             seq = self._seq

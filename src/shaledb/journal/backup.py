@@ -52,6 +52,7 @@ from ..format import paths
 from ..manifest.edits import Decorated, DropCheckpoint
 from ..manifest.model import JournalFile, Manifest, SstInfo, to_body
 from ..manifest.store import ManifestStore
+from ..numbers import check_flag
 from ..settings import Settings
 from ..store.base import ObjectStore
 from ..store.parallel import DEFAULT_WORKERS, Progress, check_workers, run_bounded
@@ -194,6 +195,7 @@ def backup_version(
     ``workers`` copies run at once (``shaledb.store.parallel``); ``progress``
     is called with (bytes done, bytes to copy) after each object.
     """
+    check_flag("prune", prune)  # (a truthy "no" pruned)
     rep = report or BackupReport()
     rep.source_manifest_id = m.id
     _check_dest(dest, clock, rng)
@@ -340,6 +342,7 @@ def backup_from_writer(
 ) -> BackupReport:
     """``Db.backup``: checkpoint every write issued so far, copy, release."""
     check_workers(workers)
+    check_flag("prune", prune)
     own = db.parents.own_url
     if own is not None and canonical_url(dest_url) == own:
         raise InvalidArgument("a database cannot be backed up onto itself")
@@ -392,6 +395,7 @@ def backup_url(
 ) -> BackupReport:
     """A backup without a writer (``shaledb --path URL backup DEST``): every durable write."""
     check_workers(workers)
+    check_flag("prune", prune)
     if canonical_url(src_url) == canonical_url(dest_url):
         raise InvalidArgument("a database cannot be backed up onto itself")
     h = AdminHandle(src_url, None, store_options, clock, None, "backup")
