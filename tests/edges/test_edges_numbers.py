@@ -197,6 +197,7 @@ def test_yes_no_arguments_take_only_booleans(tmp_path: Path) -> None:
             ("durable", lambda: db.write(WriteBatch().put(b"b", b"2"), durable=1)),
             ("durable", lambda: db.delete(b"a", durable="yes")),
             ("reverse", lambda: list(db.scan(reverse="no"))),
+            ("durable", lambda: db.transaction(durable="no")),
             ("memtable", lambda: db.flush(memtable="yes")),
             ("prune", lambda: db.backup(str(tmp_path / "bak"), prune="no")),
         ]

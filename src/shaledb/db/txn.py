@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Literal
 from ..engine.reads import check_limit
 from ..errors import ClosedError, InvalidArgument, MergeOperatorMissing, TransactionConflict
 from ..keys import BytesLike, check_key, check_value, scan_bounds
+from ..numbers import check_flag
 from .batch import WriteBatch, check_range
 
 if TYPE_CHECKING:
@@ -206,6 +207,7 @@ def begin(db: Db, isolation: str, durable: bool) -> Transaction:
     """Start a transaction on ``db`` (see :meth:`shaledb.Db.transaction`)."""
     if isolation not in ISOLATIONS:
         raise InvalidArgument(f"isolation must be one of {ISOLATIONS}, got {isolation!r}")
+    check_flag("durable", durable)
     with db._lock:
         db._check_failure()
         log = db._txn_log
