@@ -24,6 +24,7 @@ before. A handle opened on an explicit ``store=`` object is not registered
 
 from __future__ import annotations
 
+import os
 import threading
 import traceback
 import weakref
@@ -34,6 +35,17 @@ from ..errors import InvalidArgument
 _lock = threading.Lock()
 _claims: dict[str, tuple[weakref.ref[Any] | None, str]] = {}
 """canonical URL -> (the open handle, or None while it opens; where it was opened)."""
+
+
+def _new_lock_after_fork() -> None:
+    # Another thread may have held the lock when the process forked: the child (one
+    # thread) would wait for it forever, in the writer's own at-fork hook first of all.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def _caller() -> str:
