@@ -8,12 +8,14 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from shaledb import (
+    ClosedError,
     CursorExpired,
     Db,
     DbReader,
@@ -171,3 +173,37 @@ def test_consumers_in_other_processes_resume_exactly_once_across_kill_and_takeov
     assert {bytes.fromhex(k): bytes.fromhex(v) for k, v in result["data"].items()} == expected
     seqs = [ch.seq for ch in everything]
     assert seqs == sorted(seqs)
+
+
+def test_a_feed_stops_with_closed_error_when_its_handle_closes(mem_url: str) -> None:
+    """A following feed used to go on after its Db closed (picking up a later writer's puts),
+    so a consumer thread kept the process alive; it now ends with ClosedError at its next
+    poll, as a scan of a closed handle does. A feed the user closes still just ends."""
+    db = Db.open(mem_url)
+    db.put(b"a", b"1")
+    feed = db.changes(poll_interval_s=0.05)
+    seen: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            for change in feed:
+                seen.append(change.key)
+        except ClosedError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    db.close()
+    t.join(10)
+    assert not t.is_alive() and seen == [b"a"] and len(errors) == 1
+    with pytest.raises(ClosedError):
+        feed.read()
+    with DbReader.open(mem_url) as reader:
+        own = reader.changes(follow=False)
+        assert [c.key for c in own] == [b"a"]
+        own.close()
+        assert list(own) == []  # closed by its user: ends quietly

@@ -60,6 +60,7 @@ import os
 import random
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
@@ -329,6 +330,8 @@ class DbReader(Queries):
         self.last_error: BaseException | None = None
         """The last failure of a background poll (polling carries on regardless)."""
         self.counters = {"polls": 0, "reestablished": 0, "refreshed": 0, "wal_objects": 0}
+        self._feeds: weakref.WeakSet[ChangeFeed] = weakref.WeakSet()
+        """Change feeds made by :meth:`changes`: detached (ClosedError) when this closes."""
         if checkpoint_id is not None:
             self._open_pinned(checkpoint_id)
         else:
@@ -789,6 +792,8 @@ class DbReader(Queries):
         with self._lock:
             if self._closed:
                 return
+        for feed in list(self._feeds):
+            feed.detach(f"{self!r} was closed: open the change feed from another handle (or open_changes)")
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -871,7 +876,9 @@ class DbReader(Queries):
         (a cursor or its string; None: from the start; "latest": only new writes)."""
         from ..engine.changes import open_feed
 
-        return open_feed(self.store, since, self.clock, **options)
+        feed = open_feed(self.store, since, self.clock, **options)
+        self._feeds.add(feed)  # (detached when this handle closes)
+        return feed
 
     def __repr__(self) -> str:
         closed = ", closed" if self._closed else ""

@@ -321,6 +321,8 @@ class Db(Queries):
         """Set when close() starts: the final flush must not wait for a compactor."""
         self._failure: BaseException | None = None
         self._pid = os.getpid()
+        self._feeds: weakref.WeakSet[ChangeFeed] = weakref.WeakSet()
+        """Change feeds made by :meth:`changes`: detached (ClosedError) when this closes."""
         self.cache = LruCache(settings.block_cache_bytes)
         self.tables = TableCache(
             self._resolve_store, self.cache, settings.sst_read_ahead_bytes, limits_of(settings)
@@ -1154,6 +1156,8 @@ class Db(Queries):
                 return
             failed = self._failure is not None
             self.closing = True
+        for feed in list(self._feeds):
+            feed.detach(f"{self!r} was closed: open the change feed from another handle (or open_changes)")
         error: BaseException | None = None
         if not failed:
             try:
@@ -1248,7 +1252,9 @@ class Db(Queries):
         (a cursor or its string; None: from the start; "latest": only new writes)."""
         from ..engine.changes import open_feed
 
-        return open_feed(self.store, since, self.clock, **options)
+        feed = open_feed(self.store, since, self.clock, **options)
+        self._feeds.add(feed)  # (detached when this handle closes)
+        return feed
 
     def __repr__(self) -> str:
         closed = ", closed" if self._closed else ""

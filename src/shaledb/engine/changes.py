@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, TypedDict, Unpack
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import CursorAhead, CursorExpired, InvalidArgument, NotFound
+from ..errors import ClosedError, CursorAhead, CursorExpired, InvalidArgument, NotFound
 from ..format import paths
 from ..format.merge import merge_operand
 from ..format.range_dels import KIND_RANGE_DEL
@@ -148,6 +148,8 @@ class ChangeFeed:
         self._manifests = ManifestStore(store, self.clock, random.Random(), author="changes")
         self._latest: Manifest | None = None
         self._closed = threading.Event()
+        self._gone: str | None = None
+        """Why the handle this feed came from no longer serves it (see :meth:`detach`)."""
         self.objects_read = 0
         self._gate = EpochGate()
 
@@ -157,6 +159,8 @@ class ChangeFeed:
         """The changes committed after the cursor and present now (at most ``limit``);
         advances the cursor past them. ``limit=0`` reads nothing."""
         check_limit(limit)
+        if self._gone is not None:
+            raise ClosedError(self._gone)
         if limit == 0:
             return []
         out: list[Change] = []
@@ -173,11 +177,13 @@ class ChangeFeed:
                 got = True
                 yield change
                 if self._closed.is_set():
-                    return
+                    break
             if not got:
                 if not self.follow:
                     return
                 self._closed.wait(self.poll_interval_s)
+        if self._gone is not None:
+            raise ClosedError(self._gone)
 
     def _available(self) -> Iterator[Change]:
         """Changes from the cursor on, object by object, until the next object is absent."""
@@ -315,6 +321,13 @@ class ChangeFeed:
         self._closed.set()
         if self._owns_store:
             self.store.close()
+
+    def detach(self, reason: str) -> None:
+        """The handle this feed came from closed: its next step raises ``ClosedError(reason)``
+        (a following iterator at its next poll). Before, a feed kept following after its
+        ``Db`` closed, and a consumer thread kept the process alive."""
+        self._gone = reason
+        self._closed.set()
 
     def __enter__(self) -> ChangeFeed:
         return self
