@@ -132,11 +132,13 @@ class _DurabilityWaiter:
         self._wal.request_flush()  # a durable write flushes at once: group commit
         return fut
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop the thread once no write waits (``wait``: until it has ended)."""
         with self._lock:
             self._stopped = True
         self._wake.set()
-        self._thread.join()
+        if wait:
+            self._thread.join()
 
     def _run(self) -> None:
         wal = self._wal
@@ -491,9 +493,10 @@ class Db(_Reads):
             # Shielded: a cancelled close() still closes (a second call returns at once).
             await asyncio.shield(self._executor.submit(self.sync.close))
         finally:
-            # On the handle's own pool: the loop's default executor would start a thread
-            # that outlives the handle until the loop ends.
-            await self._executor.run(self._waiter.stop)
+            # Told, not joined: it ends within a poll once no write waits. (Joined on the
+            # loop's default executor, a thread outlived the handle until the loop ended; on
+            # the handle's pool, a cancelled close waited behind the pool's queued calls.)
+            self._waiter.stop(wait=False)
             self._executor.shutdown()
 
     @property
