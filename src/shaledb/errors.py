@@ -53,6 +53,8 @@ class CorruptionError(ShaleError):
 
     def __init__(self, message: str, path: str | None = None) -> None:
         self.path = path
+        self.reason = message
+        """The message without the path (for a report that names the path itself)."""
         super().__init__(f"{path}: {message}" if path else message)
 
     def with_path(self, path: str) -> CorruptionError:

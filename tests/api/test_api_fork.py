@@ -66,33 +66,28 @@ def _cloud_child(url: str, options: dict[str, object], out: Connection) -> None:
         out.send((type(exc).__name__, str(exc)))
 
 
+def _cloud_child_says(method: str, loc: Any, wait_s: float) -> tuple[object, object]:
+    """What :func:`_cloud_child`, started with ``method``, sent within ``wait_s``."""
+    ctx = multiprocessing.get_context(method)
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_cloud_child, args=(loc.url, loc.options, send))
+    p.start()
+    try:
+        assert recv.poll(wait_s), f"the {method} child sent nothing in {wait_s} s"
+        kind, message = recv.recv()
+        return kind, message
+    finally:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+
+
 def test_a_child_forked_after_cloud_requests_fails_at_once(s3_url_factory: Any) -> None:
     """obstore's cloud requests run on threads a forked child lacks: they hung forever (even
     through a store the child made itself); now the first one raises ForkedHandle."""
     loc = s3_url_factory()
     with shaledb.Db.open(loc.url, store_options=loc.options) as db:
         db.put(b"a", b"1")
-    ctx = multiprocessing.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_cloud_child, args=(loc.url, loc.options, send))
-    p.start()
-    try:
-        assert recv.poll(60), "the child hung"
-        kind, message = recv.recv()
-        assert kind == "ForkedHandle" and "spawn" in str(message), (kind, message)
-    finally:
-        p.join(5)
-        if p.is_alive():
-            p.kill()
-    # A spawned child is the way, and works.
-    sctx = multiprocessing.get_context("spawn")
-    recv, send = sctx.Pipe(duplex=False)
-    p = sctx.Process(target=_cloud_child, args=(loc.url, loc.options, send))
-    p.start()
-    try:
-        assert recv.poll(120), "the spawned child sent nothing"
-        assert recv.recv() == ("opened", b"1")
-    finally:
-        p.join(10)
-        if p.is_alive():
-            p.kill()
+    kind, message = _cloud_child_says("fork", loc, 60)
+    assert kind == "ForkedHandle" and "spawn" in str(message), (kind, message)
+    assert _cloud_child_says("spawn", loc, 120) == ("opened", b"1")  # the way, and it works

@@ -243,7 +243,7 @@ class _Verifier:
             try:
                 gate.admit_epoch(self._wal_epochs[wid], paths.wal_path(wid))
             except CorruptionError as exc:
-                self.problem(exc.path or paths.wal_path(wid), str(exc).removeprefix(f"{exc.path}: "))
+                self.problem(exc.path or paths.wal_path(wid), exc.reason)
 
     def manifest(self, m: Manifest) -> None:
         self.report.manifests.append(m.id)

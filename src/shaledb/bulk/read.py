@@ -287,15 +287,14 @@ those are reused, never one that its maker deletes when done."""
 
 
 def reusable_checkpoint(
-    ms: ManifestStore, store: ObjectStore, name: str, lifetime_s: float | None, now_s: float
+    m: Manifest, store: ObjectStore, name: str, lifetime_s: float | None, now_s: float
 ) -> Checkpoint | None:
-    """A live checkpoint named ``name`` that a new read may share: it pins the latest
+    """A live checkpoint named ``name`` that a new read may share: it pins ``m``, the latest
     manifest, no WAL object exists after that manifest's range (one listing, as creating
     one makes), it was made to be shared (:data:`SHARED_READ`) and at least half of
     ``lifetime_s`` is left. None otherwise (and for a checkpoint that never expires)."""
     if lifetime_s is None:
         return None
-    m = ms.require_latest()
     for cp in m.checkpoints:
         if (
             cp.name == name
@@ -351,8 +350,10 @@ def plan_read(
     with _stack(url, store, store_options, clock) as st:
         ms = ManifestStore(st, clock, random.Random(), author="bulk-read")
         created = checkpoint is None
+        found = None
         if checkpoint is None:
-            found = reusable_checkpoint(ms, st, name, lifetime_s, clock.now()) if reuse else None
+            if reuse:
+                found = reusable_checkpoint(ms.require_latest(), st, name, lifetime_s, clock.now())
             cp = found or create_checkpoint(
                 ms,
                 clock=clock,
@@ -365,7 +366,8 @@ def plan_read(
             cp_id = cp.id
         else:
             cp_id = as_checkpoint_id(checkpoint)
-        cp = live_checkpoint(ms.require_latest(), cp_id, clock.now(), st.describe())
+        if found is None:  # (a reused one is live in the manifest just read)
+            cp = live_checkpoint(ms.require_latest(), cp_id, clock.now(), st.describe())
         m = read_checkpoint_manifest(ms, cp)
         ssts = list(m.data.ssts())
         if partitions is None:

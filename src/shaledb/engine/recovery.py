@@ -313,8 +313,7 @@ def replay_wal(
             try:
                 admitted = gate.admit(data, path)
             except CorruptionError as exc:  # an emptied WAL object before this one (EpochGate)
-                what = str(exc).removeprefix(f"{exc.path}: ")
-                if _damage(res, exc.path or path, what, mode, lambda: False, whole=True):
+                if _damage(res, exc.path or path, exc.reason, mode, lambda: False, whole=True):
                     res.skipped.append(
                         f"not replayed after the damage: {', '.join(paths.wal_path(i) for i in ids[pos:])}"
                     )
