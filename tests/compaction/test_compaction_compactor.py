@@ -215,7 +215,10 @@ def test_embedded_compactor_pauses_for_a_standalone_one_and_resumes_when_it_clos
         _until(lambda: emb.fenced is None, "the embedded compactor resumes")
         assert epoch is not None and db.manifest.compactor_epoch > epoch
         done = emb.totals.committed
-        db.flush(memtable=True)
+        for i in range(OPTS.min_l0_ssts):  # enough new L0 SSTs for a job, whatever it merged already
+            db.put(b"y%d" % i, b"v")
+            model[b"y%d" % i] = b"v"
+            db.flush(memtable=True)
         _until(lambda: emb.totals.committed > done, "and compacts again")
         db.refresh_manifest()
         assert dict(db.scan()) == model
