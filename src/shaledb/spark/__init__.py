@@ -305,7 +305,7 @@ __all__ = [
 ]
 
 
-_SUBMODULES = ("compaction", "load", "schema", "source", "transforms")
+_SUBMODULES = ("compaction", "load", "schema", "source", "stream", "transforms")
 
 
 def __getattr__(name: str) -> Any:

@@ -125,7 +125,7 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         if [f.name for f in schema.fields] != [f.name for f in CHANGES_SCHEMA.fields]:
             raise InvalidArgument(
-                "a shaledb stream reads the change feed: give .schema(shaledb.spark.CHANGES_SCHEMA) "
+                "a shaledb stream reads the change feed: give .schema(shaledb.spark.stream.CHANGES_SCHEMA) "
                 f"(columns {[f.name for f in CHANGES_SCHEMA.fields]}), got {[f.name for f in schema.fields]}"
             )
         url = options.get("path") or options.get("url")
