@@ -1,6 +1,7 @@
 """The examples users copy first run as written: every ```python block of README.md and the
 guides under docs/ (Spark ones: tests/spark/test_spark_docs_examples.py), the ```sh command
-lines of README.md and docs/cli.md, and every ``--option`` the pages show for a command.
+lines of README.md and docs/cli.md, every ``--option`` the pages show for a command, and every
+``shaledb.x.y`` / ``Db.x`` name they mention.
 
 How a page runs (blocks in order, one namespace, s3://bucket/ on the moto server, documented
 values such as ``# b"alice"`` checked, ``<!-- no-test: why -->`` markers): tests/doc_examples.py.
@@ -12,6 +13,7 @@ block's first line; both stay small and hold only what the page's text says exis
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -368,4 +370,69 @@ def test_every_cli_option_the_pages_show_exists() -> None:
         for option in re.findall(r"(?<![\w-])--[a-z][a-z-]*", text):
             if option not in allowed:
                 wrong.append(f"{where}: {option} ({text!r})")
+    assert wrong == []
+
+
+NOT_PYTHON_NAMES = {
+    "shaledb.toml": "a settings file's name",
+    "shaledb.options": "the metadata key of a Spark table's key column",
+}
+
+
+def _resolves(name: str) -> str | None:
+    """Why ``name`` (``shaledb.a.b``) does not resolve to a module or attribute, or None (also
+    when it needs an extra that is not installed, such as pyspark: not checked then)."""
+    import importlib
+
+    parts = name.split(".")
+    obj: Any = importlib.import_module(parts[0])
+    try:
+        for part in parts[1:]:
+            if hasattr(obj, part):
+                obj = getattr(obj, part)
+            elif inspect.ismodule(obj):
+                obj = importlib.import_module(f"{obj.__name__}.{part}")
+            else:
+                return f"{obj!r} has no {part!r}"
+    except ModuleNotFoundError as e:
+        if e.name and not e.name.startswith("shaledb"):
+            return None
+        return f"no module {e.name}"
+    return None
+
+
+def _has(cls: type, name: str) -> bool:
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    return hasattr(cls, name) or name in fields
+
+
+def test_every_dotted_name_the_pages_show_exists() -> None:
+    """``shaledb.engine.wal_read.fetch_wal_objects`` and ``Db.open_from_checkpoint``, in prose
+    and code, name a module or attribute that exists (or a logger the package logs to)."""
+    import re
+
+    import shaledb
+
+    classes = {n: c for n in shaledb.__all__ if isinstance(c := getattr(shaledb, n), type)}
+    on_class = re.compile(rf"(?<![\w.])({'|'.join(classes)})\.([A-Za-z_]\w*)")
+
+    loggers = {
+        m
+        for p in (ROOT / "src" / "shaledb").rglob("*.py")
+        for m in re.findall(r'getLogger\("(shaledb[\w.]*)"\)', p.read_text())
+    }
+    wrong = []
+    for page in pages():
+        for n, line in enumerate((ROOT / page).read_text().splitlines(), 1):
+            for name in re.findall(r"(?<![\w./-])shaledb(?:\.[A-Za-z_]\w*)+", line):
+                if name in NOT_PYTHON_NAMES or name in loggers:
+                    continue
+                why = _resolves(name)
+                if why:
+                    wrong.append(f"{page}:{n}: {name}: {why}")
+            for cls, attr in on_class.findall(line):
+                if not _has(classes[cls], attr):
+                    wrong.append(f"{page}:{n}: {cls}.{attr}: no such attribute")
     assert wrong == []
