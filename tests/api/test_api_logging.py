@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,25 @@ def test_a_writer_leaves_the_process_allocator_alone_unless_asked(
     with Db.open(tmp_path / "b", settings=QUIET.replace(malloc_mmap_threshold_bytes=128 * 1024)):
         pass
     assert calls == [128 * 1024]
+
+
+def test_every_logger_the_package_uses_is_in_the_documented_tree() -> None:
+    """docs/logging.md's table is where an operator looks up what to turn on: a logger the code
+    creates but the table does not name (itself or as a parent's listed child) is invisible."""
+    root = Path(__file__).resolve().parents[2]
+    src = root / "src"
+    names: set[str] = set()
+    for path in (src / "shaledb").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        names.update(re.findall(r'getLogger\("(shaledb[\w.]*)"\)', text))
+        if "getLogger(__name__)" in text:
+            names.add(".".join(path.relative_to(src).with_suffix("").parts))
+    table = (root / "docs" / "logging.md").read_text(encoding="utf-8").split("## The logger tree")[1]
+    documented: set[str] = set()
+    for row in table.split("\n\n")[1].splitlines()[2:]:
+        first = row.split("|")[1]
+        for parent in re.findall(r"`(shaledb[\w.]*)`", first):
+            documented.add(parent)
+            documented.update(f"{parent}{child}" for child in re.findall(r"`(\.\w+)`", first))
+    names.discard("shaledb")  # the root, above the table
+    assert names - documented == set(), "loggers missing from docs/logging.md's table"
