@@ -110,3 +110,73 @@ def test_scan_repr_says_whether_it_still_holds_its_view(mem_url: str) -> None:
         assert repr(scan) == "Scan(open)"
         assert list(scan) == [(b"k", b"v")]
         assert repr(scan) == "Scan(done: its view released)"
+
+
+POINT_READS: dict[str, Callable[[object], object]] = {
+    "get": lambda s: s.get(b"k00001"),  # type: ignore[attr-defined]
+    "getitem": lambda s: s[b"k00001"],  # type: ignore[index]
+    "contains": lambda s: b"k00001" in s,  # type: ignore[operator]
+    "head": lambda s: s.head(b"k00001"),  # type: ignore[attr-defined]
+    "get_many": lambda s: s.get_many([b"k00001", b"k00002"]),  # type: ignore[attr-defined]
+    "index_query": lambda s: s.index_query("f"),  # type: ignore[attr-defined]
+    "scan": lambda s: list(s.scan()),  # type: ignore[attr-defined]
+    "keys": lambda s: list(s.keys()),  # type: ignore[attr-defined]
+}
+
+
+@pytest.mark.parametrize("read", sorted(POINT_READS))
+def test_a_closed_dbs_snapshots_refuse_every_read(mem_url: str, read: str) -> None:
+    # A snapshot's point reads went on after its database closed (from a cleared cache and
+    # a closed store) while its scans raised ClosedError: now every read raises.
+    db = Db.open(mem_url, settings=QUIET)
+    _fill(db)
+    snap = db.snapshot()
+    assert snap.get(b"k00001") == b"v1"
+    db.close()
+    with pytest.raises(ClosedError, match="database is closed: its snapshots are closed with it"):
+        POINT_READS[read](snap)
+    assert repr(snap).endswith(", closed)")
+    snap.close()  # closing it too is harmless
+    with pytest.raises(ClosedError, match="snapshot is closed"):
+        POINT_READS[read](snap)
+
+
+@pytest.mark.parametrize("read", sorted(POINT_READS))
+def test_a_closed_readers_snapshots_refuse_every_read(mem_url: str, read: str) -> None:
+    with Db.open(mem_url, settings=QUIET) as db:
+        _fill(db)
+        db.flush(memtable=True)
+        reader = DbReader.open(mem_url)
+        snap = reader.snapshot()
+        assert snap.get(b"k00001") == b"v1"
+        reader.close()
+        with pytest.raises(ClosedError, match="reader is closed: its snapshots are closed with it"):
+            POINT_READS[read](snap)
+        snap.close()
+
+
+def test_a_closed_aio_handles_snapshots_refuse_every_read(mem_url: str) -> None:
+    import asyncio
+
+    from shaledb import aio
+
+    async def main() -> None:
+        db = await aio.Db.open(mem_url, settings=QUIET)
+        await db.put(b"k", b"v")
+        async with db.snapshot() as snap:
+            assert await snap.get(b"k") == b"v"
+            # The sync handle closed under the aio one: the aio snapshot's reads say so.
+            db.sync.close()
+            with pytest.raises(ClosedError, match="database is closed"):
+                await snap.get(b"k")
+            with pytest.raises(ClosedError, match="database is closed"):
+                await snap.get_many([b"k"])
+            with pytest.raises(ClosedError, match="database is closed"):
+                [row async for row in snap.scan()]
+            await db.close()
+            with pytest.raises(ClosedError):
+                await snap.get(b"k")
+            with pytest.raises(ClosedError):
+                [row async for row in snap.scan()]
+
+    asyncio.run(main())

@@ -13,7 +13,8 @@ current and answering two hooks:
   view at its sequence number;
 * ``_tables``, ``_vis``, ``_journal``: the handle's table cache, visibility
   rules (tombstones, expiry, journal pointers, merges) and journal resolver;
-* ``_closed``: a closed handle raises ``ClosedError(_closed_message)``;
+* ``_closed``: a closed handle raises ``ClosedError(_closed_message)``, and so do
+  the snapshots taken from it (:class:`SnapshotQueries` reads its handle's);
 * ``_pin()`` / ``_unpin()``: pin the current view for a range read (released
   when its iterator is done) -- :class:`SnapshotQueries` overrides
   :meth:`Queries._pin_read` instead, as a snapshot's view is pinned already;
@@ -351,10 +352,10 @@ class SnapshotQueries(Queries):
     ``ReaderSnapshot``): every read sees that version, which stays pinned until
     the snapshot is closed (``close()``, ``with``, or garbage collection)."""
 
-    _closed_message: ClassVar[str] = "snapshot is closed"
-
     def __init__(self, handle: Queries, view: ReadView, seq: int, cp: uuid.UUID | None = None) -> None:
         self._handle = handle
+        self._shut = False
+        """Whether :meth:`close` was called (``_closed`` also says whether the handle was)."""
         self._view = view
         self._tables = handle._tables
         self._vis = handle._vis
@@ -365,10 +366,24 @@ class SnapshotQueries(Queries):
         self._scans = 0
         self._scans_lock = threading.Lock()
 
+    @property
+    def _closed(self) -> bool:  # type: ignore[override]  # (a handle's attribute, a property here)
+        """Closed, or its handle is: a closed handle's snapshots refuse every read.
+
+        Before, a point read (``get``, ``head``, ``get_many``, ``index_query``) on a
+        snapshot of a closed database went on -- from a cleared cache and a closed
+        store -- while its ``scan`` raised ``ClosedError``.
+        """
+        return self._shut or self._handle._closed
+
+    @property
+    def _closed_message(self) -> str:  # type: ignore[override]
+        if self._shut:
+            return "snapshot is closed"
+        return f"{self._handle._closed_message}: its snapshots are closed with it"
+
     def _ended(self) -> str | None:
-        if self._closed:
-            return self._closed_message
-        return self._handle._ended()
+        return self._closed_message if self._closed else None
 
     def _pin_read(self) -> tuple[ReadAt, Callable[[], None] | None]:
         """The snapshot's view; a scan holds the snapshot's pin until it ends, so a ``close()``
@@ -382,7 +397,7 @@ class SnapshotQueries(Queries):
     def _scan_ended(self) -> None:
         with self._scans_lock:
             self._scans -= 1
-            last = self._scans == 0 and self._closed
+            last = self._scans == 0 and self._shut
         if last:
             self._finalizer()
 
@@ -393,7 +408,7 @@ class SnapshotQueries(Queries):
         """Release the snapshot's version; reads, and the next step of its running scans,
         raise ``ClosedError`` from now on (the version goes once those scans end)."""
         with self._scans_lock:
-            self._closed = True
+            self._shut = True
             running = self._scans
         if not running:
             self._finalizer()
