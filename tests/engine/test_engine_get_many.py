@@ -144,3 +144,42 @@ def _busy(t: threading.Thread) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+POOL_LIFETIME = r"""
+import threading, sys
+from shaledb import Db, DbReader, Settings
+
+def pool_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith(("shaledb-get", "shaledb-scan"))]
+
+url = sys.argv[1]
+keys = [b"k%04d" % i for i in range(200)]
+db = Db.open(url, settings=Settings(compactor=None, garbage_collector=None))
+for k in keys:
+    db.put(k, k, durable=False)
+db.flush(memtable=True)
+assert db.get_many(keys, workers=8) == keys
+assert pool_threads(), "get_many ran on the pool"
+reader = DbReader.open(url)
+db.close()
+assert pool_threads(), "the reader still holds the pool"
+assert reader.get_many(keys, workers=8) == keys
+reader.close()
+assert not pool_threads(), pool_threads()
+with Db.open(url) as db:  # a later handle makes the pool afresh
+    assert db.get_many(keys, workers=8) == keys
+    assert pool_threads()
+assert not pool_threads(), pool_threads()
+print("ok")
+"""
+
+
+def test_the_get_many_pool_ends_with_the_last_handle(tmp_path: Path) -> None:
+    # The shared pool's threads (shaledb-get...) outlived every Db and DbReader for the life of
+    # the process. Run in a child: handles other tests leave open would hold the pool here.
+    import subprocess
+
+    argv = [sys.executable, "-c", POOL_LIFETIME, str(tmp_path / "db")]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

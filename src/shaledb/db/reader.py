@@ -83,7 +83,7 @@ from ..engine.memtable import ENTRY_OVERHEAD, Memtable, new_memtable
 from ..engine.merging import OPT_MERGE_OPERATOR, Folder
 from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
 from ..engine.range_tombstones import apply_to_memtable
-from ..engine.reads import ReadView, Visibility, lookup
+from ..engine.reads import ReadView, Visibility, acquire_pools, lookup, release_pools
 from ..engine.scan_ahead import limits_of
 from ..engine.sstable import TableCache
 from ..engine.wal_read import fetch_wal_objects
@@ -354,6 +354,7 @@ class DbReader(Queries):
         if self._mode != "pinned" and options.background_poll:
             self._thread = threading.Thread(target=self._run, name="shaledb-reader", daemon=True)
             self._thread.start()
+        acquire_pools()  # (released by close: the shared read threads end with the last handle)
 
     def _open_pinned(self, cp_id: uuid.UUID) -> None:
         latest = self._ms.require_latest()
@@ -799,8 +800,11 @@ class DbReader(Queries):
             self._thread.join()
         with self._maint:
             with self._lock:
+                first = not self._closed
                 self._closed = True
                 own = set(self._own) if self._mode == "managed" else set()
+            if first:
+                release_pools()
             if own:
                 try:
                     self._ms.update(

@@ -58,7 +58,7 @@ from ..engine.merging import (
 from ..engine.parents import ExternalStores, canonical_url, default_factory
 from ..engine.pins import RepinView, StripPins, ViewPins
 from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
-from ..engine.reads import ReadView, Scan, Visibility
+from ..engine.reads import ReadView, Scan, Visibility, acquire_pools, release_pools
 from ..engine.recovery import claim_wal_window, claim_writer_epoch, confirm_and_replay, write_fence
 from ..engine.scan_ahead import limits_of
 from ..engine.sstable import TableCache
@@ -471,6 +471,7 @@ class Db(Queries):
             self.flush(memtable=True)
         self._start_background()
         _WRITERS.add(self)  # (once open: the exit and fork hooks expect a whole writer)
+        acquire_pools()  # (released by close: the shared read threads end with the last handle)
 
     def _start_background(self) -> None:
         """Pin the opened view, then start the embedded compactor and garbage collector."""
@@ -1179,6 +1180,7 @@ class Db(Queries):
             self._state = _CLOSED
             self._closed = True
         writers.release(getattr(self, "_writer_claim", None), self)
+        release_pools()
         self.cache.clear()
         close_quietly(self.external, self.store if self.owns_store else None)
         if error is not None:

@@ -132,7 +132,8 @@ def prefetch_old_terms(view: ReadView, tables: TableCache, keys: list[bytes]) ->
     """
     if len(keys) < 2:
         return 0
-    return prefetch_points(view, tables, sorted(set(keys)), read_pool())
+    with read_pool() as pool:
+        return prefetch_points(view, tables, sorted(set(keys)), pool)
 
 
 def current_terms(view: ReadView, tables: TableCache, vis: Visibility, key: bytes) -> Terms:

@@ -20,6 +20,7 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
 from itertools import chain
 from operator import itemgetter
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -50,6 +51,7 @@ from .range_tombstones import (
     ranged_lookup,
     scan_fragments,
 )
+from .scan_ahead import SCAN_AHEAD_POOL
 from .sstable import Row, TableCache
 
 PointerResolver = Callable[[bytes, bytes], bytes]
@@ -405,9 +407,23 @@ GET_MANY_THREADS = 16
 _READ_POOL = SharedPool(GET_MANY_THREADS, "shaledb-get")
 
 
-def read_pool() -> ThreadPoolExecutor:
-    """The pool behind ``get_many`` and the index writes' prefetch (fork-safe)."""
-    return _READ_POOL.get()
+def read_pool() -> AbstractContextManager[ThreadPoolExecutor]:
+    """The pool behind ``get_many`` and the index writes' prefetch (fork-safe), leased:
+    ``with read_pool() as pool`` submits to it (:meth:`SharedPool.lease`)."""
+    return _READ_POOL.lease()
+
+
+def acquire_pools() -> None:
+    """A handle opened: the shared read pools (``get_many``'s, scans' read-ahead) stay
+    until it calls :func:`release_pools`."""
+    _READ_POOL.acquire()
+    SCAN_AHEAD_POOL.acquire()
+
+
+def release_pools() -> None:
+    """A handle closed: when no other is open, the shared read pools' threads end."""
+    _READ_POOL.release()
+    SCAN_AHEAD_POOL.release()
 
 
 def get_many(
@@ -433,10 +449,10 @@ def get_many(
     if n <= 1:
         return run(keys)
     step = -(-len(keys) // n)
-    pool = read_pool()
-    prefetch_points(view, tables, keys, pool)  # the blocks the lookups read, in a few parallel GETs
-    futures = [pool.submit(run, keys[i : i + step]) for i in range(0, len(keys), step)]
-    wait(futures)  # all of them, even after a failure: none may outlive the caller's pin
+    with read_pool() as pool:
+        prefetch_points(view, tables, keys, pool)  # the blocks the lookups read, in a few parallel GETs
+        futures = [pool.submit(run, keys[i : i + step]) for i in range(0, len(keys), step)]
+        wait(futures)  # all of them, even after a failure: none may outlive the caller's pin
     return [v for f in futures for v in f.result()]
 
 

@@ -86,7 +86,8 @@ def limits_of(options: object) -> ScanAheadLimits:
     return ScanAheadLimits(*(getattr(options, name) for name in ScanAheadLimits._fields))
 
 
-_POOL = SharedPool(SCAN_AHEAD_THREADS, "shaledb-scan")
+SCAN_AHEAD_POOL = SharedPool(SCAN_AHEAD_THREADS, "shaledb-scan")
+"""Held by open handles (``engine.reads.acquire_pools``): its threads end when the last closes."""
 
 
 def chunk_range(r: SstReader, ci: int) -> tuple[int, int]:
@@ -180,7 +181,8 @@ class ChunkFetches:
             self._after_fork()
             if key in self._flying:
                 return None
-            f = _POOL.get().submit(fetch_chunk, r, ci)  # (its left edge: the chunk before's right one)
+            with SCAN_AHEAD_POOL.lease() as pool:
+                f = pool.submit(fetch_chunk, r, ci)  # (its left edge: the chunk before's right one)
             self._flying[key] = f
         f.add_done_callback(lambda done: self._forget(key, done))
         return f

@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import TypeVar
 
 from ..errors import ObjectNotFound
@@ -171,6 +172,14 @@ class SharedPool:
     A forked child (multiprocessing, Spark's Python workers) inherits the pool
     object but none of its threads: work submitted there would wait forever, so
     the child forgets it and makes its own on first use.
+
+    The handles that use the pool (``Db``, ``DbReader``) hold it from
+    :meth:`acquire` (on open) to :meth:`release` (on close): when the last one
+    lets go, its threads are shut down -- before, they outlived every handle for
+    the life of the process. Work is submitted under :meth:`lease`, so a close in
+    another thread never shuts the pool between taking it and submitting to it:
+    the last lease out shuts it down instead. A pool used with no handle open (a
+    bulk read) stays until a handle's close, or the process, ends it.
     """
 
     def __init__(self, workers: int, name: str) -> None:
@@ -178,6 +187,10 @@ class SharedPool:
         self.name = name
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._users = 0
+        self._leases = 0
+        self._retire = False
+        """The last user let go while leases were out: the last lease shuts the pool down."""
         os.register_at_fork(after_in_child=self._forget)
 
     def get(self) -> ThreadPoolExecutor:
@@ -186,5 +199,46 @@ class SharedPool:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=self.name)
             return self._pool
 
+    @contextmanager
+    def lease(self) -> Iterator[ThreadPoolExecutor]:
+        """The pool, not shut down before the ``with`` block ends (submit inside it)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=self.name)
+            self._leases += 1
+            pool = self._pool
+        try:
+            yield pool
+        finally:
+            with self._lock:
+                self._leases -= 1
+                done = self._retire and not self._leases and not self._users
+                if done:
+                    self._retire = False
+                    if self._pool is pool:
+                        self._pool = None
+            if done:
+                pool.shutdown(wait=True)
+
+    def acquire(self) -> None:
+        """A handle uses the pool until its :meth:`release`."""
+        with self._lock:
+            self._users += 1
+            self._retire = False
+
+    def release(self) -> None:
+        """A handle is done with the pool; the last one shuts its threads down (after
+        the calls already submitted)."""
+        with self._lock:
+            self._users = max(0, self._users - 1)
+            if self._users or self._pool is None:
+                return
+            if self._leases:
+                self._retire = True
+                return
+            pool, self._pool = self._pool, None
+        pool.shutdown(wait=True)
+
     def _forget(self) -> None:
         self._pool, self._lock = None, threading.Lock()
+        self._leases, self._retire = 0, False
