@@ -70,6 +70,47 @@ def test_fencing_and_write_stalls_are_counted(mem_url: str) -> None:
     old.close()
 
 
+def test_transactions_are_counted(mem_url: str) -> None:
+    # Transactions had no metrics: commits, conflicts and rollbacks are counted now,
+    # and exported like every other counter.
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from shaledb import TransactionConflict
+
+    with Db.open(mem_url, settings=QUIET) as db:
+        m = db.metrics()
+        assert (m["txn_commits_total"], m["txn_conflicts_total"], m["txn_rollbacks_total"]) == (0, 0, 0)
+        with db.transaction() as txn:
+            txn.put(b"a", b"1")
+        with db.transaction("serializable") as txn:  # read-only: a commit too
+            txn.get(b"a")
+        loser = db.transaction()
+        loser.put(b"a", b"2")
+        with db.transaction() as txn:
+            txn.put(b"a", b"3")
+        with pytest.raises(TransactionConflict):
+            loser.commit()
+        loser.rollback()  # finished already: not a rollback
+        with pytest.raises(RuntimeError), db.transaction() as txn:
+            txn.put(b"b", b"1")
+            raise RuntimeError("leave the block")
+        txn = db.transaction()
+        txn.put(b"c", b"1")
+        txn.rollback()
+        txn.rollback()  # once
+        m = db.metrics()
+        assert (m["txn_commits_total"], m["txn_conflicts_total"], m["txn_rollbacks_total"]) == (3, 1, 2)
+        assert db.get(b"a") == b"3" and db.get(b"b") is None and db.get(b"c") is None
+        registry = CollectorRegistry()
+        registry.register(PrometheusCollector(db))
+        text = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name, n in (("txn_commits", 3), ("txn_conflicts", 1), ("txn_rollbacks", 2)):
+        fam = families[f"shaledb_{name}"]
+        assert fam.type == "counter" and [s.value for s in fam.samples if s.name.endswith("_total")] == [n]
+
+
 def test_prometheus_scrape(mem_url: str) -> None:
     from prometheus_client import CollectorRegistry, start_http_server
     from prometheus_client.parser import text_string_to_metric_families

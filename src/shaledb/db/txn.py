@@ -410,9 +410,13 @@ class Transaction:
             log.local.txn = self
             try:
                 handle = db.write(batch, durable=self.durable)
+            except TransactionConflict:
+                db.metrics_state.count_txn("conflicts")
+                raise
             finally:
                 log.local.txn = None
             self.commit_seq = handle.seq
+            db.metrics_state.count_txn("commits")
             return handle
         finally:
             self._finish()
@@ -420,6 +424,7 @@ class Transaction:
     def rollback(self) -> None:
         """Discard the writes (a finished transaction is left as it is)."""
         if self._snap is not None:
+            self._db.metrics_state.count_txn("rollbacks")
             self._finish()
 
     def _finish(self) -> None:

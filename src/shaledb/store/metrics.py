@@ -121,6 +121,17 @@ class WriterMetrics:
         self.write_stalls = 0
         self.l0_stalls = 0
         self.fenced = 0
+        self.txn_commits = 0
+        self.txn_conflicts = 0
+        self.txn_rollbacks = 0
+        self._txn_lock = threading.Lock()
+
+    def count_txn(self, outcome: str) -> None:
+        """One transaction ended: ``"commits"``, ``"conflicts"`` (its commit found a conflict:
+        nothing written) or ``"rollbacks"``. Under a lock: once per transaction, exact."""
+        name = f"txn_{outcome}"
+        with self._txn_lock:
+            setattr(self, name, getattr(self, name) + 1)
 
 
 def collect(db: Any) -> dict[str, Any]:
@@ -143,6 +154,9 @@ def collect(db: Any) -> dict[str, Any]:
         "write_stalls_total": wm.write_stalls,
         "l0_stalls_total": wm.l0_stalls,
         "fenced_total": wm.fenced,
+        "txn_commits_total": wm.txn_commits,
+        "txn_conflicts_total": wm.txn_conflicts,
+        "txn_rollbacks_total": wm.txn_rollbacks,
         "l0_ssts": len(m.data.l0),
         "sorted_runs": len(m.data.runs),
         "memtable_bytes": db._mem.nbytes,
