@@ -330,3 +330,54 @@ def test_an_endpoint_with_user_info_is_not_repeated_in_errors(caplog: pytest.Log
         st.get("k")
     texts = [str(info.value), caplog.text]
     assert all(SECRET not in t for t in texts), texts
+
+
+@pytest.mark.parametrize(
+    ("url", "option"),
+    [
+        ("s3://bucket/db?region=a&region=b", "region"),
+        ("s3://bucket/db?region=a&REGION=b", "region"),
+        ("s3://bucket/db?endpoint=https://a&allow_http=true&endpoint=https://b", "endpoint"),
+        ("memory://m?cas=none&cas=none", "cas"),
+        ("file:///tmp/db?cas=none&cas=none", "cas"),
+    ],
+)
+def test_a_repeated_url_option_is_refused(url: str, option: str) -> None:
+    # The last one silently won: ?region=a&region=b opened region b.
+    with pytest.raises(InvalidArgument, match=f"URL option '{option}' is given more than once"):
+        open_store(url)
+
+
+@pytest.mark.parametrize("query", ["?foo=1", "?cas=none", "?", "?region=x"])
+def test_a_plain_local_path_with_a_query_is_refused(tmp_path: Path, query: str) -> None:
+    # "/tmp/db?cas=none" opened a directory named "db?cas=none", without the option it asked for.
+    from shaledb import Db
+
+    url = f"{tmp_path / 'db'}{query}"
+    with pytest.raises(InvalidPathError, match="a plain path takes no URL options"):
+        open_store(url)
+    with pytest.raises(InvalidPathError, match="a plain path takes no URL options"):
+        Db.open(url)
+    assert list(tmp_path.iterdir()) == []  # no directory was made
+
+
+def test_file_urls_take_options_and_percent_escapes(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="unknown URL option 'foo'"):
+        open_store(f"file://{tmp_path / 'db'}?foo=1")
+    with pytest.raises(InvalidArgument, match="local directories take no URL options"):
+        open_store(f"file://{tmp_path / 'db'}?region=x")
+    assert isinstance(open_store(f"file://{tmp_path / 'db'}?cas=none"), NoConditionalStore)
+    st = open_store(f"file://{tmp_path / 'db'}%3Ffoo=1%23x")  # a '?' and a '#' that are the name's
+    st.put("k", b"v")
+    assert [p.name for p in tmp_path.iterdir()] == ["db?foo=1#x"]
+    st.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["file:///tmp/pyfix-db#frag", "file:///tmp/pyfix-db?cas=none#x", "memory://m#x", "s3://bucket/db#x"],
+)
+def test_a_url_fragment_is_refused(url: str) -> None:
+    # "file:///tmp/db#frag" silently opened /tmp/db.
+    with pytest.raises(InvalidPathError, match="a database URL has no '#' part"):
+        open_store(url)

@@ -18,6 +18,11 @@ the Google and Azure ones itself). Non-secret settings may also ride in the
 URL query (``?endpoint=...&region=...&allow_http=true``); credentials may not,
 because URLs end up in logs.
 
+A query option is given once (a repeated one is refused). A plain local path takes no
+query: a ``?`` in it is refused rather than made part of the directory's name; use a
+``file://`` URL for options, and ``%3F`` (``%23``) there for a ``?`` (``#``) in a name.
+No URL takes a ``#`` fragment.
+
 Stores without conditional writes use the two-phase write: pass
 ``cas="sqlite:///abs/path/cas.db"`` (or add ``?cas=sqlite:///abs/path/cas.db``
 to a URL). ``cas="none"`` hides conditional writes, for tests.
@@ -121,8 +126,40 @@ def _split_query(query: str, url: str) -> dict[str, str]:
             raise InvalidArgument(
                 f"unknown URL option {key!r} in {scrub(url.split('?', 1)[0])!r}; known: {sorted(_QUERY_KEYS)}"
             )
+        if low in out:
+            # Before, the last one silently won: ``?region=a&region=b`` opened region b.
+            raise InvalidArgument(
+                f"URL option {low!r} is given more than once in {scrub(url.split('?', 1)[0])!r}; give it once"
+            )
         out[low] = value
     return out
+
+
+def _refuse_query_in_path(url: str) -> None:
+    """A plain local path holding ``?``: refused, not opened as a directory named with it.
+
+    Before, ``/tmp/db?cas=sqlite:///tmp/cas.db`` opened the directory ``db?cas=...``
+    without the two-phase write it asked for, while ``file:///tmp/db?cas=...`` applied
+    it: a plain path is taken as written, so options in it were silently part of the
+    name. Options go in a ``file://`` URL or in keywords, and a ``?`` that really is
+    part of a directory's name is written ``%3F`` in a ``file://`` URL.
+    """
+    if "?" in url:
+        raise InvalidPathError(
+            f"the local path {scrub(url)!r} holds a '?': a plain path takes no URL options (they would "
+            "become part of the directory's name); give options as keywords (cas=...) or in a file URL "
+            "(file:///abs/path?cas=...), and write a '?' of a directory's name as %3F in a file URL"
+        )
+
+
+def _refuse_fragment(url: str) -> None:
+    """A ``#...`` after a URL was dropped without a word (``file:///tmp/db#x`` opened
+    ``/tmp/db``); no store URL has a fragment, so it is refused."""
+    if "#" in url:
+        raise InvalidPathError(
+            f"a database URL has no '#' part: {scrub(url.split('#', 1)[0])!r} was followed by one; "
+            "remove it, or write a '#' of a name as %23"
+        )
 
 
 def _refuse_userinfo(scheme: str, netloc: str) -> None:
@@ -194,8 +231,11 @@ def open_store(url: str | os.PathLike[str], *, cas: str | None = None, **options
     scheme = parts.scheme.lower()
     _refuse_userinfo(scheme, parts.netloc)
     query: dict[str, str] = {}
-    if scheme:
+    if not scheme or len(scheme) == 1:  # a plain path (len 1: a Windows drive letter)
+        _refuse_query_in_path(url)
+    else:
         query = _split_query(parts.query, url)
+        _refuse_fragment(url)
     if "cas" in query:
         if cas is not None and cas != query["cas"]:
             raise InvalidArgument("cas given both in the URL and as an option; give it once")
