@@ -20,6 +20,7 @@ in seconds is at most :data:`MAX_SECONDS` (100 years, below
 from __future__ import annotations
 
 import math
+import re
 
 from .errors import InvalidArgument
 
@@ -112,4 +113,51 @@ def check_flag(name: str, value: object) -> bool:
     raise InvalidArgument(f"{name} must be True or False, got {value!r}")
 
 
-__all__ = ["MAX_INT", "MAX_SECONDS", "check_flag", "check_int", "check_number", "check_seconds", "unit_of"]
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+_REAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NON_FINITE = frozenset({"inf", "infinity", "nan"})
+
+
+def int_from_text(name: str, text: str) -> int:
+    """Typed text (an environment variable's value) as an integer: ASCII decimal digits
+    with an optional sign, spaces around allowed, nothing else; InvalidArgument naming ``name``.
+
+    ``int()`` also takes ``1_000``, other scripts' digits (Arabic-Indic U+0661 U+0660
+    is 10) and, as the loader called it, ``0x10``: a value that reads as something else
+    to a person (or to a tool checking the configuration) must not set a limit silently.
+    The range is the option's own check (:func:`check_number`), which also says what a
+    negative means.
+    """
+    t = text.strip()
+    if _DECIMAL.fullmatch(t):
+        try:
+            return int(t)
+        except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
+            pass
+    raise InvalidArgument(f"{name} must be an integer in plain decimal digits (e.g. 4096), got {text!r}")
+
+
+def float_from_text(name: str, text: str) -> float:
+    """Typed text as a number: ASCII decimal notation (``0.05``, ``5``, ``1e-3``), with an
+    optional sign; InvalidArgument naming ``name`` for underscores, other scripts' digits
+    and the like. ``inf`` and ``nan`` are read, for the option's own check to refuse them
+    by name (:func:`check_number`: finite numbers only)."""
+    t = text.strip()
+    if _REAL.fullmatch(t) or t.lower().lstrip("+-") in _NON_FINITE:
+        return float(t)
+    raise InvalidArgument(
+        f"{name} must be a number in plain decimal notation (e.g. 0.05 or 1e-3), got {text!r}"
+    )
+
+
+__all__ = [
+    "MAX_INT",
+    "MAX_SECONDS",
+    "check_flag",
+    "check_int",
+    "check_number",
+    "check_seconds",
+    "float_from_text",
+    "int_from_text",
+    "unit_of",
+]

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from .errors import InvalidArgument
 from .merge import MergeOperator
+from .numbers import float_from_text, int_from_text
 from .option_names import Seconds
 
 T = TypeVar("T")
@@ -100,16 +101,10 @@ def _from_text(text: str, tp: Any, where: str) -> Any:
         if low in ("0", "false", "no", "off"):
             return False
         raise InvalidArgument(f"{where} must be true or false, got {text!r}")
-    if base is int:
-        try:
-            return int(t.replace("_", ""), 0) if t.lower().startswith("0x") else int(t.replace("_", ""))
-        except ValueError:
-            raise InvalidArgument(f"{where} must be an integer, got {text!r}") from None
+    if base is int:  # plain ASCII decimal only: int() took 0x10, 1_000 and other scripts' digits
+        return int_from_text(where, t)
     if base is float:
-        try:
-            return float(t.replace("_", ""))
-        except ValueError:
-            raise InvalidArgument(f"{where} must be a number, got {text!r}") from None
+        return float_from_text(where, t)
     return text  # str and Literal[...] (the dataclass checks the choices)
 
 

@@ -53,7 +53,7 @@ def test_nested_environment_variables() -> None:
         "SHALEDB_FLUSH_INTERVAL_S": "0.05",
         "SHALEDB_GARBAGE_COLLECTOR": "none",
         "SHALEDB_TRACK_AND_VERIFY_WALS": "false",
-        "SHALEDB_VALUE_SEPARATION_THRESHOLD": "1_024",
+        "SHALEDB_VALUE_SEPARATION_THRESHOLD": "1024",  # plain decimal: 1_024 is refused
         "SHALEDB_RETRY__MAX_ATTEMPTS": "4",
         "SHALEDB_TEST_SEED": "7",  # a test knob, not a setting: skipped
         "OTHER": "x",
@@ -87,6 +87,42 @@ def test_nested_environment_variables() -> None:
 def test_bad_environment_is_refused(env: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         Settings.from_env(env=env)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["0x10", "0X10", "1_000", "\u0661\u0660", "\uff11\uff10", "1e3", "10.0", "", "++1", "1 000", "0b11"],
+)
+@pytest.mark.parametrize("var", ["SHALEDB_WAL_MAX_BYTES", "SHALEDB_COMPACTOR__MAX_SOURCES"])
+def test_integer_variables_take_plain_ascii_decimal_only(var: str, text: str) -> None:
+    # int() took 0x10, 1_000 and Arabic-Indic or full-width digits: a value a person (or a
+    # config check) reads differently set the limit silently.
+    with pytest.raises(InvalidArgument, match=f"{var} must be an integer in plain decimal digits") as info:
+        Settings.from_env(env={var: text})
+    assert repr(text) in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["1_0.5", "\u0661.5", "0x1p-3", "0,5", "5s"])
+def test_number_variables_take_plain_ascii_decimal_only(text: str) -> None:
+    with pytest.raises(InvalidArgument, match="SHALEDB_FLUSH_INTERVAL_S must be a number in plain decimal"):
+        Settings.from_env(env={"SHALEDB_FLUSH_INTERVAL_S": text})
+
+
+def test_plain_numbers_in_variables_still_read() -> None:
+    s = Settings.from_env(
+        env={
+            "SHALEDB_WAL_MAX_BYTES": " 65536 ",
+            "SHALEDB_COMPACTOR__MAX_SOURCES": "+8",
+            "SHALEDB_FLUSH_INTERVAL_S": "5e-2",
+        }
+    )
+    assert (s.wal_max_bytes, s.compactor and s.compactor.max_sources, s.flush_interval_s) == (65536, 8, 0.05)
+    with pytest.raises(InvalidArgument, match="wal_max_bytes must be an integer number of bytes, >="):
+        Settings.from_env(env={"SHALEDB_WAL_MAX_BYTES": "-1"})  # a sign reads: the range says no
+    with pytest.raises(InvalidArgument, match="flush_interval_s must be a finite number"):
+        Settings.from_env(env={"SHALEDB_FLUSH_INTERVAL_S": "inf"})
+    with pytest.raises(InvalidArgument, match="SHALEDB_WAL_MAX_BYTES must be an integer"):
+        Settings.from_env(env={"SHALEDB_WAL_MAX_BYTES": "9" * 5000})  # past int()'s digit limit
 
 
 @pytest.mark.parametrize(
