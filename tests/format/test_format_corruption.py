@@ -163,3 +163,69 @@ def test_reader_tail_path_detects_damage_in_the_metadata() -> None:
     variants = ((w, d) for w, d in xor_bytes(data) if int(w.split()[1]) >= meta_start)
     bad = undetected(from_tail, variants)
     assert not bad, _report("table_none.sst tail", bad)
+
+
+def _framed(text: str) -> bytes:
+    """A manifest envelope around ``text`` with a valid checksum: a tampered body, not a damaged one."""
+    import struct
+
+    from shaledb.format.coding import crc32c
+
+    raw = text.encode("ascii")
+    head = struct.pack("<4sHHI", b"SHMF", 1, 0, len(raw)) + raw
+    return head + struct.pack("<I", crc32c(head))
+
+
+def _tampered_body() -> dict[str, object]:
+    import json
+    import uuid
+
+    from shaledb.manifest.model import Checkpoint, IngestRecord, Manifest, to_body
+
+    m = Manifest(
+        id=3,
+        destroyed_at_s=30.0,
+        checkpoints=(Checkpoint(uuid.UUID(int=1), 2, 10.0, 20.0),),
+        ingests=(IngestRecord("i", 2, 15.0, 1, 1),),
+    )
+    body: dict[str, object] = json.loads(json.dumps(to_body(m, nonce="n", author="test")))
+    return body
+
+
+FLOAT_FIELDS = {
+    "destroyed_at_s": lambda b: b,
+    "create_time_s": lambda b: b["checkpoints"][0],
+    "expire_time_s": lambda b: b["checkpoints"][0],
+    "time_s": lambda b: b["ingests"][0],
+}
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN", "1e300", "253402300800", "-1", "1e999"])
+@pytest.mark.parametrize("field", sorted(FLOAT_FIELDS))
+def test_a_manifest_time_that_is_not_finite_or_in_range_is_corruption(field: str, value: str) -> None:
+    # Every float field of the body is a time: a tampered Infinity or NaN was refused, but
+    # 1e300 (after year 9999: a listing's datetime failed on it) was read as a time.
+    import json
+
+    body = _tampered_body()
+    FLOAT_FIELDS[field](body)[field] = "@@"
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    assert full_manifest(_framed(text.replace('"@@"', "12.5")))  # the same body, in range: reads
+    with pytest.raises(CorruptionError, match=f"{field}|not a JSON number"):
+        full_manifest(_framed(text.replace('"@@"', value)))
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN"])
+def test_nan_and_infinity_are_refused_anywhere_in_a_manifest(value: str) -> None:
+    # Python's json reads them; a field this version does not know kept one and wrote it back.
+    import json
+
+    from shaledb.format.manifest import encode_manifest_body
+
+    body = _tampered_body()
+    body["a_later_field"] = "@@"
+    text = json.dumps(body, sort_keys=True, separators=(",", ":")).replace('"@@"', value)
+    with pytest.raises(CorruptionError, match=f"{value} is not a JSON number"):
+        decode_manifest_body(_framed(text))
+    with pytest.raises(ValueError):
+        encode_manifest_body({"a_later_field": float(value.lower().replace("infinity", "inf"))})

@@ -297,3 +297,21 @@ def test_fences_filling_a_pipelined_writers_window_go_first_fences_stay() -> Non
         assert set(after) == firsts | {w for w in before if w > latest.replay_after_wal_id}
         with Db.open(store=store, settings=piped) as db:
             assert dict(db.scan()) == model
+
+
+@pytest.mark.parametrize("lease_s", ["Infinity", "NaN", "-1", "0", "1e999", "true", str(10**400)])
+def test_a_job_lease_with_no_finite_duration_protects_nothing(lease_s: str) -> None:
+    # A tampered lease of "lease_s": Infinity (Python's json reads it) stayed live for ever:
+    # the GC then deleted nothing written after the job began. Now it is no lease at all.
+    from shaledb.compaction.compactor import read_lease
+
+    assert read_lease(b'{"epoch": 7, "lease_s": %s}' % lease_s.encode()) is None
+    assert read_lease(b'{"epoch": 7, "lease_s": 600}') == (7, 600.0)
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        fill(db, 50)
+        db.close()
+        path = paths.job_path(paths.new_ulid(SYSTEM_CLOCK.now(), random.Random(1)))
+        store.put(path, b'{"epoch": 1000000, "lease_s": %s, "job": "tampered"}' % lease_s.encode())
+        report = GarbageCollector.open(store=store).run_once(min_age_s=0)
+        assert report.deleted["job"] == [path]

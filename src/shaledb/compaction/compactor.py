@@ -56,6 +56,7 @@ from ..manifest.model import TREE_NAMES, Manifest, SortedRun, SstInfo, Tree
 from ..manifest.options import OPT_COMPACTOR_RELEASED
 from ..manifest.store import ManifestStore
 from ..merge import as_operator
+from ..numbers import MAX_SECONDS
 from ..settings import CompactorOptions, MiB, Settings
 from ..store.base import ObjectStore
 from ..store.parallel import Progress
@@ -209,7 +210,15 @@ def read_lease(data: bytes) -> tuple[int, float] | None:
         return None
     if not isinstance(epoch, int) or isinstance(epoch, bool) or not isinstance(lease_s, (int, float)):
         return None
-    return epoch, float(lease_s)
+    try:
+        seconds = float(lease_s)
+    except OverflowError:  # an integer beyond float range
+        return None
+    if isinstance(lease_s, bool) or not 0 < seconds <= MAX_SECONDS:
+        # Infinity (which Python's json reads) kept a job "live" for ever, and the GC
+        # deleted nothing written after it; NaN and <= 0 are no lease either.
+        return None
+    return epoch, seconds
 
 
 # ------------------------------------------------------------------ report

@@ -33,9 +33,18 @@ MAX_BODY_BYTES = 1 << 30
 
 
 def encode_manifest_body(body: dict[str, Any]) -> bytes:
-    raw = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    # allow_nan=False: NaN and Infinity are not JSON (a decoder refuses them, below).
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    raw = text.encode("ascii")
     head = _HEAD.pack(MAGIC, FORMAT_VERSION, 0, len(raw)) + raw
     return head + _U32.pack(crc32c(head))
+
+
+def _not_json(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity``, which Python's ``json`` reads though JSON has
+    none: refused anywhere in a body, also in fields this version does not know (those
+    are kept and written back)."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def decode_manifest_body(data: bytes) -> dict[str, Any]:
@@ -54,7 +63,7 @@ def decode_manifest_body(data: bytes) -> dict[str, Any]:
     if version not in SUPPORTED_VERSIONS:
         raise CorruptionError(f"unsupported manifest format version {version}")
     try:
-        body = json.loads(data[_HEAD.size : n - 4].decode("ascii"))
+        body = json.loads(data[_HEAD.size : n - 4].decode("ascii"), parse_constant=_not_json)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CorruptionError(f"manifest body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):

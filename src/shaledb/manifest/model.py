@@ -26,6 +26,10 @@ from ..format.paths import check_journal_ref, check_ulid
 
 TREE_NAMES = ("data", "index")
 
+MAX_TIME_S = 253402300799.0
+"""Latest time a manifest may record (9999-12-31T23:59:59Z, the last a ``datetime`` holds):
+a later one is damage, and a listing that printed it (``datetime.fromtimestamp``) failed."""
+
 
 @dataclass(frozen=True, slots=True)
 class SstInfo:
@@ -342,13 +346,18 @@ class _Reader:
         return v
 
     def num(self, d: Mapping[str, Any], key: str) -> float:
+        """A time in seconds since the epoch (every float field of the body is one):
+        finite, >= 0 and at most :data:`MAX_TIME_S`."""
         v = d.get(key)
         try:
             f = math.nan if isinstance(v, bool) or not isinstance(v, (int, float)) else float(v)
         except OverflowError:  # an integer beyond float range (JSON integers have any length)
             f = math.nan
-        if not math.isfinite(f) or f < 0:  # Infinity is not JSON, and not a time
-            raise self.fail(f"field {key!r} must be a finite non-negative number, got {v!r}")
+        if not math.isfinite(f) or f < 0 or f > MAX_TIME_S:  # Infinity is not JSON, and not a time
+            raise self.fail(
+                f"field {key!r} must be a time: a finite number of seconds from 0 to {MAX_TIME_S:.0f} "
+                f"(year 9999), got {v!r}"
+            )
         return f
 
     def opt_num(self, d: Mapping[str, Any], key: str) -> float | None:
