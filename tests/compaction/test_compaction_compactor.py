@@ -225,6 +225,46 @@ def test_embedded_compactor_pauses_for_a_standalone_one_and_resumes_when_it_clos
         db.close()
 
 
+class LeaseGate(StoreWrapper):
+    """Holds the first job lease put (the compactor's job start) until ``go`` is set."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.held = threading.Event()
+        self.go = threading.Event()
+
+    def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+        if path.startswith(paths.JOB_DIR) and not self.go.is_set():
+            self.held.set()
+            assert self.go.wait(30)
+        return super().put(path, data, create=create, attributes=attributes)
+
+
+def test_an_embedded_compactor_whose_writer_was_fenced_says_so_and_stops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # It logged that it paused for "another compactor (compactor epoch 1)" -- its own epoch,
+    # no compactor in sight -- and would resume when that one closed.
+    with memory_store() as store:
+        gate = LeaseGate(store)
+        old = Db.open(store=gate, settings=NO_BG.replace(compactor=OPTS))
+        (emb,) = [s for s in old._background if isinstance(s, EmbeddedCompactor)]
+        fill(old, 200)
+        assert gate.held.wait(30), "a compaction job starts"
+        new = Db.open(store=store, settings=NO_BG)  # another writer: fences the old one
+        with caplog.at_level("WARNING", logger="shaledb.compaction"):
+            gate.go.set()  # the old writer's job goes on, and its commit meets the fence
+            _until(lambda: not emb.alive, "the embedded compactor stops")
+        assert emb.writer_fenced and isinstance(emb.fenced, FencedError)
+        said = [r.getMessage() for r in caplog.records if r.name == "shaledb.compaction"]
+        assert any("stops: its writer (writer epoch 1) was fenced by writer epoch 2" in m for m in said), said
+        assert not any("another compactor" in m for m in said), said
+        with pytest.raises(FencedError):
+            old.put(b"k", b"v")
+        old.close()
+        new.close()
+
+
 def test_a_released_role_stays_with_the_compactor_that_took_it_over() -> None:
     """Closing an older compactor after a newer one claimed releases nothing: the embedded
     compactor stays paused while the newer one runs."""

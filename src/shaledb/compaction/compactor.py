@@ -13,7 +13,8 @@ compactor's next commit raises :class:`~shaledb.errors.FencedError` and its
 outputs become orphans for the garbage collector. An embedded compactor that
 is fenced by a standalone one pauses (the writer keeps running) and claims the
 role again once that one closes: ``Compactor.close`` records its epoch as
-released in the manifest (``ReleaseCompactorEpoch``).
+released in the manifest (``ReleaseCompactorEpoch``). One whose writer was fenced
+(another ``Db`` opened the database) stops instead, and says so.
 
 The commit (:func:`apply_compaction`) re-validates against the *latest*
 manifest, because the writer keeps flushing while a job runs: the job's L0
@@ -643,6 +644,7 @@ def working_set(settings: Settings, options: CompactorOptions) -> tuple[int, int
 class EmbeddedCompactor:
     """A compactor thread inside the writer (``Settings.compactor`` not None).
 
+    Fenced with its writer (another ``Db`` opened the database): stops, and logs so.
     Fenced by a standalone compactor: pauses (logs a WARNING), and claims the role again
     once that compactor closes and releases it (``ReleaseCompactorEpoch``, seen in the
     manifests the writer reads anyway: no request of its own). Before, it stopped until the
@@ -663,6 +665,8 @@ class EmbeddedCompactor:
         self.host = host
         self.fenced: FencedError | None = None
         """Set while paused: the fencing that paused it."""
+        self.writer_fenced = False
+        """A newer writer fenced the writer: this compactor stopped for good (``fenced`` says how)."""
         self.last_error: BaseException | None = None
         self.reports = 0
         self.totals = CompactionReport()
@@ -671,6 +675,19 @@ class EmbeddedCompactor:
         """The last pass found nothing to do."""
         self._thread = threading.Thread(target=self._run, name="shaledb-compactor", daemon=True)
         self._thread.start()
+
+    def _writer_fenced_by(self) -> int | None:
+        """The newer writer epoch that fenced this compactor's writer, or None while the
+        writer holds the database (or the manifest cannot be read: then it was a compactor).
+
+        Read from the store: the writer's own view is as old as its last write, and it
+        may not have noticed the fence yet."""
+        try:
+            latest = self.host.manifests.refresh(self.host.manifest)
+        except ShaleError as exc:
+            log.debug("embedded compactor: could not read the manifest after a fence: %s", exc)
+            return None
+        return latest.writer_epoch if latest.writer_epoch != self.host.epoch else None
 
     def _released(self) -> bool:
         """Whether the compactor that fenced this one has given the role up."""
@@ -703,6 +720,20 @@ class EmbeddedCompactor:
                     continue
             except FencedError as exc:
                 self.fenced = exc
+                newer = self._writer_fenced_by()
+                if newer is not None:
+                    # Not another compactor: a newer writer fenced ours, which stops for good.
+                    # (This said it paused for a compactor holding the role -- naming its own
+                    # epoch, as the fenced writer's view was all it read -- and would resume.)
+                    self.writer_fenced = True
+                    log.warning(
+                        "embedded compactor (epoch %s) stops: its writer (writer epoch %d) was fenced "
+                        "by writer epoch %d, another Db that opened the database",
+                        c.epoch,
+                        self.host.epoch,
+                        newer,
+                    )
+                    return
                 log.warning(
                     "embedded compactor (epoch %s) pauses: another compactor holds the role "
                     "(compactor epoch %d); it resumes when that one closes",
