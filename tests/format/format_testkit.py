@@ -18,6 +18,7 @@ run otherwise; ``conftest.py`` prints it on failure), and hypothesis tests run
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import struct
@@ -32,7 +33,7 @@ from hypothesis import HealthCheck, seed, settings
 
 from shaledb.format.block import decode_block, encode_block
 from shaledb.format.bloom import WORDMIX, build_filter, key_hash, key_hash_wordmix
-from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZE, frame_block
+from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, TRAILER_SIZE, crc32c, frame_block
 from shaledb.format.manifest import encode_manifest_body
 from shaledb.format.merge import encode_merge
 from shaledb.format.range_dels import KIND_RANGE_DEL, Fragments
@@ -74,6 +75,16 @@ FUZZ_SEED = int(os.environ.get("SHALEDB_FUZZ_SEED") or random.SystemRandom().ran
 """One seed per test run; every randomized test derives its randomness from it."""
 
 _EXAMPLES_OVERRIDE = os.environ.get("SHALEDB_FUZZ_EXAMPLES")
+
+
+def framed_manifest(body: str | dict[str, Any]) -> bytes:
+    """A manifest envelope with a valid checksum around ``body`` (JSON text, or a dict dumped
+    as Python's ``json`` would, NaN and Infinity included): a tampered body, not a damaged
+    one. The engine's own encoder refuses to write what a tampering can put here."""
+    text = body if isinstance(body, str) else json.dumps(body, sort_keys=True, separators=(",", ":"))
+    raw = text.encode("ascii")
+    head = struct.pack("<4sHHI", b"SHMF", 1, 0, len(raw)) + raw
+    return head + struct.pack("<I", crc32c(head))
 
 
 def fuzz(max_examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Iterator
 
 import pytest
-from format_testkit import FUZZ_SEED, WRITER_EPOCH, golden_bytes
+from format_testkit import FUZZ_SEED, WRITER_EPOCH, framed_manifest, golden_bytes
 
 from shaledb.errors import CorruptionError
 from shaledb.format.manifest import decode_manifest_body
@@ -165,17 +165,6 @@ def test_reader_tail_path_detects_damage_in_the_metadata() -> None:
     assert not bad, _report("table_none.sst tail", bad)
 
 
-def _framed(text: str) -> bytes:
-    """A manifest envelope around ``text`` with a valid checksum: a tampered body, not a damaged one."""
-    import struct
-
-    from shaledb.format.coding import crc32c
-
-    raw = text.encode("ascii")
-    head = struct.pack("<4sHHI", b"SHMF", 1, 0, len(raw)) + raw
-    return head + struct.pack("<I", crc32c(head))
-
-
 def _tampered_body() -> dict[str, object]:
     import json
     import uuid
@@ -210,9 +199,9 @@ def test_a_manifest_time_that_is_not_finite_or_in_range_is_corruption(field: str
     body = _tampered_body()
     FLOAT_FIELDS[field](body)[field] = "@@"
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    assert full_manifest(_framed(text.replace('"@@"', "12.5")))  # the same body, in range: reads
+    assert full_manifest(framed_manifest(text.replace('"@@"', "12.5")))  # the same body, in range: reads
     with pytest.raises(CorruptionError, match=f"{field}|not a JSON number"):
-        full_manifest(_framed(text.replace('"@@"', value)))
+        full_manifest(framed_manifest(text.replace('"@@"', value)))
 
 
 @pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN"])
@@ -226,6 +215,6 @@ def test_nan_and_infinity_are_refused_anywhere_in_a_manifest(value: str) -> None
     body["a_later_field"] = "@@"
     text = json.dumps(body, sort_keys=True, separators=(",", ":")).replace('"@@"', value)
     with pytest.raises(CorruptionError, match=f"{value} is not a JSON number"):
-        decode_manifest_body(_framed(text))
+        decode_manifest_body(framed_manifest(text))
     with pytest.raises(ValueError):
         encode_manifest_body({"a_later_field": float(value.lower().replace("infinity", "inf"))})
