@@ -110,3 +110,19 @@ def test_the_change_streams_max_changes_per_trigger_goes_through_the_numeric_che
         InvalidArgument, match=r"^option maxChangesPerTrigger must be an integer, >= 1 and <= "
     ):
         ShaleChangeStream({"path": "/tmp/x", "maxChangesPerTrigger": value}, CHANGES_SCHEMA)
+
+
+def test_type_and_choice_values_take_any_case() -> None:
+    """Spark users write SQL type names in any case (key_type 'STRING'); every option naming a
+    type or a choice takes any case, as option names do."""
+    from shaledb.spark.schema import ReadOptions
+
+    opts = ReadOptions.parse({"path": "/tmp/x", "key_type": "STRING", "value_type": " String "})
+    assert (opts.key_type, opts.value_type) == ("string", "string")
+    assert ReadOptions.parse({"path": "/tmp/x", "key_type": "Binary"}).key_type == "binary"
+    with pytest.raises(InvalidArgument, match="option key_type must be one of"):
+        ReadOptions.parse({"path": "/tmp/x", "key_type": "varchar"})
+    given = {"path": "/tmp/x", "compression": "LZ4", "save_mode": "Overwrite", "on_duplicate": "ERROR"}
+    w = WriteOptions.parse(given, COLUMNS)
+    assert (w.compression, w.save_mode, w.duplicates) == ("lz4", "overwrite", "error")
+    assert WriteOptions.parse({"path": "/tmp/x", "ingest_behind": "TRUE"}, COLUMNS).behind is True

@@ -293,6 +293,7 @@ class WriteOptions:
                 "compact with shaledb.spark.compact(spark, url) or a compactor"
             )
         compression = options.get("compression")
+        compression = None if compression is None else str(compression).strip().lower()
         if compression is not None and compression not in COMPRESSIONS:
             raise InvalidArgument(f"option compression must be one of {COMPRESSIONS}, got {compression!r}")
         return cls(
@@ -350,7 +351,7 @@ class ReadOptions:
             raise InvalidArgument("give option checkpoint or option version, not both")
         types = {}
         for name in ("key_type", "value_type"):
-            t = options.get(name, "binary")
+            t = str(options.get(name, "binary")).strip().lower()  # SQL type names: any case
             if t not in TEXT_TYPES:
                 raise InvalidArgument(f"option {name} must be one of {TEXT_TYPES}, got {t!r}")
             types[name] = t
