@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from shaledb import GarbageCollector, GcOptions
+from shaledb import Db, GarbageCollector, GcOptions
 from shaledb.bulk.ingest import abort_ingest, begin_ingest, open_ingest_store
 from shaledb.bulk.ingest.exchange import (
     assign,
@@ -134,6 +134,7 @@ def test_staged_run_names_stay_under_their_prefix():
 
 def test_gc_keeps_staged_runs_while_the_ingest_lease_lives(tmp_path):
     url = str(tmp_path / "db")
+    Db.open(url).close()  # not created by the ingest: its abort would delete the database whole
     plan = begin_ingest(url, ingest_id="staged")
     store = open_ingest_store(url)
     assert plan.lease_id is not None

@@ -7,7 +7,7 @@ import random
 import pytest
 from ingest_kit import QUIET, contents, latest, sorted_kv
 
-from shaledb import Compactor, Db, FencedError, GarbageCollector, GcOptions, RetryOptions, Settings
+from shaledb import Compactor, Db, FencedError, GarbageCollector, GcOptions, RetryOptions, Settings, admin
 from shaledb.bulk.ingest import (
     INGEST_HISTORY,
     IngestConflict,
@@ -216,6 +216,7 @@ def test_the_lease_keeps_gc_off_uncommitted_ssts_until_the_commit(url):
 
 
 def test_abort_deletes_outputs_and_the_lease(url):
+    Db.open(url, settings=QUIET).close()  # there before the ingest: its abort keeps the database
     plan = begin_ingest(url)
     st = open_store(url)
     part = write_part(st, plan, 0, [b"a"], [b"1"])
@@ -225,6 +226,37 @@ def test_abort_deletes_outputs_and_the_lease(url):
     assert latest(url).data == before.data
     with pytest.raises(Exception, match="failed"):
         commit_ingest(plan, [part, None], url)
+
+
+def test_abort_of_the_ingest_that_created_the_database_deletes_it_unless_it_was_used_since(url):
+    """A failed first ingest leaves nothing at the URL (a retry or a read then finds no database,
+    not an empty one); a database someone else opened, read or wrote meanwhile stays."""
+    st = open_store(url)
+    plan = begin_ingest(url)
+    assert plan.created_epoch is not None
+    part = write_part(st, plan, 0, [b"a"], [b"1"])
+    assert abort_ingest(plan, [part], url) == 1
+    with pytest.raises(NotFound, match="no database at"):
+        admin.read_manifest(url)
+    assert list(st.list("")) == []
+    plan = begin_ingest(url)  # the retry creates it afresh and commits
+    commit_ingest(plan, [write_part(st, plan, 0, [b"a"], [b"1"])], url)
+    assert contents(url) == {b"a": b"1"}
+    assert begin_ingest(url).created_epoch is None  # there before: an abort keeps it
+
+    kept = {}
+    for what in ("writer", "checkpoint", "committed"):
+        where = f"{url}-{what}"
+        plan = begin_ingest(where)
+        if what == "writer":  # a writer opened it after the ingest's begin
+            Db.open(where, settings=QUIET).close()
+        elif what == "checkpoint":  # a reader pinned it
+            admin.create_checkpoint(where, lifetime=60.0)
+        else:  # the commit landed, and Spark calls abort() after a commit that raised
+            commit_ingest(plan, [write_part(open_store(where), plan, 0, [b"a"], [b"1"])], where)
+        abort_ingest(plan, [], where)
+        kept[what] = latest(where).destroyed_at_s is None
+    assert kept == {"writer": True, "checkpoint": True, "committed": True}
 
 
 @pytest.mark.parametrize("retry", [NO_RETRY, RETRY], ids=["commit-fails", "commit-retries"])

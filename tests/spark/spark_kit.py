@@ -18,6 +18,13 @@ def latest(url: str) -> Manifest:
     return m
 
 
+def exists(url: str) -> bool:
+    """Whether a database is at ``url`` (a failed first write leaves none)."""
+    return (
+        ManifestStore(open_store(url), SYSTEM_CLOCK, random.Random(), author="test").read_latest() is not None
+    )
+
+
 def contents(url: str) -> dict[bytes, bytes]:
     opts = DbReaderOptions(establish_checkpoint=False, background_poll=False)
     with DbReader.open(url, options=opts) as r:

@@ -4,8 +4,9 @@ frames of the worker and the ingest's internals (docs/spark.md, "Errors")."""
 from __future__ import annotations
 
 import pytest
-from spark_kit import latest
+from spark_kit import contents, exists
 
+from shaledb import Db
 from shaledb import spark as shale_spark
 
 pytestmark = pytest.mark.spark
@@ -22,8 +23,7 @@ def test_a_duplicate_refused_by_the_store_exchange_write_job_reads_as_one_line(s
     text = str(err.value)
     assert "InvalidArgument: ingest part 0: key b'a' appears more than once" in text
     assert "Traceback" not in text, text
-    m = latest(url)
-    assert not m.data.runs and not m.data.l0  # nothing committed
+    assert not exists(url)  # nothing committed: the database the write created is gone
 
 
 def test_the_store_exchange_still_loads_every_range(spark, tmp_path):
@@ -91,3 +91,38 @@ def test_save_and_ingest_work_from_a_thread_of_their_own(spark, tmp_path):
     assert errors == []
     got = spark.read.format("shaledb").option("key_type", "string").option("value_type", "string").load(url)
     assert sorted((r.key, r.value) for r in got.collect()) == [("a", "1"), ("b", "2"), ("c", "3")]
+
+
+def test_a_failed_first_write_leaves_no_database_behind(spark, tmp_path):
+    """A first write to a new URL that fails (a duplicate key, a null key; raw write and both
+    exchanges) leaves nothing there: a read says there is no database, not an empty one, and
+    the retry creates it afresh. A database that was there before stays (empty or not)."""
+    dup = spark.createDataFrame([("a", "1"), ("a", "2"), ("b", "3")], "key string, value string").repartition(
+        2
+    )
+    null = spark.createDataFrame([(None, "1"), ("b", "2")], "key string, value string").repartition(2)
+    writes = {
+        "raw": lambda df, url: df.write.format("shaledb").mode("append").save(url),
+        "store": lambda df, url: shale_spark.ingest(df, url, exchange="store"),
+        "spark": lambda df, url: shale_spark.ingest(df, url, exchange="spark"),
+    }
+    for name, write in writes.items():
+        for rows, why in ((dup, "appears more than once"), (null, "has nulls")):
+            where = tmp_path / f"{name}-{why.split()[0]}"
+            with pytest.raises(Exception, match=why):
+                write(rows, str(where))
+            assert not exists(str(where)), (name, why)
+            assert [p for p in where.rglob("*") if p.is_file()] == [], (name, why)
+            with pytest.raises(Exception, match="NotFound: no database at"):
+                spark.read.format("shaledb").load(str(where)).collect()
+    url = str(tmp_path / "raw-appears")  # the retry, with good rows
+    shale_spark.ingest(spark.createDataFrame([("a", "1")], "key string, value string"), url)
+    assert contents(url) == {b"a": b"1"}
+    with pytest.raises(Exception, match="appears more than once"):
+        writes["raw"](dup, url)
+    assert contents(url) == {b"a": b"1"}  # there before: kept
+    empty = str(tmp_path / "empty")
+    Db.open(empty).close()
+    with pytest.raises(Exception, match="appears more than once"):
+        writes["raw"](dup, empty)
+    assert contents(empty) == {}  # there before, though empty: kept

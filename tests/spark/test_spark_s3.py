@@ -16,7 +16,9 @@ from spark_kit import kv_frame
 from shaledb import Db, DbReader, DbReaderOptions, Settings, admin
 from shaledb import spark as shale_spark
 from shaledb.compaction import schedule
+from shaledb.errors import NotFound
 from shaledb.settings import CompactorOptions
+from shaledb.store import open_store
 from shaledb.testing.seeds import test_seed
 
 pytestmark = pytest.mark.spark
@@ -60,3 +62,23 @@ def test_ingest_read_and_compact_on_s3(spark, s3_url_factory):
         assert dict(r.scan()) == data
     back = spark.read.format("shaledb").options(**strs).load(url)
     assert back.count() == len(data)
+
+
+def test_a_failed_first_write_to_s3_leaves_no_object_behind(spark, s3_url_factory):
+    """As on a local directory (test_spark_ingest_errors.py): the database a failed first write
+    created is deleted again, so the prefix holds nothing and a read finds no database."""
+    loc = s3_url_factory()
+    url, sopts = loc.url, loc.options
+    strs = {f"store.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in sopts.items()}
+    dup = spark.createDataFrame([("a", "1"), ("a", "2"), ("b", "3")], "key string, value string").repartition(
+        2
+    )
+    with pytest.raises(Exception, match="appears more than once"):
+        dup.write.format("shaledb").mode("append").options(**strs).save(url)
+    assert list(open_store(url, **sopts).list("")) == []
+    with pytest.raises(NotFound, match="no database at"):
+        admin.read_manifest(url, store_options=sopts)
+    rec = shale_spark.ingest(
+        spark.createDataFrame([("a", "1")], "key string, value string"), url, options=strs
+    )
+    assert rec.rows == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import sys
 import uuid
@@ -10,10 +11,13 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from ...admin.checkpoint import delete_checkpoint
+from ...admin.destruction import delete_database, live_checkpoints
 from ...clock import SYSTEM_CLOCK, Clock
 from ...db.writer import Db
+from ...engine.parents import ExternalStores, default_factory
 from ...errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
 from ...format import paths
 from ...manifest.edits import Edit, without_checkpoints
@@ -21,7 +25,7 @@ from ...manifest.model import IngestRecord, JournalFile, Manifest, SortedRun, Ss
 from ...manifest.options import OPT_COMPLETE, OPT_INDEXED
 from ...manifest.store import ManifestStore
 from ...numbers import check_seconds
-from ...settings import MiB, Settings
+from ...settings import MiB, RetryOptions, Settings
 from ...store.base import ObjectStore
 from ...store.parallel import run_bounded
 from ...store.stack import open_stack
@@ -169,6 +173,7 @@ def begin_ingest(
             seq=0 if behind else seq,
             writer_epoch=None if behind else epoch,
             terms_checkpoint=terms_cp,
+            created_epoch=epoch if m is None else None,
         )
     plan = replace(plan, lease_id=paths.new_ulid(clock.now(), rng))
     write_lease(st, plan, clock.now())
@@ -514,7 +519,84 @@ def abort_ingest(
     log.info(
         "ingest %s aborted: %d SSTs and %d journal objects deleted", plan.ingest_id, len(ssts), len(journal)
     )
+    if plan.created_epoch is not None:
+        drop_created_database(ms, plan, store_options)
     return len(ssts) + len(journal)
+
+
+@dataclass(frozen=True)
+class DropUnusedDatabase(Edit):
+    """Mark destroyed (fencing, as a hard destroy does) the database a failed first ingest
+    created, unless anything else happened to it: a writer opened it after the ingest's begin
+    (another epoch), it holds data or records an ingest, a checkpoint other than a writer's is
+    live, or it is a clone. ``kept`` says why it stayed."""
+
+    epoch: int
+    clock: Clock
+    kept: list[str] = field(default_factory=list)
+
+    def apply(self, m: Manifest) -> Manifest | None:
+        self.kept.clear()
+        if m.destroyed_at_s is not None:
+            return None
+        if m.writer_epoch != self.epoch:
+            self.kept.append(f"a writer opened it since (writer epoch {m.writer_epoch}, not {self.epoch})")
+        elif holds_data(m) or m.index.l0 or m.index.runs or m.ingests or m.external_dbs:
+            self.kept.append("it holds data")
+        elif live_checkpoints(m, self.clock.now(), include_writer=False):
+            self.kept.append("a checkpoint of it is live")
+        if self.kept:
+            return None
+        return replace(m, writer_epoch=m.writer_epoch + 1, checkpoints=(), destroyed_at_s=self.clock.now())
+
+
+def drop_created_database(
+    ms: ManifestStore, plan: IngestPlan, store_options: Mapping[str, Any] | None, timeout_s: float = 300.0
+) -> bool:
+    """Delete the database a failed ingest's begin created (:attr:`IngestPlan.created_epoch`),
+    so its URL holds nothing, as before the job: a retry creates it afresh and a read says
+    there is no database, instead of finding an empty one. Kept when anything else happened to
+    it since (:class:`DropUnusedDatabase`); best effort (an error is logged, the database stays
+    empty). True if it was deleted."""
+    assert plan.created_epoch is not None
+    where = ms.store.describe()
+    edit = DropUnusedDatabase(plan.created_epoch, SYSTEM_CLOCK)
+    try:
+        m = ms.update(edit, timeout_s=timeout_s)
+        if m.destroyed_at_s is None:
+            log.info(
+                "ingest %s: keeps the database it created at %s: %s", plan.ingest_id, where, edit.kept[0]
+            )
+            return False
+        factory = default_factory(RetryOptions(), SYSTEM_CLOCK, random.Random(), store_options)
+        external = ExternalStores(factory)
+        try:
+            delete_database(ms, m, external, SYSTEM_CLOCK, timeout_s)
+        finally:
+            external.close()
+    except ShaleError as exc:
+        log.warning(
+            "ingest %s: could not delete the database it created at %s: %s", plan.ingest_id, where, exc
+        )
+        return False
+    _remove_empty_folders(where)
+    log.info("ingest %s failed: deleted the database it had created at %s", plan.ingest_id, where)
+    return True
+
+
+def _remove_empty_folders(where: str) -> None:
+    """In a local directory, the database's own folders, now empty (an object store has no
+    folders); the directory itself stays, as it may have been there before."""
+    parts = urlsplit(where)
+    if parts.scheme != "file":
+        return
+    root = unquote(parts.path)
+    for own in paths.OWN_DIRS:
+        for d, _, _ in sorted(os.walk(os.path.join(root, own.rstrip("/"))), reverse=True):
+            try:
+                os.rmdir(d)  # only if empty: anything else there stays
+            except OSError:
+                pass
 
 
 def _committed(

@@ -89,6 +89,9 @@ class IngestPlan:
     """The commit replaces the database's whole contents (data, index, journal) in its CAS."""
     require_empty: bool = False
     """The commit refuses a database that holds data (Spark's errorifexists)."""
+    created_epoch: int | None = None
+    """Set when begin found no database and created it (the writer epoch it left): an abort
+    then deletes the database again if nothing else happened to it (:func:`abort_ingest`)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {f: getattr(self, f) for f in self.__slots__}
