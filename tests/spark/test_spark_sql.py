@@ -292,18 +292,18 @@ def test_checkpoints_by_name_and_versions_a_checkpoint_pins(spark, tmp_path):
 def test_filtered_then_unfiltered_counts_are_right_by_default_and_per_sql_statement(spark, tmp_path):
     """The sequence PySpark 4.3 gets wrong with pushdown on a reused DataFrame
     (test_spark_read.py pins that): right by default, and right per SQL statement on a
-    table that pushes key filters (each statement plans its own read)."""
+    table, which takes no pushdown (test_spark_sql_statements.py): Spark applies its WHERE."""
     url = str(tmp_path / "db")
     shale_spark.ingest(kv_frame(spark, [(b"k%03d" % i, b"v") for i in range(300)]), url)
     df = spark.read.format("shaledb").load(url)
     assert df.filter(df.key == b"k007").count() == 1
     assert df.count() == 300
     assert df.filter(df.key < b"k010").count() == 10
-    spark.sql(f"CREATE TABLE pushed USING shaledb OPTIONS (path '{url}', key_type 'string', pushdown 'true')")
+    spark.sql(f"CREATE TABLE pushed USING shaledb OPTIONS (path '{url}', key_type 'string')")
     try:
         one = spark.sql("SELECT key FROM pushed WHERE key = 'k007'")
         plan = one._jdf.queryExecution().executedPlan().toString()
-        assert re.search(r"\bFilter\b", plan) is None, plan  # the source applies it
+        assert re.search(r"\bFilter\b", plan) is not None, plan  # Spark applies it
         assert one.count() == 1
         assert spark.sql("SELECT count(*) AS n FROM pushed").first().n == 300
         assert spark.sql("SELECT count(*) AS n FROM pushed WHERE key LIKE 'k01%'").first().n == 10

@@ -73,7 +73,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _r("partitions", "by size", "number of key ranges (at most)"),
     _r("key_type", "binary", "binary or string"),
     _r("value_type", "binary", "binary or string"),
-    _r("pushdown", "false", "true: key filters are applied by the source (see the caveat)"),
+    _r(
+        "pushdown",
+        "false",
+        "true: key filters are applied by the source (see the caveat); not for SQL tables",
+    ),
     _r("start", "", "read keys from this one on (text, or 0x hex for binary keys)"),
     _r("end", "", "read keys before this one"),
     _r("prefix", "", "read keys with this prefix"),
