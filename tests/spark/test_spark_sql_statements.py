@@ -1,7 +1,7 @@
 """SQL statements a Delta or Paimon user tries on a shaledb table, and what they do here
 (docs/spark.md, "SQL tables" and "Filter pushdown"): CTAS, a temporary view's pinned
-version, pushdown refused for a table (and pinned for a temporary view), a stream in update
-mode."""
+version, pushdown refused for a table (and pinned for a temporary view), type names in any
+case, ALTER TABLE, SHOW CREATE TABLE, a stream in update mode."""
 
 from __future__ import annotations
 
@@ -121,3 +121,84 @@ def test_spark_refuses_update_mode_for_the_sink(spark, tmp_path):
         assert "does not support Update mode" in str(q.exception())
     finally:
         q.stop()
+
+
+def test_create_table_takes_sql_type_names_in_any_case(spark, tmp_path):
+    url = str(tmp_path / "db")
+    spark.sql(
+        f"CREATE TABLE cased USING shaledb OPTIONS (path '{url}', key_type 'STRING', value_type 'String')"
+    )
+    try:
+        assert [f.dataType.simpleString() for f in spark.table("cased").schema.fields[:2]] == [
+            "string",
+            "string",
+        ]
+        spark.sql("INSERT INTO cased (key, value) VALUES ('a', '1')")
+        assert [tuple(r) for r in spark.sql("SELECT key, value FROM cased").collect()] == [("a", "1")]
+    finally:
+        spark.sql("DROP TABLE IF EXISTS cased")
+
+
+def test_alter_table_columns_fails_the_next_read_and_write_naming_the_cause(spark, tmp_path):
+    """Spark applies ALTER TABLE ... ADD/RENAME COLUMNS to a Python data source's table without
+    running the source (no hook to refuse it), so the next statement is the first to notice: a
+    read and a write are refused naming ALTER TABLE, and no added column's value is dropped
+    silently (the write of one used to succeed, storing key and value only)."""
+    url = str(tmp_path / "db")
+    create = (
+        f"CREATE TABLE altered USING shaledb OPTIONS (path '{url}', key_type 'string', value_type 'string')"
+    )
+    spark.sql(create)
+    try:
+        spark.sql("INSERT INTO altered (key, value) VALUES ('a', '1')")
+        spark.sql("ALTER TABLE altered ADD COLUMNS (extra string)")  # Spark accepts it
+        statements = (
+            "SELECT * FROM altered",
+            "SELECT key FROM altered",
+            "INSERT INTO altered (key, value, extra) VALUES ('b', '2', 'x')",
+            "INSERT INTO altered (key, value) VALUES ('c', '3')",
+        )
+        for stmt in statements:
+            with pytest.raises(Exception) as err:
+                spark.sql(stmt).collect()
+            text = str(err.value)
+            assert "columns were changed with ALTER TABLE" in text, (stmt, text)
+            assert "key, value, seq, metadata, extra" in text and url in text, text
+        assert contents(url) == {b"a": b"1"}  # nothing written
+        spark.sql("DROP TABLE altered")  # what the message says: the data stays at its URL
+        spark.sql(create)
+        spark.sql("ALTER TABLE altered RENAME COLUMN value TO v")
+        with pytest.raises(Exception, match="columns were changed with ALTER TABLE"):
+            spark.sql("INSERT INTO altered (key, v) VALUES ('b', '2')")  # was: v, seq JSON-encoded
+        assert contents(url) == {b"a": b"1"}
+    finally:
+        spark.sql("DROP TABLE IF EXISTS altered")
+
+
+def test_show_create_table_cannot_print_using_shaledb_so_the_key_comment_carries_it(spark, tmp_path):
+    """PySpark 4.3's PythonTable has no properties, and SHOW CREATE TABLE takes the provider
+    and options from them: it prints the columns only (Spark's, pinned here). The key column's
+    comment carries the URL and the clause that creates the table again, secrets masked."""
+    url = str(tmp_path / "db")
+    shale_spark.ingest(kv_frame(spark, [(b"a", b"1")]), url)
+    spark.sql(f"CREATE TABLE shown USING shaledb OPTIONS (path '{url}', key_type 'string', partitions '2')")
+    try:
+        text = spark.sql("SHOW CREATE TABLE shown").first()[0]
+        columns, comment_and_rest = text.split("COMMENT", 1)
+        assert "USING" not in columns and "USING" not in comment_and_rest.split("\n", 1)[1], text
+        assert "USING shaledb OPTIONS (path" in comment_and_rest, text  # in the key's comment
+        comment = spark.sql("DESCRIBE TABLE shown").first().comment
+        clause = comment.split("CREATE TABLE name ", 1)[1]
+        assert clause.startswith(f"USING shaledb OPTIONS (path 'file:{url}'"), comment
+        assert clause.endswith(", key_type 'string', partitions '2')"), comment
+        spark.sql(f"CREATE TABLE shown_again {clause}")  # the clause works as it stands
+        try:
+            assert spark.sql("SELECT key, value FROM shown_again").collect() == [("a", b"1")]
+        finally:
+            spark.sql("DROP TABLE IF EXISTS shown_again")
+    finally:
+        spark.sql("DROP TABLE IF EXISTS shown")
+    secret = table_schema({"path": url, "store.secret_access_key": "hush", "store.region": "eu"})
+    assert "store.secret_access_key '***'" in secret.fields[0].metadata["comment"]
+    assert "store.region 'eu'" in secret.fields[0].metadata["comment"]
+    assert "hush" not in secret.fields[0].metadata["comment"]

@@ -148,7 +148,9 @@ NO_URL = (
     "A table created with a column list, CREATE TABLE name (key ..., value ...) USING shaledb, "
     "cannot reach its options either (PySpark hands them to the source only when it asks for the "
     "columns): drop it and create it without one; its columns are key, value, seq and metadata, "
-    "typed by the options key_type and value_type"
+    "typed by the options key_type and value_type. So can a table whose columns were replaced or "
+    "whose key column was dropped with ALTER TABLE (Spark keeps the options with the key column): "
+    "drop it and create it again"
 )
 
 

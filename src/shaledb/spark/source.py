@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
@@ -118,9 +119,11 @@ class ShaleDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         options, table = source_options(self.options, schema)
         opts = ReadOptions.parse(options)
-        if table and opts.pushdown:  # a table an older shaledb created with it: read right, without it
-            log.warning("shaledb table at %s: option pushdown ignored (%s)", opts.url, PUSHDOWN_TABLE)
-            opts = replace(opts, pushdown=False)
+        if table:
+            check_table_columns(schema, opts.url)
+            if opts.pushdown:  # a table an older shaledb created with it: read right, without it
+                log.warning("shaledb table at %s: option pushdown ignored (%s)", opts.url, PUSHDOWN_TABLE)
+                opts = replace(opts, pushdown=False)
         if self._pinned is None or table:  # a table or a user-given schema skips schema(): pin per query
             self._pinned = self._pin(opts)
         return ShaleReader(opts, *self._pinned, parallelism=self.parallelism, schema=schema)
@@ -144,6 +147,7 @@ class ShaleDataSource(DataSource):
         seq -- ignored -- and metadata)."""
         options, table = source_options(self.options, schema)
         if table:
+            check_table_columns(schema, str(options.get("path", "")))
             names = {f.name for f in schema.fields}
             options = {**{c: c for c in ("value", "metadata") if c in names}, **options}
         return options
@@ -181,7 +185,7 @@ def table_schema(options: Mapping[str, str]) -> StructType:
     if opts.pushdown:
         raise InvalidArgument(PUSHDOWN_TABLE)
     text = {"binary": BinaryType(), "string": StringType()}
-    meta = {TABLE_OPTIONS: json.dumps(own, sort_keys=True), "comment": f"shaledb table at {opts.url}"}
+    meta = {TABLE_OPTIONS: json.dumps(own, sort_keys=True), "comment": table_comment(opts.url, own)}
     return StructType(
         [
             StructField("key", text[opts.key_type], False, meta),
@@ -202,6 +206,50 @@ PUSHDOWN_TABLE = (
     "on a DataFrame queried once"
 )
 """Why ``CREATE TABLE ... OPTIONS (pushdown 'true')`` is refused (and ignored in a table made before)."""
+
+_SECRET = re.compile(r"(?i)secret|password|token|access[._]?key|credential")
+"""Option names whose values a table's comment does not show (Spark's redaction, and more)."""
+
+
+def table_comment(url: str, own: Mapping[str, str]) -> str:
+    """The key column's comment: the table's URL and the clause that creates it again.
+
+    ``SHOW CREATE TABLE`` of a Python data source's table prints neither ``USING shaledb``
+    nor its options (PySpark 4.3's ``PythonTable`` has no properties, and
+    ``ShowCreateTableExec`` takes the provider from them), but it prints the columns'
+    comments; so the comment carries them.
+    """
+    given = [(k, v) for k, v in sorted(own.items()) if k.lower() != "path"]
+    shown = [("path", url)] + [(k, "***" if _SECRET.search(k) else v) for k, v in given]
+    clause = ", ".join(f"{k} '{_sql_text(v)}'" for k, v in shown)
+    return f"shaledb table at {url}; created by CREATE TABLE name USING shaledb OPTIONS ({clause})"
+
+
+def _sql_text(value: str) -> str:
+    """``value`` for a single-quoted Spark SQL string literal."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def check_table_columns(schema: StructType, url: str) -> None:
+    """Refuse a catalog table whose columns are not the source's: changed with ``ALTER TABLE``.
+
+    Spark's session catalog applies ``ALTER TABLE ... ADD/DROP/RENAME COLUMNS`` to a Python
+    data source's table without running any of the source's code (PySpark 4.3), so the
+    first read or write after it is the first place to notice. Without this a write would
+    silently drop an added column's values (or JSON-encode a renamed value column).
+    """
+    names = [f.name for f in schema.fields]
+    if names == list(READ_COLUMNS):
+        return
+    where = f" at {url}" if url else ""
+    raise InvalidArgument(
+        f"the shaledb table{where} has the columns {', '.join(names)}, not key, value, seq, metadata: "
+        "its columns were changed with ALTER TABLE (ADD, DROP, RENAME or REPLACE COLUMNS), which Spark "
+        "accepts for a Python data source's table without asking the source. A shaledb table's columns "
+        "are fixed: DROP TABLE it (the data stays at its URL) and CREATE TABLE it again with the same "
+        "OPTIONS (DESCRIBE TABLE shows them in the key column's comment); keep other columns in a "
+        "JSON value (option value_columns of a DataFrame write) or in another table"
+    )
 
 
 def source_options(options: Mapping[str, str], schema: StructType) -> tuple[dict[str, str], bool]:
@@ -429,4 +477,12 @@ def _text(arr: pa.Array, kind: str) -> pa.Array:
         raise InvalidArgument("a key or value is not valid UTF-8: read it with the binary type") from None
 
 
-__all__ = ["PUSHDOWN_TABLE", "ShaleDataSource", "ShalePartition", "ShaleReader", "table_schema"]
+__all__ = [
+    "PUSHDOWN_TABLE",
+    "ShaleDataSource",
+    "ShalePartition",
+    "ShaleReader",
+    "check_table_columns",
+    "table_comment",
+    "table_schema",
+]
