@@ -167,3 +167,18 @@ def test_a_bare_404_on_a_listing_is_an_endpoint_mistake() -> None:
     assert isinstance(classify(missing, "manifest/", "s3://b", s3, True), BucketNotFound)
     get_404 = Exception("Generic S3 error: Error performing GET http://127.0.0.1:9/b/x: 404 Not Found")
     assert classify(get_404, "x", "s3://b", s3, True) is None  # a missing object: the caller's case
+
+
+def test_a_listing_answered_with_a_web_page_is_an_endpoint_mistake() -> None:
+    """Some other web server on the endpoint answering a listing 200 with HTML (or a metrics
+    exporter's text): obstore cannot parse it. That was retried for 6 s, reported as
+    "unreachable, retry later", and quoted the whole page in each log line."""
+    exc = Exception(
+        "Generic S3 error: Got invalid list response: ill-formed document: expected `</meta>`, "
+        "but `</head>` was found"
+    )
+    s3 = CloudService("s3", "b", "http://127.0.0.1:9")
+    for answered in (False, True):
+        err = classify(exc, "manifest/", "s3://b", s3, answered)
+        assert isinstance(err, InvalidArgument), answered
+        assert "not an object-store listing" in str(err) and "AWS_ENDPOINT_URL" in str(err)

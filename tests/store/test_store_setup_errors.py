@@ -245,3 +245,42 @@ def test_an_endpoint_that_is_not_an_object_store_is_reported_at_once(tmp_path: P
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_endpoint_answering_listings_with_a_web_page_is_reported_at_once(tmp_path: Path) -> None:
+    """A plain web server whose directory matches the bucket answers the listing 200 with an
+    HTML directory page; before, that was retried for 6 s, reported as "unreachable, retry
+    later", and the whole page went into every retry's log line and the error."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    (tmp_path / MOTO_BUCKET).mkdir()
+    for i in range(200):  # a long page
+        (tmp_path / MOTO_BUCKET / f"file-{i:04d}.txt").write_text("x")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        opts = _s3(endpoint, access_key_id=MOTO_KEY, secret_access_key=MOTO_KEY)
+        store = _stack(f"s3://{MOTO_BUCKET}/db", **opts)
+        err = _timed_raise(InvalidArgument, lambda: list(store.list("manifest/")))
+        assert "not an object-store listing" in str(err) and endpoint in str(err)
+        assert store.retries == 0 and len(str(err)) < 1000
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_backend_message_is_cut_in_an_error() -> None:
+    """An error quoting a backend's message keeps its first line, cut at a few hundred
+    characters (a response body in it once made each log line 20 KB)."""
+    from shaledb.store.obstore_store import ObstoreStore
+
+    store = ObstoreStore(obstore.store.MemoryStore(), description="memory://cut")
+    err = store._error(RuntimeError("Generic error: body " + "x" * 20_000 + "\nsecond line"), "k")
+    assert isinstance(err, Unavailable) and len(str(err)) < 500 and "(cut)" in str(err)

@@ -13,8 +13,9 @@ bucket, the endpoint and what to set:
   asks when nothing is configured) -> :class:`~shaledb.errors.PermissionDenied`;
 * a host that does not resolve or refuses connections, before the store has
   ever answered -> :class:`~shaledb.errors.EndpointUnreachable`;
-* other 4xx answers (a malformed request, an invalid bucket name) ->
-  :class:`~shaledb.errors.InvalidArgument`.
+* other 4xx answers (a malformed request, an invalid bucket name), a bare 404
+  on a listing, and a listing answered with a body that is not the store's
+  (some other web server on the endpoint) -> :class:`~shaledb.errors.InvalidArgument`.
 
 Everything else (5xx, 429, 408, timeouts, connection resets, and connection
 failures of a store that answered before) stays
@@ -49,6 +50,9 @@ _NO_CREDENTIAL = (
 )
 _CONNECT = ("dns error", "ConnectionRefused", "Connection refused", "tcp connect error")
 _LIST_REQUEST = "Error performing list request"  # obstore's words for a failed listing
+# obstore's words for a listing answered 2xx with a body that is not the store's XML (an HTML
+# page, a metrics exporter's text): the endpoint is some other web server.
+_BAD_LISTING = "invalid list response"
 # A TLS handshake that fails at once (rustls' words): most often an https:// endpoint
 # naming a plain-HTTP service, or a certificate the client does not trust.
 _TLS = ("InvalidContentType", "invalid peer certificate", "UnknownIssuer", "HandshakeFailure")
@@ -153,6 +157,13 @@ def classify(
             f"{description}: the endpoint answered a listing of {service.where()} with HTTP 404 and "
             "no storage error: it does not look like this object-store API; check the endpoint "
             f"setting ({_ENDPOINT_HINT[service.scheme]})"
+        )
+    if status is None and _BAD_LISTING in text:
+        # The server answered, with a body no object store sends: retrying gets the same page.
+        return InvalidArgument(
+            f"{description}: the endpoint answered a listing of {service.where()} with a body that "
+            "is not an object-store listing: it does not look like this object-store API; check the "
+            f"endpoint setting ({_ENDPOINT_HINT[service.scheme]})"
         )
     if status is not None and 400 <= status < 500 and status not in _NOT_SETUP_4XX:
         return InvalidArgument(

@@ -127,6 +127,16 @@ def _check_cloud_fork() -> None:
     )
 
 
+_BACKEND_TEXT_MAX = 300
+"""How much of a backend's message an error repeats: the first line, cut here (a response
+body quoted in it, such as a web page answering a listing, once ran to 20 KB a log line)."""
+
+
+def _first_line(text: str) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= _BACKEND_TEXT_MAX else line[:_BACKEND_TEXT_MAX] + "... (cut)"
+
+
 class ObstoreStore:
     """An obstore store plus a root prefix (for stores that cannot prefix).
 
@@ -220,7 +230,7 @@ class ObstoreStore:
             return InvalidPathError(f"object path rejected by the store: {path!r}")
         return Unavailable(
             f"object store error on {self._description}: {path}: "
-            f"{type(exc).__name__}: {self._scrub(str(exc).splitlines()[0] if str(exc) else '')}"
+            f"{type(exc).__name__}: {self._scrub(_first_line(str(exc)))}"
         )
 
     def _setup_mistake(self, exc: BaseException, path: str) -> ShaleError | None:
