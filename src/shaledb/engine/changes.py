@@ -24,7 +24,9 @@ WAL objects are deleted by the garbage collector once their writes are in L0
 SSTs and they are older than ``GcOptions.min_age_s``, or
 ``GcOptions.wal_retention_s`` if that is longer (a consumer that can fall
 behind by an hour wants an hour). A cursor whose next object is gone raises
-:class:`CursorExpired`: it never skips what it missed. Bulk ingests (the Spark
+:class:`CursorExpired`: it never skips what it missed. A feed with no cursor
+(``since=None``) starts at the oldest history the WAL still holds, stepping over
+what the collector removed before its first change. Bulk ingests (the Spark
 data source) add SSTs without WAL entries and are not in the feed.
 """
 
@@ -139,6 +141,9 @@ class ChangeFeed:
         check_int("read_ahead", read_ahead, minimum=1, maximum=1024)
         self.store = store
         self.cursor = Cursor.parse(since)
+        self._from_oldest = since is None
+        """Start at the oldest history the WAL still holds: until the first change, gaps the
+        garbage collector left are stepped over (a cursor's gap raises CursorExpired)."""
         self.follow = follow
         self.poll_interval_s = float(poll_interval_s)
         self.clock = clock or SYSTEM_CLOCK
@@ -234,6 +239,7 @@ class ChangeFeed:
                     key, (_, kind, payload) = rows[i + idx]
                     after = Cursor(wid, seq, idx + 1)
                     self.cursor = after
+                    self._from_oldest = False
                     yield _change(seq, kind, key, payload, idx, size, after, wid)
             i = j
 
@@ -258,6 +264,15 @@ class ChangeFeed:
                 f"{m.replay_after_wal_id} have their writes in SSTs (the garbage collector may have "
                 f'removed them); start from a snapshot of the clone and changes("latest")'
             )
+        if m.replay_after_wal_id >= wid and self._from_oldest:
+            # since=None and nothing yielded yet: the history the WAL holds starts later (the
+            # collector deletes WAL objects from the oldest on, but keeps the empty fences, so
+            # wal/1 may still be there). Before, such a feed raised CursorExpired on any
+            # database whose collector had run. (A clone's feed says where its history starts, above.)
+            c = self.cursor
+            nxt = self._next_present(wid)
+            self.cursor = Cursor(nxt if nxt is not None else m.replay_after_wal_id + 1, c.seq, c.taken)
+            return True
         if m.replay_after_wal_id >= wid:
             raise CursorExpired(
                 f"change-feed cursor {self.cursor} needs {paths.wal_path(wid)}, which the garbage collector "
@@ -269,13 +284,20 @@ class ChangeFeed:
                 self._ahead_checked = True
                 self._refuse_if_ahead(m, wid)
             return False
+        nxt = self._next_present(wid)
+        if nxt is not None:
+            c = self.cursor
+            self.cursor = Cursor(nxt, c.seq, c.taken)
+            return True
+        return False
+
+    def _next_present(self, wid: int) -> int | None:
+        """The id of the first WAL object present after ``wid`` (one LIST), if any."""
         for meta in self.store.list(paths.WAL_DIR, offset=paths.wal_path(wid)):
             nxt = paths.parse_wal_id(meta.path)
             if nxt is not None and nxt > wid:
-                c = self.cursor
-                self.cursor = Cursor(nxt, c.seq, c.taken)
-                return True
-        return False
+                return nxt
+        return None
 
     def _refuse_if_ahead(self, m: Manifest, wid: int) -> None:
         """A cursor at ``wid`` says object ``wid - 1`` was read. If no WAL object at or after
