@@ -255,3 +255,37 @@ def test_run_gc_prints_a_line_per_pass_that_did_something(tmp_path: Path) -> Non
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert out == "", out  # the old code printed a line per idle pass
+
+
+def test_run_compactor_and_run_gc_take_their_options_from_the_settings(tmp_path: Path) -> None:
+    """docs/cli.md: --settings (and SHALEDB_* variables) apply to the commands that open a
+    compactor or collector; run-compactor and run-gc used the defaults whatever they said."""
+    import os
+
+    db = tmp_path / "db"
+    with Db.open(db, settings=QUIET) as d:
+        for i in range(3):
+            d.put(b"k%d" % i, b"v")
+            d.flush(memtable=True)  # 3 L0 SSTs (the default min_l0_ssts is 4); old manifests
+    toml = tmp_path / "shaledb.toml"
+    toml.write_text('compactor = "none"\n\n[garbage_collector]\nmin_age_s = 0\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHALEDB_")}
+    gc = [*BASE, "--path", str(db), "--json", "--settings", str(toml), "run-gc", "--dry-run"]
+    p = subprocess.run(gc, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["deleted"]["manifest"], p.stdout  # min_age_s 0: old manifests go
+    p = subprocess.run(
+        [*gc[:-1], "--min-age", "3600", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert not json.loads(p.stdout)["deleted"]["manifest"], p.stdout  # the option beats the file
+    compact = [*BASE, "--path", str(db), "--json", "run-compactor", "--once"]
+    p = subprocess.run(compact, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert p.returncode == 0 and json.loads(p.stdout)["committed"] == 0, (p.stdout, p.stderr)
+    env["SHALEDB_COMPACTOR__MIN_L0_SSTS"] = "2"
+    p = subprocess.run(compact, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert p.returncode == 0 and json.loads(p.stdout)["committed"] == 1, (p.stdout, p.stderr)

@@ -13,6 +13,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from ..admin.gc import GarbageCollector, GcReport
@@ -20,6 +21,7 @@ from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..settings import CompactorOptions, GcOptions
 from .output import Output, command, human_size
+from .settings import cli_settings
 
 
 @contextmanager
@@ -70,17 +72,18 @@ def _compactor_args(p: argparse.ArgumentParser) -> None:
     "run-compactor", "compact L0 SSTs and sorted runs (claims the compactor epoch: fences running ones)"
 )(_compactor_args)
 def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
-    opts = CompactorOptions()
+    # The [compactor] table of --settings / SHALEDB_COMPACTOR__* (they were ignored), unless
+    # it turns compaction off: the file a writer reads says that to stop its embedded one.
+    settings = cli_settings(args)
+    opts = settings.compactor or CompactorOptions()
     changes: dict[str, Any] = {}
     if args.poll_interval is not None:
         changes["poll_interval_s"] = args.poll_interval
     if args.max_subcompactions is not None:
         changes["max_subcompactions"] = args.max_subcompactions
     if changes:
-        from dataclasses import replace
-
         opts = replace(opts, **changes)
-    c = Compactor.open(args.path, opts)
+    c = Compactor.open(args.path, opts, settings=settings)
     try:
         if args.once:
             with out.progress("compaction", unit="bytes") as progress:
@@ -125,12 +128,14 @@ def _gc_args(p: argparse.ArgumentParser) -> None:
 
 @command("run-gc", "delete objects no active manifest or live checkpoint references")(_gc_args)
 def run_gc(args: argparse.Namespace, out: Output) -> int | None:
-    changes: dict[str, Any] = {"dry_run": bool(args.dry_run)}
+    settings = cli_settings(args)  # [garbage_collector] and SHALEDB_GARBAGE_COLLECTOR__*, as above
+    changes: dict[str, Any] = {"dry_run": True} if args.dry_run else {}
     if args.min_age is not None:
         changes["min_age_s"] = args.min_age
     if args.interval is not None:
         changes["interval_s"] = args.interval
-    gc = GarbageCollector.open(args.path, GcOptions(**changes))
+    options = replace(settings.garbage_collector or GcOptions(), **changes)
+    gc = GarbageCollector.open(args.path, options, settings=settings)
 
     def show(r: GcReport) -> None:
         _emit_line(out, r.to_dict(), _gc_line(r))
@@ -139,7 +144,7 @@ def run_gc(args: argparse.Namespace, out: Output) -> int | None:
                 for path in items:
                     out.stream.write(f"  {cls:8s} {path}\n")
 
-    if args.once or args.dry_run:
+    if args.once or options.dry_run:
         show(gc.run_once())
         return None
     with _stop_on_signals(gc.stop):
