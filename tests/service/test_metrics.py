@@ -39,12 +39,13 @@ def test_metrics_count_the_work(mem_url: str) -> None:
         db.write(WriteBatch().put(b"a", b"12345").delete(b"k0"))
         db.get(b"k1")
         db.get(b"zz")
+        db.get_many([b"k2", b"k3", b"zz"])  # three keys looked up: were not counted at all
         list(db.scan())
         db.flush(memtable=True)
         m = db.metrics()
     assert m["puts_total"] - base["puts_total"] == 12  # every key written, deletes included
     assert m["put_bytes_total"] - base["put_bytes_total"] == 10 * 12 + 6 + 2
-    assert (m["gets_total"], m["scans_total"]) == (2, 1)
+    assert (m["gets_total"], m["scans_total"]) == (5, 1)
     assert m["wal_objects_total"] - base["wal_objects_total"] == 11  # durable writes, one object each
     assert m["wal_bytes_total"] > 0
     assert m["flush_seconds"]["count"] == 1 and m["l0_ssts"] == 1
@@ -164,8 +165,9 @@ def test_reader_metrics_and_scrape(tmp_path: Path) -> None:
             assert reader.get(b"k03") == b"v" * 10
             assert reader.get(b"late") == b"x"
             assert len(list(reader.scan(prefix=b"k1"))) == 10
+            assert reader.get_many([b"k01", b"k02"]) == [b"v" * 10] * 2
             m = reader.metrics()
-            assert (m["gets_total"], m["scans_total"]) == (2, 1)
+            assert (m["gets_total"], m["scans_total"]) == (4, 1)
             assert m["l0_ssts"] == 1 and m["seq"] == 21 and m["memtables"] == 1
             assert m["wal_objects_replayed_total"] >= 1
             requests = m["store_requests_total"]
@@ -179,7 +181,7 @@ def test_reader_metrics_and_scrape(tmp_path: Path) -> None:
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
     }
-    assert samples[("shaledb_gets_total", (("db", "r"),))] == 2
+    assert samples[("shaledb_gets_total", (("db", "r"),))] == 4
     assert samples[("shaledb_seq", (("db", "r"),))] == 21
 
 

@@ -170,6 +170,7 @@ class Queries:
         their round trips together. Sorted keys share blocks best.
         """
         ks = checked_keys(keys, workers)
+        self._m_gets += len(ks)  # gets_total counts keys looked up (get_many's were left out)
         at, release = self._pin_read()
         try:
             return get_many(at.view, at.tables, at.vis, ks, at.seq, workers)
