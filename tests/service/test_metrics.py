@@ -144,6 +144,14 @@ def test_prometheus_scrape(mem_url: str) -> None:
     assert samples[("shaledb_flush_seconds_count", (("db", "test"),))] == 1
     assert samples[("shaledb_store_requests_total", (("db", "test"), ("kind", "put_create")))] >= 5
     assert samples[("shaledb_store_request_seconds_count", (("db", "test"), ("kind", "put_create")))] >= 5
+    # Each family says what it counts (HELP was the metric's own name again: "shaledb gets_total").
+    undescribed = [
+        f.name
+        for f in families.values()
+        if f.name.startswith("shaledb_") and f.documentation.startswith("shaledb")
+    ]
+    assert not undescribed, undescribed
+    assert families["shaledb_gets"].documentation == "keys looked up (get and get_many)"
 
 
 def test_reader_metrics_and_scrape(tmp_path: Path) -> None:
@@ -182,6 +190,11 @@ def test_reader_metrics_and_scrape(tmp_path: Path) -> None:
         for s in fam.samples
     }
     assert samples[("shaledb_gets_total", (("db", "r"),))] == 4
+    families = list(text_string_to_metric_families(text))
+    undescribed = [
+        f.name for f in families if f.name.startswith("shaledb_") and f.documentation.startswith("shaledb")
+    ]
+    assert not undescribed, undescribed  # a reader's own figures (polls, disk cache) too
     assert samples[("shaledb_seq", (("db", "r"),))] == 21
 
 

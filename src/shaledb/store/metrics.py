@@ -197,6 +197,54 @@ def store_metrics(store: ObjectStore) -> dict[str, Any]:
     return out
 
 
+HELP: dict[str, str] = {
+    "puts_total": "keys written by this writer (puts, deletes and merges)",
+    "put_bytes_total": "bytes of keys and values written by this writer",
+    "gets_total": "keys looked up (get and get_many)",
+    "scans_total": "scans started",
+    "wal_objects_total": "WAL objects written",
+    "wal_bytes_total": "bytes of WAL objects written",
+    "cache_hits_total": "block cache hits",
+    "cache_misses_total": "block cache misses",
+    "write_stalls_total": "writes that waited for memtable space",
+    "l0_stalls_total": "memtable flushes that waited for compaction (L0 at l0_max_ssts)",
+    "fenced_total": "times this handle found itself fenced by a newer writer",
+    "l0_ssts": "L0 SSTs in the version this handle reads",
+    "sorted_runs": "sorted runs in the version this handle reads",
+    "memtable_bytes": "bytes in the memtable (a reader: in its replayed WAL tables)",
+    "unflushed_bytes": "bytes written but not yet in an L0 SST",
+    "seq": "last sequence number applied",
+    "durable_seq": "last sequence number durable in the WAL",
+    "flush_seconds": "memtable flush durations",
+    "compaction_seconds": "durations of the embedded compactor's jobs",
+    "write_stall_seconds": "how long writes waited for memtable space",
+    "polls_total": "manifest and WAL polls of a reader",
+    "reestablished_total": "checkpoints a reader took on a new version (each SST change, or after expiry)",
+    "refreshed_total": "extensions of a reader's checkpoint expiry",
+    "wal_objects_replayed_total": "WAL objects a reader replayed",
+    "manifest_id": "id of the manifest version this handle reads",
+    "memtables": "in-memory tables of replayed WAL entries a reader holds",
+    "own_checkpoints": "checkpoints this reader holds",
+    "store_requests_total": "object-store requests by kind",
+    "store_errors_total": "failed object-store requests by kind (a missing object is no error)",
+    "store_bytes_read_total": "bytes read from the object store",
+    "store_bytes_written_total": "bytes written to the object store",
+    "store_request_seconds": "object-store request latency by kind",
+    "disk_cache_hits_total": "disk cache parts hit",
+    "disk_cache_misses_total": "disk cache parts missed",
+    "disk_cache_bytes_read_total": "bytes served from the disk cache",
+    "disk_cache_corrupt_total": "damaged disk cache parts dropped",
+    "disk_cache_errors_total": "disk cache failures (reads went to the store)",
+    "disk_cache_bytes": "bytes in the disk cache",
+    "disk_cache_limit_bytes": "the disk cache's bound",
+}
+"""The HELP text of each metric a scrape shows (it said only the metric's name again)."""
+
+
+def _help(name: str) -> str:
+    return HELP.get(name, f"shaledb {name}")
+
+
 class PrometheusCollector:
     """A ``prometheus_client`` collector of one ``Db`` or ``DbReader`` (either's asyncio
     handle too): register it, and every scrape reads ``db.metrics()`` (``prometheus_client``
@@ -224,26 +272,26 @@ class PrometheusCollector:
         for name, v in self.db.metrics().items():
             full = f"{p}_{name}"
             if name.endswith("_seconds") and isinstance(v, dict) and "buckets" in v:
-                fam_h = HistogramMetricFamily(full, f"shaledb {name}", labels=names)
+                fam_h = HistogramMetricFamily(full, _help(name), labels=names)
                 fam_h.add_metric(values, _buckets(v), v["sum"])
                 yield fam_h
             elif name == "store_request_seconds":
-                fam = HistogramMetricFamily(full, "store request latency by kind", labels=[*names, "kind"])
+                fam = HistogramMetricFamily(full, _help(name), labels=[*names, "kind"])
                 for kind, h in sorted(v.items()):
                     fam.add_metric([*values, kind], _buckets(h), h["sum"])
                 yield fam
             elif isinstance(v, dict):
                 base = full.removesuffix("_total")
-                fam_c = CounterMetricFamily(base, f"shaledb {base} by kind", labels=[*names, "kind"])
+                fam_c = CounterMetricFamily(base, _help(name), labels=[*names, "kind"])
                 for kind, n in sorted(v.items()):
                     fam_c.add_metric([*values, kind], n)
                 yield fam_c
             elif name.endswith("_total"):
-                fam_n = CounterMetricFamily(full.removesuffix("_total"), f"shaledb {name}", labels=names)
+                fam_n = CounterMetricFamily(full.removesuffix("_total"), _help(name), labels=names)
                 fam_n.add_metric(values, v)
                 yield fam_n
             else:
-                fam_g = GaugeMetricFamily(full, f"shaledb {name}", labels=names)
+                fam_g = GaugeMetricFamily(full, _help(name), labels=names)
                 fam_g.add_metric(values, v)
                 yield fam_g
 
