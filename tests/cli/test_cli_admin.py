@@ -289,3 +289,23 @@ def test_run_compactor_and_run_gc_take_their_options_from_the_settings(tmp_path:
     env["SHALEDB_COMPACTOR__MIN_L0_SSTS"] = "2"
     p = subprocess.run(compact, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert p.returncode == 0 and json.loads(p.stdout)["committed"] == 1, (p.stdout, p.stderr)
+
+
+def test_long_manifest_lists_are_cut_in_human_lines(tmp_path: Path) -> None:
+    """A busy writer keeps ~100 versions active through its view checkpoints: each run-gc and
+    verify line listed every id (a 600-character line per pass); --json keeps them all."""
+    from shaledb.cli.output import id_list
+
+    assert id_list([3, 5]) == "[3, 5]"
+    assert id_list(list(range(10, 110))) == "[10, 11, 12, 13, 14, ... 109] (100)"
+    db = tmp_path / "db"
+    with Db.open(db, settings=QUIET) as d:
+        d.put(b"k", b"v")
+        for i in range(8):
+            d.create_checkpoint(name=f"cp{i}")
+            d.put(b"k%d" % i, b"v")
+            d.flush(memtable=True)
+    line = ok("run-gc", "--once", path=db)
+    assert "active manifests [3, 5, 7, 9, 11, ... 19] (9)" in line, line
+    assert "manifests [19, 3, 5, 7, 9, ... 17] (9):" in ok("verify", path=db)
+    assert len(json.loads(ok("--json", "run-gc", "--once", path=db))["active_manifests"]) == 9

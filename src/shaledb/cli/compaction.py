@@ -20,7 +20,7 @@ from ..admin.gc import GarbageCollector, GcReport
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..settings import CompactorOptions, GcOptions
-from .output import Output, command, human_size
+from .output import Output, command, human_size, id_list
 from .settings import cli_settings
 
 
@@ -108,7 +108,7 @@ def _gc_line(r: GcReport) -> str:
         f"{c['sst']} SSTs, {c['journal']} journal objects, {c['tmp']} temporary objects, "
         f"{c['job']} job leases "
         f"({human_size(r.bytes_deleted)}); {c['checkpoints']} checkpoints expired; "
-        f"{r.fences_kept} fences kept; active manifests {r.active_manifests}"
+        f"{r.fences_kept} fences kept; active manifests {id_list(r.active_manifests)}"
         + ("; the destroyed database was deleted" if r.destroyed else "")
         + ("; the clone was detached from its parents" if r.detached else "")
     )

@@ -219,3 +219,13 @@ def human_size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n = n / 1024  # type: ignore[assignment]
     return str(n)
+
+
+def id_list(ids: Sequence[int], shown: int = 6) -> str:
+    """Manifest ids for a human line: all of a few, else the count with the first and last
+    (a busy writer's view checkpoints keep ~100 versions active: a line per pass listed them all;
+    ``--json`` keeps the full list)."""
+    if len(ids) <= shown:
+        return str(list(ids))
+    head = ", ".join(str(i) for i in ids[: shown - 1])
+    return f"[{head}, ... {ids[-1]}] ({len(ids)})"

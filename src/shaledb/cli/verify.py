@@ -12,7 +12,7 @@ from ..admin.verify import verify
 from ..numbers import check_int
 from ..store.wrappers import InstrumentedStore
 from .more import bench_guard
-from .output import EXIT_ERROR, Output, command, human_size
+from .output import EXIT_ERROR, Output, command, human_size, id_list
 from .settings import cli_settings
 
 
@@ -32,8 +32,9 @@ def verify_cmd(args: argparse.Namespace, out: Output) -> int | None:
         out.emit(report.as_dict())
     else:
         out.line(
-            f"manifests {report.manifests}: {report.ssts} SSTs, {report.journal_objects} journal objects, "
-            f"{report.wal_objects} WAL objects, {human_size(report.bytes_read)} read"
+            f"manifests {id_list(report.manifests)}: {report.ssts} SSTs, "
+            f"{report.journal_objects} journal objects, {report.wal_objects} WAL objects, "
+            f"{human_size(report.bytes_read)} read"
         )
         for p in report.problems:
             out.line(f"PROBLEM {p}")
