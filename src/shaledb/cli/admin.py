@@ -24,6 +24,7 @@ from ..db.writer import Db
 from ..duration import format_duration, parse_duration
 from ..errors import InvalidArgument
 from ..manifest.model import Checkpoint
+from ..settings import GcOptions
 from .options import checkpoint_ref, resolve_checkpoint
 from .output import EXIT_NOT_FOUND, Output, command, parse_bytes, render_bytes
 from .settings import cli_settings
@@ -181,7 +182,17 @@ def _destroy_args(p: argparse.ArgumentParser) -> None:
 @command("destroy", "destroy the database (soft by default; see --hard)")(_destroy_args)
 def destroy(args: argparse.Namespace, out: Output) -> int | None:
     admin.destroy(args.path, soft=not args.hard)
-    out.emit({"destroyed": args.path, "mode": "hard" if args.hard else "soft"})
+    info: dict[str, Any] = {"destroyed": args.path, "mode": "hard" if args.hard else "soft"}
+    if not args.hard:
+        # A soft destroy deletes nothing yet: say who does, and when (an operator saw run-gc
+        # report "deleted 0 ..." and no word of the day-long grace).
+        grace = GcOptions().db_delete_grace_s
+        info["objects"] = (
+            f"deleted by the garbage collector (run-gc, or a writer's) once "
+            f"GcOptions.db_delete_grace_s ({format_duration(grace)} by default) has passed and no "
+            "checkpoint is live; destroy --hard deletes them now"
+        )
+    out.emit(info)
     return None
 
 
