@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,28 @@ def test_an_sst_id_collision_draws_another_id() -> None:
     assert store.squatted[0] not in {f"compacted/{i}.sst" for i in ids}
     with Db.open(store=open_store("memory://flush-edges-collision"), settings=_settings()) as db:
         assert db.get(b"a") == b"1"
+
+
+def test_the_l0_stall_warning_says_whether_a_standalone_compactor_holds_the_role(tmp_path: Path) -> None:
+    """It said "run `shaledb run-compactor`" while one was running (merely slow on a loaded
+    host); now it names the compactor epoch holding the role, or says none does."""
+    from shaledb import Compactor
+    from shaledb.engine.flush import l0_stall_hint
+
+    url = str(tmp_path / "db")
+    quiet = Settings(compactor=None, garbage_collector=None)
+    with Db.open(url, settings=quiet) as db:
+        db.put(b"a", b"1")
+        db.flush(memtable=True)
+        assert "no standalone one holds the role: start `shaledb run-compactor`" in l0_stall_hint(
+            db.manifest, embedded=False
+        )
+        assert l0_stall_hint(db.manifest, embedded=True) == ""
+        c = Compactor.open(url)
+        db.put(b"b", b"2")
+        db.flush(memtable=True)  # the writer's manifest now carries the compactor's epoch
+        assert f"compactor epoch {c.epoch} holds the role" in l0_stall_hint(db.manifest, embedded=False)
+        c.close()  # gives the role back
+        db.put(b"c", b"3")
+        db.flush(memtable=True)
+        assert "no standalone one holds the role" in l0_stall_hint(db.manifest, embedded=False)

@@ -41,7 +41,7 @@ from ..format.row import KIND_MERGE, KIND_POINTER, KIND_VALUE, TYPE_MASK
 from ..format.sst import SST_TABLE, SstBuilder, SstProps
 from ..manifest.edits import Edit
 from ..manifest.model import JournalFile, Manifest, SstInfo, TrackedWal, Tree
-from ..manifest.options import OPT_COMPLETE, OPT_INDEXED, OPT_RECOVERY
+from ..manifest.options import OPT_COMPACTOR_RELEASED, OPT_COMPLETE, OPT_INDEXED, OPT_RECOVERY
 from .history import flush_history_options, memtable_versions
 from .host import FlushHost, WriterHost
 from .memtable import Memtable
@@ -300,12 +300,27 @@ class MemtableFlusher:
                     "L0 has %d SSTs (limit %d): flushes wait for compaction%s",
                     len(db.manifest.data.l0),
                     limit,
-                    "" if db.settings.compactor else " (no embedded compactor: run `shaledb run-compactor`)",
+                    l0_stall_hint(db.manifest, embedded=db.settings.compactor is not None),
                 )
                 warned = True
                 db.metrics_state.l0_stalls += 1
             db.refresh_manifest()
             db.clock.sleep(0.05)
+
+
+def l0_stall_hint(m: Manifest, *, embedded: bool) -> str:
+    """What the L0-stall WARNING adds for a writer without an embedded compactor: whether a
+    standalone compactor holds the role (then it is not keeping up) or none does. It said
+    "run `shaledb run-compactor`" while one was running, merely slow."""
+    if embedded:
+        return ""
+    epoch = m.compactor_epoch
+    if epoch > 0 and m.option(OPT_COMPACTOR_RELEASED) != str(epoch):
+        return (
+            f" (no embedded compactor; standalone compactor epoch {epoch} holds the role: check that "
+            "it still runs and keeps up)"
+        )
+    return " (no embedded compactor, and no standalone one holds the role: start `shaledb run-compactor`)"
 
 
 def flush_options(
