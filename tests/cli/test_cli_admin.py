@@ -249,6 +249,10 @@ def test_run_gc_prints_a_line_per_pass_that_did_something(tmp_path: Path) -> Non
     cmd = [*BASE, "--path", str(db), "run-gc", "--interval", "0.1", "--min-age", "0"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout is not None
+    start = p.stdout.readline()  # says it runs, and how (it was silent until a pass deleted)
+    assert start.startswith("garbage collector running: a pass every 100ms") and "older than 0ms" in start, (
+        start
+    )
     first = p.stdout.readline()  # the first pass deletes the old manifests
     assert "deleted" in first, first
     time.sleep(1.5)  # a dozen idle passes at 0.1 s

@@ -19,6 +19,7 @@ from typing import Any
 from ..admin.gc import GarbageCollector, GcReport
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
+from ..duration import format_duration
 from ..settings import CompactorOptions, GcOptions
 from .output import Output, command, human_size, id_list
 from .settings import cli_settings
@@ -147,6 +148,13 @@ def run_gc(args: argparse.Namespace, out: Output) -> int | None:
     if args.once or options.dry_run:
         show(gc.run_once())
         return None
+    if not out.as_json:  # as run-compactor does: a silent start looked like a hang for minutes
+        o = gc.options
+        out.line(
+            f"garbage collector running: a pass every {format_duration(o.interval_s)}, deleting "
+            f"garbage older than {format_duration(o.min_age_s)}; a line per pass that deletes "
+            "something (Ctrl-C to stop)"
+        )
     with _stop_on_signals(gc.stop):
         while not gc._stop.is_set():
             r = gc.run_once()
