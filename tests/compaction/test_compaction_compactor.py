@@ -17,6 +17,7 @@ from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, Setting
 from shaledb.admin import read_manifest
 from shaledb.cli import main
 from shaledb.compaction import Compactor, EmbeddedCompactor
+from shaledb.engine.flush import l0_stall_hint
 from shaledb.format import paths
 from shaledb.manifest.options import OPT_COMPACTOR_RELEASED
 from shaledb.store import ObjectStore, StoreWrapper
@@ -205,6 +206,10 @@ def test_embedded_compactor_pauses_for_a_standalone_one_and_resumes_when_it_clos
         model.update(fill(db, 200, tag=b"w"))
         _until(lambda: isinstance(emb.fenced, FencedError), "the embedded compactor is fenced")
         assert emb.alive  # paused, not stopped
+        # An L0 stall now says why, and the way out if the standalone one died (it said nothing).
+        assert db._host.compactor_paused
+        hint = l0_stall_hint(db.manifest, embedded=True, paused=db._host.compactor_paused)
+        assert f"compactor epoch {standalone.epoch} holds the role" in hint and "run-compactor --once" in hint
         db.put(b"after", b"fence")  # the writer is unaffected
         model[b"after"] = b"fence"
         assert standalone.run_once().aborted == 0
@@ -213,6 +218,7 @@ def test_embedded_compactor_pauses_for_a_standalone_one_and_resumes_when_it_clos
         # L0 grows again; the writer reads the release in the manifest of its next flush.
         model.update(fill(db, 200, tag=b"x"))
         _until(lambda: emb.fenced is None, "the embedded compactor resumes")
+        assert not db._host.compactor_paused
         assert epoch is not None and db.manifest.compactor_epoch > epoch
         done = emb.totals.committed
         for i in range(OPTS.min_l0_ssts):  # enough new L0 SSTs for a job, whatever it merged already

@@ -1314,6 +1314,10 @@ class _WriterHost:
         return self._db._indexed
 
     @property
+    def compactor_paused(self) -> bool:
+        return any(isinstance(s, EmbeddedCompactor) and s.fenced is not None for s in self._db._background)
+
+    @property
     def history(self) -> History | None:
         return self._db._history
 

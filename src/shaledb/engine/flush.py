@@ -300,7 +300,9 @@ class MemtableFlusher:
                     "L0 has %d SSTs (limit %d): flushes wait for compaction%s",
                     len(db.manifest.data.l0),
                     limit,
-                    l0_stall_hint(db.manifest, embedded=db.settings.compactor is not None),
+                    l0_stall_hint(
+                        db.manifest, embedded=db.settings.compactor is not None, paused=db.compactor_paused
+                    ),
                 )
                 warned = True
                 db.metrics_state.l0_stalls += 1
@@ -308,13 +310,21 @@ class MemtableFlusher:
             db.clock.sleep(0.05)
 
 
-def l0_stall_hint(m: Manifest, *, embedded: bool) -> str:
-    """What the L0-stall WARNING adds for a writer without an embedded compactor: whether a
-    standalone compactor holds the role (then it is not keeping up) or none does. It said
-    "run `shaledb run-compactor`" while one was running, merely slow."""
-    if embedded:
-        return ""
+def l0_stall_hint(m: Manifest, *, embedded: bool, paused: bool = False) -> str:
+    """What the L0-stall WARNING adds. Without an embedded compactor: whether a standalone
+    one holds the role (then it is not keeping up) or none does -- it said "run `shaledb
+    run-compactor`" while one was running, merely slow. With a paused embedded one: that a
+    standalone compactor killed without closing keeps it paused, and the way out -- the
+    writer waited for good with no word of why."""
     epoch = m.compactor_epoch
+    if embedded:
+        if not paused:
+            return ""
+        return (
+            f" (the embedded compactor is paused: compactor epoch {epoch} holds the role; if that "
+            "standalone compactor died without closing, `shaledb run-compactor --once` takes the "
+            "role and gives it back)"
+        )
     if epoch > 0 and m.option(OPT_COMPACTOR_RELEASED) != str(epoch):
         return (
             f" (no embedded compactor; standalone compactor epoch {epoch} holds the role: check that "

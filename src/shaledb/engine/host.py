@@ -148,6 +148,11 @@ class FlushHost(WriterHost, Protocol):
         """A background failure stopped the writer."""
         ...
 
+    @property
+    def compactor_paused(self) -> bool:
+        """The embedded compactor is paused: another compactor holds the role."""
+        ...
+
     def oldest_imm(self) -> Memtable | None:
         """The frozen memtable to flush next."""
         ...
