@@ -186,6 +186,18 @@ def _leaf_types(cls: type, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], 
     return out
 
 
+def _duration_paths(cls: type, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """The key paths of duration fields (``Seconds[...]``): they also take duration strings."""
+    out: set[tuple[str, ...]] = set()
+    for name, raw in typing.get_type_hints(cls).items():
+        if typing.get_origin(raw) is Seconds:
+            out.add((*path, name))
+        base, _optional = _unwrap_optional(raw)
+        if _is_options(base):
+            out |= _duration_paths(base, (*path, name))
+    return out
+
+
 # ------------------------------------------------------------- environment
 
 
@@ -194,6 +206,7 @@ def env_data(
 ) -> dict[str, Any]:
     """The nested, typed data of the variables in ``env`` under ``prefix`` (names case-insensitive)."""
     types_by_path = _leaf_types(cls)
+    durations = _duration_paths(cls)
     up = prefix.upper()
 
     def render(p: tuple[str, ...]) -> str:
@@ -230,6 +243,12 @@ def env_data(
                 f"{var} is a group of options: set its fields ({render(path)}__FIELD)"
                 + (f" or set it to {NONE_TEXT!r} to turn it off" if optional else "")
             )
+        if path in durations and text.strip().lower() != NONE_TEXT:
+            try:
+                node[path[-1]] = _from_text(text, tp, var)
+            except InvalidArgument:  # "5m", "1h30m": the dataclass parses (and checks) it
+                node[path[-1]] = text.strip()
+            continue
         node[path[-1]] = _from_text(text, tp, var)
     return data
 

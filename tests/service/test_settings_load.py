@@ -68,6 +68,26 @@ def test_nested_environment_variables() -> None:
     assert Settings.from_env(prefix="APP_DB_", env={"APP_DB_L0_MAX_SSTS": "9"}).l0_max_ssts == 9
 
 
+def test_duration_variables_take_duration_strings() -> None:
+    """Every duration option takes a duration string (docs/checkpoints-readers-clones.md), as
+    TOML files did; a variable refused one ("SHALEDB_GARBAGE_COLLECTOR__MIN_AGE_S must be a
+    number, got '5m'")."""
+    env = {
+        "SHALEDB_GARBAGE_COLLECTOR__MIN_AGE_S": "5m",
+        "SHALEDB_GARBAGE_COLLECTOR__WAL_RETENTION_S": "1h30m",
+        "SHALEDB_FLUSH_INTERVAL_S": "250ms",
+        "SHALEDB_RETRY__TIMEOUT_S": "90",
+    }
+    s = Settings.from_env(env=env)
+    assert s.garbage_collector is not None
+    assert (s.garbage_collector.min_age_s, s.garbage_collector.wal_retention_s) == (300.0, 5400.0)
+    assert (s.flush_interval_s, s.retry.timeout_s) == (0.25, 90.0)
+    with pytest.raises(InvalidArgument, match="unknown unit 'x'"):
+        Settings.from_env(env={"SHALEDB_GARBAGE_COLLECTOR__MIN_AGE_S": "5x"})
+    with pytest.raises(InvalidArgument, match="must be a number"):  # not a duration: as before
+        Settings.from_env(env={"SHALEDB_COMPACTOR__MAX_SPACE_AMPLIFICATION": "5m"})
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
