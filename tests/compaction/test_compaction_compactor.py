@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from compaction_support import memory_store
 
-from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, Settings
+from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, RetryOptions, Settings, Unavailable
 from shaledb.admin import read_manifest
 from shaledb.cli import main
 from shaledb.compaction import Compactor, EmbeddedCompactor
@@ -340,4 +340,51 @@ def test_run_loop_stops_and_reports() -> None:
         c.stop()
         t.join(30)
         assert not t.is_alive() and reports and reports[0].committed >= 1
+        db.close()
+
+
+class Outage(StoreWrapper):
+    """Every call fails with Unavailable while ``down`` (a store that stopped answering)."""
+
+    down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise Unavailable("test outage: the store is unreachable, retry later")
+
+    def get(self, path):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().get(path)
+
+    def list(self, prefix, *, offset=None):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().list(prefix, offset=offset)
+
+    def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().put(path, data, create=create, attributes=attributes)
+
+
+def test_a_running_compactor_outlives_a_store_outage() -> None:
+    """run() (and so `run-compactor`) ended with Unavailable when the store was out longer
+    than the retry budget; it now logs and tries again at the next poll, as the embedded
+    compactor does."""
+    with memory_store() as store:
+        db = Db.open(store=store, settings=NO_BG)
+        fill(db, 100)
+        flaky = Outage(store)
+        c = Compactor.open(
+            store=flaky, options=OPTS, settings=NO_BG.replace(retry=RetryOptions(max_attempts=1))
+        )
+        flaky.down = True
+        t = threading.Thread(target=c.run, daemon=True)
+        t.start()
+        time.sleep(0.5)  # several failed passes
+        assert t.is_alive()
+        flaky.down = False
+        _until(lambda: bool(db.refresh_manifest().data.runs), "it compacts once the store is back")
+        c.stop()
+        t.join(30)
+        assert not t.is_alive()
+        c.close()
         db.close()

@@ -79,7 +79,7 @@ from typing import Any
 from ..clock import SYSTEM_CLOCK, Clock
 from ..compaction.compactor import read_lease
 from ..engine.host import WriterHost
-from ..errors import CorruptionError, InvalidArgument, NotFound, ObjectNotFound, ShaleError
+from ..errors import CorruptionError, InvalidArgument, NotFound, ObjectNotFound, ShaleError, Unavailable
 from ..format import paths
 from ..format.sst import decode_meta
 from ..manifest.edits import DropExpiredCheckpoints
@@ -481,12 +481,23 @@ class GarbageCollector:
     # ------------------------------------------------------------------ loop
 
     def run(self) -> None:
-        """Collect every ``interval_s`` until :meth:`stop`."""
+        """Collect every ``interval_s`` until :meth:`stop`; a pass that fails with
+        :class:`~shaledb.errors.Unavailable` (a store outage) is logged and the next one runs
+        on schedule (a pass that fails part-way has deleted only garbage)."""
         while not self._stop.is_set():
-            if self.run_once().destroyed:
+            report = self.run_pass()
+            if report is not None and report.destroyed:
                 log.info("database %s was destroyed: the garbage collector stops", self.store.describe())
                 return
             self.clock.wait(self._stop, self.options.interval_s)
+
+    def run_pass(self) -> GcReport | None:
+        """:meth:`run_once`, or None (logged at WARNING) when the store was unavailable."""
+        try:
+            return self.run_once()
+        except Unavailable as exc:
+            log.warning("garbage collection pass failed, next in %.1fs: %s", self.options.interval_s, exc)
+            return None
 
     def stop(self) -> None:
         self._stop.set()

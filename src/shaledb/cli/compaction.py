@@ -157,7 +157,10 @@ def run_gc(args: argparse.Namespace, out: Output) -> int | None:
         )
     with _stop_on_signals(gc.stop):
         while not gc._stop.is_set():
-            r = gc.run_once()
+            r = gc.run_pass()  # a store outage: logged, and the next pass runs on schedule
+            if r is None:
+                SYSTEM_CLOCK.wait(gc._stop, gc.options.interval_s)
+                continue
             if r.destroyed or r.detached or r.checkpoints_expired or any(r.deleted.values()):
                 show(r)  # a line per pass that did something (an idle pass a minute was noise)
             if r.destroyed:

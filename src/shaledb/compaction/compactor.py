@@ -49,7 +49,7 @@ from ..engine.history import manifest_floor
 from ..engine.host import ManifestHost, WriterHost
 from ..engine.merging import OPT_MERGE_OPERATOR, Folder
 from ..engine.parents import ExternalStores, default_factory
-from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError
+from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError, Unavailable
 from ..format import paths
 from ..format.coding import CODECS
 from ..manifest.edits import ClaimCompactorEpoch, Decorated, Edit, ReleaseCompactorEpoch
@@ -565,11 +565,23 @@ class Compactor:
 
         ``on_report`` is called with the report of every pass that did work.
 
+        A pass that fails with :class:`~shaledb.errors.Unavailable` (the store did not answer
+        within the retry budget) is logged and tried again at the next poll, as the embedded
+        compactor does: before, a store outage over a minute ended ``run-compactor`` for good.
+
         Raises:
             FencedError: a newer compactor took over.
         """
         while not self._stop.is_set():
-            report = self.run_once()
+            try:
+                report = self.run_once()
+            except Unavailable as exc:
+                log.warning(
+                    "compaction pass failed, retrying in %.1fs: %s", self.options.poll_interval_s, exc
+                )
+                self.clock.wait(self._wake, self.options.poll_interval_s)
+                self._wake.clear()
+                continue
             if report.did_work:
                 if on_report is not None:
                     on_report(report)
