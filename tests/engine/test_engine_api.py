@@ -436,3 +436,33 @@ def test_ttl_expires_on_the_injected_clock_across_flush_and_reopen(memory_store:
         assert dump(again) == {b"forever": b"3"}
         again.put(b"short", b"back")  # a new write without ttl replaces the expired one
         assert again.get(b"short") == b"back"
+
+
+def test_a_writer_stopped_by_a_store_outage_says_to_reopen(memory_store: ObjectStore) -> None:
+    """A WAL write that failed past the retry budget stops the writer; the next write's
+    ClosedError said only "database stopped after a background failure: Unavailable ...
+    retry later", and retrying on the same handle can never work: it says to reopen."""
+    from shaledb import RetryOptions, Unavailable
+    from shaledb.store import StoreWrapper
+
+    class Outage(StoreWrapper):
+        down = False
+
+        def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+            if self.down:
+                raise Unavailable("test outage: the store is unreachable, retry later")
+            return super().put(path, data, create=create, attributes=attributes)
+
+    flaky = Outage(memory_store)
+    quiet = Settings(compactor=None, garbage_collector=None, retry=RetryOptions(max_attempts=1))
+    db = Db.open(store=flaky, settings=quiet)
+    db.put(b"a", b"1")
+    flaky.down = True
+    with pytest.raises(Unavailable):
+        db.put(b"b", b"2")
+    flaky.down = False
+    with pytest.raises(ClosedError, match="close it and open the database again"):
+        db.put(b"c", b"3")
+    db.close()
+    with Db.open(store=memory_store, settings=quiet) as again:
+        assert again.get(b"a") == b"1"

@@ -971,7 +971,10 @@ class Db(Queries):
             return FencedError(str(f))
         if isinstance(f, ForkedHandle):
             return ForkedHandle(str(f))
-        err = ClosedError(f"database stopped after a background failure: {type(f).__name__}: {f}")
+        err = ClosedError(
+            f"database stopped after a background failure: {type(f).__name__}: {f}; this handle "
+            "takes no more writes: close it and open the database again (once the store answers)"
+        )
         err.__cause__ = f
         return err
 
