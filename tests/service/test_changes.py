@@ -25,7 +25,7 @@ from shaledb import (
     Settings,
     WriteBatch,
 )
-from shaledb.engine.changes import Change, Cursor, open_changes
+from shaledb.engine.changes import Change, ChangeFeed, Cursor, latest_cursor, open_changes
 from shaledb.testing.seeds import test_seed
 
 QUIET = Settings(compactor=None, garbage_collector=None)
@@ -220,3 +220,46 @@ def test_a_feed_stops_with_closed_error_when_its_handle_closes(mem_url: str) -> 
         assert [c.key for c in own] == [b"a"]
         own.close()
         assert list(own) == []  # closed by its user: ends quietly
+
+
+def test_latest_lists_only_the_wal_after_the_replay_point(tmp_path: Path) -> None:
+    """changes("latest") listed every WAL object to find the last one; a checkpoint (or a
+    clone, or wal_retention_s) keeps thousands of them, and the listing took seconds on S3.
+    It now lists from the latest manifest's replay point, and all of the WAL only when
+    nothing is left from there on."""
+    from shaledb.format import paths
+    from shaledb.store import StoreWrapper, open_store
+
+    class CountingListings(StoreWrapper):
+        listed = 0
+
+        def list(self, prefix, *, offset=None):  # type: ignore[no-untyped-def]
+            for meta in super().list(prefix, offset=offset):
+                if prefix == paths.WAL_DIR:
+                    self.listed += 1
+                yield meta
+
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"first", b"1")
+        db.create_checkpoint(name="pin")  # keeps the WAL objects written after it
+        for i in range(60):
+            db.put(b"k%02d" % i, b"v")
+            if i % 10 == 9:
+                db.flush(memtable=True)
+        GarbageCollector.open(url, GcOptions(min_age_s=0)).run_once()
+        store = CountingListings(open_store(url))
+        feed = open_changes(url, follow=False)  # (a feed of its own, to compare)
+        assert len(feed.read()) == 61
+        cursor = latest_cursor(store)
+        assert store.listed <= 3, store.listed  # listed all 60 before
+        db.put(b"after", b"1")
+        assert [c.key for c in ChangeFeed(store, cursor, follow=False).read()] == [b"after"]
+    fresh = tmp_path / "fresh"
+    with Db.open(str(fresh), settings=QUIET) as db:  # nothing past the replay point: lists all
+        db.put(b"a", b"1")
+        db.flush(memtable=True)
+        GarbageCollector.open(str(fresh), GcOptions(min_age_s=0)).run_once()
+        end = db.changes("latest", follow=False)
+        db.put(b"b", b"2")
+        assert [c.key for c in end.read()] == [b"b"]

@@ -384,13 +384,28 @@ def latest_cursor(store: ObjectStore, clock: Clock | None = None) -> Cursor:
 
 
 def _start_near_end(store: ObjectStore, clock: Clock | None) -> Cursor:
-    """The cursor just before the last WAL object listed (the feed then reads only it)."""
+    """The cursor just before the last WAL object listed (the feed then reads only it).
+
+    The listing starts at the latest manifest's replay point: every WAL object below it may
+    still be there (kept for a checkpoint, a clone, ``wal_retention_s``), and listing them
+    all made ``"latest"`` cost seconds on a busy database (17,000 objects, 5 s on a local S3
+    server). Only when nothing is left from there on is the whole WAL listed."""
+    m = ManifestStore(store, clock or SYSTEM_CLOCK, random.Random(), author="changes").read_latest()
     last = None
-    for meta in store.list(paths.WAL_DIR):
+    if m is not None and m.replay_after_wal_id > 1:
+        last = _last_wal_id(store, paths.wal_path(m.replay_after_wal_id - 1))
+    if last is None:
+        last = _last_wal_id(store, None)
+    return Cursor(last if last is not None else 1, 0, 0)
+
+
+def _last_wal_id(store: ObjectStore, offset: str | None) -> int | None:
+    last = None
+    for meta in store.list(paths.WAL_DIR, offset=offset):
         wid = paths.parse_wal_id(meta.path)
         if wid is not None:
             last = wid
-    return Cursor(last if last is not None else 1, 0, 0)
+    return last
 
 
 class FeedOptions(TypedDict, total=False):
