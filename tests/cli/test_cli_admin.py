@@ -248,15 +248,16 @@ def test_run_gc_prints_a_line_per_pass_that_did_something(tmp_path: Path) -> Non
             d.flush(memtable=True)  # older manifests: garbage for the first pass
     cmd = [*BASE, "--path", str(db), "run-gc", "--interval", "0.1", "--min-age", "0"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    start = p.stdout.readline()  # says it runs, and how (it was silent until a pass deleted)
-    assert start.startswith("garbage collector running: a pass every 100ms") and "older than 0ms" in start, (
-        start
-    )
-    first = p.stdout.readline()  # the first pass deletes the old manifests
-    assert "deleted" in first, first
-    time.sleep(1.5)  # a dozen idle passes at 0.1 s
-    p.send_signal(signal.SIGTERM)
+    try:
+        assert p.stdout is not None
+        start = p.stdout.readline()  # says it runs, and how (it was silent until a pass deleted)
+        assert start.startswith("garbage collector running: a pass every 100ms"), start
+        assert "older than 0ms" in start, start
+        first = p.stdout.readline()  # the first pass deletes the old manifests
+        assert "deleted" in first, first
+        time.sleep(1.5)  # a dozen idle passes at 0.1 s
+    finally:  # a failed assertion left the collector running after the test
+        p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert out == "", out  # the old code printed a line per idle pass
