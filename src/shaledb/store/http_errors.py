@@ -158,8 +158,9 @@ def classify(
             "no storage error: it does not look like this object-store API; check the endpoint "
             f"setting ({_ENDPOINT_HINT[service.scheme]})"
         )
-    if status is None and _BAD_LISTING in text:
+    if status is None and _BAD_LISTING in text and not answered:
         # The server answered, with a body no object store sends: retrying gets the same page.
+        # (Once the store has answered, an unreadable listing -- a body cut short -- is retried.)
         return InvalidArgument(
             f"{description}: the endpoint answered a listing of {service.where()} with a body that "
             "is not an object-store listing: it does not look like this object-store API; check the "
