@@ -28,7 +28,7 @@ for _names, _secs in (
     for _n in _names:
         _UNITS[_n] = _secs
 
-_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*,?", re.IGNORECASE)
+_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*,?", re.IGNORECASE | re.ASCII)  # (ASCII: as numbers.py, no other digits)
 
 
 def parse_duration(text: str) -> timedelta:

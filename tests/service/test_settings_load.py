@@ -124,8 +124,18 @@ def test_integer_variables_take_plain_ascii_decimal_only(var: str, text: str) ->
 
 @pytest.mark.parametrize("text", ["1_0.5", "\u0661.5", "0x1p-3", "0,5", "5s"])
 def test_number_variables_take_plain_ascii_decimal_only(text: str) -> None:
-    with pytest.raises(InvalidArgument, match="SHALEDB_FLUSH_INTERVAL_S must be a number in plain decimal"):
+    var = "SHALEDB_COMPACTOR__SIZE_RATIO"
+    with pytest.raises(InvalidArgument, match=f"{var} must be a number in plain decimal"):
+        Settings.from_env(env={var: text})
+
+
+@pytest.mark.parametrize("text", ["1_0.5", "\u0661.5", "\u0665s", "0x1p-3", "0,5", "5\u212a"])
+def test_duration_variables_take_ascii_numbers_and_units_only(text: str) -> None:
+    # A duration variable takes a duration string ("5s", "1h30m"), in ASCII like the numbers:
+    # Arabic-Indic digits read as 1.5 s, and the Kelvin sign matched the unit letters' case.
+    with pytest.raises(InvalidArgument, match="flush_interval_s"):
         Settings.from_env(env={"SHALEDB_FLUSH_INTERVAL_S": text})
+    assert Settings.from_env(env={"SHALEDB_FLUSH_INTERVAL_S": "250ms"}).flush_interval_s == 0.25
 
 
 def test_plain_numbers_in_variables_still_read() -> None:
