@@ -13,12 +13,14 @@ A pass (see docs/design/gc.md):
    creates a deleted id does not fork the database: ``ManifestStore.write_new``
    lists newer versions after every create and retries from the latest, where
    the writer finds it was fenced.
-4. Delete WAL objects at or below the lowest ``replay_after_wal_id`` of the
-   active manifests (their writes are in SSTs every active manifest names),
-   older than ``min_age_s`` (or ``wal_retention_s``, if longer, for change-feed
-   consumers) -- except WAL objects an active manifest lists as
-   value-journal files (key/value separation keeps them), and *fencing objects* (WAL SSTs with no
-   entries), which are kept forever. A writer opening writes its fence at the
+4. Delete WAL objects at or below the latest manifest's ``replay_after_wal_id``
+   (their writes are in its SSTs) that are in no live checkpoint's replay range
+   ``(replay_after_wal_id, next_wal_id)`` of its pinned manifest (a checkpoint's
+   holder reads that range and no further), older than ``min_age_s`` (or
+   ``wal_retention_s``, if longer, for change-feed consumers) -- except WAL
+   objects an active manifest lists as value-journal files (key/value
+   separation keeps them), and *fencing objects* (WAL SSTs with no entries),
+   which are kept forever. A writer opening writes its fence at the
    first free WAL id, which is exactly the next id a zombie (an older writer
    still running) will try; the zombie's create collides with the fence and
    fails with ``FencedError``. If GC deleted the fence, the zombie's late
@@ -255,7 +257,7 @@ class GarbageCollector:
         active = self._active(m, now)
         report.active_manifests = sorted(active)
         self._manifests(m, active, cutoff, dry, report)
-        self._wals(active, min(cutoff, now - self.options.wal_retention_s), dry, report)
+        self._wals(m, active, min(cutoff, now - self.options.wal_retention_s), dry, report)
         live_from = self._leases(leases, m, now, cutoff, dry, report)
         for cls, directory, parse_id, ids_of in _ULID_CLASSES:
             self._unreferenced(cls, directory, parse_id, ids_of, m, active, (cutoff, live_from), dry, report)
@@ -335,8 +337,23 @@ class GarbageCollector:
             doomed.append(meta)
         self._delete("manifest", doomed, dry, report)
 
-    def _wals(self, active: dict[int, Manifest], cutoff: float, dry: bool, report: GcReport) -> None:
-        upto = min(a.replay_after_wal_id for a in active.values())
+    def _wals(
+        self, m: Manifest, active: dict[int, Manifest], cutoff: float, dry: bool, report: GcReport
+    ) -> None:
+        """Step 4. Who reads a WAL object: anyone opening the database now, those above the
+        latest manifest's replay point; a checkpoint's holder (a pinned reader, a Spark job, a
+        backup, a clone's copy), its pinned version's replay range and nothing past it (a
+        managed reader that tails the WAL past its checkpoint and finds an object gone moves to
+        the latest manifest, which covers it: ``DbReader._after_missing``). Before, every
+        object above the *lowest* replay point of the active manifests was kept, so one
+        long-lived checkpoint -- a clone's on its parent never expires -- kept the whole WAL
+        written after it (17,629 objects, 123 MiB, after 25 minutes of a busy writer)."""
+        upto = m.replay_after_wal_id
+        pinned = sorted(
+            (a.replay_after_wal_id, a.next_wal_id)
+            for a in active.values()
+            if a.id != m.id and a.replay_after_wal_id + 1 < a.next_wal_id
+        )
         journal = {paths.journal_object_path(j.id) for a in active.values() for j in a.journal if j.db == 0}
         doomed = []
         first_fence: dict[int, int] = {}
@@ -348,6 +365,8 @@ class GarbageCollector:
                 break  # listings are sorted and ids are zero-padded: the rest are newer
             if meta.last_modified > cutoff or meta.path in journal:
                 continue
+            if any(lo < wid < hi for lo, hi in pinned):
+                continue  # a live checkpoint's replay range
             if self._is_fence(wid, meta):
                 epoch = self._fences.get(wid)
                 if epoch is None or epoch not in first_fence:
