@@ -118,6 +118,30 @@ def test_cursor_expires_after_gc_and_retention_keeps_wal(tmp_path: Path) -> None
         open_changes(url, str(mid), follow=False).read()
 
 
+def test_a_follower_at_the_head_reads_an_object_written_and_flushed_after_its_get(mem_url: str) -> None:
+    """A follower GETs the next WAL object, absent; the writer then writes it and flushes the
+    memtable past it before the follower reads the manifest. The object is there (nothing
+    collected it), yet the feed raised CursorExpired: a follower at the head of a busy
+    database with small memtables failed every few seconds. Deterministic: the writer's
+    put and flush run inside the feed's manifest read."""
+    with Db.open(mem_url, settings=Settings(compactor=None, garbage_collector=None)) as db:
+        db.put(b"a", b"1")
+        feed = db.changes(follow=False)
+        assert [c.key for c in feed.read()] == [b"a"]
+        refresh = feed._refresh_manifest
+        raced: list[bool] = []
+
+        def write_then_refresh() -> object:
+            if not raced:
+                raced.append(True)
+                db.put(b"b", b"2")
+                db.flush(memtable=True)  # the manifest's replay point now covers b's object
+            return refresh()
+
+        feed._refresh_manifest = write_then_refresh  # type: ignore[method-assign]
+        assert [c.key for c in feed.read()] == [b"b"] and raced
+
+
 def _consume(url: str, state: Path, chunk: int, rounds: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, WORKER, "consumer", url, str(state), str(chunk), str(rounds)],
