@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,6 +141,35 @@ def test_a_follower_at_the_head_reads_an_object_written_and_flushed_after_its_ge
 
         feed._refresh_manifest = write_then_refresh  # type: ignore[method-assign]
         assert [c.key for c in feed.read()] == [b"b"] and raced
+
+
+def test_no_feed_from_a_handle_closed_before_or_while_it_is_opened(
+    mem_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``changes()`` on a closed handle handed out a feed that followed on (a consumer
+    thread kept the process alive), and one opened while another thread closed the
+    handle was registered after close had detached the feeds: never detached. Both now
+    raise ClosedError. Deterministic: the close runs inside the feed's opening."""
+    import shaledb.engine.changes as changes_mod
+
+    real_open = changes_mod.open_feed
+    db = Db.open(mem_url, settings=QUIET)
+    db.put(b"a", b"1")
+    handles: list[Db | DbReader] = [db, DbReader.open(mem_url)]
+    for handle in handles:
+
+        def open_then_close(*args: Any, _h: Db | DbReader = handle, **kw: Any) -> ChangeFeed:
+            feed = real_open(*args, **kw)
+            _h.close()  # another thread closes the handle now
+            return feed
+
+        monkeypatch.setattr(changes_mod, "open_feed", open_then_close)
+        with pytest.raises(ClosedError):
+            handle.changes(poll_interval_s=0.01)
+        monkeypatch.setattr(changes_mod, "open_feed", real_open)
+        assert handle.closed
+        with pytest.raises(ClosedError):
+            handle.changes(follow=False)
 
 
 def _consume(url: str, state: Path, chunk: int, rounds: int) -> subprocess.Popen[str]:

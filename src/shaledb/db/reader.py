@@ -313,6 +313,8 @@ class DbReader(Queries):
         self._lock = threading.Lock()  # state; never held across store calls
         self._maint = threading.RLock()  # serializes polls (held across store calls)
         self._closed = False
+        self._closing = False
+        """Set (under ``_lock``) when ``close`` begins: no change feed is handed out after."""
         self._mode = (
             "pinned"
             if checkpoint_id is not None
@@ -793,6 +795,7 @@ class DbReader(Queries):
         with self._lock:
             if self._closed:
                 return
+            self._closing = True
         for feed in list(self._feeds):
             feed.detach(f"{self!r} was closed: open the change feed from another handle (or open_changes)")
         self._stop.set()
@@ -880,8 +883,16 @@ class DbReader(Queries):
         (a cursor or its string; None: from the start; "latest": only new writes)."""
         from ..engine.changes import open_feed
 
+        if self._closing:
+            raise ClosedError(self._closed_message)
         feed = open_feed(self.store, since, self.clock, **options)
-        self._feeds.add(feed)  # (detached when this handle closes)
+        with self._lock:  # (close marks itself closing under it, then detaches the feeds it holds)
+            gone = self._closing
+            if not gone:
+                self._feeds.add(feed)  # (detached when this handle closes)
+        if gone:  # closed meanwhile: a feed registered now was never detached, and followed on
+            feed.close()
+            raise ClosedError(self._closed_message)
         return feed
 
     def __repr__(self) -> str:

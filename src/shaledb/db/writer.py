@@ -1257,8 +1257,16 @@ class Db(Queries):
         (a cursor or its string; None: from the start; "latest": only new writes)."""
         from ..engine.changes import open_feed
 
+        if self.closing or self._state != _OPEN:
+            raise ClosedError("database is closed")
         feed = open_feed(self.store, since, self.clock, **options)
-        self._feeds.add(feed)  # (detached when this handle closes)
+        with self._lock:  # (close marks itself closing under it, then detaches the feeds it holds)
+            gone = self.closing or self._state != _OPEN
+            if not gone:
+                self._feeds.add(feed)  # (detached when this handle closes)
+        if gone:  # closed meanwhile: a feed registered now was never detached, and followed on
+            feed.close()
+            raise ClosedError("database is closed")
         return feed
 
     def __repr__(self) -> str:
