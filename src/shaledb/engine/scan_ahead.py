@@ -177,12 +177,14 @@ class ChunkFetches:
         key = (r.id, ci)
         if _cached(self.cache, (r.id, "chunk", ci)):
             return None
-        with self._lock:
+        # The lease ends outside the lock: the last lease out (the last handle closed
+        # meanwhile) shuts the pool down and waits for its fetches, whose done callbacks
+        # take the lock (held across it, the scan and the pool thread waited for ever).
+        with SCAN_AHEAD_POOL.lease() as pool, self._lock:
             self._after_fork()
             if key in self._flying:
                 return None
-            with SCAN_AHEAD_POOL.lease() as pool:
-                f = pool.submit(fetch_chunk, r, ci)  # (its left edge: the chunk before's right one)
+            f = pool.submit(fetch_chunk, r, ci)  # (its left edge: the chunk before's right one)
             self._flying[key] = f
         f.add_done_callback(lambda done: self._forget(key, done))
         return f
