@@ -318,6 +318,8 @@ class Db(Queries):
         self._lock = threading.Lock()
         self._state = _OPEN
         self.closing = False
+        self._close_done = threading.Event()
+        """Set when ``close`` has finished (a second, concurrent close waits for it)."""
         """Set when close() starts: the final flush must not wait for a compactor."""
         self._failure: BaseException | None = None
         self._pid = os.getpid()
@@ -1154,12 +1156,24 @@ class Db(Queries):
             self.flusher.wait_flushed(target)
 
     def close(self) -> None:
-        """Flush the WAL and memtable to the store and stop background work."""
+        """Flush the WAL and memtable to the store and stop background work. A close
+        while another thread's close runs returns when that one has finished."""
         with self._lock:
-            if self._state != _OPEN:
-                return
+            first = self._state == _OPEN and not self.closing
             failed = self._failure is not None
             self.closing = True
+        if not first:
+            # Before, every close that came before the first one left _OPEN ran it all
+            # again: the shared read pools were released once per call, so another open
+            # handle's pools counted no user and shut down, and the store closed twice.
+            self._close_done.wait()
+            return
+        try:
+            self._close(failed)
+        finally:
+            self._close_done.set()
+
+    def _close(self, failed: bool) -> None:
         for feed in list(self._feeds):
             feed.detach(f"{self!r} was closed: open the change feed from another handle (or open_changes)")
         error: BaseException | None = None
