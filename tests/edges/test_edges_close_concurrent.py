@@ -11,6 +11,7 @@ Deterministic: the second close starts inside the first one's flush.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -54,3 +55,28 @@ def test_a_close_during_another_close_waits_for_it_and_releases_once(
     other.close()
     with Db.open(mem_url, settings=QUIET) as again:
         assert again.get(b"k") == b"v"
+
+
+def test_a_close_made_again_inside_the_first_close_returns_at_once(tmp_path: Path) -> None:
+    # A signal handler or a callback on the closing thread that closes the handle again must
+    # not wait for the close it is part of (it would wait for ever).
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=QUIET)
+    db.put(b"a", b"1")
+    flush = db.flush
+    inner: list[bool] = []
+
+    def flush_and_close_again(*args: Any, **kwargs: Any) -> None:
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (done.wait(10), done.is_set() or os._exit(3)), daemon=True)
+        t.start()
+        db.close()  # (on the old code without the same-thread check: waits for itself)
+        inner.append(True)
+        done.set()
+        flush(*args, **kwargs)
+
+    db.flush = flush_and_close_again  # type: ignore[method-assign]
+    db.close()
+    assert inner == [True]
+    with Db.open(url, settings=QUIET) as again:
+        assert again.get(b"a") == b"1"

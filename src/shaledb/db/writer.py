@@ -318,9 +318,11 @@ class Db(Queries):
         self._lock = threading.Lock()
         self._state = _OPEN
         self.closing = False
+        """Set when close() starts: the final flush must not wait for a compactor."""
         self._close_done = threading.Event()
         """Set when ``close`` has finished (a second, concurrent close waits for it)."""
-        """Set when close() starts: the final flush must not wait for a compactor."""
+        self._closer: int | None = None
+        """The thread running the first close (a close it makes again returns at once)."""
         self._failure: BaseException | None = None
         self._pid = os.getpid()
         self._feeds: weakref.WeakSet[ChangeFeed] = weakref.WeakSet()
@@ -1158,10 +1160,15 @@ class Db(Queries):
     def close(self) -> None:
         """Flush the WAL and memtable to the store and stop background work. A close
         while another thread's close runs returns when that one has finished."""
+        me = threading.get_ident()
         with self._lock:
             first = self._state == _OPEN and not self.closing
             failed = self._failure is not None
             self.closing = True
+            if first:
+                self._closer = me
+            elif self._closer == me:
+                return  # called again inside the first close (a signal handler, a callback)
         if not first:
             # Before, every close that came before the first one left _OPEN ran it all
             # again: the shared read pools were released once per call, so another open
