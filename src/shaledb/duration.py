@@ -28,7 +28,8 @@ for _names, _secs in (
     for _n in _names:
         _UNITS[_n] = _secs
 
-_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*,?", re.IGNORECASE | re.ASCII)  # (ASCII: as numbers.py, no other digits)
+# ASCII: digits and unit letters as numbers.py reads them (no other scripts' digits).
+_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*,?", re.IGNORECASE | re.ASCII)
 
 
 def parse_duration(text: str) -> timedelta:
