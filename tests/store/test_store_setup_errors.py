@@ -13,7 +13,8 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -223,18 +224,7 @@ def test_an_endpoint_that_is_not_an_object_store_is_reported_at_once(tmp_path: P
     """A plain web server on the endpoint (here Python's, on loopback) answers a bucket
     listing with an HTML 404 page; before, that was retried for 7 s and reported as
     "unreachable, retry later"."""
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    with _web_server(tmp_path) as endpoint:
         opts = _s3(endpoint, access_key_id=MOTO_KEY, secret_access_key=MOTO_KEY)
         store = _stack(f"s3://{MOTO_BUCKET}/db", **opts)
         err = _timed_raise(InvalidArgument, lambda: list(store.list("manifest/")))
@@ -242,38 +232,21 @@ def test_an_endpoint_that_is_not_an_object_store_is_reported_at_once(tmp_path: P
         assert store.retries == 0
         _timed_raise(InvalidArgument, lambda: Db.open(f"s3://{MOTO_BUCKET}/db", store_options=opts))
         assert not list(tmp_path.iterdir()), "nothing was written"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_an_endpoint_answering_listings_with_a_web_page_is_reported_at_once(tmp_path: Path) -> None:
     """A plain web server whose directory matches the bucket answers the listing 200 with an
     HTML directory page; before, that was retried for 6 s, reported as "unreachable, retry
     later", and the whole page went into every retry's log line and the error."""
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
     (tmp_path / MOTO_BUCKET).mkdir()
     for i in range(200):  # a long page
         (tmp_path / MOTO_BUCKET / f"file-{i:04d}.txt").write_text("x")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    with _web_server(tmp_path) as endpoint:
         opts = _s3(endpoint, access_key_id=MOTO_KEY, secret_access_key=MOTO_KEY)
         store = _stack(f"s3://{MOTO_BUCKET}/db", **opts)
         err = _timed_raise(InvalidArgument, lambda: list(store.list("manifest/")))
         assert "not an object-store listing" in str(err) and endpoint in str(err)
         assert store.retries == 0 and len(str(err)) < 1000
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_backend_message_is_cut_in_an_error() -> None:
@@ -284,3 +257,23 @@ def test_a_backend_message_is_cut_in_an_error() -> None:
     store = ObstoreStore(obstore.store.MemoryStore(), description="memory://cut")
     err = store._error(RuntimeError("Generic error: body " + "x" * 20_000 + "\nsecond line"), "k")
     assert isinstance(err, Unavailable) and len(str(err)) < 500 and "(cut)" in str(err)
+
+
+@contextmanager
+def _web_server(directory: Path) -> Iterator[str]:
+    """A plain web server (not an object store) serving ``directory``: its endpoint URL."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
