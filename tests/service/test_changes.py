@@ -331,6 +331,14 @@ def test_latest_after_the_collector_removed_every_wal_object_but_fences(tmp_path
     GarbageCollector.open(url, GcOptions(min_age_s=0)).run_once()
     end = open_changes(url, "latest", follow=False)  # (a consumer starting while no writer runs)
     assert end.read() == []
+    # Its sequence numbers say every write so far is consumed (a Spark stream's AvailableNow
+    # target compares them: a cursor at seq 0 read nothing at all).
+    from shaledb.store import open_store
+
+    target = latest_cursor(open_store(url))
+    assert target.seq == 6 and end.cursor == target
     with Db.open(url, settings=QUIET) as db:
         db.put(b"new", b"1")
-    assert [c.key for c in end.read()] == [b"new"]
+    new = end.read()
+    assert [c.key for c in new] == [b"new"]
+    assert (new[0].cursor.seq, new[0].cursor.taken) > (target.seq, target.taken)

@@ -410,11 +410,12 @@ def _start_near_end(store: ObjectStore, clock: Clock | None) -> Cursor:
         last = _last_wal_id(store, paths.wal_path(m.replay_after_wal_id - 1))
     if last is None:
         last = _last_wal_id(store, None)
-    if m is not None and (last is None or last <= m.replay_after_wal_id):
-        # Nothing is left after the replay point, and what is left below it may be a kept
-        # fence with the objects after it collected (a feed from there met the gap and raised
-        # CursorExpired): the history the WAL shows ends at the replay point.
-        return Cursor(m.replay_after_wal_id + 1, 0, 0)
+    if m is not None and (last is None or last < m.replay_after_wal_id):
+        # Nothing is left from the replay point on, and what is left below it is a kept fence
+        # with the objects after it collected (a feed from there met the gap and raised
+        # CursorExpired): the history ends at the replay point, every write up to the SSTs'
+        # last sequence number consumed (a Spark stream's AvailableNow target compares them).
+        return Cursor(m.replay_after_wal_id + 1, m.last_l0_seq + 1, 0)
     return Cursor(last if last is not None else 1, 0, 0)
 
 
