@@ -156,6 +156,21 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert p.returncode != 0 and "Traceback" in p.stderr
 
 
+def test_verbose_shows_the_info_logs_and_only_shaledb_s(tmp_path: Path) -> None:
+    # An operator had WARNING (the default) or --debug (every store request) and nothing
+    # between: the writer's open, its flushes and fencing are INFO (docs/logging.md).
+    url = str(tmp_path / "db")
+    quiet = run("put", "a", "1", path=url)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    loud = run("put", "b", "2", "--verbose", path=url)
+    assert loud.returncode == 0, loud.stderr
+    lines = loud.stderr.splitlines()
+    assert any(" INFO shaledb.db: opened " in line for line in lines), lines
+    assert any(" INFO shaledb.flush: flushed a memtable" in line for line in lines), lines
+    assert all(" DEBUG " not in line and " shaledb." in line for line in lines), lines
+    assert ok("get", "b", path=url).strip() == "2"
+
+
 @pytest.mark.parametrize("args", [("delete", "k"), ("delete-range", "a", "b")])
 def test_delete_of_a_missing_database_is_not_found_and_creates_nothing(
     tmp_path: Path, args: tuple[str, ...]

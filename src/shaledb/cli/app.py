@@ -1,6 +1,6 @@
 """The ``shaledb`` command line: ``shaledb --path URL <command> [options]``.
 
-Global options (``--path``, ``--json``, ``--debug``, ``--no-progress``) go
+Global options (``--path``, ``--json``, ``--verbose``, ``--debug``, ``--no-progress``) go
 before or after the command (``shaledb.cli.options``). Keys and values are
 UTF-8 text, ``0x...`` hex, or ``text:...`` for literal text that would
 otherwise read as hex (``put text:0xford oxford``).
@@ -139,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.verbose and not args.debug:
+        # INFO of shaledb's own loggers only (what changes the database's shape or ownership:
+        # docs/logging.md); other libraries stay at WARNING.
+        logging.getLogger("shaledb").setLevel(logging.INFO)
     _scrub_logs()
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)

@@ -21,7 +21,7 @@ from ..errors import CheckpointNotFound, InvalidArgument
 
 
 def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> None:
-    """``--path``, ``--json``, ``--settings``, ``--debug``, ``--no-progress`` on ``p``.
+    """``--path``, ``--json``, ``--settings``, ``--verbose``, ``--debug``, ``--no-progress`` on ``p``.
 
     ``p`` is the main parser, or a command's (then the options may follow the command).
     """
@@ -36,6 +36,12 @@ def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> No
         dest="settings_file",
         metavar="FILE",
         help="TOML settings file (else SHALEDB_SETTINGS_FILE)",
+        **kw,
+    )
+    g.add_argument(
+        "--verbose",
+        action="store_true",
+        help="INFO logs of shaledb: opens, flushes, compactions, GC passes",
         **kw,
     )
     g.add_argument("--debug", action="store_true", help="show tracebacks and debug logs", **kw)
