@@ -176,25 +176,20 @@ def _build(
     return cls(**kwargs)
 
 
-def _leaf_types(cls: type, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+def _leaf_types(
+    cls: type, path: tuple[str, ...] = (), durations: set[tuple[str, ...]] | None = None
+) -> dict[tuple[str, ...], Any]:
+    """Every key path's type; ``durations`` collects the paths of duration fields
+    (``Seconds[...]``), which also take duration strings."""
     out: dict[tuple[str, ...], Any] = {}
-    for name, tp in _hints(cls).items():
+    for name, raw in typing.get_type_hints(cls).items():
+        tp = typing.get_args(raw)[0] if typing.get_origin(raw) is Seconds else raw
+        if durations is not None and tp is not raw:
+            durations.add((*path, name))
         base, _optional = _unwrap_optional(tp)
         out[(*path, name)] = tp
         if _is_options(base):
-            out.update(_leaf_types(base, (*path, name)))
-    return out
-
-
-def _duration_paths(cls: type, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
-    """The key paths of duration fields (``Seconds[...]``): they also take duration strings."""
-    out: set[tuple[str, ...]] = set()
-    for name, raw in typing.get_type_hints(cls).items():
-        if typing.get_origin(raw) is Seconds:
-            out.add((*path, name))
-        base, _optional = _unwrap_optional(raw)
-        if _is_options(base):
-            out |= _duration_paths(base, (*path, name))
+            out.update(_leaf_types(base, (*path, name), durations))
     return out
 
 
@@ -205,8 +200,8 @@ def env_data(
     cls: type, prefix: str, env: Mapping[str, str], skip: frozenset[str] = TOOL_VARIABLES
 ) -> dict[str, Any]:
     """The nested, typed data of the variables in ``env`` under ``prefix`` (names case-insensitive)."""
-    types_by_path = _leaf_types(cls)
-    durations = _duration_paths(cls)
+    durations: set[tuple[str, ...]] = set()
+    types_by_path = _leaf_types(cls, durations=durations)
     up = prefix.upper()
 
     def render(p: tuple[str, ...]) -> str:

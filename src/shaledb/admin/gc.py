@@ -349,11 +349,11 @@ class GarbageCollector:
         long-lived checkpoint -- a clone's on its parent never expires -- kept the whole WAL
         written after it (17,629 objects, 123 MiB, after 25 minutes of a busy writer)."""
         upto = m.replay_after_wal_id
-        pinned = sorted(
+        pinned = [
             (a.replay_after_wal_id, a.next_wal_id)
             for a in active.values()
             if a.id != m.id and a.replay_after_wal_id + 1 < a.next_wal_id
-        )
+        ]
         journal = {paths.journal_object_path(j.id) for a in active.values() for j in a.journal if j.db == 0}
         doomed = []
         first_fence: dict[int, int] = {}

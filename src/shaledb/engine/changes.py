@@ -256,34 +256,8 @@ class ChangeFeed:
         m = self._refresh_manifest()
         if m is None:
             raise NotFound(f"no database at {self.store.describe()}")
-        if m.replay_after_wal_id >= wid and self._written_since(wid):
-            # The GET came before the writer wrote the object, and before this manifest read
-            # the writer flushed its memtable past it: not collected, just late. Read it now
-            # (before, a follower at the head of a busy database got CursorExpired).
-            return True
-        if m.replay_after_wal_id >= wid and m.parent is not None:
-            raise CursorExpired(
-                f"change-feed cursor {self.cursor} needs {paths.wal_path(wid)}, which this database does "
-                f"not have: it is a clone of {m.parent.url} (checkpoint {m.parent.checkpoint_id}); its "
-                f"changes before the fork are in the parent's feed, and its own WAL objects up to "
-                f"{m.replay_after_wal_id} have their writes in SSTs (the garbage collector may have "
-                f'removed them); start from a snapshot of the clone and changes("latest")'
-            )
-        if m.replay_after_wal_id >= wid and self._from_oldest:
-            # since=None and nothing yielded yet: the history the WAL holds starts later (the
-            # collector deletes WAL objects from the oldest on, but keeps the empty fences, so
-            # wal/1 may still be there). Before, such a feed raised CursorExpired on any
-            # database whose collector had run. (A clone's feed says where its history starts, above.)
-            c = self.cursor
-            nxt = self._next_present(wid)
-            self.cursor = Cursor(nxt if nxt is not None else m.replay_after_wal_id + 1, c.seq, c.taken)
-            return True
         if m.replay_after_wal_id >= wid:
-            raise CursorExpired(
-                f"change-feed cursor {self.cursor} needs {paths.wal_path(wid)}, which the garbage collector "
-                f"removed (its writes are in SSTs); start again from a snapshot, and keep WAL objects "
-                f"longer with GcOptions.wal_retention_s"
-            )
+            return self._covered(m, wid)
         if m.next_wal_id <= wid + 1:
             if not self._ahead_checked:  # once: a follower polling at the end lists nothing
                 self._ahead_checked = True
@@ -291,10 +265,40 @@ class ChangeFeed:
             return False
         nxt = self._next_present(wid)
         if nxt is not None:
-            c = self.cursor
-            self.cursor = Cursor(nxt, c.seq, c.taken)
+            self.cursor = self.cursor._replace(wal_id=nxt)
             return True
         return False
+
+    def _covered(self, m: Manifest, wid: int) -> bool:
+        """Missing WAL object ``wid`` is at or below ``m``'s replay point: True to read on
+        (it was only late, or a feed from the oldest history steps over the collected gap);
+        else CursorExpired, as the history the cursor needs is gone."""
+        if self._written_since(wid):
+            # The GET came before the writer wrote the object, and before this manifest read
+            # the writer flushed its memtable past it: not collected, just late. Read it now
+            # (before, a follower at the head of a busy database got CursorExpired).
+            return True
+        if m.parent is not None:
+            raise CursorExpired(
+                f"change-feed cursor {self.cursor} needs {paths.wal_path(wid)}, which this database does "
+                f"not have: it is a clone of {m.parent.url} (checkpoint {m.parent.checkpoint_id}); its "
+                f"changes before the fork are in the parent's feed, and its own WAL objects up to "
+                f"{m.replay_after_wal_id} have their writes in SSTs (the garbage collector may have "
+                f'removed them); start from a snapshot of the clone and changes("latest")'
+            )
+        if self._from_oldest:
+            # since=None and nothing yielded yet: the history the WAL holds starts later (the
+            # collector deletes WAL objects from the oldest on, but keeps the empty fences, so
+            # wal/1 may still be there). Before, such a feed raised CursorExpired on any
+            # database whose collector had run. (A clone's feed says where its history starts, above.)
+            nxt = self._next_present(wid)
+            self.cursor = self.cursor._replace(wal_id=nxt if nxt is not None else m.replay_after_wal_id + 1)
+            return True
+        raise CursorExpired(
+            f"change-feed cursor {self.cursor} needs {paths.wal_path(wid)}, which the garbage collector "
+            f"removed (its writes are in SSTs); start again from a snapshot, and keep WAL objects "
+            f"longer with GcOptions.wal_retention_s"
+        )
 
     def _next_present(self, wid: int) -> int | None:
         """The id of the first WAL object present after ``wid`` (one LIST), if any."""
