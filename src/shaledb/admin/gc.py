@@ -56,7 +56,7 @@ store timestamp and, for SSTs, its ULID time) and must exceed how long a
 writer takes from writing an L0 SST to committing its manifest (seconds),
 and the clock skew between machines. Objects the pass did not see in its
 listings are never touched, and a manifest written during the pass is
-re-read before SSTs are deleted.
+re-read, with the versions its live checkpoints pin, before SSTs are deleted.
 
 The lifecycle steps (docs/design/checkpoints-readers-clones.md) come from
 :mod:`shaledb.admin.destruction`: a pass first finishes a soft-destroyed database
@@ -259,8 +259,9 @@ class GarbageCollector:
         self._manifests(m, active, cutoff, dry, report)
         self._wals(m, active, min(cutoff, now - self.options.wal_retention_s), dry, report)
         live_from = self._leases(leases, m, now, cutoff, dry, report)
+        window = (now, cutoff, live_from)
         for cls, directory, parse_id, ids_of in _ULID_CLASSES:
-            self._unreferenced(cls, directory, parse_id, ids_of, m, active, (cutoff, live_from), dry, report)
+            self._unreferenced(cls, directory, parse_id, ids_of, m, active, window, dry, report)
         self._tmp(cutoff, live_from, dry, report)
         self._stages(cutoff, dry, report)
         report.detached = self.lifecycle.detach_step(dry_run=dry)
@@ -311,6 +312,11 @@ class GarbageCollector:
 
     def _active(self, m: Manifest, now: float) -> dict[int, Manifest]:
         active = {m.id: m}
+        self._add_pinned(m, now, active)
+        return active
+
+    def _add_pinned(self, m: Manifest, now: float, active: dict[int, Manifest]) -> None:
+        """Add to ``active`` the versions the live checkpoints of ``m`` pin."""
         for c in m.checkpoints:
             if c.expired(now) or c.manifest_id in active:
                 continue
@@ -322,7 +328,6 @@ class GarbageCollector:
                     c.id,
                     c.manifest_id,
                 )
-        return active
 
     # ----------------------------------------------------------- object classes
 
@@ -433,23 +438,36 @@ class GarbageCollector:
         ids_of: Callable[[Manifest], set[str]],
         m: Manifest,
         active: dict[int, Manifest],
-        window: tuple[float, float],
+        window: tuple[float, float, float],
         dry: bool,
         report: GcReport,
     ) -> None:
         """Delete the ULID-named objects under ``directory`` that no active manifest names.
 
-        ``window`` is (cutoff, live_from): an object modified or born after the cutoff,
+        ``window`` is (now, cutoff, live_from): an object modified or born after the cutoff,
         or born once a live job lease began, may belong to a writer or job not yet in
         any manifest, and is kept.
+
+        After listing, the latest manifest is re-read *and so are the versions its live
+        checkpoints pin* (added to ``active``). Versions written since ``m`` may name objects
+        just listed, and a checkpoint added meanwhile may pin one of them that is no longer
+        the latest: a writer's snapshot or a reader pins version V, a compaction commits V + 1
+        without V's newest L0 SST, and only V names it. Reading the latest alone deleted that
+        SST whenever it was older than ``min_age_s`` when the pass began (always at
+        ``min_age_s=0``). A pin taken after the re-read is on a version at least as new as
+        the latest read (or, from a source checkpoint, on the version that one pins), so what
+        it names is in an active version or was written since the listing: the age and lease
+        rules protect that, as they protect every write not yet committed.
         """
         listed = list(self.store.list(directory))
         if not listed:
             return
-        cutoff, live_from = window
-        # A manifest written since we read ``m`` may name objects we just listed.
+        now, cutoff, live_from = window
         latest = self.manifests.refresh(m)
-        referenced = set().union(*(ids_of(a) for a in (*active.values(), latest)))
+        if latest.id not in active:
+            active[latest.id] = latest
+            self._add_pinned(latest, now, active)
+        referenced = set().union(*(ids_of(a) for a in active.values()))
         doomed = []
         for meta in listed:
             oid = parse_id(meta.path)
