@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -20,7 +22,8 @@ from shaledb import (
     admin,
 )
 from shaledb.manifest.store import ManifestStore
-from shaledb.store import open_store
+from shaledb.store import ObjectStore, StoreWrapper, open_store
+from shaledb.store.base import ObjectMeta
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock
 
@@ -336,3 +339,86 @@ def test_get_recovers_when_the_views_ssts_were_collected(mem_url: str, establish
         assert not r.manifest.data.l0 and r.manifest.data.runs
         assert dict(r.scan()) == {b"k%02d" % i: b"v%d" % i for i in range(50)}
         r.close()
+
+
+class _ManifestRequests(StoreWrapper):
+    """Counts the requests under ``manifest/`` (reads, listings, writes)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.n = 0
+
+    def get(self, path: str) -> bytes:
+        self.n += path.startswith("manifest/")
+        return self.inner.get(path)
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        self.n += prefix.startswith("manifest/")
+        return self.inner.list(prefix, offset=offset)
+
+    def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+        self.n += path.startswith("manifest/")
+        self.inner.put(path, data, create=create, attributes=attributes)
+
+
+class _HeldFeed:
+    """Stands in for a change feed of the reader: the first close's detach waits for
+    ``release``; a second detach (a second close running it all again) sets ``arrived``."""
+
+    def __init__(self, arrived: threading.Event) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.arrived = arrived
+
+    def detach(self, why: str) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            assert self.release.wait(60)
+        else:
+            self.arrived.set()
+
+
+class _Arrival(threading.Event):
+    """``DbReader._close_done`` that says when a second close starts waiting on it."""
+
+    def __init__(self, arrived: threading.Event) -> None:
+        super().__init__()
+        self.arrived = arrived
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.arrived.set()
+        return super().wait(timeout)
+
+
+def test_concurrent_closes_drop_the_readers_checkpoint_once(url: str) -> None:
+    """Two threads closing one managed reader: the second waits for the first and the checkpoint
+    is dropped by one update, as many manifest requests as a lone close makes."""
+    Db.open(url, settings=QUIET).close()
+    counting = _ManifestRequests(open_store(url))
+    alone = DbReader.open(store=counting, options=MANUAL)
+    counting.n = 0
+    alone.close()
+    lone_close = counting.n
+
+    reader = DbReader.open(store=counting, options=MANUAL)
+    assert len(reader_cps(url)) == 1
+    arrived = threading.Event()
+    feed = _HeldFeed(arrived)
+    reader._feeds.add(feed)  # type: ignore[arg-type]
+    reader._close_done = _Arrival(arrived)  # (an attribute the code before this fix never read)
+    counting.n = 0
+    first = threading.Thread(target=reader.close)
+    first.start()
+    assert feed.entered.wait(60)  # the first close is under way
+    second = threading.Thread(target=reader.close)
+    second.start()
+    assert arrived.wait(60)  # the second close is waiting for it (or, before, ran it all again)
+    feed.release.set()
+    first.join()
+    second.join()
+    assert reader.closed and reader_cps(url) == []
+    assert counting.n == lone_close, f"{counting.n} manifest requests for two closes, {lone_close} for one"
+    reader.close()  # a later close: nothing more
+    assert counting.n == lone_close

@@ -315,6 +315,9 @@ class DbReader(Queries):
         self._closed = False
         self._closing = False
         """Set (under ``_lock``) when ``close`` begins: no change feed is handed out after."""
+        self._closer: int | None = None
+        """The thread running the first ``close``; ``_close_done`` is set when it finishes."""
+        self._close_done = threading.Event()
         self._mode = (
             "pinned"
             if checkpoint_id is not None
@@ -791,11 +794,30 @@ class DbReader(Queries):
     # ---------------------------------------------------------------- close
 
     def close(self) -> None:
-        """Stop polling and delete the reader's own checkpoints (errors are logged)."""
+        """Stop polling and delete the reader's own checkpoints (errors are logged). A close
+        while another thread's close runs returns when that one has finished (``Db.close``)."""
+        me = threading.get_ident()
         with self._lock:
             if self._closed:
                 return
+            first = not self._closing
             self._closing = True
+            if first:
+                self._closer = me
+            elif self._closer == me:
+                return  # called again inside the first close (a change feed's detach callback)
+        if not first:
+            # Before, a close that began before the first one finished ran it again: one more
+            # update dropping checkpoints already dropped (a manifest read, or a conflicting
+            # write when both read the same version), and the store closed twice.
+            self._close_done.wait()
+            return
+        try:
+            self._close()
+        finally:
+            self._close_done.set()
+
+    def _close(self) -> None:
         for feed in list(self._feeds):
             feed.detach(f"{self!r} was closed: open the change feed from another handle (or open_changes)")
         self._stop.set()
@@ -803,11 +825,9 @@ class DbReader(Queries):
             self._thread.join()
         with self._maint:
             with self._lock:
-                first = not self._closed
                 self._closed = True
                 own = set(self._own) if self._mode == "managed" else set()
-            if first:
-                release_pools()
+            release_pools()
             if own:
                 try:
                     self._ms.update(
