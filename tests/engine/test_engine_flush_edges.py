@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -82,9 +84,9 @@ def test_the_l0_stall_warning_says_whether_a_standalone_compactor_holds_the_role
     with Db.open(url, settings=quiet) as db:
         db.put(b"a", b"1")
         db.flush(memtable=True)
-        assert "no standalone one holds the role: start `shaledb run-compactor`" in l0_stall_hint(
-            db.manifest, embedded=False
-        )
+        hint = l0_stall_hint(db.manifest, embedded=False, url=url)
+        assert f"no standalone one holds the role: start `shaledb --path {url} run-compactor`" in hint
+        assert "Settings(compactor=CompactorOptions())" in hint
         assert l0_stall_hint(db.manifest, embedded=True) == ""
         c = Compactor.open(url)
         db.put(b"b", b"2")
@@ -94,3 +96,60 @@ def test_the_l0_stall_warning_says_whether_a_standalone_compactor_holds_the_role
         db.put(b"c", b"3")
         db.flush(memtable=True)
         assert "no standalone one holds the role" in l0_stall_hint(db.manifest, embedded=False)
+
+
+_STALL = """
+import sys, threading, time
+from shaledb import Db, Settings
+db = Db.open(sys.argv[1], settings=Settings(compactor=None, garbage_collector=None, l0_max_ssts=2))
+for i in range(2):
+    db.put(b"k%d" % i, b"v")
+    db.flush(memtable=True)
+db.put(b"x", b"v")
+stalled = threading.Thread(target=db.flush, kwargs={"memtable": True})
+stalled.start()
+while db.metrics()["l0_stalls_total"] < 1:
+    time.sleep(0.02)
+for i in range(50):
+    db.put(b"during%d" % i, b"v")  # puts while stalled: still one warning
+db.close()  # ends the stall: the final flush goes past the limit
+stalled.join()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_l0_stall_is_told_on_stderr_when_the_application_configured_no_logging(tmp_path: Path) -> None:
+    """A writer without a compactor stopped at ``l0_max_ssts`` and, in a program that set up
+    no logging, said nothing: the package's NullHandler kept Python's last-resort handler from
+    printing the WARNING, so writes hung with no word of why. Now the first stall prints once,
+    naming what to run."""
+    url = str(tmp_path / "db")
+    res = subprocess.run(
+        [sys.executable, "-c", _STALL, url], capture_output=True, text=True, timeout=110, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    lines = [line for line in res.stderr.splitlines() if "flushes wait for compaction" in line]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("shaledb: L0 has 2 SSTs (limit 2)")
+    assert f"`shaledb --path file://{tmp_path / 'db'} run-compactor`" in lines[0]
+
+
+def test_an_l0_stall_is_not_printed_twice_when_logging_is_configured(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a handler configured (here pytest's), the WARNING goes there only."""
+    db = Db.open(str(tmp_path / "db"), settings=_settings(l0_max_ssts=2))
+    for i in range(2):
+        db.put(b"k%d" % i, b"v")
+        db.flush(memtable=True)
+    db.put(b"x", b"v")
+    stalled = threading.Thread(target=db.flush, kwargs={"memtable": True})
+    stalled.start()
+    try:
+        while not db.metrics()["l0_stalls_total"]:
+            stalled.join(0.02)
+    finally:
+        db.close()
+        stalled.join()
+    assert [r for r in caplog.records if "flushes wait for compaction" in r.getMessage()]
+    assert "flushes wait for compaction" not in capfd.readouterr().err

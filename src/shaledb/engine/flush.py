@@ -296,12 +296,16 @@ class MemtableFlusher:
             if db.closing or (self._stopping and db.failed()):
                 return  # closing: one more L0 beats hanging; the next compaction absorbs it
             if not warned:
-                log.warning(
+                warn_even_unconfigured(
+                    log,
                     "L0 has %d SSTs (limit %d): flushes wait for compaction%s",
                     len(db.manifest.data.l0),
                     limit,
                     l0_stall_hint(
-                        db.manifest, embedded=db.settings.compactor is not None, paused=db.compactor_paused
+                        db.manifest,
+                        embedded=db.settings.compactor is not None,
+                        paused=db.compactor_paused,
+                        url=db.store_for(0).describe(),
                     ),
                 )
                 warned = True
@@ -310,27 +314,65 @@ class MemtableFlusher:
             db.clock.sleep(0.05)
 
 
-def l0_stall_hint(m: Manifest, *, embedded: bool, paused: bool = False) -> str:
+def l0_stall_hint(m: Manifest, *, embedded: bool, paused: bool = False, url: str = "URL") -> str:
     """What the L0-stall WARNING adds. Without an embedded compactor: whether a standalone
     one holds the role (then it is not keeping up) or none does -- it said "run `shaledb
     run-compactor`" while one was running, merely slow. With a paused embedded one: that a
     standalone compactor killed without closing keeps it paused, and the way out -- the
-    writer waited for good with no word of why."""
+    writer waited for good with no word of why. The commands name the database (``url``)
+    so they can be pasted as they are."""
     epoch = m.compactor_epoch
     if embedded:
         if not paused:
             return ""
         return (
             f" (the embedded compactor is paused: compactor epoch {epoch} holds the role; if that "
-            "standalone compactor died without closing, `shaledb run-compactor --once` takes the "
-            "role and gives it back)"
+            f"standalone compactor died without closing, `shaledb --path {url} run-compactor --once` "
+            "takes the role and gives it back)"
         )
     if epoch > 0 and m.option(OPT_COMPACTOR_RELEASED) != str(epoch):
         return (
             f" (no embedded compactor; standalone compactor epoch {epoch} holds the role: check that "
             "it still runs and keeps up)"
         )
-    return " (no embedded compactor, and no standalone one holds the role: start `shaledb run-compactor`)"
+    return (
+        " (no embedded compactor, and no standalone one holds the role: start "
+        f"`shaledb --path {url} run-compactor`, or open the writer with the embedded one, "
+        "Settings(compactor=CompactorOptions()), the default)"
+    )
+
+
+def warn_even_unconfigured(logger: logging.Logger, msg: str, *args: object) -> None:
+    """Log a WARNING; if logging was never configured, print it on stderr all the same.
+
+    The package's ``NullHandler`` (``shaledb/__init__.py``) keeps a library quiet in an
+    application that set up no logging -- it also keeps Python's last-resort handler from
+    printing WARNINGs, so a writer whose writes stalled for want of a compactor said nothing
+    at all and looked hung. For the few warnings a user must act on, this does what Python
+    does without that ``NullHandler``: ``logging.lastResort`` (WARNING and above on stderr)
+    when no real handler would see the record. A configured application (any handler on the
+    way up), a level set above WARNING, or ``logging.lastResort = None`` keeps it quiet."""
+    logger.warning(msg, *args)
+    if not logger.isEnabledFor(logging.WARNING) or _has_handler(logger):
+        return
+    last = logging.lastResort
+    if last is not None:
+        record = logger.makeRecord(logger.name, logging.WARNING, "(shaledb)", 0, msg, args, None)
+        record.msg = f"shaledb: {record.getMessage()}"
+        record.args = ()
+        last.handle(record)
+
+
+def _has_handler(logger: logging.Logger) -> bool:
+    """Whether a record of ``logger`` reaches a handler other than a ``NullHandler``."""
+    at: logging.Logger | None = logger
+    while at is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in at.handlers):
+            return True
+        if not at.propagate:
+            return False
+        at = at.parent
+    return False
 
 
 def flush_options(
