@@ -143,11 +143,13 @@ def test_clone_and_destroy(db: Path, tmp_path: Path) -> None:
     one_line_error(run("clone", "--parent", str(db), path=db), 2, "itself")
     assert json.loads(ok("--json", "destroy", "--hard", path=clone))["mode"] == "hard"
     assert not any(clone.rglob("*.manifest"))
+    assert list(clone.iterdir()) == []  # its emptied folders went too (wal/, manifest/ ... stayed)
     soft = ok("destroy", path=db)  # soft: says who deletes the objects, and when
     assert "db_delete_grace_s (1d by default)" in soft and "destroy --hard" in soft, soft
     one_line_error(run("get", "k01", path=db), 3, "destroyed")
     one_line_error(run("create-checkpoint", path=db), 3, "destroyed")
     ok("destroy", "--hard", path=db)
+    assert list(db.iterdir()) == []
     one_line_error(run("get", "k01", path=db), 3, "no database")
 
 

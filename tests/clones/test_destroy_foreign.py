@@ -36,6 +36,7 @@ def test_destroy_deletes_only_the_database_s_own_objects(tmp_path: Path, how: st
     for name, data in FOREIGN.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
+    (root / "mine").mkdir()  # a user's empty folder: not the database's to remove
     with caplog.at_level(logging.WARNING, logger="shaledb"), Db.open(str(root), settings=QUIET) as db:
         _fill(db)
     warned = [r.getMessage() for r in caplog.records if "already holds 4 other object" in r.getMessage()]
@@ -53,6 +54,8 @@ def test_destroy_deletes_only_the_database_s_own_objects(tmp_path: Path, how: st
         finally:
             gc.close()
     assert _files(root) == FOREIGN  # the old code deleted every one of them
+    # The database's folders went with their objects (they stayed, empty); the user's stay.
+    assert sorted(p.name for p in root.iterdir()) == ["manifest.txt", "mine", "notes.txt", "src", "walrus"]
 
 
 def test_a_hard_destroy_on_s3_keeps_the_prefix_s_other_objects(s3_url_factory: Any) -> None:

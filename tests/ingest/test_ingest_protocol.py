@@ -228,6 +228,19 @@ def test_abort_deletes_outputs_and_the_lease(url):
         commit_ingest(plan, [part, None], url)
 
 
+@pytest.mark.parametrize("name", ["db", "50%25 done"])
+def test_a_dropped_first_ingest_leaves_no_folders_in_a_local_directory(tmp_path, name):
+    """The drop deleted the objects and then removed the emptied folders by parsing the store's
+    description as a URL, which missed a directory whose name has a ``%`` (``%25`` read as
+    ``%``): ``manifest/``, ``wal/`` ... stayed. The local store removes them itself now."""
+    root = tmp_path / name
+    url = str(root)
+    plan = begin_ingest(url)
+    assert plan.created_epoch is not None
+    abort_ingest(plan, [write_part(open_store(url), plan, 0, [b"a"], [b"1"])], url)
+    assert list(root.iterdir()) == []
+
+
 def test_abort_of_the_ingest_that_created_the_database_deletes_it_unless_it_was_used_since(url):
     """A failed first ingest leaves nothing at the URL (a retry or a read then finds no database,
     not an empty one); a database someone else opened, read or wrote meanwhile stays."""

@@ -54,6 +54,8 @@ from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..settings import RetryOptions
 from ..store.base import ObjectStore
+from ..store.obstore_store import LocalObstoreStore
+from ..store.wrappers import find_wrapper
 
 log = logging.getLogger("shaledb.lifecycle")
 
@@ -211,7 +213,7 @@ def delete_database(
 ) -> int:
     """Release held checkpoints, then delete every object in the database's folders
     (:data:`~shaledb.format.paths.OWN_DIRS`: other files under its root are not its own and
-    stay), the latest manifest last."""
+    stay), the latest manifest last; in a local directory, then the folders left empty."""
     release_checkpoints(_held_elsewhere(m), external, clock, timeout_s)
     store = ms.store
     manifests: list[tuple[int, str]] = []
@@ -230,6 +232,11 @@ def delete_database(
     store.delete_many([path for _, path in manifests[:-1]])
     for _, path in manifests[-1:]:
         store.delete(path)
+    # A local directory keeps its folders after their objects are deleted: remove the emptied
+    # ones, so a destroyed database leaves no tree of empty folders (object stores have none).
+    local: LocalObstoreStore | None = find_wrapper(store, LocalObstoreStore)
+    if local is not None:
+        local.remove_empty_dirs()
     deleted = len(others) + len(manifests)
     log.info("deleted database %s (%d objects)", store.describe(), deleted)
     return deleted

@@ -24,6 +24,7 @@ wrong, the CLI's ``get``) created the database's empty root directory. So:
   killed between writing an object and linking it into place left behind
   (listings never show them, so nothing else would ever delete them), and
   :func:`remove_stages` deletes them -- for the garbage collector;
+* :func:`remove_empty_dirs` removes the database's folders a destroy emptied;
 * :func:`embedded_errno` finds the OS error code inside an error of obstore's
   local store, which reports it only in its message (``... (os error 13)``),
   so those errors get the same mapping instead of being retried as outages.
@@ -198,6 +199,31 @@ def abandoned_stages(root: str, older_than: float) -> list[ObjectMeta]:
     return sorted(found, key=lambda m: m.path)
 
 
+def remove_empty_dirs(root: str) -> None:
+    """Remove the database's folders (``paths.OWN_DIRS``) below ``root`` that hold nothing,
+    deepest first: what deleting every object of a destroyed database leaves (a directory is
+    not an object, so no delete removes it; a destroyed database left ``manifest/``, ``wal/``,
+    ``compacted/`` ... empty behind). Only empty folders go (``rmdir``), so one that still
+    holds anything -- a user's file, another database -- stays with what it holds; nothing
+    outside the database's folders is touched, not the root (it may have been there before
+    the database), not above it; no symbolic link is followed. Best effort: a folder that
+    cannot be removed stays."""
+    for own in OWN_DIRS:
+        top = os.path.join(root, own.rstrip("/"))
+        if os.path.islink(top):
+            continue  # not ours to walk: it leads elsewhere
+        found: list[str] = []
+        for here, dirs, _ in os.walk(top):  # os.walk does not follow links below ``top``
+            if "manifest" in dirs:
+                dirs[:] = []  # another database's root: its folders are its own
+            found.append(here)
+        for d in reversed(found):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass  # not empty (or gone, or refused): stays as it is
+
+
 def remove_stages(root: str, names: list[str], where: str) -> None:
     """Delete the staging files ``names`` (relative to ``root``, from
     :func:`abandoned_stages`); one already gone is not an error."""
@@ -219,5 +245,6 @@ __all__ = [
     "embedded_errno",
     "make_dirs",
     "os_error",
+    "remove_empty_dirs",
     "remove_stages",
 ]

@@ -56,7 +56,15 @@ from ..errors import (
 from ..format.paths import STAGE_DIR, check_prefix, check_relative_path
 from .base import BULK_DELETE_OBJECTS, ObjectMeta
 from .http_errors import CloudService, bucket_missing, classify, http_status, is_bucket_missing
-from .local_fs import abandoned_stages, check_root, embedded_errno, make_dirs, os_error, remove_stages
+from .local_fs import (
+    abandoned_stages,
+    check_root,
+    embedded_errno,
+    make_dirs,
+    os_error,
+    remove_empty_dirs,
+    remove_stages,
+)
 from .scrub import scrub, scrub_exception
 
 log = logging.getLogger(__name__)
@@ -611,6 +619,14 @@ class LocalObstoreStore(ObstoreStore):
     def remove_stages(self, names: builtins.list[str]) -> None:
         """Delete staging files :meth:`abandoned_stages` named."""
         remove_stages(self._real_root, names, self._description)
+
+    def remove_empty_dirs(self) -> None:
+        """Remove the database's folders that hold nothing (``local_fs.remove_empty_dirs``):
+        for a destroy, once every object is deleted."""
+        if self._lazy is None and not self._root_exists():
+            return
+        self._dirs.clear()  # resolved folders, maybe removed now (a later put makes them again)
+        remove_empty_dirs(self._real_root)
 
     def _resolve(self, path: str, *, final: bool = True) -> str:
         """The absolute path of ``path``, checked to stay inside the real root.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import sys
 import uuid
@@ -11,7 +10,6 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from ...admin.checkpoint import delete_checkpoint
 from ...admin.destruction import delete_database, live_checkpoints
@@ -579,24 +577,8 @@ def drop_created_database(
             "ingest %s: could not delete the database it created at %s: %s", plan.ingest_id, where, exc
         )
         return False
-    _remove_empty_folders(where)
     log.info("ingest %s failed: deleted the database it had created at %s", plan.ingest_id, where)
     return True
-
-
-def _remove_empty_folders(where: str) -> None:
-    """In a local directory, the database's own folders, now empty (an object store has no
-    folders); the directory itself stays, as it may have been there before."""
-    parts = urlsplit(where)
-    if parts.scheme != "file":
-        return
-    root = unquote(parts.path)
-    for own in paths.OWN_DIRS:
-        for d, _, _ in sorted(os.walk(os.path.join(root, own.rstrip("/"))), reverse=True):
-            try:
-                os.rmdir(d)  # only if empty: anything else there stays
-            except OSError:
-                pass
 
 
 def _committed(
