@@ -171,6 +171,51 @@ def test_a_directory_another_user_may_not_enter_gives_permission_denied(tmp_path
     assert "Permission denied (errno 13)" in res.stdout
 
 
+def _unreadable_link() -> str:
+    """``/proc/1/root``: a link only PID 1's owner may read (EACCES for other users, and for
+    root in a container without ``CAP_SYS_PTRACE``)."""
+    try:
+        os.readlink("/proc/1/root")
+    except PermissionError:
+        return "/proc/1/root"
+    except OSError:
+        pass
+    pytest.skip("this process may read /proc/1/root (root outside a container): no refused link here")
+
+
+def test_a_link_on_the_path_this_user_may_not_read_gives_permission_denied() -> None:
+    """``realpath`` of the root raised a bare ``PermissionError`` (a traceback from the API;
+    ``PermissionError: [Errno 13] ... '/proc/1/root'`` from the command line): it is
+    ``PermissionDenied`` naming the database's path, for the writer, readers and admin calls."""
+    url = _unreadable_link() + "/x/db"
+    for what, call in (
+        ("Db.open", lambda: Db.open(url, settings=QUIET)),
+        ("Db.open file://", lambda: Db.open("file://" + url, settings=QUIET)),
+        ("DbReader.open", lambda: DbReader.open(url)),
+        ("open_store", lambda: open_store(url)),
+        ("destroy", lambda: admin.destroy(url, soft=False)),
+        ("list_checkpoints", lambda: admin.list_checkpoints(url)),
+    ):
+        with pytest.raises(PermissionDenied, match=f"cannot open the directory '{url}'.*Permission denied"):
+            call()
+        assert what
+
+
+@pytest.mark.parametrize("command", [["scan"], ["get", "k"], ["put", "k", "v"], ["destroy", "--hard"]])
+def test_the_cli_says_permission_denied_in_one_line_for_a_path_it_may_not_read(command: list[str]) -> None:
+    url = _unreadable_link() + "/x/db"
+    res = subprocess.run(
+        [sys.executable, "-m", "shaledb", "--path", url, *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.startswith(f"shaledb: error: PermissionDenied: cannot open the directory '{url}'")
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
 def test_make_dirs_removes_what_it_created_when_a_later_step_fails(tmp_path: Path) -> None:
     target = tmp_path / "a" / "b" / ("c" * 300) / "d"
     with pytest.raises(InvalidPathError):

@@ -34,6 +34,7 @@ from ..errors import CorruptionError, InvalidArgument
 from ..manifest.model import Manifest
 from ..settings import RetryOptions
 from ..store.base import ObjectStore
+from ..store.local_fs import real_root
 from ..store.retrying import RetryingStore
 from ..store.roots import check_disjoint
 from ..store.url import check_url_text, open_store, store_options_dict
@@ -63,9 +64,9 @@ def canonical_url(url: str) -> str:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "" or len(scheme) == 1:
-        return "file://" + os.path.realpath(os.path.abspath(os.path.expanduser(url)))
+        return "file://" + real_root(os.path.abspath(os.path.expanduser(url)))
     if scheme == "file":
-        return "file://" + os.path.realpath(parts.path or "/")
+        return "file://" + real_root(parts.path or "/")
     return url.rstrip("/")
 
 

@@ -7,6 +7,8 @@ parent directories left behind when a very long path failed half-way, and
 database (``list_checkpoints``, ``destroy``, a clone whose parent URL was
 wrong, the CLI's ``get``) created the database's empty root directory. So:
 
+* :func:`real_root` resolves the root's links, a link it may not read being
+  ``PermissionDenied`` naming the database's path;
 * :func:`check_root` refuses, before anything is touched, a root whose
   components or total length the file system cannot hold, or that lies below
   something that is not a directory;
@@ -98,6 +100,19 @@ def _limits(existing: str) -> tuple[int, int]:
     except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or no answer
         name_max, path_max = 255, 4096
     return int(name_max or 255), int(path_max or 4096)
+
+
+def real_root(directory: str) -> str:
+    """``os.path.realpath(directory)``, a refused link mapped like every other OS error.
+
+    ``realpath`` reads each symbolic link on the way, and one this user may not read (as
+    ``/proc/1/root`` for anyone but its owner) raised a bare ``PermissionError`` -- a traceback
+    from the Python API, ``PermissionError: [Errno 13] ...`` naming only the link from the
+    command line -- before the store could say which database it was opening."""
+    try:
+        return os.path.realpath(directory)
+    except OSError as exc:
+        raise os_error(exc, directory, f"file://{directory}", "open the directory") from exc
 
 
 def check_root(directory: str) -> None:
@@ -246,5 +261,6 @@ __all__ = [
     "make_dirs",
     "os_error",
     "remove_empty_dirs",
+    "real_root",
     "remove_stages",
 ]

@@ -62,6 +62,7 @@ from .local_fs import (
     embedded_errno,
     make_dirs,
     os_error,
+    real_root,
     remove_empty_dirs,
     remove_stages,
 )
@@ -526,7 +527,7 @@ class LocalObstoreStore(ObstoreStore):
         if drop_cache_min_bytes < 0:
             raise InvalidArgument(f"drop_cache_min_bytes must be >= 0, got {drop_cache_min_bytes}")
         self.drop_cache_min_bytes = drop_cache_min_bytes
-        real = os.path.realpath(directory)
+        real = real_root(directory)
         check_root(real)
         self._real_root = real
         self._lazy: Any = None

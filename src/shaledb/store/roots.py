@@ -41,7 +41,10 @@ def root_key(url: str) -> RootKey | None:
     scheme = parts.scheme.lower()
     if scheme in ("", "file") or len(scheme) == 1:
         raw = unquote(parts.path) if scheme == "file" else url
-        real = os.path.realpath(os.path.abspath(os.path.expanduser(raw)))
+        try:
+            real = os.path.realpath(os.path.abspath(os.path.expanduser(raw)))
+        except OSError:  # a link this user may not read: nothing to compare
+            return None
         return ("file", "", tuple(p for p in real.split(os.sep) if p))
     kind = _KINDS.get(scheme)
     if kind is None:

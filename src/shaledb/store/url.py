@@ -43,6 +43,7 @@ from ..errors import InvalidArgument, InvalidPathError
 from ..format.paths import check_relative_path
 from .base import ObjectStore
 from .cloud_options import bulk_deletes, cloud_service, with_backend_defaults
+from .local_fs import real_root
 from .obstore_store import LocalObstoreStore, ObstoreStore, shared_memory_store
 from .scrub import SECRET_ENV, register_secret, scrub
 from .twophase import TwoPhaseStore
@@ -286,7 +287,7 @@ def _open_local(url: str, netloc: str, path: str, scheme: str) -> ObjectStore:
     directory = os.path.abspath(os.path.expanduser(raw))
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise InvalidArgument(f"{directory} exists and is not a directory; a database needs a directory")
-    real = os.path.realpath(directory)
+    real = real_root(directory)
     return LocalObstoreStore(real, description=f"file://{real}")
 
 
