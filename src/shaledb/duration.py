@@ -44,6 +44,8 @@ def parse_duration(text: str) -> timedelta:
     pos = 0
     total = 0.0
     s = text.strip()
+    if s.startswith("-"):
+        raise InvalidArgument(f"a duration cannot be negative: got {text!r}")
     while pos < len(s):
         m = _PART.match(s, pos)
         if m is None or m.end() == pos:

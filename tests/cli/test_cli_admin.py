@@ -128,6 +128,37 @@ def test_checkpoint_commands(db: Path) -> None:
     one_line_error(run("list-checkpoints", path=db.parent / "nothing"), 3, "no database")
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["create-checkpoint", "--lifetime", "-1h"], "InvalidArgument: --lifetime must be positive: got -1h"),
+        (["create-checkpoint", "-l", "-1h"], "--lifetime must be positive: got -1h"),
+        (["create-checkpoint", "--lifetime=-90s"], "--lifetime must be positive: got -90s"),
+        (["run-compactor", "--once", "--poll-interval", "-1e-3"], "poll_interval_s must be"),
+        (["compact-journal", "--max-runs", "-1"], "--max-runs must be an integer, >= 0"),
+    ],
+)
+def test_a_negative_value_reaches_the_option_s_own_check(db: Path, args: list[str], message: str) -> None:
+    """argparse reads ``-1h`` (or ``-1e-3``) as an option: ``--lifetime -1h`` said "argument
+    -l/--lifetime: expected one argument", about the grammar, and ``--lifetime=-1h`` "cannot
+    parse duration". The value now reaches the option's check, which says what is wrong; and
+    ``--max-runs -1`` compacted nothing without a word. Nothing is created."""
+    before = ok("--json", "list-checkpoints", path=db)
+    one_line_error(run(*args, path=db), 2, message)
+    assert ok("--json", "list-checkpoints", path=db) == before
+
+
+def test_a_negative_lifetime_on_refresh_is_refused_and_keeps_the_expiry(db: Path) -> None:
+    cp = json.loads(ok("--json", "create-checkpoint", "--lifetime", "1h", "--name", "keep", path=db))
+    one_line_error(
+        run("refresh-checkpoint", "--id", "keep", "--lifetime", "-5min", path=db),
+        2,
+        "--lifetime must be positive: got -5min",
+    )
+    (after,) = json.loads(ok("--json", "list-checkpoints", "--name", "keep", path=db))
+    assert after["id"] == cp["id"] and after["expires_in"] not in (None, "expired")
+
+
 def test_clone_and_destroy(db: Path, tmp_path: Path) -> None:
     clone = tmp_path / "clone"
     info = json.loads(ok("--json", "clone", "--parent", str(db), path=clone))

@@ -125,6 +125,7 @@ def test_duration_refusals_name_the_option_and_zero_only_where_it_means_somethin
             (0, r"checkpoint lifetime must be .*> 0 .*got 0 \(or None for no expiry\)"),
             (-1, r"> 0 .*got -1"),  # before: ">= 0" for -1, then "must be positive" for 0
             ("forever", r"^checkpoint lifetime: cannot parse duration 'forever'"),
+            ("-1h", r"^checkpoint lifetime: a duration cannot be negative: got '-1h'"),  # was "cannot parse"
             (math.nan, r"checkpoint lifetime .*got nan"),
         ]:
             with pytest.raises(InvalidArgument, match=match):

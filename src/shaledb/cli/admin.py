@@ -65,6 +65,10 @@ _CP_COLUMNS = ["id", "manifest_id", "name", "kind", "created", "expires_in"]
 
 
 def _lifetime(text: str | None) -> dt.timedelta | None:
+    """``--lifetime``'s value; a negative one is refused naming the option (a checkpoint
+    cannot expire before it is made)."""
+    if text is not None and text.strip().startswith("-"):
+        raise InvalidArgument(f"--lifetime must be positive: got {text}")
     return None if text is None else parse_duration(text)
 
 

@@ -32,7 +32,7 @@ from typing import NoReturn
 from ..errors import InvalidArgument, NotFound, ShaleError
 from ..store.scrub import ScrubFilter, scrub
 from . import admin, compaction, core, feed, journal, more, settings, verify
-from .options import add_global_options, add_version, register_extra_commands
+from .options import add_global_options, add_version, attach_negative_values, register_extra_commands
 from .output import COMMANDS, EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Output
 from .stream import silence_stdout
 
@@ -131,8 +131,9 @@ def _refuse_nul(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    _refuse_nul(parser, sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    _refuse_nul(parser, given)
+    args = parser.parse_args(attach_negative_values(parser, given))
     _refuse_emptied_values(parser, args)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,

@@ -21,6 +21,7 @@ from ..errors import InvalidArgument, NotFound
 from ..journal.backup import backup_url
 from ..journal.compaction import StandaloneHost, compact_journal
 from ..manifest.store import ManifestStore
+from ..numbers import check_int
 from ..store.stack import wrap_store
 from ..store.url import open_store
 from .output import Output, command, human_size, parse_bytes, render_bytes
@@ -42,6 +43,8 @@ def _compact_args(p: argparse.ArgumentParser) -> None:
     _compact_args
 )
 def compact_journal_cmd(args: argparse.Namespace, out: Output) -> int | None:
+    if args.max_runs is not None:
+        check_int("--max-runs", args.max_runs, minimum=0)  # -1 compacted nothing and said so
     settings = _settings(args)
     rng = random.Random()
     store = wrap_store(open_store(args.path), settings, SYSTEM_CLOCK, rng)

@@ -14,7 +14,9 @@ exactly one live checkpoint (:func:`resolve_checkpoint`).
 from __future__ import annotations
 
 import argparse
+import re
 import uuid
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import CheckpointNotFound, InvalidArgument
@@ -51,6 +53,47 @@ def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> No
         help="no progress line on stderr (drawn only on a terminal)",
         **kw,
     )
+
+
+_NEGATIVE = re.compile(r"-\.?[0-9]")
+"""What a negative value looks like (``-1h``, ``-5``, ``-.5``, ``-1e3``): no option name does."""
+
+
+def attach_negative_values(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``argv`` with each negative-looking value joined to the option it follows
+    (``--lifetime -1h`` -> ``--lifetime=-1h``, ``-l -1h`` -> ``-l-1h``).
+
+    argparse reads a token starting with ``-`` as an option unless it is a plain negative
+    number, so ``create-checkpoint --lifetime -1h`` failed with "argument -l/--lifetime:
+    expected one argument" -- about the command line's grammar, not the value. Joined, the
+    value reaches the option's own check, which says what is wrong with it ("--lifetime must
+    be positive: got -1h"). Only options that take one value are joined, nothing after ``--``."""
+    takes = set(_value_options(parser))
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            out.extend(argv[i:])
+            break
+        if arg in takes and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
+            value = argv[i + 1]
+            out.append(f"{arg}={value}" if arg.startswith("--") else f"{arg}{value}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def _value_options(parser: argparse.ArgumentParser) -> Iterator[str]:
+    """The option strings of ``parser`` and its commands' parsers that take one value."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _value_options(sub)
+        elif isinstance(action, (argparse._StoreAction, argparse._AppendAction)) and action.nargs is None:
+            yield from action.option_strings
 
 
 def add_version(p: argparse.ArgumentParser) -> None:

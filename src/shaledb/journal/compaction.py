@@ -96,6 +96,7 @@ from ..format.sst import (
 )
 from ..manifest.edits import Edit
 from ..manifest.model import JournalFile, Manifest, SstInfo
+from ..numbers import check_int
 from .folds import last_of_batch
 from .hosts import CompactionHost, EmbeddedHost, StandaloneHost
 from .scoring import DROP, KEEP, TOMB, FileScore, _Ledger, best_run, block_head, plan_runs, score_file
@@ -541,6 +542,8 @@ def compact_journal(
     runs never overlap), rewrites them, repoints the ledger once and commits
     once; passes repeat until one finds nothing (or ``max_runs`` runs are done).
     """
+    if max_runs is not None:
+        check_int("max_runs", max_runs, minimum=0)
     report = JournalCompactionReport()
     if not host.lock.acquire(blocking=False):
         report.busy = True
