@@ -159,6 +159,21 @@ def test_a_negative_lifetime_on_refresh_is_refused_and_keeps_the_expiry(db: Path
     assert after["id"] == cp["id"] and after["expires_in"] not in (None, "expired")
 
 
+def test_a_plain_path_with_a_question_mark_is_explained_in_command_line_terms(tmp_path: Path) -> None:
+    """The store's refusal said "give options as keywords (cas=...)", the Python API's way; a
+    shell user passes options in a file URL. Both file URLs are spelled out from the path given,
+    and the one for a '?' in a directory's name works as printed. Nothing is created."""
+    given = tmp_path / "db?cas=none"
+    p = run("put", "a", "1", path=given)
+    one_line_error(p, 2, f"give a file URL: --path 'file://{tmp_path}/db?cas=none'")
+    assert "keywords" not in p.stderr and "%3F" in p.stderr
+    assert list(tmp_path.iterdir()) == []
+    named = p.stderr.rsplit("--path ", 1)[1].strip().strip("'")
+    ok("put", "a", "1", path=named)
+    assert [d.name for d in tmp_path.iterdir()] == ["db?cas=none"]
+    one_line_error(run("clone", "--parent", f"{given}", path=tmp_path / "c"), 2, "--parent '")
+
+
 def test_clone_and_destroy(db: Path, tmp_path: Path) -> None:
     clone = tmp_path / "clone"
     info = json.loads(ok("--json", "clone", "--parent", str(db), path=clone))

@@ -32,7 +32,13 @@ from typing import NoReturn
 from ..errors import InvalidArgument, NotFound, ShaleError
 from ..store.scrub import ScrubFilter, scrub
 from . import admin, compaction, core, feed, journal, more, settings, verify
-from .options import add_global_options, add_version, attach_negative_values, register_extra_commands
+from .options import (
+    add_global_options,
+    add_version,
+    attach_negative_values,
+    check_urls,
+    register_extra_commands,
+)
 from .output import COMMANDS, EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, Output
 from .stream import silence_stdout
 
@@ -152,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--path URL is required")
     out = Output(args.json, show_progress=not args.no_progress)
     try:
+        check_urls(args)
         rc = args.handler(args, out)
         return EXIT_OK if rc is None else rc
     except KeyboardInterrupt:

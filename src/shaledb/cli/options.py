@@ -14,12 +14,13 @@ exactly one live checkpoint (:func:`resolve_checkpoint`).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import CheckpointNotFound, InvalidArgument
+from ..errors import CheckpointNotFound, InvalidArgument, InvalidPathError
 
 
 def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> None:
@@ -94,6 +95,38 @@ def _value_options(parser: argparse.ArgumentParser) -> Iterator[str]:
                 yield from _value_options(sub)
         elif isinstance(action, (argparse._StoreAction, argparse._AppendAction)) and action.nargs is None:
             yield from action.option_strings
+
+
+URL_OPTIONS = (("path", "--path"), ("parent", "--parent"), ("dest", "DEST"))
+"""The arguments that name a database (attribute, as a user types it): checked by :func:`check_urls`."""
+
+
+def check_urls(args: argparse.Namespace) -> None:
+    """Refuse a plain local path holding ``?`` in the command line's terms.
+
+    The store refuses it too (``shaledb.store.url``), but its message is the Python API's:
+    "give options as keywords (cas=...)" -- a shell has no keywords. On the command line,
+    options ride in a ``file://`` URL, and a ``?`` of a directory's name is ``%3F`` there;
+    both URLs are spelled out from the path given, ready to paste."""
+    from urllib.parse import quote
+
+    for attr, shown in URL_OPTIONS:
+        value = getattr(args, attr, None)
+        if not isinstance(value, str) or "?" not in value:
+            continue
+        scheme = value.partition(":")[0] if ":" in value else ""
+        if scheme and len(scheme) > 1 and value.partition(":")[2].startswith("//"):
+            continue  # a URL: its query holds the options
+        path, _, query = value.partition("?")
+        opts = query or "cas=..."
+        base = os.path.abspath(os.path.expanduser(path))
+        named = quote(os.path.abspath(os.path.expanduser(value)), safe="/")
+        raise InvalidPathError(
+            f"{shown} {value!r} is a plain path holding a '?': a plain path takes no options. To pass "
+            f"store options ({opts}), give a file URL: {shown} 'file://{base}?{opts}' (quoted for the "
+            f"shell); if the '?' is part of the directory's name, write it as %3F in a file URL: "
+            f"{shown} 'file://{named}'"
+        )
 
 
 def add_version(p: argparse.ArgumentParser) -> None:
