@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator
 
 import pytest
 from ingest_kit import QUIET, contents, latest, sorted_kv
@@ -24,7 +25,8 @@ from shaledb.format import paths
 from shaledb.format.bloom import BLAKE2B, WORDMIX
 from shaledb.format.sst import decode_sst
 from shaledb.settings import CompactorOptions
-from shaledb.store import open_store
+from shaledb.store import ObjectStore, StoreWrapper, open_store
+from shaledb.store.base import ObjectMeta
 from shaledb.testing.faults import FaultInjectingStore
 from shaledb.testing.seeds import test_seed
 
@@ -386,3 +388,58 @@ def test_the_commit_checks_the_parts_outputs_several_at_a_time(url):
     commit_ingest(plan, parts, store=st)
     assert st.heads == 24 and st.most > 1
     assert contents(url)[b"p07"] == b"v"
+
+
+class _ManifestReads(StoreWrapper):
+    """Counts reads of the manifest (a LIST of ``manifest/`` and a GET of a version); ``after_read``
+    runs once, after the first GET of a version: another process's write landing right then."""
+
+    def __init__(self, inner: ObjectStore, after_read: Callable[[], None] | None = None) -> None:
+        super().__init__(inner)
+        self.lists = self.gets = 0
+        self.after_read = after_read
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        if prefix == paths.MANIFEST_DIR and offset is None:
+            self.lists += 1
+        return self.inner.list(prefix, offset=offset)
+
+    def get(self, path: str) -> bytes:
+        data = self.inner.get(path)
+        if path.startswith(paths.MANIFEST_DIR):
+            self.gets += 1
+            hook, self.after_read = self.after_read, None
+            if hook is not None:
+                hook()
+        return data
+
+
+def test_begin_reads_the_manifest_once(url):
+    """begin read the latest manifest for its checks, then the claim's writer open read it again:
+    on S3 two more requests (LIST and GET) per Spark write. The claim now starts from begin's
+    read; its CAS is what keeps that safe (next test)."""
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+    st = _ManifestReads(open_store(url))
+    plan = begin_ingest(store=st)
+    assert plan.writer_epoch is not None
+    assert (st.gets, st.lists) == (1, 2)  # was (2, 3); the other LIST is the open's check after its fence
+    commit_ingest(plan, [write_part(open_store(url), plan, 0, [b"b"], [b"2"])], url)
+    assert contents(url) == {b"a": b"1", b"b": b"2"}
+
+
+def test_a_writer_that_opens_between_begin_s_read_and_its_claim_is_fenced_by_the_claim(url):
+    """The version begin read is only the claim's first attempt: a writer that opened right after
+    that read wrote a newer version, so the claim's create-if-absent conflicts, re-reads and
+    claims above it, and that writer is fenced."""
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+    other: list[Db] = []
+    st = _ManifestReads(open_store(url), after_read=lambda: other.append(Db.open(url, settings=QUIET)))
+    plan = begin_ingest(store=st)
+    assert other and plan.writer_epoch == other[0].epoch + 1 == latest(url).writer_epoch
+    with pytest.raises(FencedError):
+        other[0].put(b"late", b"x", durable=True)
+    other[0].close()
+    commit_ingest(plan, [write_part(open_store(url), plan, 0, [b"b"], [b"2"])], url)
+    assert contents(url) == {b"a": b"1", b"b": b"2"}

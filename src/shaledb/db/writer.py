@@ -207,6 +207,32 @@ class Db(Queries):
         Creating a database whose root would lie inside another database's, or
         contain one, raises InvalidArgument naming the other
         (:mod:`shaledb.store.new_root`; checked only when creating)."""
+        return cls._open(
+            url,
+            settings=settings,
+            store=store,
+            clock=clock,
+            seed=seed,
+            create_if_missing=create_if_missing,
+            store_options=store_options,
+        )
+
+    @classmethod
+    def _open(
+        cls,
+        url: str | os.PathLike[str] | None = None,
+        *,
+        settings: Settings | None = None,
+        store: ObjectStore | None = None,
+        clock: Clock | None = None,
+        seed: int | None = None,
+        create_if_missing: bool = True,
+        store_options: Mapping[str, object] | None = None,
+        latest: Manifest | None = None,
+    ) -> Db:
+        """:meth:`open`; ``latest``: a version of the manifest the caller just read (bulk
+        ingest's begin), tried first by the epoch claim instead of reading it again. Only a
+        hint: the claim is a CAS, so a newer version makes it re-read and retry."""
         if settings is None:
             settings = Settings()
         elif not isinstance(settings, Settings):
@@ -234,6 +260,7 @@ class Db(Queries):
                     create_if_missing,
                     external=external,
                     before_create=check_root,
+                    latest=latest,
                 )
             except BaseException:
                 close_quietly(external, wrapped if store is None else None)
@@ -300,6 +327,7 @@ class Db(Queries):
         *,
         external: ExternalStores | None = None,
         before_create: Callable[[], None] | None = None,
+        latest: Manifest | None = None,
     ) -> None:
         if settings.malloc_mmap_threshold_bytes is not None:
             fix_mmap_threshold(settings.malloc_mmap_threshold_bytes)
@@ -355,6 +383,7 @@ class Db(Queries):
             create_if_missing=create_if_missing,
             extra=lambda nxt, e: claim_wal_window(self.pins.on_claim(nxt, e), settings.wal_max_in_flight),
             before_create=before_create,
+            latest=latest,
         )
         # The SSTs' index and filter blocks depend on nothing the fence and the replay do:
         # fetch them meanwhile (open_in_parallel False: one call at a time, pinned below).

@@ -68,14 +68,19 @@ def claim_writer_epoch(
     create_if_missing: bool,
     extra: Callable[[Manifest, int], Manifest] | None = None,
     before_create: Callable[[], None] | None = None,
+    latest: Manifest | None = None,
 ) -> Manifest:
     """Bump ``writer_epoch`` by CAS; create the database if allowed.
 
     ``before_create`` runs only when there is no manifest yet, before the first
     is written (the check that the new root does not nest with another
     database's, :mod:`shaledb.store.new_root`): opening an existing database
-    pays nothing for it."""
-    latest = ms.read_latest()
+    pays nothing for it. ``latest``: a version the caller just read, tried first
+    instead of reading it again (a hint, safe however old: the claim's create-if-absent
+    of the next id conflicts with any newer version, and ``ManifestStore.write_new``
+    lists newer ids after its create, so a stale hint costs a retry, never a fork)."""
+    if latest is None:
+        latest = ms.read_latest()
     if latest is None:
         if not create_if_missing:
             raise NotFound(f"no database at {ms.store.describe()}")

@@ -148,13 +148,16 @@ def begin_ingest(
         claim = settings.replace(compactor=None, garbage_collector=None, pin_metadata_on_open=False)
         # The URL (with the store) lets a creating open check the new root against other
         # databases' on cloud stores too (shaledb.store.new_root).
-        db = Db.open(
+        # The manifest read above starts the claim's CAS: on S3 a read is two requests (LIST
+        # and GET) per Spark write, and the CAS makes a version landed since then a retry.
+        db = Db._open(
             url,
             store=st,
             store_options=dict(store_options) if store_options is not None else None,
             settings=claim,
             clock=clock,
             seed=rng.getrandbits(64),
+            latest=m,
         )
         terms_cp: str | None = None
         try:
