@@ -216,6 +216,49 @@ def test_the_cli_says_permission_denied_in_one_line_for_a_path_it_may_not_read(c
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
 
 
+def _without_root_s_override() -> list[str]:
+    """A prefix that runs a command without the power to ignore file modes: nothing for a
+    non-root user; for root, a user namespace (``unshare --user``: same owner, no
+    ``CAP_DAC_OVERRIDE`` over the host's files, so a mode-000 directory refuses it too)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("unshare") is None:
+        pytest.skip("root without unshare: mode bits do not apply")
+    probe = subprocess.run(["unshare", "--user", "true"], capture_output=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        pytest.skip("user namespaces are not allowed here: mode bits do not apply to root")
+    return ["unshare", "--user"]
+
+
+@pytest.mark.parametrize("command", [["scan"], ["get", "k"], ["put", "k", "v"], ["destroy", "--hard"]])
+def test_the_cli_says_permission_denied_in_one_line_for_a_locked_directory(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """A database under a mode-000 directory: every command a user runs ends in one line
+    naming the path, exit 1, and changes nothing."""
+    prefix = _without_root_s_override()
+    locked = tmp_path / "locked"
+    with Db.open(str(locked / "db"), settings=QUIET) as db:
+        db.put(b"k", b"v", durable=True)
+    before = _tree(locked)
+    locked.chmod(0)
+    try:
+        res = subprocess.run(
+            [*prefix, sys.executable, "-m", "shaledb", "--path", str(locked / "db"), *command],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        locked.chmod(0o700)
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shaledb: error: PermissionDenied: cannot "), res.stderr
+    assert str(locked / "db") in lines[0] and "Permission denied (errno 13)" in lines[0]
+    assert _tree(locked) == before
+
+
 def test_make_dirs_removes_what_it_created_when_a_later_step_fails(tmp_path: Path) -> None:
     target = tmp_path / "a" / "b" / ("c" * 300) / "d"
     with pytest.raises(InvalidPathError):
