@@ -259,6 +259,19 @@ def test_a_backend_message_is_cut_in_an_error() -> None:
     assert isinstance(err, Unavailable) and len(str(err)) < 500 and "(cut)" in str(err)
 
 
+def test_a_secret_across_the_cut_is_scrubbed_whole() -> None:
+    """The message is scrubbed before it is cut: cut first, a secret straddling the cut kept
+    its head, which no longer matched the registered secret and went out as it was."""
+    from shaledb.store.obstore_store import ObstoreStore
+    from shaledb.store.scrub import register_secret
+
+    secret = "Zq7secretvalueQ9w"
+    register_secret(secret)
+    store = ObstoreStore(obstore.store.MemoryStore(), description="memory://cut")
+    err = store._error(RuntimeError("Generic error: body " + "y" * 270 + secret + "y" * 500), "k")
+    assert "(cut)" in str(err) and "Zq7" not in str(err) and "<redacted>" in str(err)
+
+
 @contextmanager
 def _web_server(directory: Path) -> Iterator[str]:
     """A plain web server (not an object store) serving ``directory``: its endpoint URL."""

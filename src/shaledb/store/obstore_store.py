@@ -138,7 +138,9 @@ def _check_cloud_fork() -> None:
 
 _BACKEND_TEXT_MAX = 300
 """How much of a backend's message an error repeats: the first line, cut here (a response
-body quoted in it, such as a web page answering a listing, once ran to 20 KB a log line)."""
+body quoted in it, such as a web page answering a listing, once ran to 20 KB a log line).
+Cut after scrubbing: a secret straddling the cut would otherwise lose its tail, and its head would
+no longer match the secret the scrubber looks for."""
 
 
 def _first_line(text: str) -> str:
@@ -239,7 +241,7 @@ class ObstoreStore:
             return InvalidPathError(f"object path rejected by the store: {path!r}")
         return Unavailable(
             f"object store error on {self._description}: {path}: "
-            f"{type(exc).__name__}: {self._scrub(_first_line(str(exc)))}"
+            f"{type(exc).__name__}: {_first_line(self._scrub(str(exc)))}"
         )
 
     def _setup_mistake(self, exc: BaseException, path: str) -> ShaleError | None:
