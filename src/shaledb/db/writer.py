@@ -456,7 +456,9 @@ class Db(Queries):
             mem.locs.update(replay.locs)
         self._mem = mem
         if settings.history_retention_s:
-            self._history = History(settings.history_retention_s, m, self._seq, int(clock.now() * 1000))
+            self._history = History(
+                settings.history_retention_s, m, self._seq, int(clock.now() * 1000), replay.marks
+            )
         self._imms: tuple[Memtable, ...] = ()
         self._unflushed = mem.nbytes
         self._freeze_bytes = settings.l0_sst_size_bytes

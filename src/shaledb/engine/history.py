@@ -165,12 +165,24 @@ class History:
     list itself is guarded by ``lock``.
     """
 
-    def __init__(self, retention_s: float, m: Manifest, seq: int, now_ms: int) -> None:
+    def __init__(
+        self, retention_s: float, m: Manifest, seq: int, now_ms: int, replayed: Iterable[Mark] = ()
+    ) -> None:
+        """``replayed``: the ``(created_at_ms, newest seq)`` of each WAL object replayed at
+        open. The manifest has marks for flushed writes only, so without these a time
+        between the last flush and a crash resolved to the state before every write the
+        crash left in the WAL (acknowledged ones too), and stayed so after the next flush
+        persisted marks: the first new one was the open's. An object is encoded after all
+        its writes were applied, so its mark never claims a write not yet made; taken only
+        where they extend the marks forward and are not after ``now_ms``."""
         self.lock = threading.Lock()
         self.retention_ms = int(retention_s * 1000)
         self.marks: list[Mark] = decode_marks(m.option(OPT_MARKS)) if m.option(OPT_RETENTION) else []
         self.start = _start(m)
         self.thin_at = _THIN_AT
+        for t, s in replayed:
+            if t <= now_ms and (not self.marks or (t > self.marks[-1][0] and s > self.marks[-1][1])):
+                self.marks.append((t, s))
         if not self.marks or self.marks[-1][0] < now_ms:
             self.marks.append((now_ms, seq))
 

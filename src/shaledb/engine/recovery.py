@@ -258,6 +258,9 @@ class ReplayResult:
     """Pointers to replayed values at or above the separation threshold."""
     journal: list[JournalFile] = field(default_factory=list)
     """Replayed objects with entries and no damage (journal files once in L0)."""
+    marks: list[tuple[int, int]] = field(default_factory=list)
+    """``(created_at_ms, newest seq replayed)`` per object with entries: when its writes
+    were made, for time-travel reads by time (``shaledb.engine.history``)."""
 
 
 def replay_wal(
@@ -360,13 +363,16 @@ def _replay_object(
         return _damage(res, path, f"metadata: {exc}", mode, is_last, whole=True)
     offs = meta.index.offsets
     intact = damaged is None
+    before = res.max_seq
+    stop = False
     for i in range(len(meta.index)):
         try:
             block = decode_data_block(data[offs[i] : offs[i + 1]])
         except CorruptionError as exc:
             intact = False
             if _damage(res, path, f"block {i}: {exc}", mode, is_last, whole=False):
-                return True
+                stop = True
+                break
             continue
         n = len(block)
         seqs = block.seqs
@@ -378,6 +384,10 @@ def _replay_object(
         res.ents.extend(ents)
         if n:
             res.max_seq = max(res.max_seq, *seqs)
+    if res.max_seq > before:
+        res.marks.append((meta.props.created_at_ms, res.max_seq))
+    if stop:
+        return True
     if damaged is not None and mode == "absolute_consistency":
         raise CorruptionError(damaged, path)
     p = meta.props
