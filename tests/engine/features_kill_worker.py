@@ -7,8 +7,9 @@ Writes forever (until killed) a random mix of puts, deletes, merges (the ``appen
 operator), range deletes, batches mixing all four, transactions (some made to conflict)
 and flushes on 12 keys, with tiny memtables and an embedded compactor, and a history
 window, so flushes and compactions of merges and range tombstones run in the background.
-Each write is logged to the ledger before it is issued (``{"w": n, "ops": [...]}``),
-its acknowledgement after (``{"ack": n, "seq": s}``), a transaction refused by a
+Each write is logged to the ledger before it is issued (``{"w": n, "ops": [...], "t":
+time}``), its return (``{"ret": n, "t": time}``) and acknowledgement (``{"ack": n, "seq":
+s}``) after, a transaction refused by a
 conflict as ``{"abort": n}``. It checks its own reads against the model of everything
 it wrote (the writer's reads are linearizable); a wrong read is logged as
 ``{"mismatch": ...}`` and the process exits with status 3.
@@ -20,6 +21,7 @@ import json
 import os
 import random
 import sys
+import time
 from typing import Any
 
 Op = list[Any]  # ["put", k, v] | ["del", k] | ["merge", k, operand] | ["range", start, end]
@@ -119,7 +121,7 @@ def main() -> int:
         durable = rng.random() < 0.6
         if r < 0.7:
             op = random_op(rng, n, 0)
-            log({"w": n, "ops": [op]})
+            log({"w": n, "ops": [op], "t": time.time()})
             if op[0] == "put":
                 h = db.put(op[1].encode(), op[2].encode(), durable=durable)
             elif op[0] == "del":
@@ -131,7 +133,7 @@ def main() -> int:
             apply(state, [op])
         elif r < 0.82:
             ops = [random_op(rng, n, i) for i in range(rng.randrange(1, 6))]
-            log({"w": n, "ops": ops})
+            log({"w": n, "ops": ops, "t": time.time()})
             batch = shaledb.WriteBatch()
             to_batch(ops, batch)
             h = db.write(batch, durable=durable)
@@ -154,13 +156,14 @@ def main() -> int:
                     rival_key = rng.choice(written)
                     rival = ["put", rival_key, f"r{n}:"]
                     n += 1
-                    log({"w": n, "ops": [rival]})
+                    log({"w": n, "ops": [rival], "t": time.time()})
                     with db.transaction() as rt:
                         rt.put(rival_key.encode(), rival[2].encode())
+                    log({"ret": n, "t": time.time()})
                     log({"ack": n, "seq": None})
                     apply(state, [rival])
                     n += 1
-            log({"w": n, "ops": ops})
+            log({"w": n, "ops": ops, "t": time.time()})
             try:
                 h = txn.commit()
             except TransactionConflict:
@@ -169,6 +172,7 @@ def main() -> int:
                 continue
             check("commit despite a rival", rival, None)
             apply(state, ops)
+        log({"ret": n, "t": time.time()})
         if durable:
             log({"ack": n, "seq": h.seq})
         else:

@@ -12,7 +12,8 @@ reopens the database here and checks:
   acknowledged write's batch carries the sequence number it was acknowledged with;
 * the contents equal the model after exactly those writes;
 * time travel: snapshots at the sequence numbers of writes of this and earlier rounds
-  (flushed, compacted and replayed since) equal the model's state then.
+  (flushed, compacted and replayed since) equal the model's state then, and snapshots at
+  times during the round are a state of the second before the time asked.
 
 Between rounds a standalone compactor runs until idle and a garbage collector pass
 (``min_age_s=0``, the WAL kept for the feed), so later rounds read through both.
@@ -29,8 +30,9 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from features_kill_worker import apply
@@ -54,11 +56,20 @@ def _settings() -> Settings:
     )
 
 
-def _ledger(path: Path) -> tuple[list[tuple[int, list[Any]]], dict[int, int | None], str | None]:
-    """(writes in ledger order, refused transactions left out; acknowledged n -> seq; a
-    mismatch the worker reported)."""
-    writes: list[tuple[int, list[Any]]] = []
-    acks: dict[int, int | None] = {}
+class Ledger(NamedTuple):
+    writes: list[tuple[int, list[Any]]]
+    """In ledger order, transactions refused by a conflict left out."""
+    acks: dict[int, int | None]
+    """Acknowledged write -> the seq it was acknowledged with (None: not reported)."""
+    issued: dict[int, float]
+    returned: dict[int, float]
+    """Wall times before each write was issued and after it returned."""
+    mismatch: str | None
+    """A wrong read the worker reported."""
+
+
+def _ledger(path: Path) -> Ledger:
+    out = Ledger([], {}, {}, {}, None)
     aborted: set[int] = set()
     for line in path.read_text().splitlines():
         try:
@@ -66,14 +77,42 @@ def _ledger(path: Path) -> tuple[list[tuple[int, list[Any]]], dict[int, int | No
         except ValueError:
             continue  # the line being written when the process died
         if "mismatch" in rec:
-            return [], {}, line
+            return out._replace(mismatch=line)
         if "w" in rec:
-            writes.append((rec["w"], rec["ops"]))
+            out.writes.append((rec["w"], rec["ops"]))
+            out.issued[rec["w"]] = rec["t"]
+        elif "ret" in rec:
+            out.returned[rec["ret"]] = rec["t"]
         elif "ack" in rec:
-            acks[rec["ack"]] = rec["seq"]
+            out.acks[rec["ack"]] = rec["seq"]
         elif "abort" in rec:
             aborted.add(rec["abort"])
-    return [w for w in writes if w[0] not in aborted], acks, None
+    return out._replace(writes=[w for w in out.writes if w[0] not in aborted])
+
+
+class Era(NamedTuple):
+    """A state and when it may have been current: from the issue of the write that made it
+    to the return of the next one (whose outcome ends it)."""
+
+    state: dict[str, str]
+    start: float
+    end: float
+
+
+def _check_at_time(db: Db, timeline: list[Era], lo: float, rng: random.Random, where: str) -> None:
+    """``snapshot(at_time=t)`` for times since ``lo``: a state current at some moment within
+    the second before ``t`` (docs/transactions.md: marks are thinned to one a second)."""
+    hi = time.time() - 0.01
+    for _ in range(8):
+        t = rng.uniform(lo, hi)
+        with db.snapshot(at_time=datetime.fromtimestamp(t, tz=UTC)) as snap:
+            got = {k.decode(): v.decode() for k, v in snap.scan()}
+        ok = [e for e in timeline if e.start <= t + 0.002 and e.end >= t - 1.002 and e.state == got]
+        same = [(e.start - t, e.end - t) for e in timeline if e.state == got]
+        assert ok, (
+            f"{where}: the snapshot at time {t} is no state of the second before it; it is the "
+            f"state current from/to (relative to t) {same[:5]}"
+        )
 
 
 def _as_op(change: Any) -> list[Any]:
@@ -131,14 +170,17 @@ def test_sigkill_loop_with_transactions_merges_and_range_deletes(tmp_path: Path)
     url = str(tmp_path / "db")
     state: dict[str, str] = {}
     history: list[tuple[int, dict[str, str]]] = []  # (seq, state after it)
+    timeline = [Era({}, float("-inf"), float("inf"))]
     cursor = None
     total_acked = 0
     for r in range(ROUNDS):
         ledger = tmp_path / f"ledger-{r}.jsonl"
         where = f"round {r} (SHALEDB_TEST_SEED={seed}, ledger {ledger})"
         _run_worker(url, ledger, rng.getrandbits(31), rng)
-        writes, acks, mismatch = _ledger(ledger)
-        assert mismatch is None, f"{where}: the worker read a wrong value: {mismatch}"
+        led = _ledger(ledger)
+        writes, acks = led.writes, led.acks
+        assert led.mismatch is None, f"{where}: the worker read a wrong value: {led.mismatch}"
+        returned = led.returned
         acked_upto = max((i + 1 for i, (n, _) in enumerate(writes) if n in acks), default=0)
         total_acked += len(acks)
         with Db.open(url, settings=_settings()) as db:
@@ -159,12 +201,16 @@ def test_sigkill_loop_with_transactions_merges_and_range_deletes(tmp_path: Path)
                     )
                 state = want
                 history.append((seq, dict(state)))
+                timeline[-1] = timeline[-1]._replace(end=returned.get(n, float("inf")))
+                timeline.append(Era(state, led.issued[n], float("inf")))
             contents = {k.decode(): v.decode() for k, v in db.scan()}
             assert contents == state, f"{where}: the contents are not the model after {len(batches)} writes"
             for seq, then in rng.sample(history, min(len(history), 12)):
                 with db.snapshot(at_seq=seq) as snap:
                     old = {k.decode(): v.decode() for k, v in snap.scan()}
                 assert old == then, f"{where}: the snapshot at seq {seq} differs from the model"
+            if writes:
+                _check_at_time(db, timeline, led.issued[writes[0][0]], rng, where)
         # Between rounds, as an operator's maintenance would: compact everything (folding
         # merges, dropping range-deleted rows within the window's rules) and collect garbage
         # (the WAL kept for the feed); the next round's reads go through both.
