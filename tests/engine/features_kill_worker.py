@@ -1,7 +1,10 @@
 """A writer using the post-audit features, killed with SIGKILL at a random moment
 (run by test_features_kill.py).
 
-    python features_kill_worker.py URL LEDGER SEED
+    python features_kill_worker.py URL LEDGER SEED THRESHOLD
+
+``THRESHOLD``: ``Settings.value_separation_threshold`` (0: off; on, merged values grow
+past it into the value journal).
 
 Writes forever (until killed) a random mix of puts, deletes, merges (the ``append``
 operator), range deletes, batches mixing all four, transactions (some made to conflict)
@@ -58,7 +61,7 @@ def random_op(rng: random.Random, n: int, i: int) -> Op:
 
 
 def main() -> int:
-    url, ledger, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    url, ledger, seed, threshold = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     import shaledb
     from shaledb.errors import TransactionConflict
 
@@ -79,6 +82,7 @@ def main() -> int:
         flush_interval_s=0.02,
         history_retention_s=3600,
         merge_operator="append",
+        value_separation_threshold=threshold or None,
     )
     db = shaledb.Db.open(url, settings=settings, seed=seed)
     state: dict[str, str] = dict((k.decode(), v.decode()) for k, v in db.scan())

@@ -18,6 +18,8 @@ reopens the database here and checks:
 Between rounds a standalone compactor runs until idle and a garbage collector pass
 (``min_age_s=0``, the WAL kept for the feed), so later rounds read through both.
 
+With value separation on (threshold 24 bytes), merged values grow into the value journal,
+so merges fold onto journal bases, and journal compaction runs between rounds too.
 Rounds: ``SHALEDB_KILL_ROUNDS`` (default 6); seed ``SHALEDB_TEST_SEED`` (printed).
 """
 
@@ -46,8 +48,9 @@ ROUNDS = int(os.environ.get("SHALEDB_KILL_ROUNDS", "6"))
 WORKER = Path(__file__).with_name("features_kill_worker.py")
 
 
-def _settings() -> Settings:
+def _settings(threshold: int) -> Settings:
     return Settings(
+        value_separation_threshold=threshold or None,
         compactor=None,
         garbage_collector=None,
         l0_max_ssts=1_000_000,
@@ -139,9 +142,9 @@ def _batches(db: Db, since: Any) -> tuple[list[tuple[int, list[Any]]], Any]:
         return out, feed.cursor
 
 
-def _run_worker(url: str, ledger: Path, seed: int, rng: random.Random) -> None:
+def _run_worker(url: str, ledger: Path, seed: int, threshold: int, rng: random.Random) -> None:
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), url, str(ledger), str(seed)],
+        [sys.executable, str(WORKER), url, str(ledger), str(seed), str(threshold)],
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
@@ -164,7 +167,8 @@ def _run_worker(url: str, ledger: Path, seed: int, rng: random.Random) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_loop_with_transactions_merges_and_range_deletes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threshold", [0, 24], ids=["inline", "value-journal"])
+def test_sigkill_loop_with_transactions_merges_and_range_deletes(tmp_path: Path, threshold: int) -> None:
     seed = test_seed()
     rng = random.Random(seed)
     url = str(tmp_path / "db")
@@ -176,14 +180,14 @@ def test_sigkill_loop_with_transactions_merges_and_range_deletes(tmp_path: Path)
     for r in range(ROUNDS):
         ledger = tmp_path / f"ledger-{r}.jsonl"
         where = f"round {r} (SHALEDB_TEST_SEED={seed}, ledger {ledger})"
-        _run_worker(url, ledger, rng.getrandbits(31), rng)
+        _run_worker(url, ledger, rng.getrandbits(31), threshold, rng)
         led = _ledger(ledger)
         writes, acks = led.writes, led.acks
         assert led.mismatch is None, f"{where}: the worker read a wrong value: {led.mismatch}"
         returned = led.returned
         acked_upto = max((i + 1 for i, (n, _) in enumerate(writes) if n in acks), default=0)
         total_acked += len(acks)
-        with Db.open(url, settings=_settings()) as db:
+        with Db.open(url, settings=_settings(threshold)) as db:
             batches, cursor = _batches(db, cursor)
             assert acked_upto <= len(batches) <= len(writes), (
                 f"{where}: {len(batches)} batches in the feed for {len(writes)} writes, "
@@ -211,6 +215,8 @@ def test_sigkill_loop_with_transactions_merges_and_range_deletes(tmp_path: Path)
                 assert old == then, f"{where}: the snapshot at seq {seq} differs from the model"
             if writes:
                 _check_at_time(db, timeline, led.issued[writes[0][0]], rng, where)
+            if threshold:
+                db.compact_journal()
         # Between rounds, as an operator's maintenance would: compact everything (folding
         # merges, dropping range-deleted rows within the window's rules) and collect garbage
         # (the WAL kept for the feed); the next round's reads go through both.
