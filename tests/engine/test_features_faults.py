@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -211,11 +212,15 @@ def _check(inner: ObjectStore, script: Script, what: str) -> None:
         assert _dump(db) == got, f"{what}: a compaction run again changed the contents"
 
 
-@pytest.fixture
-def fresh() -> Iterator[Callable[[], ObjectStore]]:
+@pytest.fixture(params=["memory", "local"])
+def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], ObjectStore]]:
+    """Makes fresh empty stores of one kind (a local directory's creates and listings are
+    its own code, not the in-memory store's)."""
     names: list[str] = []
 
     def make() -> ObjectStore:
+        if request.param == "local":
+            return open_store(str(tmp_path / uuid.uuid4().hex))
         name = f"features-faults-{uuid.uuid4().hex}"
         names.append(name)
         return open_store(f"memory://{name}")
