@@ -152,6 +152,17 @@ def main() -> int:
                 k = rng.choice(KEYS)
                 got = txn.get(k.encode())
                 check(f"txn get {k}", None if got is None else got.decode(), view.get(k))
+                if rng.random() < 0.3:
+                    lo, hi = sorted(rng.sample(KEYS, 2))
+                    rev = rng.random() < 0.5
+                    limit = rng.choice([None, 1, 3])
+                    rows = [
+                        (a.decode(), b.decode())
+                        for a, b in txn.scan(lo.encode(), hi.encode(), reverse=rev, limit=limit)
+                    ]
+                    want = sorted((a, b) for a, b in view.items() if lo <= a < hi)
+                    want = (want[::-1] if rev else want)[:limit]
+                    check(f"txn scan {lo} {hi} reverse={rev} limit={limit}", rows, want)
             rival = None
             if rng.random() < 0.3:
                 # A rival transaction that writes a key this one writes commits first.
