@@ -111,7 +111,11 @@ class ConflictLog:
         """Conflicts that involve range deletes (this transaction's or other commits')."""
         ranged = self.ranged
         if ranged and ranged[-1][0] > snap:
-            keys = [*txn._writes, *txn._reads] if txn.isolation == "serializable" else list(txn._writes)
+            # _own(), not _writes: a merge is a write for conflicts (module docstring); with
+            # _writes a key the transaction only merged into was never checked against range
+            # deletes, and the commit brought the key back after another commit deleted it.
+            own = list(txn._own())
+            keys = [*own, *txn._reads] if txn.isolation == "serializable" else own
             for k in keys:
                 if self._range_deleted(k, snap):
                     raise TransactionConflict(k, f"key {k!r} was deleted by another commit's range delete")
