@@ -3,8 +3,8 @@ writes, against a model of the conflict rules of docs/transactions.md.
 
 Each scenario opens up to three transactions (snapshot or serializable; some stay open
 into later scenarios) at different moments, runs random puts, deletes, merges
-(``append``), range deletes, gets and scans in them and plain writes (puts, merges, range
-deletes) beside them, and commits them in random order. The model predicts every
+(``append``), range deletes, gets, get_many and scans in them and plain writes (puts,
+merges, range deletes) beside them, and commits them in random order. The model predicts every
 commit's outcome -- a commit fails, under both isolations, if since its snapshot another
 commit wrote a key it writes, wrote a key inside a range it deletes, deleted a range
 overlapping one it deletes or holding a key it writes; under serializable also if
@@ -207,11 +207,16 @@ def _txn_step(t: Open, rng: random.Random, n: int, where: str) -> None:
             t.rdels.append((a, b))
         else:
             t.writes.add(a)
-    elif r < 0.8:
+    elif r < 0.7:
         k = rng.choice(KEYS)
         assert t.txn.get(k) == t.view.get(k), f"{where}: txn get {k!r}"
         if t.serializable:
             t.reads.add(k)
+    elif r < 0.8:
+        ks = rng.sample(KEYS, 3)
+        assert t.txn.get_many(ks) == [t.view.get(k) for k in ks], f"{where}: txn get_many {ks}"
+        if t.serializable:
+            t.reads.update(ks)
     else:
         s, e = _range(rng)
         rev = rng.random() < 0.5
