@@ -19,6 +19,7 @@ call broken (no retries, so each failure reaches the engine):
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -76,8 +77,11 @@ def _to(target: Any, ops: list[tuple[str, bytes, bytes | None]]) -> None:
 
 
 def _base(store: ObjectStore, retention: float) -> list[tuple[int, State]]:
-    """Merge chains and range tombstones over four L0 SSTs; returns (seq, state) history."""
-    db = Db.open(store=store, settings=_settings(retention), clock=ManualClock(), seed=1)
+    """Merge chains and range tombstones over four L0 SSTs, and more of both only in WAL
+    objects (the writer crashed: the script's open replays them); returns (seq, state)
+    history."""
+    faults = FaultInjectingStore(store, seed=1)
+    db = Db.open(store=faults, settings=_settings(retention), clock=ManualClock(), seed=1)
     state: State = {}
     history = []
     rounds: list[list[tuple[str, bytes, bytes | None]]] = [
@@ -86,13 +90,22 @@ def _base(store: ObjectStore, retention: float) -> list[tuple[int, State]]:
         [("range", b"r", b"r2"), ("merge", b"m", b"3;"), ("merge", b"r1", b"again;"), ("put", b"z", b"Z")],
         [("merge", b"n", b"n2;"), ("range", b"b", b"d"), ("merge", b"c", b"new;"), ("merge", b"m", b"4;")],
     ]
-    for ops in rounds:
+    in_wal = [
+        ("merge", b"m", b"w;"),
+        ("range", b"y", b"zz"),
+        ("merge", b"z", b"after;"),
+        ("merge", b"a", b"+a"),
+    ]
+    for ops in [*rounds, in_wal]:
         for op in ops:
             h = db.write(_batch([op]))
             state = _apply(state, [op])
             history.append((h.seq, state))
-        db.flush(memtable=True)
-    db.close()
+        if ops is not in_wal:
+            db.flush(memtable=True)
+    faults.crash()
+    with contextlib.suppress(ShaleError, SimulatedCrash):
+        db.close()
     return history
 
 
