@@ -26,13 +26,16 @@ class ShaleError(Exception):
 class FencedError(ShaleError):
     """A newer writer (or compactor) claimed the database; this handle must stop.
 
-    Raised by the next write, flush or manifest update of a fenced process.
-    Nothing acknowledged before the fence is lost; reopen to continue.
+    Raised by the next write, flush or manifest update of a fenced process; a fenced
+    writer's reads then raise :class:`ClosedError` (its memory may hold writes that never
+    landed, and misses the newer writer's). Nothing acknowledged before the fence is lost;
+    reopen to continue.
     """
 
 
 class ClosedError(ShaleError):
-    """The handle was closed, or stopped after a background failure.
+    """The handle was closed, or stopped after a background failure (a writer's reads and
+    writes both stop then).
 
     ``__cause__`` holds the failure when the handle stopped on its own.
     """

@@ -34,7 +34,7 @@ import pytest
 from engine_support import abandon, dump
 
 from shaledb import Db, RetryOptions, WriteBatch
-from shaledb.errors import ShaleError
+from shaledb.errors import ClosedError, ShaleError
 from shaledb.store import ObjectStore, RetryingStore, drop_memory_store, open_store
 from shaledb.store.wrappers import PerCallStore
 from shaledb.testing import Call, FaultInjectingStore, SimulatedCrash
@@ -397,3 +397,41 @@ def test_random_ambiguous_creates_and_transient_failures_are_invisible(
     assert resolved == ambiguous.applied, (
         f"seed {seed}: {resolved} ambiguous creates claimed, {ambiguous.applied} applied"
     )
+
+
+@pytest.mark.parametrize("read", ["get", "scan", "snapshot", "txn"])
+def test_a_stopped_writer_serves_no_read_of_a_write_that_failed(read: str) -> None:
+    """A WAL write that failed past the retries stops the writer. Its memtable still held
+    the write, and its reads served it: ``get`` returned the value, the reopened database
+    had none -- a read of a write that never happened (the writer's reads are documented
+    linearizable). Since, every read of the stopped handle (and its snapshots, scans and
+    transactions) raises ``ClosedError`` naming the failure, like a closed handle's."""
+    name = f"stopped-{uuid.uuid4().hex}"
+    faults = FaultInjectingStore(open_store(f"memory://{name}"), seed=5)
+    try:
+        db = _open(faults, NO_RETRY, ManualClock())
+        db.put(b"a", b"durable")
+        snap = db.snapshot()
+        scan = db.scan()
+        faults.add_rule("fail_before", ops=frozenset({"put_create"}), path_prefix="wal/", nth=1)
+        with pytest.raises(ShaleError):
+            db.put(b"k", b"never stored")
+        with pytest.raises(ClosedError, match="background failure") as info:
+            if read == "get":
+                db.get(b"k")
+            elif read == "scan":
+                list(db.scan())
+            elif read == "snapshot":
+                snap.get(b"a")
+            else:
+                db.transaction().get(b"k")
+        assert "never became durable" in str(info.value)
+        with pytest.raises(ClosedError):
+            next(iter(scan))  # a scan opened before the failure stops at its next step
+        assert repr(db).endswith(", stopped)")  # not closed: close() is still owed
+        db.close()
+        db = _open(faults, NO_RETRY, ManualClock())
+        assert db.get(b"k") is None and db.get(b"a") == b"durable"
+        db.close()
+    finally:
+        drop_memory_store(name)

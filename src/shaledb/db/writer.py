@@ -10,7 +10,8 @@ current :class:`~shaledb.engine.reads.ReadView`, which writers replace wholesale
 Background threads (WAL flusher, memtable flusher, and the embedded compactor
 and garbage collector when enabled) report failures through ``_fail``; after
 one, writes raise (``FencedError`` if another writer took over, else
-``ClosedError`` with the cause) and reads keep working from memory and SSTs.
+``ClosedError`` with the cause) and so do reads (``ClosedError``): the memtable
+may hold writes whose WAL object never landed, which a read would have served.
 """
 
 from __future__ import annotations
@@ -991,6 +992,10 @@ class Db(Queries):
             first = self._failure is None
             if first:
                 self._failure = exc
+                # Reads stop too: the memtable may hold writes whose WAL object never landed
+                # (the failed write's own, those queued behind it), and a read serving them
+                # showed a value the reopened database does not have.
+                self._closed = True
                 if isinstance(exc, FencedError):
                     self.metrics_state.fenced += 1
             self._space.notify_all()
@@ -1000,6 +1005,19 @@ class Db(Queries):
         elif first:
             log.error("writer of %s stops after a background failure: %r", self.store.describe(), exc)
 
+    @property
+    def _closed_message(self) -> str:  # type: ignore[override]  # (Queries': a class attribute)
+        """Why reads refuse: closed, or stopped by a failure (``_fail``)."""
+        f = self._failure
+        if f is None or self._state == _CLOSED:
+            return "database is closed"
+        if isinstance(f, FencedError):
+            return (
+                f"this writer was fenced ({f}); its reads stop too, as it may hold writes that "
+                "never became durable and misses the newer writer's"
+            )
+        return str(self._failure_error())
+
     def _failure_error(self) -> BaseException:
         f = self._failure
         if isinstance(f, FencedError):
@@ -1008,7 +1026,8 @@ class Db(Queries):
             return ForkedHandle(str(f))
         err = ClosedError(
             f"database stopped after a background failure: {type(f).__name__}: {f}; this handle "
-            "takes no more writes: close it and open the database again (once the store answers)"
+            "takes no more writes or reads (it may hold writes that never became durable): close it and "
+            "open the database again (once the store answers)"
         )
         err.__cause__ = f
         return err
@@ -1322,7 +1341,7 @@ class Db(Queries):
         return feed
 
     def __repr__(self) -> str:
-        closed = ", closed" if self._closed else ""
+        closed = ", closed" if self._state == _CLOSED else ", stopped" if self._failure is not None else ""
         return f"Db({self.store.describe()}, epoch={self.epoch}{closed})"
 
 
