@@ -23,12 +23,16 @@ should not do behind ``bool(h)`` or ``len(h)``; :mod:`shaledb.dbm` (the
 ``dbm``-compatible wrapper) does, because ``dbm`` code expects it.
 
 A handle holds threads, locks and open stores, so it cannot be pickled;
-:func:`refuse_pickle` says to pickle the URL and open it again instead.
+:func:`refuse_pickle` says to pickle the URL and open it again instead. Its
+threads also keep it from ever being garbage-collected, so a handle never
+closed is reported at interpreter exit (:func:`warn_unclosed`) instead of
+when it is collected, as an unclosed file is.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from typing import NoReturn, overload
 
@@ -50,6 +54,18 @@ def refuse_pickle(handle: object) -> NoReturn:
         f"cannot pickle a shaledb {name}: it holds threads, locks and open stores. "
         f"Pickle the database URL (and checkpoint id, for a pinned read) and call "
         f"{'DbReader' if 'Reader' in name else 'Db'}.open(url) where it is unpickled"
+    )
+
+
+def warn_unclosed(handle: object) -> None:
+    """The ``ResourceWarning`` of a handle still open at interpreter exit, as an unclosed
+    file gets: hidden by default, shown by ``python -X dev`` or ``-W default`` (and an
+    error under ``-W error::ResourceWarning``) to find the handle a program forgot."""
+    warnings.warn(
+        f"unclosed {handle!r}: close() it, or open it in a 'with' block",
+        ResourceWarning,
+        stacklevel=1,
+        source=handle,
     )
 
 

@@ -55,6 +55,7 @@ For parallel readers of one checkpoint (the Spark data source),
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import random
@@ -102,13 +103,26 @@ from ..settings import DbReaderOptions, Settings
 from ..store.base import ObjectStore
 from ..store.parallel import completed
 from ..store.stack import close_quietly, open_stack
-from .mapping import as_url
+from .mapping import as_url, warn_unclosed
 from .queries import Queries, SnapshotQueries
 
 if TYPE_CHECKING:
     from ..engine.changes import ChangeFeed, Cursor, FeedOptions
 
 log = logging.getLogger("shaledb.reader")
+
+_READERS: weakref.WeakSet[DbReader] = weakref.WeakSet()
+"""Readers opened in this process: the ones never closed are reported at exit."""
+
+
+def _warn_unclosed_readers_at_exit() -> None:
+    """A ``ResourceWarning`` for each reader of this process never closed (``warn_unclosed``)."""
+    for reader in list(_READERS):
+        if reader._pid == os.getpid() and not reader._closed:
+            warn_unclosed(reader)
+
+
+atexit.register(_warn_unclosed_readers_at_exit)
 
 _UNSET: Any = object()
 
@@ -360,6 +374,8 @@ class DbReader(Queries):
             self._thread = threading.Thread(target=self._run, name="shaledb-reader", daemon=True)
             self._thread.start()
         acquire_pools()  # (released by close: the shared read threads end with the last handle)
+        self._pid = os.getpid()
+        _READERS.add(self)
 
     def _open_pinned(self, cp_id: uuid.UUID) -> None:
         latest = self._ms.require_latest()

@@ -93,7 +93,7 @@ from ..store.parallel import completed
 from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
-from .mapping import as_url
+from .mapping import as_url, warn_unclosed
 from .queries import Queries, SnapshotQueries
 
 if TYPE_CHECKING:
@@ -152,6 +152,16 @@ def _flush_writers_at_exit() -> None:
             log.warning("%r was not closed: its writes not yet durable were flushed at exit", db)
 
 
+def _warn_unclosed_writers_at_exit() -> None:
+    """A ``ResourceWarning`` for each writer of this process never closed (``warn_unclosed``);
+    registered before the flush above, so it runs after it (``atexit`` runs last in, first
+    out): a ``-W error::ResourceWarning`` raising here cannot keep a write from the WAL."""
+    for db in list(_WRITERS):
+        if db._pid == os.getpid() and db._state == _OPEN:
+            warn_unclosed(db)
+
+
+atexit.register(_warn_unclosed_writers_at_exit)
 atexit.register(_flush_writers_at_exit)
 
 
