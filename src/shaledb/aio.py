@@ -33,11 +33,12 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, SupportsIndex, TypedDict, TypeVar, Unpack
 
 from .db import reader as _db_reader
 from .db import writer as _db
 from .db.batch import IndexTerms, WriteBatch, WriteHandle
+from .db.mapping import refuse_pickle
 from .errors import ClosedError, InvalidArgument
 from .keys import BytesLike
 
@@ -332,6 +333,9 @@ class _Reads:
 
     _executor: _Executor
     _target: Queries
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        refuse_pickle(self)  # (else the wrapped handle's error, naming the blocking API)
 
     async def get(self, key: BytesLike) -> bytes | None:
         """The value of ``key``, or None."""

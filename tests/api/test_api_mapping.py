@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 import shelve
 import unittest
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import shaledb.aio
 import shaledb.dbm
 from shaledb import Db, DbReader, InvalidArgument, Settings
 
@@ -89,6 +91,40 @@ def test_pathlike_urls_and_pickling(tmp_path: Path) -> None:
         with pytest.raises(TypeError, match="Pickle the database URL"):
             pickle.dumps(r)
         assert r[b"k"] == b"v"
+
+
+def test_pickling_any_handle_says_what_to_open_instead(tmp_path: Path) -> None:
+    """A transaction or an asyncio handle passed to a process pool: the error names the
+    object pickled and the opener of its own API (a transaction's used to name its Db,
+    an ``aio.Db``'s the blocking ``Db.open``)."""
+    url = tmp_path / "db"
+    with Db.open(url, settings=QUIET) as db:
+        txn = db.transaction()
+        with pytest.raises(TypeError, match=r"a shaledb Transaction: .*call shaledb\.Db\.open\(url\)"):
+            pickle.dumps(txn)
+        txn.rollback()
+
+    async def aio_handles() -> None:
+        adb = await shaledb.aio.Db.open(url, settings=QUIET)
+        reader = await shaledb.aio.DbReader.open(url)
+        try:
+            for h, name, opener in [(adb, "Db", "Db"), (reader, "DbReader", "DbReader")]:
+                want = rf"a shaledb\.aio\.{name}: .*call await shaledb\.aio\.{opener}\.open\(url\)"
+                with pytest.raises(TypeError, match=want):
+                    pickle.dumps(h)
+            async with adb.snapshot() as snap:
+                with pytest.raises(TypeError, match=r"a shaledb\.aio\.Snapshot: .*shaledb\.aio\.Db\.open"):
+                    pickle.dumps(snap)
+        finally:
+            await reader.close()
+            await adb.close()
+
+    asyncio.run(aio_handles())
+    with (
+        shaledb.dbm.open(tmp_path / "dbm", "c") as d,
+        pytest.raises(TypeError, match=r"shaledb\.dbm\.open\(url\)"),
+    ):
+        pickle.dumps(d)
 
 
 def test_shelve_round_trip(tmp_path: Path) -> None:

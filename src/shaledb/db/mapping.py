@@ -48,12 +48,21 @@ def closing(it: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
 
 
 def refuse_pickle(handle: object) -> NoReturn:
-    """Raise the TypeError a pickled handle gets: what to pickle instead."""
-    name = type(handle).__name__
+    """Raise the TypeError a pickled handle gets (a ``Db`` passed to a process pool, say):
+    what to pickle instead, and what to open with it in the same flavour of the API."""
+    cls = type(handle)
+    name, module = f"shaledb {cls.__name__}", cls.__module__
+    opener = "DbReader" if "Reader" in name else "Db"
+    if module == "shaledb.aio":
+        name, reopen = f"shaledb.aio.{cls.__name__}", f"await shaledb.aio.{opener}.open(url)"
+    elif module == "shaledb.dbm":
+        reopen = "shaledb.dbm.open(url)"
+    else:
+        reopen = f"shaledb.{opener}.open(url)"
     raise TypeError(
-        f"cannot pickle a shaledb {name}: it holds threads, locks and open stores. "
+        f"cannot pickle a {name}: it holds threads, locks and open stores. "
         f"Pickle the database URL (and checkpoint id, for a pinned read) and call "
-        f"{'DbReader' if 'Reader' in name else 'Db'}.open(url) where it is unpickled"
+        f"{reopen} where it is unpickled"
     )
 
 

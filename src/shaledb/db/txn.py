@@ -49,13 +49,14 @@ from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NoReturn, SupportsIndex
 
 from ..engine.reads import check_limit
 from ..errors import ClosedError, InvalidArgument, MergeOperatorMissing, TransactionConflict
 from ..keys import BytesLike, check_key, check_value, scan_bounds
 from ..numbers import check_flag
 from .batch import WriteBatch, check_range
+from .mapping import refuse_pickle
 
 if TYPE_CHECKING:
     from .writer import Db, Snapshot, WriteHandle
@@ -456,6 +457,9 @@ class Transaction:
             self.commit()
         else:
             self.rollback()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        refuse_pickle(self)  # (else its Db's error, naming a handle the caller did not pickle)
 
     def __repr__(self) -> str:
         state = "finished" if self._snap is None else "open"
