@@ -91,3 +91,34 @@ def test_a_child_forked_after_cloud_requests_fails_at_once(s3_url_factory: Any) 
     kind, message = _cloud_child_says("fork", loc, 60)
     assert kind == "ForkedHandle" and "spawn" in str(message), (kind, message)
     assert _cloud_child_says("spawn", loc, 120) == ("opened", b"1")  # the way, and it works
+
+
+def _reader_child(url: str, out: Connection) -> None:
+    try:
+        with shaledb.DbReader.open(url) as r:
+            r.refresh()
+            out.send(("read", r.get(b"a")))
+    except Exception as exc:
+        out.send((type(exc).__name__, str(exc)))
+
+
+def test_a_child_forked_while_the_parent_reads_a_local_db_opens_its_own_reader(tmp_path: Path) -> None:
+    """The habit for process pools (fork is multiprocessing's default on Linux): pass the
+    URL, open a reader in the worker. A child forked within seconds of its parent's last
+    read of a local database waited forever for the manifest (obstore's local reads ran
+    on its runtime's blocking threads, which the child lacks)."""
+    url = str(tmp_path / "db")
+    with shaledb.Db.open(url) as db, shaledb.DbReader.open(url) as parent:
+        db.put(b"a", b"1")
+        parent.refresh()  # the parent has just read the manifest
+        ctx = multiprocessing.get_context("fork")
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_reader_child, args=(url, send))
+        p.start()
+        try:
+            assert recv.poll(60), "the forked child's reader hung"
+            assert recv.recv() == ("read", b"1")
+        finally:
+            p.join(5)
+            if p.is_alive():
+                p.kill()

@@ -119,7 +119,8 @@ def _check_cloud_fork() -> None:
     obstore runs cloud requests on one process-wide Rust runtime whose threads a forked
     child does not inherit: every S3/GCS/Azure request of the child, through an inherited
     store or a new one, waited forever. Local directories and memory stores do not use
-    it that way and keep working in a child.
+    it that way and keep working in a child (a local store's reads are ``os`` calls:
+    ``LocalStore.get``; its deletes and copies still go through obstore).
     """
     global _CLOUD_PID
     pid = os.getpid()
@@ -796,6 +797,23 @@ class LocalObstoreStore(ObstoreStore):
             f.evicted = True
             if f.users == 0:
                 os.close(f.fd)
+
+    def get(self, path: str) -> bytes:
+        """The whole object, read with ``os`` calls as ranges of immutable ones are.
+
+        obstore hands a local read to its runtime's blocking threads, which a forked
+        child does not inherit: in a child forked within seconds of its parent's last
+        read (multiprocessing's default on Linux), a reader opened there waited forever
+        for the manifest. A directory or a missing name is an absent object, as before.
+        """
+        full = self._resolve(path)
+        try:
+            with open(full, "rb", buffering=0) as f:
+                return f.readall()
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EISDIR):
+                raise ObjectNotFound(path) from None
+            raise os_error(exc, path, self._description, "read") from None
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
         if end <= start or start < 0 or not path.startswith(self.IMMUTABLE_PREFIXES):
