@@ -7,6 +7,7 @@ next write failed with a CorruptionError), and the child's close() waited foreve
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -17,6 +18,8 @@ from typing import Any
 import pytest
 
 import shaledb
+from shaledb.format import paths as store_paths
+from shaledb.store import open_store
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32" or not hasattr(os, "fork"), reason="needs fork")
 
@@ -95,9 +98,11 @@ def test_a_child_forked_after_cloud_requests_fails_at_once(s3_url_factory: Any) 
 
 def _reader_child(url: str, out: Connection) -> None:
     try:
+        with contextlib.closing(open_store(url)) as store:  # (verify and change feeds stat objects)
+            size = store.head(store_paths.manifest_path(1)).size
         with shaledb.DbReader.open(url) as r:
             r.refresh()
-            out.send(("read", r.get(b"a")))
+            out.send(("read", r.get(b"a"), size > 0))
     except Exception as exc:
         out.send((type(exc).__name__, str(exc)))
 
@@ -105,19 +110,22 @@ def _reader_child(url: str, out: Connection) -> None:
 def test_a_child_forked_while_the_parent_reads_a_local_db_opens_its_own_reader(tmp_path: Path) -> None:
     """The habit for process pools (fork is multiprocessing's default on Linux): pass the
     URL, open a reader in the worker. A child forked within seconds of its parent's last
-    read of a local database waited forever for the manifest (obstore's local reads ran
+    use of a local database waited forever for the manifest (obstore's local reads ran
     on its runtime's blocking threads, which the child lacks)."""
     url = str(tmp_path / "db")
     with shaledb.Db.open(url) as db, shaledb.DbReader.open(url) as parent:
         db.put(b"a", b"1")
         parent.refresh()  # the parent has just read the manifest
+        with contextlib.closing(open_store(url)) as store:  # and deleted an object, as GC does
+            store.put("tmp/scratch", b"x")
+            store.delete("tmp/scratch")
         ctx = multiprocessing.get_context("fork")
         recv, send = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_reader_child, args=(url, send))
         p.start()
         try:
-            assert recv.poll(60), "the forked child's reader hung"
-            assert recv.recv() == ("read", b"1")
+            assert recv.poll(60), "the forked child hung in a store read"
+            assert recv.recv() == ("read", b"1", True)
         finally:
             p.join(5)
             if p.is_alive():

@@ -120,7 +120,7 @@ def _check_cloud_fork() -> None:
     child does not inherit: every S3/GCS/Azure request of the child, through an inherited
     store or a new one, waited forever. Local directories and memory stores do not use
     it that way and keep working in a child (a local store's reads are ``os`` calls:
-    ``LocalStore.get``; its deletes and copies still go through obstore).
+    ``LocalStore.get`` and ``head``; its deletes and copies still go through obstore).
     """
     global _CLOUD_PID
     pid = os.getpid()
@@ -814,6 +814,21 @@ class LocalObstoreStore(ObstoreStore):
             if exc.errno in (errno.ENOENT, errno.EISDIR):
                 raise ObjectNotFound(path) from None
             raise os_error(exc, path, self._description, "read") from None
+
+    def head(self, path: str) -> ObjectMeta:
+        """``os.stat`` of the object, for the reason :meth:`get` reads with ``os`` calls
+        (the e-tag is obstore's: inode, microseconds of mtime and size, in hex)."""
+        full = self._resolve(path)
+        try:
+            st = os.stat(full)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise ObjectNotFound(path) from None
+            raise os_error(exc, path, self._description, "stat") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise ObjectNotFound(path)
+        e_tag = f'"{st.st_ino:x}-{st.st_mtime_ns // 1000:x}-{st.st_size:x}"'
+        return ObjectMeta(path=path, size=st.st_size, last_modified=st.st_mtime, e_tag=e_tag)
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
         if end <= start or start < 0 or not path.startswith(self.IMMUTABLE_PREFIXES):
