@@ -183,3 +183,21 @@ def test_a_listing_answered_with_a_web_page_is_an_endpoint_mistake() -> None:
     assert "not an object-store listing" in str(err) and "AWS_ENDPOINT_URL" in str(err)
     # A store that has answered before: an unreadable listing (a body cut short) is retried.
     assert classify(exc, "manifest/", "s3://b", s3, True) is None
+
+
+def test_a_redirect_to_another_region_names_the_region_setting() -> None:
+    """S3's 301 to a bucket's own region, as object_store reports it (it never follows one):
+    a set-up mistake naming the region the requests were signed for and what to set."""
+    exc = GenericError(
+        "Generic S3 error: Error performing list request: Error performing GET "
+        "https://s3.us-east-1.amazonaws.com/my-bucket?list-type=2 in 20ms - Received redirect "
+        "without LOCATION, this normally indicates an incorrectly configured region"
+    )
+    service = cloud_service("s3", "my-bucket", {})
+    assert service.region is None
+    for answered in (False, True):  # a bucket does not change regions: never an outage
+        err = classify(exc, "manifest/", "s3://my-bucket/db", service, answered)
+        assert isinstance(err, InvalidArgument)
+        assert "'us-east-1', the default" in str(err) and "AWS_REGION" in str(err)
+    signed = cloud_service("s3", "my-bucket", {"region": "ap-south-1"})
+    assert "'ap-south-1' as configured" in str(classify(exc, "m", "s3://my-bucket", signed, True))

@@ -249,6 +249,78 @@ def test_an_endpoint_answering_listings_with_a_web_page_is_reported_at_once(tmp_
         assert store.retries == 0 and len(str(err)) < 1000
 
 
+# S3's answers for a bucket in another region (as AWS sends them; no local server does): a
+# path-style request to the wrong regional endpoint gets a 301 with no Location header, a
+# request signed for the wrong region a 400 whose body names the bucket's region.
+_REDIRECT_BODY = (
+    "<?xml version='1.0' encoding='UTF-8'?>\n<Error><Code>PermanentRedirect</Code><Message>The bucket "
+    "you are attempting to access must be addressed using the specified endpoint.</Message>"
+    f"<Endpoint>s3.eu-west-1.amazonaws.com</Endpoint><Bucket>{MOTO_BUCKET}</Bucket></Error>"
+)
+_SIGNED_FOR_WRONG_REGION_BODY = (
+    "<?xml version='1.0' encoding='UTF-8'?>\n<Error><Code>AuthorizationHeaderMalformed</Code><Message>"
+    "The authorization header is malformed; the region 'us-east-1' is wrong; expecting 'eu-west-1'"
+    "</Message><Region>eu-west-1</Region><RequestId>R</RequestId></Error>"
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "named"),
+    [(301, _REDIRECT_BODY, "another region"), (400, _SIGNED_FOR_WRONG_REGION_BODY, "region 'eu-west-1'")],
+    ids=["redirect", "signed-for-another-region"],
+)
+def test_a_bucket_in_another_region_is_reported_at_once(
+    tmp_path: Path, status: int, body: str, named: str
+) -> None:
+    """A region mismatch is a set-up mistake: InvalidArgument at once, saying which region
+    setting to fix. Before, S3's 301 was retried for 6-8 s and reported as "the store is
+    unreachable, retry later", the cause only at the end of the backend's text."""
+    with _answering_server(status, body, {"x-amz-bucket-region": "eu-west-1"}) as endpoint:
+        opts = _s3(endpoint, access_key_id=MOTO_KEY, secret_access_key=MOTO_KEY)
+        store = _stack(f"s3://{MOTO_BUCKET}/db", **opts)
+        for name, op in OPS.items():
+            err = _timed_raise(InvalidArgument, lambda op=op: op(store))  # type: ignore[misc]
+            if name == "head" and status == 400:  # an answer to HEAD has no body naming the region
+                assert "region" in str(err)
+                continue
+            assert named in str(err) and "'us-east-1' as configured" in str(err)
+            assert "AWS_REGION" in str(err) and "retry" not in str(err)
+        assert store.retries == 0
+        err = _timed_raise(InvalidArgument, lambda: Db.open(f"s3://{MOTO_BUCKET}/db", store_options=opts))
+        assert "AWS_REGION" in str(err)
+
+
+@contextmanager
+def _answering_server(status: int, body: str, headers: dict[str, str]) -> Iterator[str]:
+    """A web server answering every request with ``status``, ``headers`` and ``body``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    data = body.encode()
+
+    class Answer(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            self.send_response(status)
+            for name, value in {**headers, "Content-Length": str(len(data))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_backend_message_is_cut_in_an_error() -> None:
     """An error quoting a backend's message keeps its first line, cut at a few hundred
     characters (a response body in it once made each log line 20 KB)."""

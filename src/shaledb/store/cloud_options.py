@@ -67,7 +67,8 @@ def cloud_service(scheme: str, bucket: str, kwargs: Mapping[str, Any]) -> CloudS
             endpoint = "the Azurite emulator (http://127.0.0.1:10000)"
     else:
         endpoint = kwargs.get("endpoint")
-    return CloudService(scheme, bucket, str(endpoint) if endpoint else None)
+    region = kwargs.get("region") if scheme == "s3" else None
+    return CloudService(scheme, bucket, str(endpoint) if endpoint else None, str(region) if region else None)
 
 
 __all__ = ["AZURITE_ACCOUNT", "NO_BACKEND_RETRIES", "bulk_deletes", "cloud_service", "with_backend_defaults"]

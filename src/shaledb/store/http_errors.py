@@ -13,6 +13,10 @@ bucket, the endpoint and what to set:
   asks when nothing is configured) -> :class:`~shaledb.errors.PermissionDenied`;
 * a host that does not resolve or refuses connections, before the store has
   ever answered -> :class:`~shaledb.errors.EndpointUnreachable`;
+* a bucket in another region than the one configured (S3's 301 without a
+  ``Location``, or a 400 naming the bucket's region) -> :class:`~shaledb.errors.InvalidArgument`
+  saying which region to set (retried, it cost a writer's open 6-8 s of "unreachable, retry
+  later" that named the cause only at the end of the backend's text);
 * other 4xx answers (a malformed request, an invalid bucket name), a bare 404
   on a listing, and a listing answered with a body that is not the store's
   (some other web server on the endpoint) -> :class:`~shaledb.errors.InvalidArgument`.
@@ -64,6 +68,12 @@ _NOT_SETUP_4XX = frozenset({404, 408, 409, 412, 416, 429})
 # 400 RequestTimeout (transient), and expired session credentials as 400 ExpiredToken.
 _TRANSIENT_400 = ("RequestTimeout",)
 _CREDENTIAL_400 = ("ExpiredToken", "InvalidToken", "TokenRefreshRequired")
+# A bucket in another region: S3 answers 301 PermanentRedirect with no Location header, which
+# object_store reports in these words (it never follows it), or, for a request signed for the
+# wrong region, 400 AuthorizationHeaderMalformed whose body names the bucket's <Region>.
+_BARE_REDIRECT = "redirect without LOCATION"
+_WRONG_REGION_400 = ("AuthorizationHeaderMalformed",)
+_REGION_TAG = re.compile(r"<Region>([a-z0-9-]{1,40})</Region>")
 
 _CREDENTIALS_HINT = {
     "s3": (
@@ -96,6 +106,8 @@ class CloudService:
     scheme: str
     bucket: str
     endpoint: str | None = None
+    region: str | None = None
+    """The region requests are signed for (S3; ``None``: obstore's default, us-east-1)."""
 
     def where(self) -> str:
         kind = "container" if self.scheme == "az" else "bucket"
@@ -120,6 +132,21 @@ def bucket_missing(service: CloudService) -> BucketNotFound:
     return BucketNotFound(
         f"{service.where()} does not exist: create it, or fix the bucket in the URL "
         f"({service.scheme}://BUCKET/prefix) or the endpoint"
+    )
+
+
+def wrong_region(service: CloudService, named: re.Match[str] | None) -> InvalidArgument:
+    """The bucket lives in another region than the requests are signed for: which one to set."""
+    signed = f"{service.region!r} as configured" if service.region else "'us-east-1', the default"
+    if named is None:
+        return InvalidArgument(
+            f"{service.where()} is in another region than {signed} (S3 redirected the request): "
+            "set AWS_REGION to the bucket's region (or ?region=... in the URL, or the store option region)"
+        )
+    actual = named.group(1)
+    return InvalidArgument(
+        f"{service.where()} is in region {actual!r}, not {signed}: set AWS_REGION={actual} "
+        f"(or ?region={actual} in the URL, or the store option region)"
     )
 
 
@@ -149,6 +176,8 @@ def classify(
         )
     if status == 400 and any(code in text for code in _TRANSIENT_400):
         return None
+    if _BARE_REDIRECT in text or (status == 400 and any(code in text for code in _WRONG_REGION_400)):
+        return wrong_region(service, _REGION_TAG.search(text))
     if status == 404 and _LIST_REQUEST in text:
         # A listing of a missing prefix is an empty 200, and of a missing bucket a 404
         # that says so (handled above): a bare 404 (say, a web server's HTML page) means
@@ -169,7 +198,7 @@ def classify(
     if status is not None and 400 <= status < 500 and status not in _NOT_SETUP_4XX:
         return InvalidArgument(
             f"{description} rejected the request for {path} (HTTP {status}); check the bucket name, "
-            "endpoint and options of this store"
+            "region, endpoint and options of this store"
         )
     if status is None and not answered and any(marker in text for marker in _TLS):
         return EndpointUnreachable(
@@ -186,4 +215,4 @@ def classify(
     return None
 
 
-__all__ = ["CloudService", "bucket_missing", "classify", "http_status", "is_bucket_missing"]
+__all__ = ["CloudService", "bucket_missing", "classify", "http_status", "is_bucket_missing", "wrong_region"]
