@@ -381,3 +381,24 @@ def test_a_url_fragment_is_refused(url: str) -> None:
     # "file:///tmp/db#frag" silently opened /tmp/db.
     with pytest.raises(InvalidPathError, match="a database URL has no '#' part"):
         open_store(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["s3//bucket/db", "S3//bucket/db", "gs//b/db", "az//c/db", "memory//m", "file//tmp/db"]
+)
+def test_a_url_without_its_colon_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    # "s3//bucket/db" created ./s3/bucket/db and the CLI's put reported success.
+    from shaledb import Db
+    from shaledb.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    scheme = url.split("//", 1)[0]
+    with pytest.raises(InvalidPathError, match=f"looks like a {scheme}:// URL without its ':'"):
+        Db.open(url)
+    assert main(["--path", url, "put", "k", "v"]) == 2
+    assert list(tmp_path.iterdir()) == []  # nothing was created
+    with Db.open(f"./{url}") as db:  # a local directory of that name, asked for as one
+        db.put(b"k", b"v")
+    assert (tmp_path / scheme).is_dir()

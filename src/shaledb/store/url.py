@@ -56,6 +56,8 @@ _CLOUD_CLASSES: dict[str, Any] = {
     "az": obstore.store.AzureStore,
 }
 _MEMORY_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
+# A relative path that starts like a URL whose ':' was left out: "s3//bucket/db".
+_SCHEME_WITHOUT_COLON = re.compile(r"(s3a?|gs|gcs|az|azure|memory|file)//", re.IGNORECASE)
 _QUERY_KEYS = {"cas", "endpoint", "region", "allow_http"}
 _SECRET_HINTS = ("secret", "token", "key", "password", "sas", "credential")
 
@@ -153,6 +155,22 @@ def _refuse_query_in_path(url: str) -> None:
         )
 
 
+def _refuse_scheme_without_colon(url: str) -> None:
+    """``s3//bucket/db`` (the ':' left out) is refused, not taken as a local path.
+
+    As a plain path it named the directory ``./s3/bucket/db``: a writer created it there
+    and reported success, and the user's data never reached the bucket. A local directory
+    of that name is still reachable as ``./s3//...`` or an absolute path.
+    """
+    m = _SCHEME_WITHOUT_COLON.match(url)
+    if m is not None:
+        scheme = m.group(1)
+        raise InvalidPathError(
+            f"{scrub(url)!r} looks like a {scheme}:// URL without its ':'; write "
+            f"{scheme}://{scrub(url[m.end() :])} (for a local directory of that name, write ./{scrub(url)})"
+        )
+
+
 def _refuse_fragment(url: str) -> None:
     """A ``#...`` after a URL was dropped without a word (``file:///tmp/db#x`` opened
     ``/tmp/db``); no store URL has a fragment, so it is refused."""
@@ -234,6 +252,7 @@ def open_store(url: str | os.PathLike[str], *, cas: str | None = None, **options
     query: dict[str, str] = {}
     if not scheme or len(scheme) == 1:  # a plain path (len 1: a Windows drive letter)
         _refuse_query_in_path(url)
+        _refuse_scheme_without_colon(url)
     else:
         query = _split_query(parts.query, url)
         _refuse_fragment(url)
