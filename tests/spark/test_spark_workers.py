@@ -76,3 +76,20 @@ def test_register_checks_the_sessions_worker_python(spark: Any, tmp_path: Path) 
         sc.pythonExec = before
     shale_spark.register(spark)  # the session's own interpreter passes
     assert spark.range(3).count() == 3
+
+
+@pytest.mark.parametrize("module", ["pyspark", "pyarrow"])
+def test_without_the_spark_extra_the_first_calls_name_it(
+    monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    """register() and local_session() without a package of the spark extra: a SetupError naming
+    ``pip install 'shaledb[spark]'``; before, register() raised ``ModuleNotFoundError: No module
+    named 'pyarrow'`` from inside the data source and local_session() the same for pyspark.
+    No session is started (the check comes first)."""
+    from shaledb import spark as shale_spark
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    for call in (lambda: shale_spark.register(object()), lambda: shale_spark.local_session("x")):
+        with pytest.raises(SetupError) as e:
+            call()
+        assert "pip install 'shaledb[spark]'" in str(e.value) and f"needs {module}" in str(e.value)

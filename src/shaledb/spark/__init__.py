@@ -17,6 +17,7 @@ a function needs it. See docs/spark.md for the design and every option.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -26,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, SetupError
 from ..manifest.model import IngestRecord
 from .compaction import SparkCompactionReport, compact
 
@@ -35,6 +36,25 @@ log = logging.getLogger("shaledb.spark")
 FORMAT = "shaledb"
 HIDE_TRACEBACK = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
 SAVE_MODES = ("errorifexists", "ignore", "append", "overwrite")
+
+
+def require_spark_extra() -> None:
+    """Raise :class:`~shaledb.errors.SetupError` naming ``pip install 'shaledb[spark]'`` when a
+    package of the spark extra is missing.
+
+    Why: ``register`` and ``local_session`` are a Spark user's first calls, and without the extra
+    they failed with a bare ``ModuleNotFoundError: No module named 'pyarrow'`` (or 'pyspark')
+    from deep inside the data source, which did not say that shaledb has an extra for it.
+    """
+    for module in ("pyspark", "pyarrow"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise SetupError(
+                f"shaledb.spark needs {module}, which is not installed here ({sys.executable}): "
+                "install the spark extra, pip install 'shaledb[spark]' (PySpark with pyarrow and "
+                f"pandas; also Java 17); the import said: {exc}"
+            ) from None
 
 
 def register(spark: Any) -> None:
@@ -51,6 +71,7 @@ def register(spark: Any) -> None:
     local mode it first checks that the workers' interpreter can import
     shaledb (:class:`~shaledb.errors.SetupError` if not, see ``workers.py``).
     """
+    require_spark_extra()
     from .source import ShaleDataSource
     from .workers import check_worker_python
 
@@ -76,6 +97,7 @@ def local_session(
     progress bar are off, logs are quiet and shuffles use as many partitions
     as cores. ``conf`` adds or overrides settings.
     """
+    require_spark_extra()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -315,7 +337,5 @@ def __getattr__(name: str) -> Any:
     ``shaledb.spark`` still does not import pyspark).
     """
     if name in _SUBMODULES:
-        import importlib
-
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
