@@ -199,6 +199,22 @@ def test_clone_and_destroy(db: Path, tmp_path: Path) -> None:
     one_line_error(run("get", "k01", path=db), 3, "no database")
 
 
+def test_a_destroyed_database_says_how_to_use_its_location_again(tmp_path: Path) -> None:
+    """A user who destroyed a database to start over and ran ``put`` again was told only
+    "database at ... was destroyed", for the day of the grace period: the error now names
+    ``destroy --hard`` (and the grace period), after which ``put`` creates a new database."""
+    path = tmp_path / "db"
+    ok("put", "a", "1", path=path)
+    ok("destroy", path=path)
+    for args in (("put", "a", "2"), ("get", "a"), ("create-checkpoint",)):
+        one_line_error(run(*args, path=path), 3, "destroyed")
+        line = run(*args, path=path).stderr
+        assert "destroy --hard" in line and "db_delete_grace_s" in line and "UTC" in line, line
+    ok("destroy", "--hard", path=path)
+    ok("put", "a", "2", path=path)
+    assert ok("get", "a", path=path) == "2\n"
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     p = run("--debug", "list-checkpoints", path=tmp_path / "nothing")
     assert p.returncode != 0 and "Traceback" in p.stderr

@@ -42,14 +42,13 @@ from ..engine.host import WriterHost
 from ..errors import (
     CheckpointNotFound,
     ClosedError,
-    DatabaseDestroyed,
     FencedError,
     InvalidArgument,
     InvalidDbState,
     ObjectNotFound,
 )
 from ..format import paths
-from ..manifest.edits import Edit, with_checkpoint, without_checkpoints
+from ..manifest.edits import Edit, destroyed, with_checkpoint, without_checkpoints
 from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..store.base import ObjectStore
@@ -107,7 +106,7 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> tuple[tuple[str, str]
 def check_usable(m: Manifest, where: str, *, allow_uninitialized: bool = False) -> None:
     """Refuse a destroyed (or, unless allowed, an uninitialized) database."""
     if m.destroyed_at_s is not None:
-        raise DatabaseDestroyed(f"database at {where} was destroyed")
+        raise destroyed(where, m)
     if not m.initialized and not allow_uninitialized:
         raise InvalidDbState(
             f"database at {where} is a clone whose initialization did not finish; "
@@ -206,7 +205,7 @@ class RefreshCheckpoint(Edit):
 
     def apply(self, m: Manifest) -> Manifest | None:
         if m.destroyed_at_s is not None:
-            raise DatabaseDestroyed(f"database at {self.where} was destroyed")
+            raise destroyed(self.where, m)
         now = self.clock.now()
         cp = live_checkpoint(m, self.cp_id, now, self.where)
         new = replace(cp, expire_time_s=None if self.lifetime_s is None else now + self.lifetime_s)

@@ -19,6 +19,7 @@ package stays below them (docs/architecture.md).
 
 from __future__ import annotations
 
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -28,6 +29,18 @@ from ..clock import Clock
 from ..errors import DatabaseDestroyed, FencedError, InvalidArgument
 from .model import Checkpoint, JournalFile, Manifest
 from .options import OPT_COMPACTOR_RELEASED
+
+
+def destroyed(where: str, m: Manifest) -> DatabaseDestroyed:
+    """The error for opening, checkpointing or ingesting into a destroyed database, with the way
+    to use its location again (a user who destroyed a database to start over was told only
+    "was destroyed", and ``put`` went on refusing for the day of the grace period)."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(m.destroyed_at_s or 0))
+    return DatabaseDestroyed(
+        f"database at {where} was destroyed ({when}); to create a new one there, delete its objects "
+        "now with 'shaledb --path URL destroy --hard' (shaledb.admin.destroy(url, soft=False)) or let the "
+        "garbage collector do it after GcOptions.db_delete_grace_s; or choose another location"
+    )
 
 
 class Edit(ABC):
@@ -146,7 +159,7 @@ class ClaimWriterEpoch(Edit):
                 "open it with Db.open_from_checkpoint to complete it"
             )
         if m.destroyed_at_s is not None:
-            raise DatabaseDestroyed(f"database at {self.where} was destroyed")
+            raise destroyed(self.where, m)
         nxt = replace(m, writer_epoch=m.writer_epoch + 1)
         return self.extra(nxt, nxt.writer_epoch) if self.extra is not None else nxt
 

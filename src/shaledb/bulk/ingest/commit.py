@@ -16,9 +16,9 @@ from ...admin.destruction import delete_database, live_checkpoints
 from ...clock import SYSTEM_CLOCK, Clock
 from ...db.writer import Db
 from ...engine.parents import ExternalStores, default_factory
-from ...errors import DatabaseDestroyed, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
+from ...errors import InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
 from ...format import paths
-from ...manifest.edits import Edit, without_checkpoints
+from ...manifest.edits import Edit, destroyed, without_checkpoints
 from ...manifest.model import IngestRecord, JournalFile, Manifest, SortedRun, SstInfo, Tree
 from ...manifest.options import OPT_COMPLETE, OPT_INDEXED
 from ...manifest.store import ManifestStore
@@ -233,7 +233,7 @@ def _emptied(m: Manifest) -> Manifest:
 
 def _check_usable(m: Manifest, store: ObjectStore) -> None:
     if m.destroyed_at_s is not None:
-        raise DatabaseDestroyed(f"database at {store.describe()} was destroyed")
+        raise destroyed(store.describe(), m)
     if not m.initialized:
         raise InvalidDbState(
             f"database at {store.describe()} is a clone whose initialization did not finish: "
