@@ -99,3 +99,18 @@ def test_wait_durable_takes_durations_like_every_other_timeout(tmp_path: Path) -
         for bad in (float("nan"), -1, "soon", [1]):
             with pytest.raises(InvalidArgument):
                 h.wait_durable(bad)  # type: ignore[arg-type]
+
+
+def test_the_open_functions_document_every_argument() -> None:
+    """``help(shaledb.open)`` is where a new user looks first: it said only that the open
+    fences an older writer and refuses nested roots, nothing of the URL forms, the options
+    or the errors. Each argument of the public open functions is named in the docstring."""
+    import inspect
+
+    import shaledb
+
+    for fn in (shaledb.open, Db.open):
+        doc = inspect.getdoc(fn) or ""
+        assert "Raises:" in doc and "s3://" in doc
+        for name in inspect.signature(fn).parameters:
+            assert f"{name}:" in doc, (fn, name)

@@ -215,9 +215,34 @@ class Db(Queries):
     ) -> Db:
         """Open (or create) the database at ``url`` and fence any older writer.
 
-        Creating a database whose root would lie inside another database's, or
-        contain one, raises InvalidArgument naming the other
-        (:mod:`shaledb.store.new_root`; checked only when creating)."""
+        Use the handle as a context manager (``with shaledb.open(url) as db:``) or ``close()`` it:
+        closing flushes the WAL and memtable to the store and stops background work.
+
+        Args:
+            url: where the database lives: a local directory (``"./db"``, a ``pathlib.Path``,
+                ``file:///abs/path``), ``memory://NAME``, ``s3://bucket/prefix``,
+                ``gs://bucket/prefix`` or ``az://container/prefix`` (docs/store.md).
+            settings: a :class:`~shaledb.Settings` (its defaults when None).
+            store: an opened ObjectStore to use instead of opening ``url`` (wrappers, tests).
+            clock: the time source (tests pass a manual clock).
+            seed: seeds the handle's random choices, for reproducible runs.
+            create_if_missing: False raises NotFound where no database exists yet.
+            store_options: cloud store options (``endpoint``, ``region``, ``allow_http``,
+                credentials, any obstore config key); without them the ``AWS_*``, ``GOOGLE_*``
+                and ``AZURE_*`` environment variables apply.
+
+        Raises:
+            InvalidArgument: a malformed URL or option; a second writer of the database in
+                this process; a bucket in another region than configured; a new database whose
+                root would lie inside another database's, or contain one (checked only when
+                creating, :mod:`shaledb.store.new_root`).
+            NotFound: no database and ``create_if_missing=False``; ``BucketNotFound`` for a
+                missing bucket; ``DatabaseDestroyed`` for a destroyed database.
+            PermissionDenied: credentials missing or refused (cloud), or the OS refused access.
+            EndpointUnreachable: the endpoint refused the connection or does not resolve.
+            Unavailable: the store kept failing until the retry budget was spent (retry later).
+            CorruptionError: a stored object the open reads is damaged (names it).
+        """
         return cls._open(
             url,
             settings=settings,
