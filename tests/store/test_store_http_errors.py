@@ -8,6 +8,8 @@ GCS's answers, throttling and server errors, which must stay retryable.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shaledb.errors import BucketNotFound, EndpointUnreachable, InvalidArgument, PermissionDenied
@@ -201,3 +203,32 @@ def test_a_redirect_to_another_region_names_the_region_setting() -> None:
         assert "'us-east-1', the default" in str(err) and "AWS_REGION" in str(err)
     signed = cloud_service("s3", "my-bucket", {"region": "ap-south-1"})
     assert "'ap-south-1' as configured" in str(classify(exc, "m", "s3://my-bucket", signed, True))
+
+
+def test_missing_credentials_with_an_aws_profile_say_profiles_are_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``aws configure`` a user has ~/.aws/credentials and no AWS_* keys; obstore reads no
+    profile, and "no credentials found ... set AWS_ACCESS_KEY_ID" read as a bug. The message now
+    says profiles are not read and how to export one's keys (it never reads the files)."""
+    for name in ("AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    exc = GenericError(
+        "Generic S3 error: Error performing token request: Error performing PUT "
+        "http://169.254.169.254/latest/api/token in 2ms"
+    )
+    service = cloud_service("s3", "my-bucket", {})
+
+    def message() -> str:
+        err = classify(exc, "manifest/", "s3://my-bucket/db", service, False)
+        assert isinstance(err, PermissionDenied) and "AWS_ACCESS_KEY_ID" in str(err)
+        return str(err)
+
+    assert "profile" not in message()  # nothing configured anywhere: the plain message
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "credentials").write_text("[default]\n")
+    assert "does not read AWS profiles (~/.aws/credentials)" in message()
+    assert 'eval "$(aws configure export-credentials --format env)"' in message()
+    monkeypatch.setenv("AWS_PROFILE", "dev")
+    assert "(AWS_PROFILE=dev)" in message() and "export-credentials --profile dev" in message()

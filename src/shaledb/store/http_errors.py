@@ -29,6 +29,7 @@ Messages never repeat the backend's text, which may carry a signed URL.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -135,6 +136,26 @@ def bucket_missing(service: CloudService) -> BucketNotFound:
     )
 
 
+def aws_profile_note() -> str:
+    """What to do with an AWS profile, when the user has one: obstore reads neither
+    ``AWS_PROFILE`` nor the shared files, so after ``aws configure`` (or ``aws sso login``) the
+    bare "no credentials found" read as a bug. Names the profile or file, never their contents."""
+    profile = os.environ.get("AWS_PROFILE")
+    files = (
+        os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
+        os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config",
+    )
+    found = [f for f in files if os.path.isfile(os.path.expanduser(f))]
+    if not profile and not found:
+        return ""
+    what = f"AWS_PROFILE={profile}" if profile else found[0]
+    choose = f" --profile {profile}" if profile else ""
+    return (
+        f"; shaledb does not read AWS profiles ({what}): export the profile's keys first, e.g. "
+        f'eval "$(aws configure export-credentials{choose} --format env)"'
+    )
+
+
 def wrong_region(service: CloudService, named: re.Match[str] | None) -> InvalidArgument:
     """The bucket lives in another region than the requests are signed for: which one to set."""
     signed = f"{service.region!r} as configured" if service.region else "'us-east-1', the default"
@@ -167,6 +188,7 @@ def classify(
         return PermissionDenied(
             f"no credentials found for {service.where()} (none configured, and the cloud metadata "
             f"service gave none); {_CREDENTIALS_HINT[service.scheme]}"
+            + (aws_profile_note() if service.scheme == "s3" else "")
         )
     expired = status == 400 and any(code in text for code in _CREDENTIAL_400)
     if name in ("PermissionDeniedError", "UnauthenticatedError") or status in (401, 403) or expired:
@@ -215,4 +237,12 @@ def classify(
     return None
 
 
-__all__ = ["CloudService", "bucket_missing", "classify", "http_status", "is_bucket_missing", "wrong_region"]
+__all__ = [
+    "CloudService",
+    "aws_profile_note",
+    "bucket_missing",
+    "classify",
+    "http_status",
+    "is_bucket_missing",
+    "wrong_region",
+]
