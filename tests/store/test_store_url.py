@@ -402,3 +402,35 @@ def test_a_url_without_its_colon_is_refused(
     with Db.open(f"./{url}") as db:  # a local directory of that name, asked for as one
         db.put(b"k", b"v")
     assert (tmp_path / scheme).is_dir()
+
+
+def test_s3_options_under_obstore_s_other_names(
+    s3_url_factory: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """boto3's spellings (``endpoint_url``, ``aws_access_key_id``, ...) are the same options:
+    with the AWS_* variables set they failed with obstore's "Duplicate key aws_access_key_id
+    provided", and an ``endpoint_url`` skipped the plain-HTTP check (retried for seconds, then
+    "unreachable") and errors named "AWS S3" instead of the endpoint."""
+    loc = s3_url_factory()
+    for key, value in loc.env().items():  # the variables point at the same server
+        monkeypatch.setenv(key, value)
+    boto = {
+        "endpoint_url": loc.endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "aws_secret_access_key": "testing",
+        "aws_region": "us-east-1",
+        "allow_http": True,
+    }
+    st = open_store(loc.url, **boto)
+    st.put("k", b"v")
+    assert loc.open().get("k") == b"v"
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ALLOW_HTTP"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(InvalidArgument, match="plain HTTP") as info:
+        open_store(loc.url, endpoint_url=loc.endpoint, aws_access_key_id="x", aws_secret_access_key="y")
+    assert loc.endpoint in str(info.value)
+    with pytest.raises(InvalidArgument, match="'endpoint' is given twice, as 'endpoint' and 'endpoint_url'"):
+        open_store(loc.url, endpoint=loc.endpoint, endpoint_url=loc.endpoint, allow_http=True)
+    with pytest.raises(InvalidArgument, match="given twice") as info:
+        open_store(loc.url, secret_access_key=SECRET, aws_secret_access_key=SECRET)
+    assert SECRET not in str(info.value)
