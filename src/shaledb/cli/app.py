@@ -32,6 +32,7 @@ from typing import NoReturn
 from ..errors import InvalidArgument, NotFound, ShaleError
 from ..store.scrub import ScrubFilter, scrub
 from . import admin, compaction, core, feed, journal, more, settings, verify
+from .interrupt import prompt_interrupts
 from .options import (
     add_global_options,
     add_version,
@@ -159,7 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(args.json, show_progress=not args.no_progress)
     try:
         check_urls(args)
-        rc = args.handler(args, out)
+        with prompt_interrupts():
+            rc = args.handler(args, out)
         return EXIT_OK if rc is None else rc
     except KeyboardInterrupt:
         return 130
