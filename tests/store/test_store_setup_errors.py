@@ -230,8 +230,19 @@ def test_an_endpoint_that_is_not_an_object_store_is_reported_at_once(tmp_path: P
         err = _timed_raise(InvalidArgument, lambda: list(store.list("manifest/")))
         assert "HTTP 404" in str(err) and endpoint in str(err) and "AWS_ENDPOINT_URL" in str(err)
         assert store.retries == 0
+        assert "has the path" not in str(err)
         _timed_raise(InvalidArgument, lambda: Db.open(f"s3://{MOTO_BUCKET}/db", store_options=opts))
         assert not list(tmp_path.iterdir()), "nothing was written"
+
+
+def test_an_endpoint_with_the_bucket_in_its_path_says_so(moto_endpoint: str) -> None:
+    """AWS_ENDPOINT_URL=http://host:port/bucket (the bucket put into the endpoint) made every
+    listing go to /bucket/bucket and ended in "does not look like this object-store API"; the
+    message now names the endpoint's path and where the bucket goes."""
+    opts = _s3(f"{moto_endpoint}/{MOTO_BUCKET}", access_key_id=MOTO_KEY, secret_access_key=MOTO_KEY)
+    store = _stack(f"s3://{MOTO_BUCKET}/db", **opts)
+    err = _timed_raise(InvalidArgument, lambda: list(store.list("manifest/")))
+    assert f"the endpoint has the path '/{MOTO_BUCKET}'" in str(err) and "s3://BUCKET/prefix" in str(err)
 
 
 def test_an_endpoint_answering_listings_with_a_web_page_is_reported_at_once(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from ..errors import BucketNotFound, EndpointUnreachable, InvalidArgument, PermissionDenied, ShaleError
 from .scrub import scrub
@@ -156,6 +157,20 @@ def aws_profile_note() -> str:
     )
 
 
+def _endpoint_path_note(service: CloudService) -> str:
+    """A path on the endpoint (``http://host:9000/bucket``) is the likely cause of a bare 404:
+    the requests go to ``/bucket/bucket?list-type=2``. Said, not refused: a gateway may serve
+    the API under a path."""
+    path = urlsplit(service.endpoint or "").path.strip("/")
+    if not path:
+        return ""
+    hint = (
+        f"; the endpoint has the path '/{path}': an endpoint is scheme://host:port, the bucket goes "
+        f"in the URL ({service.scheme}://BUCKET/prefix)"
+    )
+    return scrub(hint)
+
+
 def wrong_region(service: CloudService, named: re.Match[str] | None) -> InvalidArgument:
     """The bucket lives in another region than the requests are signed for: which one to set."""
     signed = f"{service.region!r} as configured" if service.region else "'us-east-1', the default"
@@ -207,7 +222,7 @@ def classify(
         return InvalidArgument(
             f"{description}: the endpoint answered a listing of {service.where()} with HTTP 404 and "
             "no storage error: it does not look like this object-store API; check the endpoint "
-            f"setting ({_ENDPOINT_HINT[service.scheme]})"
+            f"setting ({_ENDPOINT_HINT[service.scheme]}){_endpoint_path_note(service)}"
         )
     if status is None and _BAD_LISTING in text and not answered:
         # The server answered, with a body no object store sends: retrying gets the same page.
