@@ -62,6 +62,9 @@ def test_follow_prints_each_new_write_as_it_lands(tmp_path: Path) -> None:
 def test_errors_are_one_line_with_the_exit_codes(tmp_path: Path) -> None:
     missing = _cli("--path", str(tmp_path / "nope"), "changes")
     assert missing.returncode == 3 and "no database at" in missing.stderr
+    for follow in (["--follow"], ["--follow", "--since", "c1.2.1.1"]):  # no header before the error
+        missing = _cli("--path", str(tmp_path / "nope"), "changes", *follow)
+        assert missing.returncode == 3 and "no database at" in missing.stderr and missing.stdout == ""
     url = str(tmp_path / "db")
     with Db.open(url, settings=QUIET) as db:
         db.put(b"a", b"1")

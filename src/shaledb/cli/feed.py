@@ -16,7 +16,9 @@ import itertools
 from typing import Any
 
 from ..engine.changes import Change, open_changes
+from ..errors import NotFound
 from ..numbers import check_int, check_number
+from .core import manifest_store
 from .output import Output, command, render_bytes
 from .stream import follow_rows, stream_rows
 
@@ -53,6 +55,12 @@ def changes(args: argparse.Namespace, out: Output) -> int | None:
     if args.limit is not None:
         check_int("--limit", args.limit, minimum=0)
     check_number("--poll", args.poll, above_minimum=True, maximum=3600, unit="seconds")
+    if args.follow:
+        # A followed table's header is written before the first change arrives; without this
+        # check a missing database printed the header on stdout, then the error.
+        ms = manifest_store(args.path)
+        if ms.read_latest() is None:
+            raise NotFound(f"no database at {ms.store.describe()}")
     with open_changes(args.path, args.since, follow=args.follow, poll_interval_s=args.poll) as feed:
         rows = (_row(c) for c in itertools.islice(feed, args.limit))
         write = follow_rows if args.follow else stream_rows  # (a follower's rows never end)
