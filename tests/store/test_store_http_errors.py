@@ -203,6 +203,7 @@ def test_a_redirect_to_another_region_names_the_region_setting() -> None:
         assert "'us-east-1', the default" in str(err) and "AWS_REGION" in str(err)
     signed = cloud_service("s3", "my-bucket", {"region": "ap-south-1"})
     assert "'ap-south-1' as configured" in str(classify(exc, "m", "s3://my-bucket", signed, True))
+    assert "AWS_REGION" not in str(classify(exc, "m", "gs://my-bucket", GCS, False))  # S3's advice only
 
 
 def test_missing_credentials_with_an_aws_profile_say_profiles_are_not_read(

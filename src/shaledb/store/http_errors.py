@@ -213,7 +213,8 @@ def classify(
         )
     if status == 400 and any(code in text for code in _TRANSIENT_400):
         return None
-    if _BARE_REDIRECT in text or (status == 400 and any(code in text for code in _WRONG_REGION_400)):
+    wrong_region_400 = status == 400 and any(code in text for code in _WRONG_REGION_400)
+    if service.scheme == "s3" and (_BARE_REDIRECT in text or wrong_region_400):
         return wrong_region(service, _REGION_TAG.search(text))
     if status == 404 and _LIST_REQUEST in text:
         # A listing of a missing prefix is an empty 200, and of a missing bucket a 404
