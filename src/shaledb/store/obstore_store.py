@@ -817,7 +817,8 @@ class LocalObstoreStore(ObstoreStore):
 
     def head(self, path: str) -> ObjectMeta:
         """``os.stat`` of the object, for the reason :meth:`get` reads with ``os`` calls
-        (the e-tag is obstore's: inode, microseconds of mtime and size, in hex)."""
+        (the e-tag is obstore's: inode, microseconds of mtime and size, in hex; the time in
+        microseconds, as its listings give it)."""
         full = self._resolve(path)
         try:
             st = os.stat(full)
@@ -828,7 +829,7 @@ class LocalObstoreStore(ObstoreStore):
         if stat.S_ISDIR(st.st_mode):
             raise ObjectNotFound(path)
         e_tag = f'"{st.st_ino:x}-{st.st_mtime_ns // 1000:x}-{st.st_size:x}"'
-        return ObjectMeta(path=path, size=st.st_size, last_modified=st.st_mtime, e_tag=e_tag)
+        return ObjectMeta(path=path, size=st.st_size, last_modified=st.st_mtime_ns // 1000 / 1e6, e_tag=e_tag)
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
         if end <= start or start < 0 or not path.startswith(self.IMMUTABLE_PREFIXES):
