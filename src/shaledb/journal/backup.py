@@ -46,11 +46,11 @@ from ..admin.destruction import PENDING_RELEASE
 from ..admin.handle import AdminHandle
 from ..clock import SYSTEM_CLOCK, Clock
 from ..engine.host import WriterHost
-from ..engine.parents import canonical_url
+from ..engine.parents import ExternalStores, canonical_url
 from ..errors import InvalidArgument, InvalidDbState, ObjectNotFound, ShaleError
 from ..format import paths
 from ..manifest.edits import Decorated, DropCheckpoint
-from ..manifest.model import JournalFile, Manifest, SstInfo, to_body
+from ..manifest.model import Checkpoint, JournalFile, Manifest, SstInfo, to_body
 from ..manifest.store import ManifestStore
 from ..numbers import check_flag
 from ..settings import Settings
@@ -330,6 +330,62 @@ def open_dest(dest_url: str, store_options: Mapping[str, Any] | None) -> ObjectS
     return wrap_store(open_store(dest_url, **opts), Settings(), SYSTEM_CLOCK, random.Random())
 
 
+@dataclass(frozen=True)
+class _Source:
+    """What a backup reads through: the writer's own handles, or a standalone admin handle's."""
+
+    ms: ManifestStore
+    store: ObjectStore
+    parents: ExternalStores
+    clock: Clock
+    rng: random.Random
+    url: str | None
+    """The source's URL (None: not known, so no server-side copy)."""
+
+
+def _copy_pinned(
+    src: _Source,
+    cp: Checkpoint,
+    release: Callable[[], None],
+    dest: ObjectStore,
+    dest_url: str,
+    store_options: Mapping[str, Any] | None,
+    prune: bool,
+    workers: int,
+    progress: Progress | None,
+) -> BackupReport:
+    """Copy the version backup checkpoint ``cp`` pins into ``dest``, then release ``cp``
+    and close ``dest`` whatever happened (module docstring, 2-6).
+
+    ``Db.backup`` and a standalone backup differ only in how the checkpoint is taken
+    and dropped (through the writer, or by a CAS of their own), so ``release`` is the
+    caller's. A failed release is only logged: the checkpoint expires by itself.
+    """
+    rep = BackupReport(checkpoint_id=str(cp.id))
+    try:
+        m = read_checkpoint_manifest(src.ms, cp)
+        backup_version(
+            m,
+            src.store,
+            lambda i: src.store if i == 0 else src.parents.store_for(i, m),
+            dest,
+            clock=src.clock,
+            rng=random.Random(src.rng.getrandbits(64)),
+            server_copy=_server_copier(src.url, dest_url, store_options),
+            prune=prune,
+            report=rep,
+            workers=workers,
+            progress=progress,
+        )
+    finally:
+        try:
+            release()
+        except ShaleError as exc:
+            log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
+        dest.close()
+    return rep
+
+
 def backup_from_writer(
     db: WriterHost,
     dest_url: str,
@@ -349,28 +405,12 @@ def backup_from_writer(
     check_backup_roots(own or db.store.describe(), dest_url, db.manifest)
     dest = open_dest(dest_url, store_options)
     cp = create_writer_checkpoint(db, lifetime=lifetime, name="backup")
-    rep = BackupReport(checkpoint_id=str(cp.id))
-    try:
-        m = read_checkpoint_manifest(db.manifests, cp)
-        backup_version(
-            m,
-            db.store,
-            lambda i: db.store if i == 0 else db.parents.store_for(i, m),
-            dest,
-            clock=db.clock,
-            rng=random.Random(db.rng.getrandbits(64)),
-            server_copy=_server_copier(own, dest_url, store_options),
-            prune=prune,
-            report=rep,
-            workers=workers,
-            progress=progress,
-        )
-    finally:
-        try:
-            db.update_manifest(Decorated(DropCheckpoint(cp.id), db.decorate_manifest))
-        except ShaleError as exc:
-            log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
-        dest.close()
+
+    def release() -> None:
+        db.update_manifest(Decorated(DropCheckpoint(cp.id), db.decorate_manifest))
+
+    src = _Source(db.manifests, db.store, db.parents, db.clock, db.rng, own)
+    rep = _copy_pinned(src, cp, release, dest, dest_url, store_options, prune, workers, progress)
     log.info(
         "backup to %s: %d objects, %d copied (%d bytes), manifest %s",
         dest_url,
@@ -406,30 +446,15 @@ def backup_url(
         h.close()
         raise
     cp = create_checkpoint(h.ms, clock=h.clock, rng=h.rng, timeout_s=60.0, lifetime=lifetime_s, name="backup")
-    rep = BackupReport(checkpoint_id=str(cp.id))
+
+    def release() -> None:
+        delete_checkpoint(h.ms, cp.id, timeout_s=60.0, missing_ok=True)
+
     try:
-        m = read_checkpoint_manifest(h.ms, cp)
-        backup_version(
-            m,
-            h.store,
-            lambda i: h.store if i == 0 else h.external.store_for(i, m),
-            dest,
-            clock=h.clock,
-            rng=random.Random(h.rng.getrandbits(64)),
-            server_copy=_server_copier(src_url, dest_url, store_options),
-            prune=prune,
-            report=rep,
-            workers=workers,
-            progress=progress,
-        )
+        src = _Source(h.ms, h.store, h.external, h.clock, h.rng, src_url)
+        return _copy_pinned(src, cp, release, dest, dest_url, store_options, prune, workers, progress)
     finally:
-        try:
-            delete_checkpoint(h.ms, cp.id, timeout_s=60.0, missing_ok=True)
-        except ShaleError as exc:
-            log.warning("backup: could not release checkpoint %s (it expires): %s", cp.id, exc)
-        dest.close()
         h.close()
-    return rep
 
 
 __all__ = ["BackupReport", "backup_from_writer", "backup_url", "backup_version", "common_root", "flattened"]
