@@ -236,6 +236,52 @@ class RemoveCheckpoint(Edit):
         return without_checkpoints(m, {self.cp_id})
 
 
+@dataclass(frozen=True)
+class _Request:
+    """A checkpoint's arguments, checked: the standalone and the writer's creation take and
+    check the same ones and build the same :class:`AddCheckpoint`; they differ only in
+    ``prepare`` and in how the edit is written."""
+
+    lifetime_s: float | None
+    source: uuid.UUID | None
+    name: str | None
+    metadata: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def check(
+        cls,
+        lifetime: Lifetime,
+        source: uuid.UUID | str | Checkpoint | None,
+        name: str | None,
+        metadata: Mapping[str, str] | None,
+    ) -> _Request:
+        secs = lifetime_seconds(lifetime)
+        _check_name(name)
+        meta = _check_metadata(metadata)
+        return cls(secs, None if source is None else as_checkpoint_id(source), name, meta)
+
+    def edit(
+        self,
+        rng: random.Random,
+        clock: Clock,
+        where: str,
+        prepare: Callable[[Manifest], Manifest] | None,
+        out: list[Checkpoint],
+    ) -> AddCheckpoint:
+        """The edit creating a checkpoint with a fresh id (appended to ``out`` when written)."""
+        return AddCheckpoint(
+            cp_id=new_checkpoint_id(rng),
+            clock=clock,
+            where=where,
+            lifetime_s=self.lifetime_s,
+            source=self.source,
+            name=self.name,
+            metadata=self.metadata,
+            prepare=prepare,
+            result=out,
+        )
+
+
 def create_checkpoint(
     ms: ManifestStore,
     *,
@@ -256,31 +302,16 @@ def create_checkpoint(
     that was durable when it was taken. A source checkpoint's WAL range is
     the source's.
     """
-    secs = lifetime_seconds(lifetime)
-    _check_name(name)
-    meta = _check_metadata(metadata)
-    src = None if source is None else as_checkpoint_id(source)
-    where = ms.store.describe()
+    req = _Request.check(lifetime, source, name, metadata)
     out: list[Checkpoint] = []
     prepare = None
-    if src is None and include_durable_wal:
+    if req.source is None and include_durable_wal:
         store = ms.store
 
         def prepare(m: Manifest) -> Manifest:
             return extend_wal_range(m, durable_wal_tail(store, m.next_wal_id - 1))
 
-    edit = AddCheckpoint(
-        cp_id=new_checkpoint_id(rng),
-        clock=clock,
-        where=where,
-        lifetime_s=secs,
-        source=src,
-        name=name,
-        metadata=meta,
-        prepare=prepare,
-        result=out,
-    )
-    ms.update(edit, timeout_s=timeout_s)
+    ms.update(req.edit(rng, clock, ms.store.describe(), prepare, out), timeout_s=timeout_s)
     return out[-1]
 
 
@@ -366,10 +397,8 @@ def create_writer_checkpoint(
     """
     if scope not in SCOPES:
         raise InvalidArgument(f"scope must be one of {SCOPES}, got {scope!r}")
-    secs = lifetime_seconds(lifetime)
-    _check_name(name)
-    meta = _check_metadata(metadata)
-    src = None if source is None else as_checkpoint_id(source)
+    req = _Request.check(lifetime, source, name, metadata)
+    src = req.source
     db.check_failure()
     if db.closed:
         raise ClosedError("database is closed")
@@ -384,17 +413,7 @@ def create_writer_checkpoint(
         return db.decorate_manifest(extend_wal_range(m, durable_wal) if src is None else m)
 
     out: list[Checkpoint] = []
-    edit = AddCheckpoint(
-        cp_id=new_checkpoint_id(db.rng),
-        clock=db.clock,
-        where=db.store.describe(),
-        lifetime_s=secs,
-        source=src,
-        name=name,
-        metadata=meta,
-        prepare=prepare,
-        result=out,
-    )
+    edit = req.edit(db.rng, db.clock, db.store.describe(), prepare, out)
     db.update_manifest(edit)  # serialized with the writer's other manifest writes; adopts the result
     return out[-1]
 
