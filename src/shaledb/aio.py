@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, SupportsIndex, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, Self, SupportsIndex, TypedDict, TypeVar, Unpack
 
 from .db import reader as _db_reader
 from .db import writer as _db
@@ -380,29 +380,93 @@ class Snapshot(_Reads):
         return f"aio.Snapshot(seq={self.seq}{closed})"
 
 
-class Db(_Reads):
+async def _open_in_pool(workers: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking open on a pool of its own, shut down after it: the handle it opens
+    starts its own pool, and an open makes store round trips the loop must not wait on."""
+    executor = _Executor(workers)
+    try:
+        return await executor.run(fn, *args, **kwargs)
+    finally:
+        executor.shutdown()
+
+
+_Sync = TypeVar("_Sync", _db.Db, _db_reader.DbReader)
+
+
+class _Handle(_Reads, Generic[_Sync]):
+    """What the writer's and a reader's asyncio handles share over ``sync``, the blocking
+    handle they wrap: snapshots, change feeds, metrics, and closing once."""
+
+    sync: _Sync
+
+    def __init__(self, sync: _Sync, workers: int) -> None:
+        self.sync = sync
+        self._target = sync
+        self._executor = _Executor(workers)
+        self._shut = False
+
+    @asynccontextmanager
+    async def snapshot(
+        self, *, at_seq: int | None = None, at_time: datetime | None = None
+    ) -> AsyncIterator[Snapshot]:
+        """``async with handle.snapshot() as snap``: a consistent view, released on exit."""
+        snap = Snapshot(self._executor, self.sync.snapshot(at_seq=at_seq, at_time=at_time))
+        try:
+            yield snap
+        finally:
+            await snap.close()
+
+    def metrics(self) -> dict[str, object]:
+        return self.sync.metrics()
+
+    def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> AsyncChanges:
+        """``async for change in handle.changes(since)`` (see :meth:`shaledb.Db.changes`)."""
+        return AsyncChanges(self._executor, self.sync.changes(since, **options))
+
+    async def close(self) -> None:
+        """Close ``sync`` on the executor (the writer flushes first), then stop this
+        handle's threads; closing again does nothing."""
+        if self._shut:
+            return
+        self._shut = True
+        try:
+            # Shielded: a cancelled close() still closes (a second call returns at once).
+            await asyncio.shield(self._executor.submit(self.sync.close))
+        finally:
+            self._stop_threads()
+
+    def _stop_threads(self) -> None:
+        self._executor.shutdown()
+
+    @property
+    def closed(self) -> bool:
+        return self.sync.closed
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"aio.{self.sync!r}"
+
+
+class Db(_Handle[_db.Db]):
     """The writer's asyncio handle; ``sync`` is the :class:`shaledb.Db` it shares the engine with."""
 
     def __init__(self, db: _db.Db, *, workers: int = DEFAULT_WORKERS) -> None:
         if not isinstance(db, _db.Db):
             raise InvalidArgument(f"aio.Db wraps a shaledb.Db, got {type(db).__name__}")
-        self.sync = db
-        self._target = db
-        self._executor = _Executor(workers)
+        super().__init__(db, workers)
         self._waiter = _DurabilityWaiter(db.wal)
-        self._shut = False
 
     @classmethod
     async def open(
         cls, url: str | None = None, *, workers: int = DEFAULT_WORKERS, **kwargs: Unpack[DbOpenOptions]
     ) -> Db:
         """Open (or create) the database at ``url``; keywords as :meth:`shaledb.Db.open`."""
-        executor = _Executor(workers)
-        try:
-            db = await executor.run(_db.Db.open, url, **kwargs)
-        finally:
-            executor.shutdown()
-        return cls(db, workers=workers)
+        return cls(await _open_in_pool(workers, _db.Db.open, url, **kwargs), workers=workers)
 
     # ---------------------------------------------------------------- writes
 
@@ -460,26 +524,8 @@ class Db(_Reads):
 
     # ----------------------------------------------------------------- reads
 
-    @asynccontextmanager
-    async def snapshot(
-        self, *, at_seq: int | None = None, at_time: datetime | None = None
-    ) -> AsyncIterator[Snapshot]:
-        """``async with db.snapshot() as snap``: a consistent view, released on exit."""
-        snap = Snapshot(self._executor, self.sync.snapshot(at_seq=at_seq, at_time=at_time))
-        try:
-            yield snap
-        finally:
-            await snap.close()
-
     def stats(self) -> dict[str, int]:
         return self.sync.stats()
-
-    def metrics(self) -> dict[str, object]:
-        return self.sync.metrics()
-
-    def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> AsyncChanges:
-        """``async for change in db.changes(since)`` (see :meth:`shaledb.Db.changes`)."""
-        return AsyncChanges(self._executor, self.sync.changes(since, **options))
 
     # ------------------------------------------------------ flush and close
 
@@ -487,46 +533,21 @@ class Db(_Reads):
         """Make every write so far durable; with ``memtable=True`` also write it to L0."""
         await self._executor.run(self.sync.flush, memtable=memtable)
 
-    async def close(self) -> None:
-        """Flush and close the database (on the executor), then stop this handle's threads;
-        closing again does nothing."""
-        if self._shut:
-            return
-        self._shut = True
-        try:
-            # Shielded: a cancelled close() still closes (a second call returns at once).
-            await asyncio.shield(self._executor.submit(self.sync.close))
-        finally:
-            # Told, not joined: it ends within a poll once no write waits. (Joined on the
-            # loop's default executor, a thread outlived the handle until the loop ended; on
-            # the handle's pool, a cancelled close waited behind the pool's queued calls.)
-            self._waiter.stop(wait=False)
-            self._executor.shutdown()
-
-    @property
-    def closed(self) -> bool:
-        return self.sync.closed
-
-    async def __aenter__(self) -> Db:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def __repr__(self) -> str:
-        return f"aio.{self.sync!r}"
+    def _stop_threads(self) -> None:
+        # Told, not joined: it ends within a poll once no write waits. (Joined on the
+        # loop's default executor, a thread outlived the handle until the loop ended; on
+        # the handle's pool, a cancelled close waited behind the pool's queued calls.)
+        self._waiter.stop(wait=False)
+        self._executor.shutdown()
 
 
-class DbReader(_Reads):
+class DbReader(_Handle[_db_reader.DbReader]):
     """A reader's asyncio handle; ``sync`` is the :class:`shaledb.DbReader`."""
 
     def __init__(self, reader: _db_reader.DbReader, *, workers: int = DEFAULT_WORKERS) -> None:
         if not isinstance(reader, _db_reader.DbReader):
             raise InvalidArgument(f"aio.DbReader wraps a shaledb.DbReader, got {type(reader).__name__}")
-        self.sync = reader
-        self._target = reader
-        self._executor = _Executor(workers)
-        self._shut = False
+        super().__init__(reader, workers)
 
     @classmethod
     async def open(
@@ -538,33 +559,11 @@ class DbReader(_Reads):
         **kwargs: Unpack[ReaderOpenOptions],
     ) -> DbReader:
         """Open a reader; arguments as :meth:`shaledb.DbReader.open`."""
-        executor = _Executor(workers)
-        try:
-            reader = await executor.run(_db_reader.DbReader.open, url, checkpoint, **kwargs)
-        finally:
-            executor.shutdown()
+        reader = await _open_in_pool(workers, _db_reader.DbReader.open, url, checkpoint, **kwargs)
         return cls(reader, workers=workers)
-
-    @asynccontextmanager
-    async def snapshot(
-        self, *, at_seq: int | None = None, at_time: datetime | None = None
-    ) -> AsyncIterator[Snapshot]:
-        """``async with reader.snapshot() as snap``."""
-        snap = Snapshot(self._executor, self.sync.snapshot(at_seq=at_seq, at_time=at_time))
-        try:
-            yield snap
-        finally:
-            await snap.close()
 
     def stats(self) -> dict[str, int | str]:
         return self.sync.stats()
-
-    def metrics(self) -> dict[str, object]:
-        return self.sync.metrics()
-
-    def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> AsyncChanges:
-        """``async for change in reader.changes(since)`` (see :meth:`shaledb.DbReader.changes`)."""
-        return AsyncChanges(self._executor, self.sync.changes(since, **options))
 
     async def refresh(self) -> None:
         """Poll for a new manifest and WAL objects now."""
@@ -573,30 +572,6 @@ class DbReader(_Reads):
     @property
     def seq(self) -> int:
         return self.sync.seq
-
-    async def close(self) -> None:
-        """Close the reader (on the executor) and stop this handle's threads; again: nothing."""
-        if self._shut:
-            return
-        self._shut = True
-        try:
-            # Shielded: a cancelled close() still closes (a second call returns at once).
-            await asyncio.shield(self._executor.submit(self.sync.close))
-        finally:
-            self._executor.shutdown()
-
-    @property
-    def closed(self) -> bool:
-        return self.sync.closed
-
-    def __repr__(self) -> str:
-        return f"aio.{self.sync!r}"
-
-    async def __aenter__(self) -> DbReader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 __all__ = [
