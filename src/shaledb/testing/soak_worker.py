@@ -25,9 +25,12 @@ import random
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .ledger import Ledger, state_digest
+
+if TYPE_CHECKING:
+    from ..compaction import Compactor
 
 ROLES: tuple[str, ...] = (
     "writer",
@@ -142,6 +145,19 @@ class Writes:
             return state_digest(db.scan())
 
 
+def _eager_compactor(url: str, settings: Any, rng: random.Random) -> Compactor:
+    """A standalone compactor that merges as soon as there are two of anything, so the
+    compactor and GC roles get a compaction to be killed in after every short burst."""
+    import shaledb
+
+    return shaledb.Compactor.open(
+        url,
+        shaledb.CompactorOptions(min_l0_ssts=2, min_merge_runs=2),
+        settings=settings,
+        seed=rng.randrange(1 << 62),
+    )
+
+
 def run(role: str, url: str, aux: str, ledger: Ledger, seed: int, version: int, vsep: bool) -> None:
     import shaledb
     from shaledb import admin
@@ -169,12 +185,7 @@ def run(role: str, url: str, aux: str, ledger: Ledger, seed: int, version: int, 
         ledger.log({"ready": role})
     i = 0
     if role == "compactor":
-        comp = shaledb.Compactor.open(
-            url,
-            shaledb.CompactorOptions(min_l0_ssts=2, min_merge_runs=2),
-            settings=settings,
-            seed=rng.randrange(1 << 62),
-        )
+        comp = _eager_compactor(url, settings, rng)
         while True:
             ledger.log({"op": "compact"})
             comp.run_once()
@@ -183,12 +194,7 @@ def run(role: str, url: str, aux: str, ledger: Ledger, seed: int, version: int, 
         gc = shaledb.GarbageCollector.open(
             url, shaledb.GcOptions(min_age_s=0.0), settings=settings, seed=rng.randrange(1 << 62)
         )
-        comp = shaledb.Compactor.open(
-            url,
-            shaledb.CompactorOptions(min_l0_ssts=2, min_merge_runs=2),
-            settings=settings,
-            seed=rng.randrange(1 << 62),
-        )
+        comp = _eager_compactor(url, settings, rng)
         while True:
             ledger.log({"op": "gc"})
             gc.run_once()
