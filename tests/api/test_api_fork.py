@@ -130,3 +130,66 @@ def test_a_child_forked_while_the_parent_reads_a_local_db_opens_its_own_reader(t
             p.join(5)
             if p.is_alive():
                 p.kill()
+
+
+_FORK_OPS: dict[str, Any] = {
+    "delete": lambda st: st.delete("tmp/a"),
+    "delete_missing": lambda st: st.delete("tmp/none"),
+    "delete_many": lambda st: st.delete_many(["tmp/a", "tmp/none", "tmp/b/c"]),
+    "copy": lambda st: st.copy("tmp/a", "tmp/new/copy"),
+    "copy_create": lambda st: st.copy("tmp/a", "tmp/new/copy", create=True),
+    "put": lambda st: st.put("tmp/a", b"child"),
+    "put_create": lambda st: st.put("tmp/new/x", b"child", create=True),
+    "list": lambda st: [m.path for m in st.list("tmp/")],
+    "list_offset": lambda st: [m.path for m in st.list("tmp/", offset="tmp/a")],
+    "get_range": lambda st: st.get_range("tmp/a", 1, 3),
+    "get_ranges": lambda st: st.get_ranges("tmp/a", [(0, 1), (2, 9)]),
+    "head": lambda st: st.head("tmp/a").size,
+    "attributes": lambda st: st.attributes("tmp/a"),
+}
+_FORK_RESULTS: dict[str, object] = {
+    "list": ["tmp/a", "tmp/b/c"],
+    "list_offset": ["tmp/b/c"],
+    "get_range": b"ar",
+    "get_ranges": [b"p", b"rent"],
+    "head": 6,
+    "attributes": {},
+}
+
+
+def _store_op_child(store: Any, op: str, out: Connection) -> None:
+    try:
+        out.send(("ok", _FORK_OPS[op](store)))
+    except Exception as exc:
+        out.send((type(exc).__name__, str(exc)))
+
+
+@pytest.mark.parametrize("op", sorted(_FORK_OPS))
+def test_a_child_forked_right_after_the_parent_used_a_local_store_can_use_it(tmp_path: Path, op: str) -> None:
+    """Every operation of a local directory store works in a forked child (a worker running
+    GC, a checkpoint, a compaction, a writer): they went through obstore, whose blocking
+    threads the child lacks, and a delete or copy there waited forever when the parent had
+    used the store within seconds before the fork."""
+    import obstore
+
+    store = open_store(str(tmp_path / "db"))
+    store.put("tmp/a", b"parent")
+    store.put("tmp/b/c", b"x")
+    store.put("tmp/scratch", b"x")
+    store.delete("tmp/scratch")
+    # The parent's obstore runtime has live blocking threads at the fork, whatever the store uses.
+    side = obstore.store.LocalStore(prefix=str(tmp_path), mkdir=True)
+    obstore.put(side, "side", b"x")
+    obstore.delete(side, "side")
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_store_op_child, args=(store, op, send))
+    p.start()
+    try:
+        assert recv.poll(20), f"the forked child hung in {op}"
+        kind, value = recv.recv()
+    finally:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+    assert (kind, value) == ("ok", _FORK_RESULTS.get(op)), (kind, value)

@@ -8,10 +8,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import obstore
 import pytest
 
 from shaledb.errors import AlreadyExists, InvalidArgument, InvalidPathError, ObjectNotFound
-from shaledb.store.obstore_store import LocalObstoreStore
+from shaledb.store.obstore_store import LocalObstoreStore, ObstoreStore
 from shaledb.testing.seeds import test_seed
 
 
@@ -166,7 +167,7 @@ def test_large_creates_leave_the_page_cache_a_mib_at_a_time(
     assert advice.calls == [(mib, 0, 0), (2 * mib, 0, 0), (3 * mib, 0, 0), (len(big), 0, 0)]
     del advice.calls[:]
     st.put("compacted/small.sst", small, create=True)
-    st.put("manifest/big", big)  # overwrites go through obstore, cached
+    st.put("manifest/big", big)  # overwrites stay cached
     assert advice.calls == []
     assert st.get("compacted/big.sst") == big and st.get("compacted/small.sst") == small
     assert st.get_range("compacted/big.sst", mib - 3, mib + 3) == big[mib - 3 : mib + 3]
@@ -226,3 +227,94 @@ def test_deleting_a_stage_s_runs_removes_its_empty_folder(tmp_path: Path) -> Non
     assert (tmp_path / "db" / b).is_dir()  # still holds a run
     st.put(f"{a}/01ARZ3NDEKTSV4RRFFQ69G5FA5.arrows", b"again")  # the folder comes back on demand
     assert st.get(f"{a}/01ARZ3NDEKTSV4RRFFQ69G5FA5.arrows") == b"again"
+
+
+def _odd_tree(root: Path) -> None:
+    """Names a listing must order and filter as obstore's does: stages, '#' names that are
+    not stages, a folder that is a prefix of a file's name, links to a file and a folder
+    inside, a broken link, an empty folder, spaces, '%', non-ASCII."""
+    for name in [
+        "a.b", "a!", "a/x", "a/y/z", "ab", "w#1", "w#abc", "w#", "w#12#3", "#7", "sp ace", "pc%20t",
+        "uni\u00e9", "st*ar", "m/#2", "m/n/o#x", "wal/00000000000000000001.wal", "wal/02.wal",
+    ]:  # fmt: skip
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(name.encode() * 3)
+    (root / "filelink").symlink_to(root / "a" / "x")
+    (root / "dirlink").symlink_to(root / "a")
+    (root / "broken").symlink_to(root / "nowhere")
+    (root / "empty").mkdir()
+
+
+def _obstore_view(root: Path) -> ObstoreStore:
+    """The same directory through obstore's own local store (the generic adapter)."""
+    return ObstoreStore(obstore.store.LocalStore(prefix=str(root)), description="obstore", sort_listings=True)
+
+
+def test_listings_and_metadata_are_obstore_s(tmp_path: Path) -> None:
+    """The local store lists and stats with os calls (obstore's would hang in a forked
+    child); paths, order, sizes, times and e-tags are what obstore gives for the same files."""
+    root = tmp_path / "db"
+    root.mkdir()
+    _odd_tree(root)
+    ours, theirs = LocalObstoreStore(str(root), description="test"), _obstore_view(root)
+    prefixes = ["", "a", "a/", "a/y", "w", "w#", "m/", "wal/", "wal/0000", "dirlink/", "nope", "a/x", "a/x/"]
+    seed = test_seed()
+    rng = random.Random(seed)
+    names = [m.path for m in ours.list("")]
+    for prefix in prefixes:
+        for offset in [None, prefix.rstrip("/"), *rng.sample(names, 4), "a", "m/n"]:
+            got, want = list(ours.list(prefix, offset=offset)), list(theirs.list(prefix, offset=offset))
+            assert got == want, (seed, prefix, offset)
+    assert "w#1" not in names and "w#12#3" in names and "dirlink/y/z" in names and "broken" not in names
+    for name in names:
+        assert ours.head(name) == theirs.head(name)
+    # An offset is a string to be greater than (obstore's took "a/" for "a", listing "a!" after it).
+    assert [m.path for m in ours.list("a", offset="a/")] == ["a/x", "a/y/z", "ab"]
+
+
+def test_writes_deletes_and_copies_match_obstore_s(tmp_path: Path) -> None:
+    """Puts replace atomically, copies are hard links (as obstore's), and the errors of
+    missing objects, lost creates and ranges past the end are the ones obstore's gave."""
+    root = tmp_path / "db"
+    root.mkdir()
+    ours, theirs = LocalObstoreStore(str(root), description="test"), _obstore_view(root)
+    ours.put("m/a", b"one")
+    before = os.stat(root / "m" / "a").st_ino
+    ours.put("m/a", b"two!")
+    assert os.stat(root / "m" / "a").st_ino != before  # a new file renamed into place
+    ours.copy("m/a", "deep/er/b")
+    assert os.stat(root / "deep" / "er" / "b").st_ino == os.stat(root / "m" / "a").st_ino
+    ours.copy("m/a", "deep/er/b")  # over an existing object
+    ours.copy("m/a", "c", create=True)
+    for st in (ours, theirs):
+        with pytest.raises(AlreadyExists):
+            st.copy("m/a", "c", create=True)
+        with pytest.raises(AlreadyExists):
+            st.put("c", b"x", create=True)
+        with pytest.raises(ObjectNotFound):
+            st.copy("m/none", "d")
+        with pytest.raises(ObjectNotFound):
+            st.get_range("m/none", 0, 2)
+        assert st.get_range("m/a", 2, 99) == b"o!"
+        assert st.get_range("m/a", 4, 9) == b""
+        assert st.get_ranges("m/a", [(0, 1), (9, 12), (3, 9)]) == [b"t", b"", b"!"]
+    assert list(ours.list("")) == list(theirs.list(""))
+    assert sorted(os.listdir(root)) == ["c", "deep", "m"]  # no stage left behind
+    with pytest.raises(ObjectNotFound):
+        ours.copy("deep", "e")  # a folder is no object
+    ours.delete("m/none")
+    ours.delete("deep")  # a folder: not an object, so not there to delete
+    ours.delete_many(["c", "m/none", "deep/er/b"])
+    assert [m.path for m in ours.list("")] == ["m/a"] == [m.path for m in theirs.list("")]
+
+
+def test_a_listing_leaves_out_a_link_that_loops_and_names_that_are_not_utf8(tmp_path: Path) -> None:
+    """obstore's listing failed on both (an outage retried forever, an invalid path); the
+    objects beside them are listed."""
+    root = tmp_path / "db"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "ok").write_bytes(b"1")
+    (root / "sub" / "loop").symlink_to(root)
+    os.close(os.open(os.path.join(os.fsencode(root), b"bad\xff"), os.O_CREAT | os.O_WRONLY))
+    local = LocalObstoreStore(str(root), description="test")
+    assert [m.path for m in local.list("")] == ["sub/ok"]

@@ -8,8 +8,9 @@ each other or with the contract in :mod:`.base`:
 * listing prefixes: obstore matches whole path segments (``a/b`` does not
   match ``a/bc``); the contract is a plain string prefix, so a prefix that does
   not end in ``/`` lists its parent directory and filters;
-* listing order: LocalStore returns paths unordered, so local listings are
-  sorted before they are returned;
+* listing order: local listings are sorted (:class:`LocalObstoreStore` makes
+  every local-directory call itself with ``os`` calls, as obstore's LocalStore
+  does them: those hang in a forked child);
 * range reads that start at or past the end raise on every backend (and
   ``get_ranges`` panics inside Rust); the contract returns ``b""``;
 * S3 has no copy-if-absent; it falls back to read + create-if-absent put;
@@ -119,8 +120,8 @@ def _check_cloud_fork() -> None:
     obstore runs cloud requests on one process-wide Rust runtime whose threads a forked
     child does not inherit: every S3/GCS/Azure request of the child, through an inherited
     store or a new one, waited forever. Local directories and memory stores do not use
-    it that way and keep working in a child (a local store's reads are ``os`` calls:
-    ``LocalStore.get`` and ``head``; its deletes and copies still go through obstore).
+    it that way and keep working in a child (every call of a local store is ``os`` calls:
+    :class:`LocalObstoreStore`).
     """
     global _CLOUD_PID
     pid = os.getpid()
@@ -488,6 +489,33 @@ _fadvise = getattr(os, "posix_fadvise", None)  # not on macOS or Windows: writes
 _DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
 
 
+_LINK_ITSELF: dict[str, bool] = {"follow_symlinks": False} if os.link in os.supports_follow_symlinks else {}
+"""How a copy links a source that is a symbolic link: the link itself, as obstore's (Rust's
+``hard_link``); where ``link`` cannot choose, as the system does."""
+
+
+def _unlink_quietly(stage: str) -> None:
+    """Remove a staging file; one left behind is the garbage collector's (``abandoned_stages``)."""
+    try:
+        os.unlink(stage)
+    except OSError:
+        log.warning("could not remove staging file %s", stage)
+
+
+def _os_meta(path: str, st: os.stat_result) -> ObjectMeta:
+    """An object's metadata from its ``stat``, as obstore's local store gives it: the time
+    in microseconds, the e-tag the inode, those microseconds and the size, in hex."""
+    micros = st.st_mtime_ns // 1000
+    e_tag = f'"{st.st_ino:x}-{micros:x}-{st.st_size:x}"'
+    return ObjectMeta(path=path, size=st.st_size, last_modified=micros / 1e6, e_tag=e_tag)
+
+
+def _is_stage_name(name: str) -> bool:
+    """obstore's rule for names a local listing skips: ``<name>#<digits>`` (a stage)."""
+    suffix = name.partition("#")[2]
+    return bool(suffix) and suffix.isascii() and suffix.isdigit()
+
+
 def _write_all(fd: int, view: memoryview) -> None:
     while view:
         view = view[os.write(fd, view) :]
@@ -518,6 +546,13 @@ class LocalObstoreStore(ObstoreStore):
     evicted while another thread reads through it is closed only afterwards;
     a deleted file stays readable through an open descriptor, which is the
     semantics of an object store anyway (GC deletes only unreferenced objects).
+
+    Every other call is ``os`` calls too, the ones obstore's LocalStore makes (stage and
+    rename or link, hard-link copies, a ``scandir`` walk): obstore runs them on its
+    runtime's blocking threads, which a process forked with ``os.fork`` (multiprocessing's
+    default on Linux) does not inherit, so a forked worker's GC, checkpoint, compaction or
+    writer waited forever when its parent had used the store seconds before. The obstore
+    LocalStore is still made (``inner``) but no call goes through it.
     """
 
     IMMUTABLE_PREFIXES = ("compacted/", "wal/", "journal/", "tmp/stage/")
@@ -590,24 +625,92 @@ class LocalObstoreStore(ObstoreStore):
             return self._lazy
 
     def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
-        metas = super().list(prefix, offset=offset)  # the prefix is checked now
-        if self._lazy is None and not self._root_exists():
-            return iter(())  # nothing written yet: the root does not exist
-        return self._inside(metas)
+        """A walk with ``os.scandir``, each folder sorted, so objects come in path order
+        without collecting them all; what obstore's local listing gives (it would hang in a
+        forked child, see :meth:`get`): regular files, through symbolic links, not stages
+        (``<name>#<digits>``), metadata as :func:`_os_meta`. Names before ``offset`` or
+        outside ``prefix`` cost no ``stat``.
 
-    def _inside(self, metas: Iterator[ObjectMeta]) -> Iterator[ObjectMeta]:
-        # LocalStore's walk follows symlinks; what lies beyond one that leaves the root is
-        # not ours, and every other call refuses it, so a listing leaves it out too.
-        for meta in metas:
-            try:
-                self._resolve(meta.path)
-            except InvalidPathError as exc:
-                where = meta.path.rpartition("/")[0]
-                if len(self._outside) < 64 and where not in self._outside:
-                    self._outside.add(where)
-                    log.warning("listing %s leaves out objects beyond a symlink: %s", self._description, exc)
-                continue
-            yield meta
+        What lies beyond a symbolic link that leaves the root is not ours, and every other
+        call refuses it, so a listing leaves it out too (with a warning); so are names no
+        path may have (see ``check_relative_path``), a link that loops back to a folder
+        above it, and names that are not UTF-8 (obstore's listing failed on those).
+        """
+        check_prefix(prefix)
+        if offset is not None and not isinstance(offset, str):
+            raise InvalidArgument(f"list offset must be a string, got {offset!r}")
+        cut = prefix.rfind("/") + 1
+        parent, partial = prefix[:cut], prefix[cut:]
+        top = os.path.join(self._real_root, *parent.split("/"))
+        if not parent:
+            return self._walk(top, parent, partial, offset, prefix, via_link=False)
+        real = self._dirs.get(parent[:-1]) or os.path.realpath(top)
+        return self._walk(top, parent, partial, offset, prefix, via_link=real != os.path.normpath(top))
+
+    def _walk(
+        self, here: str, rel: str, partial: str, offset: str | None, prefix: str, *, via_link: bool
+    ) -> Iterator[ObjectMeta]:
+        """Objects below the folder ``here`` (``rel``: its path relative to the root, ``""``
+        or ending in ``/``) whose name in it starts with ``partial``, after ``offset``.
+        ``via_link``: a symbolic link led here, so paths are checked with ``_resolve``."""
+        try:
+            with os.scandir(here) as it:
+                found = [
+                    (e.name + "/" if e.is_dir() else e.name, e) for e in it if e.name.startswith(partial)
+                ]
+        except (FileNotFoundError, NotADirectoryError):
+            return  # nothing there (or gone meanwhile)
+        except OSError as exc:
+            raise os_error(exc, prefix, self._description, "list") from None
+        found.sort(key=lambda pair: pair[0])
+        for key, entry in found:
+            path = rel + key
+            if offset is not None and offset >= path and not (key[-1] == "/" and offset.startswith(path)):
+                continue  # before the offset, and so is everything below it
+            link = via_link or entry.is_symlink()
+            if key[-1] == "/":
+                if self._listable(path[:-1], link, None) and not (link and self._loops(here, entry)):
+                    yield from self._walk(entry.path, path, "", offset, prefix, via_link=link)
+            elif not _is_stage_name(key) and entry.is_file() and self._listable(path, link, entry.path):
+                try:
+                    st = entry.stat()
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # deleted meanwhile
+                except OSError as exc:
+                    raise os_error(exc, path, self._description, "list") from None
+                yield _os_meta(path, st)
+
+    def _listable(self, path: str, via_link: bool, full: str | None) -> bool:
+        """Whether a listing shows the object ``path`` (or descends into the folder, when
+        ``full`` is None): a valid name and, through links, one that stays inside the root."""
+        if path in self._checked:
+            return True
+        try:
+            path.encode()
+            if via_link:
+                self._resolve(path)
+            else:
+                check_relative_path(path)
+                if full is not None:
+                    self._remember(path, full)  # as _resolve would (no link on the way)
+        except (InvalidPathError, UnicodeEncodeError) as exc:
+            where = path.rpartition("/")[0]
+            if len(self._outside) < 64 and where not in self._outside:
+                self._outside.add(where)
+                log.warning("listing %s leaves out %r: %s", self._description, path, exc)
+            return False
+        return True
+
+    def _loops(self, here: str, entry: os.DirEntry[str]) -> bool:
+        """Whether the folder link ``entry`` in ``here`` leads back to ``here`` or above
+        (obstore's listing failed there; a listing now leaves the link out)."""
+        target, real_here = os.path.realpath(entry.path), os.path.realpath(here)
+        if real_here == target or real_here.startswith(target.rstrip("/") + "/"):
+            log.warning(
+                "listing %s does not follow %s: it loops back to %s", self._description, entry.path, target
+            )
+            return True
+        return False
 
     def _p(self, path: str) -> str:
         self._resolve(path)
@@ -681,22 +784,28 @@ class LocalObstoreStore(ObstoreStore):
         create: bool = False,
         attributes: Mapping[str, str] | None = None,
     ) -> None:
-        """Create-if-absent puts are done here, the way object_store does them.
+        """Puts are done here, the way object_store does them, with ``os`` calls.
 
-        Stage ``<path>#<n>`` (listings skip names with ``#``), ``link`` it to
-        ``path`` (fails if ``path`` exists: the create-if-absent check), unlink
-        the stage. The same syscalls as obstore's local store, without its
-        runtime hand-off, which was two thirds of a 1 KiB WAL object's write.
+        Stage ``<path>#<n>`` (listings skip such names), then for a create ``link`` it to
+        ``path`` (fails if ``path`` exists: the create-if-absent check) and unlink the
+        stage, else rename it over ``path`` (an atomic replace). The same syscalls as
+        obstore's local store, without its runtime hand-off, which was two thirds of a
+        1 KiB WAL object's write and hangs in a forked child (see :meth:`get`).
         """
         self._open_root(create=True)
-        if not create:
-            super().put(path, data, create=False, attributes=attributes)
-            return
-        full = self._resolve(path, final=False)
+        full = self._resolve(path, final=False)  # neither link nor rename follows a link at the name
         try:
-            stage = self._stage(full, data)
+            stage = self._stage(full, data, uncached=create)
         except OSError as exc:
             raise os_error(exc, path, self._description, "write") from exc
+        if not create:
+            try:
+                os.replace(stage, full)
+            except OSError as exc:
+                _unlink_quietly(stage)
+                raise os_error(exc, path, self._description, "write") from exc
+            self._remember(path, full)
+            return
         try:
             os.link(stage, full)
             self._remember(path, full)  # our own regular file now
@@ -705,12 +814,11 @@ class LocalObstoreStore(ObstoreStore):
         except OSError as exc:
             raise os_error(exc, path, self._description, "write") from exc
         finally:
-            try:
-                os.unlink(stage)
-            except OSError:
-                log.warning("could not remove staging file %s", stage)
+            _unlink_quietly(stage)
 
-    def _stage(self, full: str, data: bytes | bytearray | memoryview) -> str:
+    def _stage(self, full: str, data: bytes | bytearray | memoryview, *, uncached: bool) -> str:
+        """A new stage of ``full`` holding ``data``; ``uncached``: out of the page cache if it is
+        large (creates only: a bulk load's objects; overwrites are small and read again)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
         n = 1
         while True:
@@ -724,7 +832,7 @@ class LocalObstoreStore(ObstoreStore):
                 os.makedirs(os.path.dirname(full), exist_ok=True)
         try:
             view = memoryview(data).cast("B")
-            if self.drop_cache_min_bytes and len(view) >= self.drop_cache_min_bytes:
+            if uncached and self.drop_cache_min_bytes and len(view) >= self.drop_cache_min_bytes:
                 self._write_uncached(fd, view)
             else:
                 _write_all(fd, view)
@@ -817,8 +925,7 @@ class LocalObstoreStore(ObstoreStore):
 
     def head(self, path: str) -> ObjectMeta:
         """``os.stat`` of the object, for the reason :meth:`get` reads with ``os`` calls
-        (the e-tag is obstore's: inode, microseconds of mtime and size, in hex; the time in
-        microseconds, as its listings give it)."""
+        (metadata as obstore's: :func:`_os_meta`)."""
         full = self._resolve(path)
         try:
             st = os.stat(full)
@@ -828,23 +935,35 @@ class LocalObstoreStore(ObstoreStore):
             raise os_error(exc, path, self._description, "stat") from None
         if stat.S_ISDIR(st.st_mode):
             raise ObjectNotFound(path)
-        e_tag = f'"{st.st_ino:x}-{st.st_mtime_ns // 1000:x}-{st.st_size:x}"'
-        return ObjectMeta(path=path, size=st.st_size, last_modified=st.st_mtime_ns // 1000 / 1e6, e_tag=e_tag)
+        return _os_meta(path, st)
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
-        if end <= start or start < 0 or not path.startswith(self.IMMUTABLE_PREFIXES):
-            return super().get_range(path, start, end)  # argument checks and empty ranges live there
-        return self._pread(path, ((start, end),))[0]
+        if end <= start or start < 0:
+            return super().get_range(path, start, end)  # argument checks and empty ranges, no I/O
+        return self.get_ranges(path, ((start, end),))[0]
 
     def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
-        """One ``pread`` per range on one cached descriptor (immutable objects), as
-        :meth:`get_range` does: the store exchange reads a staged run's batches
-        this way, and obstore's local ranges cost a runtime hand-off and a copy
-        into ``bytes`` each."""
-        immutable = path.startswith(self.IMMUTABLE_PREFIXES)
-        if not ranges or not immutable or any(s < 0 or e < 0 for s, e in ranges):
-            return super().get_ranges(path, ranges)  # argument checks live there
-        return self._pread(path, ranges)
+        """One ``pread`` per range: on a cached descriptor for immutable objects (the
+        store exchange reads a staged run's batches this way, and obstore's local ranges
+        cost a runtime hand-off and a copy into ``bytes`` each), on one opened for the
+        call otherwise (obstore's would hang in a forked child, see :meth:`get`)."""
+        if not ranges or any(s < 0 or e < 0 for s, e in ranges):
+            return super().get_ranges(path, ranges)  # argument checks live there, no I/O
+        if path.startswith(self.IMMUTABLE_PREFIXES):
+            return self._pread(path, ranges)
+        full = self._resolve(path)
+        try:
+            fd = os.open(full, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise os_error(exc, path, self._description, "open") from None
+        try:
+            return [os.pread(fd, e - s, s) if e > s else b"" for s, e in ranges]
+        except OSError as exc:
+            if exc.errno == errno.EISDIR:
+                raise ObjectNotFound(path) from None
+            raise os_error(exc, path, self._description, "read") from None
+        finally:
+            os.close(fd)
 
     def _pread(self, path: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         f = self._acquire(path)
@@ -856,23 +975,57 @@ class LocalObstoreStore(ObstoreStore):
             self._release(f)
 
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
+        """A hard link, as obstore's local copy: ``link`` straight to ``dst`` for a create
+        (fails if it exists), else to a stage ``<dst>#<n>`` renamed over ``dst``."""
         self._open_root(create=True)
-        super().copy(src, dst, create=create)
+        source = self._resolve(src)
+        target = self._resolve(dst, final=False)  # neither link nor rename follows a link at dst
+        n = 0
+        while True:
+            name = target if create else f"{target}#{n}"
+            try:
+                os.link(source, name, **_LINK_ITSELF)
+                break
+            except FileExistsError:
+                if create:
+                    raise AlreadyExists(dst) from None
+                n += 1  # another copy's stage
+            except OSError as exc:
+                if not os.path.exists(source) or os.path.isdir(source):
+                    raise ObjectNotFound(src) from None
+                if exc.errno != errno.ENOENT:
+                    raise os_error(exc, src, self._description, "copy") from None
+                try:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                except OSError as mkdir_exc:
+                    raise os_error(mkdir_exc, dst, self._description, "copy") from None
+        if not create:
+            try:
+                os.replace(name, target)
+            except OSError as exc:
+                _unlink_quietly(name)
+                raise os_error(exc, dst, self._description, "copy") from None
 
     def delete(self, path: str) -> None:
+        self._unlink(path, self._resolve(path))
+
+    def delete_many(self, paths: Sequence[str]) -> None:
+        full = [self._resolve(p) for p in paths]  # every path checked before anything goes
+        for path, name in zip(paths, full, strict=True):
+            self._unlink(path, name)
+        self._drop_stage_dirs(paths)
+
+    def _unlink(self, path: str, full: str) -> None:
+        """``unlink``; a missing object (or a directory at its name: not an object) is no error."""
         with self._files_lock:
             self._evict_locked(path)
         self._checked.pop(path, None)
-        super().delete(path)
-
-    def delete_many(self, paths: Sequence[str]) -> None:
-        with self._files_lock:
-            for path in paths:
-                self._evict_locked(path)
-        for path in paths:
-            self._checked.pop(path, None)
-        super().delete_many(paths)
-        self._drop_stage_dirs(paths)
+        try:
+            os.unlink(full)
+        except (FileNotFoundError, IsADirectoryError):
+            return
+        except OSError as exc:
+            raise os_error(exc, path, self._description, "delete") from None
 
     def _drop_stage_dirs(self, paths: Sequence[str]) -> None:
         """Remove the folders of staged runs (``tmp/stage/<exchange>/``) their deletes left
