@@ -19,8 +19,9 @@ at once and durable after :meth:`ShaleDbm.sync` or :meth:`ShaleDbm.close`
 accepted and ignored (shaledb always locks: one writer per database).
 
 Keys and values are bytes; ``str`` is encoded as UTF-8, as ``dbm`` does.
-Iteration is in key order. ``len()`` counts by a full scan (``dbm`` code
-expects it; keep it off hot paths on large databases).
+Iteration is in key order; ``keys()`` is a list, as ``dbm`` objects give it. ``len()``
+and ``keys()`` read every key (``dbm`` code expects them; keep them off hot paths on
+large databases).
 """
 
 from __future__ import annotations
@@ -87,6 +88,12 @@ class ShaleDbm(MutableMapping[bytes, bytes]):
 
     def __iter__(self) -> Iterator[bytes]:
         return self._h.keys()  # type: ignore[no-any-return]
+
+    def keys(self) -> list[bytes]:  # type: ignore[override]
+        """Every key, in key order, as a list: what ``dbm`` objects return (``dbm.dumb``,
+        ``dbm.gnu`` and ``dbm.ndbm`` alike); a mapping's ``KeysView`` is not indexable, so
+        ``d.keys()[0]`` of ``dbm`` code failed. A full scan, as :meth:`__len__`."""
+        return list(self._h.keys())
 
     def __len__(self) -> int:
         with self._h.scan() as it:

@@ -143,6 +143,25 @@ def test_shelve_round_trip(tmp_path: Path) -> None:
         assert len(sh) == 3
     with shaledb.dbm.open(url, "n") as d:
         assert len(d) == 0
+
+
+def test_dbm_keys_is_a_list_in_key_order(tmp_path: Path) -> None:
+    """``keys()`` of a ``dbm`` object (``dbm.dumb``, ``dbm.gnu``, ``dbm.ndbm``) is a list;
+    shaledb.dbm's was a ``KeysView``, so ``d.keys()[0]`` or ``d.keys() == [...]`` of dbm code
+    failed. Read-only handles answer the same."""
+    import dbm.dumb
+
+    with dbm.dumb.open(str(tmp_path / "dumb"), "c") as ref:
+        ref["b"] = "2"
+        assert type(ref.keys()) is list  # the behaviour matched
+    url = tmp_path / "keys"
+    with shaledb.dbm.open(url, "c") as d:
+        assert d.keys() == []
+        d["b"], d[b"a"] = "2", b"1"
+        keys = d.keys()
+        assert type(keys) is list and keys == [b"a", b"b"] and keys[0] == b"a"
+    with shaledb.dbm.open(url, "r") as d:
+        assert d.keys() == [b"a", b"b"]
     with pytest.raises(shaledb.dbm.error, match="flag 'c'"):
         shaledb.dbm.open(tmp_path / "missing", "w")
     with pytest.raises(shaledb.dbm.error, match="flag 'c'"):

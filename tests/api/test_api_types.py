@@ -208,6 +208,33 @@ def test_bad_keys_still_raise_invalid_argument(tmp_path: Path) -> None:
                 snap.scan(limit=-1)  # a snapshot checks the limit as the writer does
 
 
+def test_a_bad_range_delete_bound_is_named(tmp_path: Path) -> None:
+    """``delete_range(b"a", "b")`` said "keys are bytes" without naming the argument; it is
+    named as ``scan``'s are (``scan start must be bytes ...``), on every handle, and nothing
+    is written."""
+    with Db.open(tmp_path / "db", settings=QUIET) as db:
+        db.put(b"a1", b"v")
+        cases = [
+            (
+                (b"a", "b"),
+                r"^delete_range end must be bytes, got str: encode text first, e\.g\. end\.encode\(\)$",
+            ),
+            (("a", b"b"), r"^delete_range start must be bytes, got str"),
+            ((None, b"b"), r"^delete_range start must be bytes, got NoneType$"),
+            ((b"a", 5), r"^delete_range end must be bytes, got int$"),
+            ((b"", b"b"), r"^delete_range start: a key must not be empty$"),
+            ((b"a", b"b" * 70000), r"^delete_range end: a key may be at most"),
+        ]
+        for args, message in cases:
+            with pytest.raises(InvalidArgument, match=message):
+                db.delete_range(*args)  # type: ignore[arg-type]
+            with pytest.raises(InvalidArgument, match=message):
+                WriteBatch().delete_range(*args)  # type: ignore[arg-type]
+            with db.transaction() as txn, pytest.raises(InvalidArgument, match=message):
+                txn.delete_range(*args)  # type: ignore[arg-type]
+        assert db.get(b"a1") == b"v"
+
+
 # ------------------------------------------------------------------ one query surface
 
 READS = {

@@ -222,10 +222,25 @@ class WriteBatch:
 
 def check_range(start: object, end: object) -> tuple[bytes, bytes]:
     """``(start, end)`` of a range delete: two keys with ``start <= end``."""
-    s, e = check_key(start), check_key(end)
+    s, e = _range_key("start", start), _range_key("end", end)
     if s > e:
         raise InvalidArgument(f"delete_range start {s!r} is after its end {e!r}")
     return s, e
+
+
+def _range_key(name: str, key: object) -> bytes:
+    """``check_key``, its error naming the argument as ``scan`` does (``delete_range(b"a", "b")``
+    said "keys are bytes" without saying which of the two was not)."""
+    try:
+        return check_key(key)
+    except InvalidArgument as exc:
+        if isinstance(key, str):
+            raise InvalidArgument(
+                f"delete_range {name} must be bytes, got str: encode text first, e.g. {name}.encode()"
+            ) from None
+        if not isinstance(key, (bytes, bytearray, memoryview)):
+            raise InvalidArgument(f"delete_range {name} must be bytes, got {type(key).__name__}") from None
+        raise InvalidArgument(f"delete_range {name}: {exc}") from None
 
 
 class WriteHandle:
