@@ -82,3 +82,38 @@ def test_a_backup_that_dies_part_way_leaves_the_last_one_and_the_next_finishes(
     assert rep.manifest_written and 0 < rep.copied <= rep.objects
     with DbReader.open(str(tmp_path / "dest")) as r:
         assert dict(r.scan()) == second
+
+
+@pytest.mark.parametrize("how", ["writer", "url"])
+def test_a_backup_whose_checkpoint_fails_closes_what_it_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The checkpoint is taken after the destination (and, standalone, the source's admin
+    handle) is opened; a checkpoint that failed (a closed writer, a destroyed database, a CAS
+    timeout) left both open: a leaked store client per failed backup."""
+    import shaledb.journal.backup as backup
+
+    closed: list[str] = []
+    opened = backup.open_dest
+
+    def open_dest(url: str, options: object) -> object:
+        dest = opened(url, options)  # type: ignore[arg-type]
+        real_close = dest.close
+        dest.close = lambda: (closed.append(url), real_close())[-1]  # type: ignore[method-assign]
+        return dest
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise InvalidArgument("checkpoint refused")
+
+    monkeypatch.setattr(backup, "open_dest", open_dest)
+    monkeypatch.setattr(backup, "create_checkpoint", refuse)
+    monkeypatch.setattr(backup, "create_writer_checkpoint", refuse)
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    with Db.open(str(src)) as db:
+        db.put(b"k", b"v")
+        with pytest.raises(InvalidArgument, match="checkpoint refused"):
+            if how == "writer":
+                db.backup(str(dest))
+            else:
+                backup.backup_url(str(src), str(dest))
+    assert closed == [str(dest)]

@@ -404,7 +404,11 @@ def backup_from_writer(
         raise InvalidArgument("a database cannot be backed up onto itself")
     check_backup_roots(own or db.store.describe(), dest_url, db.manifest)
     dest = open_dest(dest_url, store_options)
-    cp = create_writer_checkpoint(db, lifetime=lifetime, name="backup")
+    try:
+        cp = create_writer_checkpoint(db, lifetime=lifetime, name="backup")
+    except BaseException:
+        dest.close()  # (a closed or fenced writer: the destination was left open)
+        raise
 
     def release() -> None:
         db.update_manifest(Decorated(DropCheckpoint(cp.id), db.decorate_manifest))
@@ -445,12 +449,18 @@ def backup_url(
     except BaseException:
         h.close()
         raise
-    cp = create_checkpoint(h.ms, clock=h.clock, rng=h.rng, timeout_s=60.0, lifetime=lifetime_s, name="backup")
-
-    def release() -> None:
-        delete_checkpoint(h.ms, cp.id, timeout_s=60.0, missing_ok=True)
-
     try:
+        try:
+            cp = create_checkpoint(
+                h.ms, clock=h.clock, rng=h.rng, timeout_s=60.0, lifetime=lifetime_s, name="backup"
+            )
+        except BaseException:
+            dest.close()  # (a destroyed database, a CAS timeout: both handles were left open)
+            raise
+
+        def release() -> None:
+            delete_checkpoint(h.ms, cp.id, timeout_s=60.0, missing_ok=True)
+
         src = _Source(h.ms, h.store, h.external, h.clock, h.rng, src_url)
         return _copy_pinned(src, cp, release, dest, dest_url, store_options, prune, workers, progress)
     finally:
