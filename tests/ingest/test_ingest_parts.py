@@ -208,7 +208,7 @@ def test_abort_deletes_uploaded_ssts(store):
 @pytest.mark.parametrize("keep", [False, True])
 def test_ingest_store_drops_its_ssts_from_the_page_cache_unless_kept(tmp_path, monkeypatch, keep):
     from shaledb.bulk.ingest import open_ingest_store
-    from shaledb.store import obstore_store
+    from shaledb.store import local_store as obstore_store
 
     calls = []
     real = obstore_store._fadvise

@@ -12,7 +12,8 @@ import obstore
 import pytest
 
 from shaledb.errors import AlreadyExists, InvalidArgument, InvalidPathError, ObjectNotFound
-from shaledb.store.obstore_store import LocalObstoreStore, ObstoreStore
+from shaledb.store.local_store import LocalObstoreStore
+from shaledb.store.obstore_store import ObstoreStore
 from shaledb.testing.seeds import test_seed
 
 
@@ -153,7 +154,7 @@ class _Advice:
 def test_large_creates_leave_the_page_cache_a_mib_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shaledb.store import obstore_store
+    from shaledb.store import local_store as obstore_store
 
     advice = _Advice(os.posix_fadvise)
     monkeypatch.setattr(obstore_store, "_fadvise", advice)
@@ -191,7 +192,7 @@ def test_drop_cache_threshold_must_not_be_negative(tmp_path: Path) -> None:
 def test_a_file_system_refusing_the_advice_still_gets_every_byte(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shaledb.store import obstore_store
+    from shaledb.store import local_store as obstore_store
 
     calls: list[int] = []
 

@@ -54,7 +54,7 @@ from ..manifest.model import Checkpoint, Manifest
 from ..manifest.store import ManifestStore
 from ..settings import RetryOptions
 from ..store.base import ObjectStore
-from ..store.obstore_store import LocalObstoreStore
+from ..store.local_store import LocalObstoreStore
 from ..store.wrappers import find_wrapper
 
 log = logging.getLogger("shaledb.lifecycle")

@@ -90,7 +90,7 @@ from ..manifest.store import ManifestStore
 from ..numbers import check_flag, check_seconds
 from ..settings import GcOptions, Settings
 from ..store.base import ObjectMeta, ObjectStore
-from ..store.obstore_store import LocalObstoreStore
+from ..store.local_store import LocalObstoreStore
 from ..store.roots import foreign_roots
 from ..store.stack import close_quietly, open_stack
 from ..store.twophase import TWO_PHASE_TMP_PREFIX, TwoPhaseStore

@@ -7,7 +7,8 @@ that :func:`open_store` builds from a URL.
 """
 
 from .base import PUT_ID_ATTRIBUTE, ObjectMeta, ObjectStore
-from .obstore_store import LocalObstoreStore, ObstoreStore, drop_memory_store, shared_memory_store
+from .local_store import LocalObstoreStore
+from .obstore_store import ObstoreStore, drop_memory_store, shared_memory_store
 from .retrying import RetryingStore
 from .twophase import TWO_PHASE_TMP_PREFIX, SqliteCasLog, TwoPhaseStore
 from .url import open_store

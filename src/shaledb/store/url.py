@@ -44,7 +44,8 @@ from ..format.paths import check_relative_path
 from .base import ObjectStore
 from .cloud_options import bulk_deletes, cloud_service, with_backend_defaults
 from .local_fs import real_root
-from .obstore_store import LocalObstoreStore, ObstoreStore, shared_memory_store
+from .local_store import LocalObstoreStore
+from .obstore_store import ObstoreStore, shared_memory_store
 from .scrub import SECRET_ENV, register_secret, scrub
 from .twophase import TwoPhaseStore
 from .wrappers import NoConditionalStore

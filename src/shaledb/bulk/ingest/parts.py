@@ -30,7 +30,7 @@ from ...keys import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from ...manifest.model import JournalFile, SstInfo
 from ...settings import Settings
 from ...store.base import ObjectStore
-from ...store.obstore_store import LocalObstoreStore
+from ...store.local_store import LocalObstoreStore
 from ...store.stack import open_stack
 from ...store.url import open_store
 from .arrow import add_arrow, bloom_filter_bytes
