@@ -15,10 +15,16 @@
    object owned by the destination (clone references flattened, checkpoints
    dropped). Until then the destination still opens at its previous backup.
    If the destination already holds this very version, nothing is written:
-   a second backup without changes copies nothing.
+   a second backup without changes copies nothing. WAL objects are copied
+   after the rest, one by one in id order, because the destination's current
+   manifest replays every WAL object after its replay point: a crash must leave
+   them contiguous. When they would sit above a gap (the source flushed since
+   the last backup), a bridging manifest -- the new version without its WAL
+   range -- is written before them (``_bridge``).
 5. With ``prune`` (the default), delete the destination's SSTs, journal objects
    and WAL objects that its new manifest no longer references (a mirror, like
-   Leveled's backup directory).
+   Leveled's backup directory), except what the versions its live checkpoints
+   pin need (readers of the backup keep their checkpoints).
 6. Release the checkpoint.
 
 The destination is an ordinary database: ``Db.open(dest)`` replays its WAL
@@ -231,7 +237,10 @@ def backup_version(
 
     total_bytes = sum(item[2] for item in todo)
     n = 0
-    for (path, db, size), copied in run_bounded(copy, todo, held, workers=workers):
+
+    def done(item: tuple[str, int, int], copied: bool) -> None:
+        nonlocal n
+        path, db, size = item
         n += size
         if copied:
             rep.server_side = rep.server_side or server_side(db)
@@ -240,7 +249,14 @@ def backup_version(
             rep.copied_paths.append(path)
         if progress is not None:
             progress(n, total_bytes)
-    rep.copied_paths.sort()
+
+    # WAL objects go last and one by one in id order: the destination's current manifest
+    # replays every WAL object after its replay point, so a backup that dies part-way must
+    # leave them contiguous (a writer opening the destination refuses a gap as a lost object).
+    wal_todo = [item for item in todo if paths.parse_wal_id(item[0]) is not None]
+    rest = [item for item in todo if paths.parse_wal_id(item[0]) is None]
+    for item, copied in run_bounded(copy, rest, held, workers=workers):
+        done(item, copied)
     ms = ManifestStore(dest, clock, rng, author="backup")
     latest = ms.read_latest()
     if latest is not None and latest.option(BACKUP_EPOCH) != str(latest.writer_epoch):
@@ -249,6 +265,11 @@ def backup_version(
             "opened it since the last backup, or it never was one); back up to a new location"
         )
     new = flattened(m)
+    if latest is not None and wal_todo:
+        latest = _bridge(ms, latest, new, present, wal_todo)
+    for item in wal_todo:
+        done(item, copy(item))
+    rep.copied_paths.sort()
     if latest is not None and _content(latest) == _content(new):
         rep.dest_manifest_id = latest.id
     else:
@@ -265,9 +286,10 @@ def backup_version(
         rep.dest_manifest_id = nxt.id
         rep.manifest_written = True
     if prune and rep.manifest_written:
+        pinned = _pinned_by_checkpoints(ms, latest, clock.now())
         doomed = []
         for path in present:
-            if path in wanted:
+            if path in wanted or path in pinned:
                 continue
             wid = paths.parse_wal_id(path)
             if wid is not None and wid > m.replay_after_wal_id:
@@ -276,6 +298,62 @@ def backup_version(
         dest.delete_many(doomed)
         rep.pruned += len(doomed)
     return rep
+
+
+def _first_gap(present: Mapping[str, int], after: int) -> int:
+    """The first WAL id above ``after`` with no object among ``present`` paths."""
+    ids = {w for w in map(paths.parse_wal_id, present) if w is not None}
+    free = after + 1
+    while free in ids:
+        free += 1
+    return free
+
+
+def _bridge(
+    ms: ManifestStore,
+    latest: Manifest,
+    new: Manifest,
+    present: Mapping[str, int],
+    wal_todo: list[tuple[str, int, int]],
+) -> Manifest:
+    """Before copying WAL objects that would sit above a gap in what ``latest`` replays, write
+    ``new`` without its WAL range (its SSTs are all copied: the source's state at its last L0
+    flush). A backup that dies while copying the WAL then leaves a destination that opens at
+    that state plus the WAL objects copied so far (a contiguous run), instead of the previous
+    backup's WAL followed by a gap, which a writer refuses as a lost WAL object."""
+    first = min(w for w in (paths.parse_wal_id(item[0]) for item in wal_todo) if w is not None)
+    if first <= _first_gap(present, latest.replay_after_wal_id):
+        return latest  # the copies extend the run the destination replays already
+    epoch = max(new.writer_epoch, latest.writer_epoch)
+    mid = replace(
+        new,
+        id=latest.id + 1,
+        writer_epoch=epoch,
+        compactor_epoch=max(new.compactor_epoch, latest.compactor_epoch),
+        next_wal_id=new.replay_after_wal_id + 1,
+        tracked_wals=tuple(w for w in new.tracked_wals if w.id <= new.replay_after_wal_id),
+        checkpoints=latest.checkpoints,
+        options=tuple(sorted((*new.options, (BACKUP_EPOCH, str(epoch))))),
+    )
+    ms.write_new(mid, latest)
+    return mid
+
+
+def _pinned_by_checkpoints(ms: ManifestStore, latest: Manifest | None, now_s: float) -> set[str]:
+    """Paths the versions pinned by the destination's live checkpoints need (its readers keep
+    their checkpoints across backups, so pruning must not delete what those versions read)."""
+    keep: set[str] = set()
+    for cp in latest.checkpoints if latest is not None else ():
+        if cp.expired(now_s):
+            continue
+        try:
+            pm = ms.read(cp.manifest_id)
+        except ObjectNotFound:
+            continue
+        keep.update(paths.sst_path(s.id) for s in pm.all_ssts())
+        keep.update(paths.journal_object_path(j.id) for j in pm.journal)
+        keep.update(paths.wal_path(w) for w in range(pm.replay_after_wal_id + 1, pm.next_wal_id))
+    return keep
 
 
 def _check_dest(dest: ObjectStore, clock: Clock, rng: random.Random) -> None:
