@@ -9,17 +9,23 @@ destination (a reader of the backup) pins. Randomized: ``SHALEDB_TEST_SEED``.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 import shaledb
-from shaledb import Db, DbReader, DbReaderOptions, Settings
+from shaledb import CompactorOptions, Db, DbReader, DbReaderOptions, GarbageCollector, GcOptions, Settings
 from shaledb.clock import SYSTEM_CLOCK
 from shaledb.errors import ShaleError
-from shaledb.journal.backup import backup_version
+from shaledb.journal.backup import backup_url, backup_version
 from shaledb.manifest import ManifestStore
 from shaledb.settings import RetryOptions
 from shaledb.store import open_store
@@ -50,6 +56,10 @@ def write(db: Db, lo: int, hi: int) -> None:
 
 def prefix(n: int) -> dict[bytes, bytes]:
     return {key(i): key(i) * 8 for i in range(n)}
+
+
+def objects(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
 
 
 def opened_as_writer(dest: Path, scratch: Path) -> dict[bytes, bytes]:
@@ -174,3 +184,103 @@ def test_a_failed_backup_releases_its_checkpoint_and_a_rerun_completes(tmp_path:
         want = dict(db.scan())
     with DbReader.open(dest, options=QUIET) as r:
         assert dict(r.scan()) == want
+
+
+def test_backups_while_the_writer_writes_compacts_and_collects(tmp_path: Path) -> None:
+    """``backup_url`` (every durable write) and ``Db.backup`` (every write issued) while a writer
+    keeps writing with its compactor on and a collector runs at ``min_age_s=0.2`` (it must
+    exceed a writer's L0-to-manifest latency; 0 would delete a live put's staging file): each
+    destination opens at a prefix of the writes that holds every one acknowledged before the
+    backup began, and the incremental, pruning backups never break the destination."""
+    rng = random.Random(test_seed())
+    src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
+    settings = Settings(
+        compactor=CompactorOptions(min_l0_ssts=2, min_merge_runs=2, poll_interval_s=0.01),
+        garbage_collector=None,
+        l0_sst_size_bytes=4096,
+        max_unflushed_bytes=16384,
+    )
+    acked = 0
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(db: Db) -> None:
+        nonlocal acked
+        i = 0
+        try:
+            while not stop.is_set():
+                db.put(key(i), key(i) * rng.randint(1, 20))
+                i += 1
+                acked = i
+                stop.wait(0.002)  # (bounds what each backup copies: the test's run time)
+        except BaseException as exc:  # (reported by the test)
+            errors.append(exc)
+
+    def collector() -> None:
+        try:
+            with GarbageCollector.open(src, GcOptions(min_age_s=0.2)) as gc:
+                while not stop.is_set():
+                    gc.run_once()
+                    stop.wait(0.05)
+        except BaseException as exc:
+            errors.append(exc)
+
+    with Db.open(src, settings=settings) as db:
+        db.put(b"~", b"")
+        threads = [threading.Thread(target=writer, args=(db,)), threading.Thread(target=collector)]
+        for t in threads:
+            t.start()
+        try:
+            for round_ in range(8):
+                stop.wait(0.3)  # writes, flushes and compactions age past the collector's min_age_s
+                floor = acked
+                if round_ % 2:
+                    db.backup(dest, workers=rng.choice([1, 4]))
+                else:
+                    backup_url(src, dest, workers=rng.choice([1, 4]))
+                ceiling = acked + 1
+                with DbReader.open(dest, options=QUIET) as r:
+                    got = dict(r.scan())
+                got.pop(b"~", None)
+                n = len(got)
+                assert floor <= n <= ceiling, (round_, floor, n, ceiling)
+                assert set(got) == {key(i) for i in range(n)}, round_
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+    assert not errors, errors
+    with Db.open(dest, settings=SMALL) as restored:
+        assert restored.get(key(0)) is not None
+
+
+@pytest.mark.slow
+def test_cli_backup_killed_at_random_points_then_run_again(tmp_path: Path) -> None:
+    """``shaledb --path SRC backup DEST`` killed with SIGKILL at a random point of its copying: the
+    destination opens as a writer at a prefix of the source's writes at least as new as the
+    previous backup, and running the command again makes it the source's durable state."""
+    rng = random.Random(test_seed())
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    env = {**os.environ, "PYTHONPATH": str(Path(shaledb.__file__).parent.parent)}
+    cmd = [sys.executable, "-m", "shaledb", "--path", str(src), "--no-progress", "backup", str(dest)]
+    with Db.open(str(src), settings=SMALL) as db:
+        write(db, 0, 20)
+        db.backup(str(dest))
+        n = 20
+        for kill in range(6):
+            db.flush(memtable=True)  # each backup's WAL range starts past the last one's
+            write(db, n, n + 60)
+            n += 60
+            before = objects(dest)
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            k = rng.randint(1, 5)  # kill once k new objects landed (a backup here adds about 4 names)
+            while proc.poll() is None and len(objects(dest) - before) < k:
+                time.sleep(0.001)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            where = f"kill {kill} after {len(objects(dest) - before)} new objects (exit {proc.returncode})"
+            got = opened_as_writer(dest, tmp_path / "probe")
+            assert got == prefix(len(got)) and len(got) <= n, where
+            subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+            with DbReader.open(str(dest), options=QUIET) as r:
+                assert dict(r.scan()) == prefix(n), where
