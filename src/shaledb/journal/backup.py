@@ -16,7 +16,7 @@
    dropped). Until then the destination still opens at its previous backup.
    If the destination already holds this very version, nothing is written:
    a second backup without changes copies nothing. WAL objects are copied
-   after the rest, one by one in id order, because the destination's current
+   after the rest, PUT one by one in id order (GETs run ahead), because the destination's current
    manifest replays every WAL object after its replay point: a crash must leave
    them contiguous. When they would sit above a gap (the source flushed since
    the last backup), a bridging manifest -- the new version without its WAL
@@ -61,7 +61,7 @@ from ..manifest.store import ManifestStore
 from ..numbers import check_flag
 from ..settings import Settings
 from ..store.base import ObjectStore
-from ..store.parallel import DEFAULT_WORKERS, Progress, check_workers, run_bounded
+from ..store.parallel import DEFAULT_WORKERS, Progress, check_workers, get_in_order, run_bounded
 from ..store.roots import check_disjoint
 from ..store.stack import wrap_store
 from ..store.url import open_store
@@ -267,8 +267,18 @@ def backup_version(
     new = flattened(m)
     if latest is not None and wal_todo:
         latest = _bridge(ms, latest, new, present, wal_todo)
-    for item in wal_todo:
-        done(item, copy(item))
+    if server_copy is None and wal_todo:  # GETs run ahead; the PUTs stay in id order
+        fetched = get_in_order(source, [item[0] for item in wal_todo], read_ahead=workers)
+        try:
+            for item, (path, data) in zip(wal_todo, fetched):
+                if data is not None:  # (None: a WAL slot nobody filled)
+                    dest.put(path, data)
+                done(item, data is not None)
+        finally:
+            fetched.close()
+    else:
+        for item in wal_todo:
+            done(item, copy(item))
     rep.copied_paths.sort()
     if latest is not None and _content(latest) == _content(new):
         rep.dest_manifest_id = latest.id
