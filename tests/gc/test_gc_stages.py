@@ -103,3 +103,18 @@ def test_removing_stages_refuses_other_names(tmp_path: Path, name: str) -> None:
 
     with pytest.raises(InvalidArgument):
         remove_stages(str(tmp_path), [name], "test")
+
+
+def test_a_fresh_stage_survives_a_pass_at_min_age_zero(tmp_path: Path) -> None:
+    """A young stage is a put in progress: a pass at ``min_age_s=0`` deleted it under the live
+    writer, whose link into place then failed and stopped it. Stages wait ``STAGE_MIN_AGE_S``."""
+    root = tmp_path / "db"
+    killed_in_put(root)
+    left = stages(root)
+    assert left
+    with GarbageCollector.open(str(root), GcOptions(min_age_s=0.0)) as gc:
+        report = gc.run_once()
+    assert stages(root) == left and not report.deleted["tmp"]
+    with GarbageCollector.open(str(root), GcOptions(min_age_s=0.0), clock=FutureClock()) as gc:
+        gc.run_once()
+    assert stages(root) == []

@@ -155,6 +155,13 @@ class GcReport:
         }
 
 
+STAGE_MIN_AGE_S = 600.0
+"""A local directory's staging file younger than this is never deleted, even at ``min_age_s=0``:
+it is a put in progress (its rename or link into place comes next), and deleting it failed the
+live writer's put (``ObjectNotFound``: the writer stopped). A stage is garbage only when a
+process died between writing it and linking it, and that can wait ten minutes."""
+
+
 class GarbageCollector:
     """Garbage collection for one database (see module docstring)."""
 
@@ -263,7 +270,7 @@ class GarbageCollector:
         for cls, directory, parse_id, ids_of in _ULID_CLASSES:
             self._unreferenced(cls, directory, parse_id, ids_of, m, active, window, dry, report)
         self._tmp(cutoff, live_from, dry, report)
-        self._stages(cutoff, dry, report)
+        self._stages(min(cutoff, now - STAGE_MIN_AGE_S), dry, report)
         report.detached = self.lifecycle.detach_step(dry_run=dry)
         report.duration_s = self.clock.monotonic() - started
         c = report.counts()
@@ -506,6 +513,8 @@ class GarbageCollector:
         self._delete("tmp", doomed, dry, report)
 
     def _stages(self, cutoff: float, dry: bool, report: GcReport) -> None:
+        """Staging files of a local directory older than ``cutoff`` (at most ``now -``
+        :data:`STAGE_MIN_AGE_S`, whatever ``min_age_s`` says)."""
         local: LocalObstoreStore | None = find_wrapper(self.store, LocalObstoreStore)
         if local is None:
             return
