@@ -260,7 +260,7 @@ class _Request:
         meta = _check_metadata(metadata)
         return cls(secs, None if source is None else as_checkpoint_id(source), name, meta)
 
-    def edit(
+    def add_checkpoint(
         self,
         rng: random.Random,
         clock: Clock,
@@ -311,7 +311,7 @@ def create_checkpoint(
         def prepare(m: Manifest) -> Manifest:
             return extend_wal_range(m, durable_wal_tail(store, m.next_wal_id - 1))
 
-    ms.update(req.edit(rng, clock, ms.store.describe(), prepare, out), timeout_s=timeout_s)
+    ms.update(req.add_checkpoint(rng, clock, ms.store.describe(), prepare, out), timeout_s=timeout_s)
     return out[-1]
 
 
@@ -413,7 +413,7 @@ def create_writer_checkpoint(
         return db.decorate_manifest(extend_wal_range(m, durable_wal) if src is None else m)
 
     out: list[Checkpoint] = []
-    edit = req.edit(db.rng, db.clock, db.store.describe(), prepare, out)
+    edit = req.add_checkpoint(db.rng, db.clock, db.store.describe(), prepare, out)
     db.update_manifest(edit)  # serialized with the writer's other manifest writes; adopts the result
     return out[-1]
 
