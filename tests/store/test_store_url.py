@@ -395,7 +395,7 @@ def test_a_url_without_its_colon_is_refused(
 
     monkeypatch.chdir(tmp_path)
     scheme = url.split("//", 1)[0]
-    with pytest.raises(InvalidPathError, match=f"looks like a {scheme}:// URL without its ':'"):
+    with pytest.raises(InvalidPathError, match=f"lacks the ':' of {scheme}://"):
         Db.open(url)
     assert main(["--path", url, "put", "k", "v"]) == 2
     assert list(tmp_path.iterdir()) == []  # nothing was created

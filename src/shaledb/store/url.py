@@ -167,7 +167,7 @@ def _refuse_scheme_without_colon(url: str) -> None:
     if m is not None:
         scheme = m.group(1)
         raise InvalidPathError(
-            f"{scrub(url)!r} looks like a {scheme}:// URL without its ':'; write "
+            f"{scrub(url)!r} lacks the ':' of {scheme}://; write "
             f"{scheme}://{scrub(url[m.end() :])} (for a local directory of that name, write ./{scrub(url)})"
         )
 
