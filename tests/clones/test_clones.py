@@ -163,6 +163,8 @@ def test_clone_errors(tmp_path: Path) -> None:
             short = parent.create_checkpoint(lifetime=0.001)
         with pytest.raises(InvalidArgument):
             Db.open_from_checkpoint(parent_url, parent_url, settings=QUIET)
+        with pytest.raises(InvalidArgument, match="non-empty"):  # was an AttributeError traceback
+            Db.open_from_checkpoint("", parent_url, settings=QUIET)
         with pytest.raises(CheckpointNotFound):
             Db.open_from_checkpoint(clone_url, parent_url, uuid.uuid4(), settings=QUIET)
         assert short.expire_time_s is not None

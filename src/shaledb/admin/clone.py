@@ -73,7 +73,7 @@ from ..store.new_root import check_new_root
 from ..store.parallel import run_bounded
 from ..store.roots import check_disjoint
 from ..store.stack import close_quietly, wrap_store
-from ..store.url import open_store, store_options_dict
+from ..store.url import check_url_text, open_store, store_options_dict
 from .checkpoint import (
     as_checkpoint_id,
     durable_wal_tail,
@@ -456,8 +456,10 @@ def open_clone(
         raise InvalidArgument("parent_url must name the database to clone")
     clock = clock or SYSTEM_CLOCK
     rng = random.Random(seed)
-    if store is None and url is None:
-        raise InvalidArgument("give the clone's URL or a store")
+    if store is None:
+        if url is None:
+            raise InvalidArgument("give the clone's URL or a store")
+        check_url_text(url)  # "" fell through to store.describe(): an AttributeError traceback
     own_url = canonical_url(url) if url else store.describe()  # type: ignore[union-attr]
     parent = canonical_url(parent_url)
     if own_url == parent:
