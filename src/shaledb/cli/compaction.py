@@ -21,6 +21,7 @@ from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..duration import format_duration
 from ..settings import CompactorOptions, GcOptions
+from .options import SECONDS_HELP, seconds_option
 from .output import Output, command, human_size, id_list
 from .settings import cli_settings
 
@@ -62,7 +63,7 @@ def _compaction_line(r: CompactionReport) -> str:
 def _compactor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="run the jobs due now, then exit")
     p.add_argument(
-        "--poll-interval", type=float, default=None, metavar="SECONDS", help="manifest poll interval"
+        "--poll-interval", default=None, metavar="SECONDS", help=f"manifest poll interval ({SECONDS_HELP})"
     )
     p.add_argument(
         "--max-subcompactions", type=int, default=None, metavar="N", help="parallel key ranges per job"
@@ -79,7 +80,7 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
     opts = settings.compactor or CompactorOptions()
     changes: dict[str, Any] = {}
     if args.poll_interval is not None:
-        changes["poll_interval_s"] = args.poll_interval
+        changes["poll_interval_s"] = seconds_option(args.poll_interval, "--poll-interval")
     if args.max_subcompactions is not None:
         changes["max_subcompactions"] = args.max_subcompactions
     if changes:
@@ -119,9 +120,11 @@ def _gc_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="one pass, then exit")
     p.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
     p.add_argument(
-        "--min-age", type=float, default=None, metavar="SECONDS", help="minimum object age to delete"
+        "--min-age", default=None, metavar="SECONDS", help=f"minimum object age to delete ({SECONDS_HELP})"
     )
-    p.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="seconds between passes")
+    p.add_argument(
+        "--interval", default=None, metavar="SECONDS", help=f"time between passes ({SECONDS_HELP})"
+    )
     p.add_argument(
         "--list", action="store_true", help="print every path deleted (or, with --dry-run, to delete)"
     )
@@ -132,9 +135,9 @@ def run_gc(args: argparse.Namespace, out: Output) -> int | None:
     settings = cli_settings(args)  # [garbage_collector] and SHALEDB_GARBAGE_COLLECTOR__*, as above
     changes: dict[str, Any] = {"dry_run": True} if args.dry_run else {}
     if args.min_age is not None:
-        changes["min_age_s"] = args.min_age
+        changes["min_age_s"] = seconds_option(args.min_age, "--min-age")
     if args.interval is not None:
-        changes["interval_s"] = args.interval
+        changes["interval_s"] = seconds_option(args.interval, "--interval")
     options = replace(settings.garbage_collector or GcOptions(), **changes)
     gc = GarbageCollector.open(args.path, options, settings=settings)
 

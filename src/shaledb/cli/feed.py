@@ -19,6 +19,7 @@ from ..engine.changes import Change, open_changes
 from ..errors import NotFound
 from ..numbers import check_int, check_number
 from .core import manifest_store
+from .options import SECONDS_HELP, seconds_option
 from .output import Output, command, render_bytes
 from .stream import follow_rows, stream_rows
 
@@ -44,7 +45,12 @@ def _changes_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--follow", "-f", action="store_true", help="keep waiting for new writes (Ctrl-C stops)")
     p.add_argument("--limit", type=int, help="stop after this many changes")
-    p.add_argument("--poll", type=float, default=0.5, help="seconds between looks for new writes (--follow)")
+    p.add_argument(
+        "--poll",
+        default=0.5,
+        metavar="SECONDS",
+        help=f"time between looks for new writes, --follow ({SECONDS_HELP})",
+    )
 
 
 @command(
@@ -54,14 +60,16 @@ def _changes_args(p: argparse.ArgumentParser) -> None:
 def changes(args: argparse.Namespace, out: Output) -> int | None:
     if args.limit is not None:
         check_int("--limit", args.limit, minimum=0)
-    check_number("--poll", args.poll, above_minimum=True, maximum=3600, unit="seconds")
+    poll = check_number(
+        "--poll", seconds_option(args.poll, "--poll"), above_minimum=True, maximum=3600, unit="seconds"
+    )
     if args.follow:
         # A followed table's header is written before the first change arrives; without this
         # check a missing database printed the header on stdout, then the error.
         ms = manifest_store(args.path)
         if ms.read_latest() is None:
             raise NotFound(f"no database at {ms.store.describe()}")
-    with open_changes(args.path, args.since, follow=args.follow, poll_interval_s=args.poll) as feed:
+    with open_changes(args.path, args.since, follow=args.follow, poll_interval_s=poll) as feed:
         rows = (_row(c) for c in itertools.islice(feed, args.limit))
         write = follow_rows if args.follow else stream_rows  # (a follower's rows never end)
         write(out, rows, COLUMNS)

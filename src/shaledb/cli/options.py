@@ -129,6 +129,31 @@ def check_urls(args: argparse.Namespace) -> None:
         )
 
 
+def seconds_option(value: str | float | None, option: str) -> float | None:
+    """An option's seconds from a plain number (``"90"``, ``"1e-3"``) or a duration (``"5m"``, ``"1h30m"``).
+
+    These options were ``type=float``, so ``--min-age 1h`` failed with argparse's "invalid
+    float value" while ``--lifetime 1h`` worked. Whatever ``float()`` read before is read the
+    same way (``"inf"`` and ``"nan"`` still reach the option's own range check, which refuses
+    them as before); anything else is a duration (:func:`shaledb.duration.parse_duration`), and
+    one that is neither is refused naming the option and the value."""
+    if value is None or isinstance(value, float):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    from ..duration import parse_duration
+
+    try:
+        return parse_duration(value).total_seconds()
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{option} takes seconds or a duration such as '5m': {exc}") from None
+
+
+SECONDS_HELP = "seconds, or a duration such as 5m or 1h30m"
+
+
 def add_version(p: argparse.ArgumentParser) -> None:
     from .. import __version__
 

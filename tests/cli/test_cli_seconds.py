@@ -1,0 +1,70 @@
+"""Options that take seconds (``--poll-interval``, ``--min-age``, ``--interval``, ``--poll``)
+take a duration as ``--lifetime`` does ("1h", "5m"), still take plain seconds, and refuse
+anything else in one line naming the option and the value -- run as a user runs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shaledb import Db, Settings
+
+EXE = Path(sys.executable).with_name("shaledb")
+BASE = [str(EXE)] if EXE.exists() else [sys.executable, "-m", "shaledb.cli"]
+QUIET = Settings(compactor=None, garbage_collector=None)
+
+# (command and option, a value past its range as a duration, the seconds the refusal names)
+OPTIONS = [
+    (["run-compactor", "--once", "--poll-interval"], "200years", "6307200000"),
+    (["run-gc", "--once", "--min-age"], "200years", "6307200000"),
+    (["run-gc", "--once", "--interval"], "200years", "6307200000"),
+    (["changes", "--poll"], "2h", "7200"),
+]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*BASE, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = str(tmp_path_factory.mktemp("seconds") / "db")
+    with Db.open(url, settings=QUIET) as d:
+        d.put(b"k", b"v")
+    return url
+
+
+@pytest.mark.parametrize(
+    ("cmd", "too_long", "secs"), OPTIONS, ids=lambda v: " ".join(v) if isinstance(v, list) else v
+)
+def test_seconds_options_take_durations_and_plain_seconds(
+    db: str, cmd: list[str], too_long: str, secs: str
+) -> None:
+    for value in ("5m", "1min30s", "250ms", "90", "1e-3" if cmd[-1] == "--poll" else "0.5"):
+        p = _cli("--path", db, *cmd, value)
+        assert p.returncode == 0, (value, p.stderr)
+    # The duration reaches the option's own range check as seconds: converted, not dropped.
+    p = _cli("--path", db, *cmd, too_long)
+    assert p.returncode == 2 and secs in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize(
+    ("cmd", "too_long", "secs"), OPTIONS, ids=lambda v: " ".join(v) if isinstance(v, list) else v
+)
+def test_bad_seconds_are_one_line_naming_option_and_value(
+    db: str, cmd: list[str], too_long: str, secs: str
+) -> None:
+    option = cmd[-1]
+    for value in ("5x", "soon", "-5m"):
+        p = _cli("--path", db, *cmd, value)
+        assert p.returncode == 2, p.stderr
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and option in lines[0] and repr(value) in lines[0], p.stderr
+        assert "invalid float value" not in p.stderr
+    # What float() read before still reaches the same range check: inf and nan are refused.
+    for value in ("inf", "nan"):
+        p = _cli("--path", db, *cmd, value)
+        assert p.returncode == 2 and "finite" in p.stderr, p.stderr
