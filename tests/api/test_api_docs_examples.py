@@ -247,7 +247,10 @@ def test_a_wrong_example_fails_naming_its_page_and_line(
 # working directory; each must exit 0, and print (stdout) these texts when listed here.
 CLI_OUTPUT: dict[str, list[str]] = {
     "shaledb --path ./db put user:1 alice": [],
-    "shaledb --path ./db scan --prefix user: --json | head": ['"key": "user:1"', '"value": "alice"'],
+    "shaledb --path ./db scan --prefix user: --jsonl | head": [
+        '{"key": "user:1", "key_hex"',
+        '"value": "alice"',
+    ],
     "shaledb --path ./db create-checkpoint --name nightly": ["nightly"],
     "shaledb --path ./db-copy clone --parent ./db --checkpoint nightly": ["db-copy"],
     "AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ALLOW_HTTP=true shaledb --path s3://bucket/db stats": [

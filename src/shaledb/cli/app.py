@@ -1,11 +1,11 @@
 """The ``shaledb`` command line: ``shaledb --path URL <command> [options]``.
 
-Global options (``--path``, ``--json``, ``--verbose``, ``--debug``, ``--no-progress``) go
+Global options (``--path``, ``--json``, ``--jsonl``, ``--verbose``, ``--debug``, ``--no-progress``) go
 before or after the command (``shaledb.cli.options``). Keys and values are
 UTF-8 text, ``0x...`` hex, or ``text:...`` for literal text that would
 otherwise read as hex (``put text:0xford oxford``).
 
-Output is a human table by default and JSON with ``--json``; listings stream
+Output is a human table by default, JSON with ``--json``, JSON lines with ``--jsonl``; listings stream
 (``shaledb.cli.stream``: constant memory, and ``| head`` ends them quietly);
 long commands draw a progress line in bytes with a rate and ETA on stderr
 when it is a terminal. Errors print
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if args.path is None and not getattr(args, "no_path", False):
         parser.error("--path URL is required")
-    out = Output(args.json, show_progress=not args.no_progress)
+    out = Output(args.json, show_progress=not args.no_progress, as_jsonl=args.jsonl)
     try:
         check_urls(args)
         with prompt_interrupts():

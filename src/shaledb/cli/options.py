@@ -1,7 +1,7 @@
 """How the ``shaledb`` command line is typed: global options anywhere, ``--version``,
 checkpoints by name or UUID.
 
-Global options (``--path``, ``--json``, ``--debug``, ``--no-progress``) may
+Global options (``--path``, ``--json``, ``--jsonl``, ``--debug``, ``--no-progress``) may
 come before the command or after it (``shaledb list-checkpoints --json``):
 each subcommand repeats them with ``argparse.SUPPRESS`` defaults, so a value
 given after the command wins and one given before is not reset.
@@ -34,6 +34,12 @@ def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> No
         "--path", required=False, help="database URL (local path, file://, memory://, s3://, ...)", **kw
     )
     g.add_argument("--json", action="store_true", help="machine-readable JSON output", **kw)
+    g.add_argument(
+        "--jsonl",
+        action="store_true",
+        help="JSON lines: one compact JSON object per line (a listing's rows, for jq and head)",
+        **kw,
+    )
     g.add_argument(
         "--settings",
         dest="settings_file",

@@ -101,12 +101,25 @@ class ProgressLine:
 
 
 class Output:
-    """Human tables or JSON, chosen once per invocation; progress lines on stderr."""
+    """Human tables or JSON, chosen once per invocation; progress lines on stderr.
+
+    ``as_jsonl`` (``--jsonl``) is JSON too (``as_json`` is then true, so every command's
+    machine-readable branch runs), written one compact object per line: a listing's rows
+    one per line, a single result on one line. ``--json`` keeps its pretty document (an
+    array for a listing) for the scripts that parse it; a pretty array cut by ``| head`` is
+    not JSON, lines are, and ``jq`` reads them as a stream."""
 
     def __init__(
-        self, as_json: bool, stream: Any = None, *, progress_stream: Any = None, show_progress: bool = True
+        self,
+        as_json: bool,
+        stream: Any = None,
+        *,
+        progress_stream: Any = None,
+        show_progress: bool = True,
+        as_jsonl: bool = False,
     ) -> None:
-        self.as_json = as_json
+        self.as_json = as_json or as_jsonl
+        self.as_jsonl = as_jsonl
         self.stream = stream or sys.stdout
         self.progress_stream = progress_stream or sys.stderr
         self.show_progress = show_progress
@@ -119,6 +132,10 @@ class Output:
         )
 
     def emit(self, data: Any, *, columns: Sequence[str] | None = None, title: str | None = None) -> None:
+        if self.as_jsonl:
+            for item in data if isinstance(data, list) else [data]:
+                self.stream.write(json.dumps(item, sort_keys=True, default=str) + "\n")
+            return
         if self.as_json:
             json.dump(data, self.stream, indent=2, sort_keys=True, default=str)
             self.stream.write("\n")

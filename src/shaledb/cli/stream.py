@@ -1,9 +1,9 @@
 """Streaming CLI output: rows are written as they are read, never gathered first.
 
-``shaledb scan`` of a database of any size runs in constant memory: JSON is
-written one array element at a time (the same text ``json.dump(rows,
-indent=2, sort_keys=True)`` would give), and a human table takes its column
-widths from the first :data:`WIDTH_SAMPLE` rows (or first
+``shaledb scan`` of a database of any size runs in constant memory: JSON lines
+(``--jsonl``) are written one row per line, ``--json``'s array one element at a
+time (the same text ``json.dump(rows, indent=2, sort_keys=True)`` would give), and
+a human table takes its column widths from the first :data:`WIDTH_SAMPLE` rows (or first
 :data:`SAMPLE_BYTES` of cells) only (later, wider cells
 just push their line out). Every row is flushed to the pipe at once, so
 ``shaledb scan | head -1`` prints its line immediately; when the reader
@@ -28,6 +28,8 @@ SAMPLE_BYTES = 1 << 20
 
 def stream_rows(out: Any, rows: Iterable[dict[str, Any]], columns: Sequence[str]) -> int:
     """Write ``rows`` as a JSON array or a table on ``out.stream`` as they come; the row count."""
+    if getattr(out, "as_jsonl", False):
+        return _stream_lines(out.stream, rows)
     if out.as_json:
         return _stream_json(out.stream, rows)
     return _stream_table(out.stream, iter(rows), columns)
@@ -42,6 +44,18 @@ def _stream_json(stream: Any, rows: Iterable[dict[str, Any]]) -> int:
         if n <= WIDTH_SAMPLE or n % 100 == 0:
             stream.flush()
     stream.write("[]\n" if n == 0 else "\n]\n")
+    stream.flush()
+    return n
+
+
+def _stream_lines(stream: Any, rows: Iterable[dict[str, Any]]) -> int:
+    """``--jsonl``: one compact object per line, so every prefix ``head`` keeps is valid."""
+    n = 0
+    for row in rows:
+        stream.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+        n += 1
+        if n <= WIDTH_SAMPLE or n % 100 == 0:
+            stream.flush()
     stream.flush()
     return n
 
