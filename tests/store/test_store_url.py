@@ -434,3 +434,71 @@ def test_s3_options_under_obstore_s_other_names(
     with pytest.raises(InvalidArgument, match="given twice") as info:
         open_store(loc.url, secret_access_key=SECRET, aws_secret_access_key=SECRET)
     assert SECRET not in str(info.value)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def no_cloud_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GOOGLE_* / AZURE_* variable decides for the options under test."""
+    for name in list(os.environ):
+        if name.startswith(("GOOGLE_", "AZURE_")):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.usefixtures("no_cloud_env")
+def test_azure_options_under_obstore_s_other_names() -> None:
+    """``azure_storage_endpoint`` / ``azure_endpoint`` / ``azure_storage_use_emulator`` are the
+    same options as ``endpoint`` / ``use_emulator``: under those names the endpoint skipped the
+    scheme and plain-HTTP checks, and the emulator flag did not count, so a valid Azurite set-up
+    was refused as plain HTTP."""
+    with pytest.raises(InvalidArgument, match="is not a URL"):
+        open_store("az://c/db", account_name="acct", azure_storage_endpoint="127.0.0.1:10000")
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    with pytest.raises(InvalidArgument, match="plain HTTP") as info:
+        open_store("az://c/db", account_name="acct", AZURE_ENDPOINT=endpoint)
+    assert endpoint in str(info.value)
+    emulated = open_store(
+        "az://c/db",
+        azure_storage_account_name="devstoreaccount1",
+        azure_storage_use_emulator=True,
+        endpoint=f"{endpoint}/devstoreaccount1",
+    )
+    assert emulated.describe() == "az://c/db"
+
+
+@pytest.mark.usefixtures("no_cloud_env")
+def test_gcs_base_url_under_its_other_name_is_the_endpoint_errors_name() -> None:
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    st = open_store("gs://bkt/db", google_base_url=endpoint, google_skip_signature=True)
+    with pytest.raises(ShaleError) as info:
+        st.get("some/object")  # nothing listens: the error names where it looked
+    assert endpoint in str(info.value), str(info.value)
+
+
+@pytest.mark.usefixtures("no_cloud_env")
+@pytest.mark.parametrize(
+    ("url", "first", "second"),
+    [
+        ("az://c/db", "endpoint", "azure_storage_endpoint"),
+        ("az://c/db", "account_key", "AZURE_STORAGE_ACCOUNT_KEY"),
+        ("az://c/db", "sas_key", "sas_token"),
+        ("gs://bkt/db", "base_url", "google_base_url"),
+        ("gs://bkt/db", "service_account_key", "google_service_account_key"),
+    ],
+)
+def test_gcs_and_azure_option_given_twice_names_the_names_not_the_values(
+    url: str, first: str, second: str
+) -> None:
+    with pytest.raises(InvalidArgument, match="given twice") as info:
+        extra = {"account_name": "acct"} if url.startswith("az:") else {}
+        open_store(url, **extra, **{first: SECRET, second: SECRET + "2"})
+    text = str(info.value)
+    assert first in text and second in text and SECRET not in text

@@ -42,7 +42,7 @@ import obstore.exceptions
 from ..errors import InvalidArgument, InvalidPathError
 from ..format.paths import check_relative_path
 from .base import ObjectStore
-from .cloud_options import bulk_deletes, cloud_service, with_backend_defaults
+from .cloud_options import bulk_deletes, canonical_options, cloud_service, with_backend_defaults
 from .local_fs import real_root
 from .local_store import LocalObstoreStore
 from .obstore_store import ObstoreStore, shared_memory_store
@@ -388,41 +388,6 @@ def _refuse_schemeless_endpoint(scheme: str, endpoint: Any, secrets: list[str]) 
         )
 
 
-_S3_ALIASES = {
-    "access_key_id": ("aws_access_key_id",),
-    "secret_access_key": ("aws_secret_access_key",),
-    "session_token": ("aws_session_token", "aws_token", "token"),
-    "region": ("aws_region", "aws_default_region", "default_region"),
-    "endpoint": ("aws_endpoint", "aws_endpoint_url", "endpoint_url"),
-}
-"""The other names obstore takes (in any case) for the S3 options shaledb itself reads."""
-_S3_CANONICAL = {alias: name for name, aliases in _S3_ALIASES.items() for alias in (name, *aliases)}
-
-
-def _canonical_s3_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """S3 options under their one name here (``endpoint_url`` -> ``endpoint``, boto's
-    ``aws_access_key_id`` -> ``access_key_id``, any case).
-
-    Why: shaledb fills options from ``AWS_*`` variables, checks the endpoint (plain HTTP, a
-    scheme) and names it in errors by the canonical name only. Given as ``endpoint_url`` (boto3's
-    spelling) the endpoint skipped the plain-HTTP check (6-7 s of retries, then "unreachable")
-    and errors said "at AWS S3"; with ``AWS_ENDPOINT_URL`` also set, obstore refused the pair as
-    "Duplicate key aws_endpoint provided". One option given under two names is refused, naming
-    the names only (the values may be secrets).
-    """
-    out: dict[str, Any] = {}
-    given_as: dict[str, str] = {}
-    for key, value in options.items():
-        name = _S3_CANONICAL.get(key.lower(), key)
-        if name in given_as:
-            raise InvalidArgument(
-                f"store option {name!r} is given twice, as {given_as[name]!r} and {key!r}; give it once"
-            )
-        given_as[name] = key
-        out[name] = value
-    return out
-
-
 def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str, Any]) -> ObjectStore:
     if not bucket:
         raise InvalidArgument(f"{scheme} URL needs a bucket: {scheme}://BUCKET/prefix, got {scrub(url)!r}")
@@ -437,8 +402,8 @@ def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str
     client_options: dict[str, Any] = dict(raw_client_options)
     if "allow_http" in kwargs:
         client_options["allow_http"] = _truthy(kwargs.pop("allow_http"))
+    kwargs = canonical_options(scheme, kwargs)
     if scheme == "s3":
-        kwargs = _canonical_s3_options(kwargs)
         for key, names in _S3_ENV.items():
             if key not in kwargs:
                 value = next((os.environ[n] for n in names if os.environ.get(n)), None)
