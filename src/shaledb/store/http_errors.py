@@ -110,6 +110,8 @@ class CloudService:
     endpoint: str | None = None
     region: str | None = None
     """The region requests are signed for (S3; ``None``: obstore's default, us-east-1)."""
+    request_timeout: str = "30s"
+    """The HTTP client's request timeout (``client_options["timeout"]``; obstore's default 30s)."""
 
     def where(self) -> str:
         kind = "container" if self.scheme == "az" else "bucket"

@@ -196,6 +196,11 @@ class ObstoreStore:
     def root(self) -> str:
         return self._root
 
+    @property
+    def service(self) -> CloudService | None:
+        """The bucket and endpoint of a cloud store; None for a local or memory one."""
+        return self._service
+
     def describe(self) -> str:
         return self._description
 

@@ -49,6 +49,9 @@ from ..errors import AlreadyExists, EndpointUnreachable, ObjectNotFound, Unavail
 from ..format.paths import check_prefix
 from ..settings import RetryOptions
 from .base import PUT_ID_ATTRIBUTE, ObjectMeta, ObjectStore
+from .http_errors import CloudService
+from .obstore_store import ObstoreStore
+from .watchdog import WATCHDOG
 from .wrappers import StoreWrapper
 
 _log = logging.getLogger(__name__)
@@ -56,6 +59,21 @@ _retry_log = logging.getLogger("shaledb.store")
 SLOW_RETRY_S = 5.0
 """A retry after an operation has failed this long is logged at WARNING (before: DEBUG)."""
 T = TypeVar("T")
+WATCH_MAX_BYTES = 8 << 20
+"""Transfers up to this size are watched (:mod:`.watchdog`); a larger one may rightly take
+longer than the watchdog's few seconds on a slow link, and is left to the request timeout."""
+
+
+def _cloud_service(store: ObjectStore) -> CloudService | None:
+    """The cloud service under ``store``'s wrappers (None: a local or memory store)."""
+    for _ in range(32):  # wrappers each hold the next in ``inner``; an ObstoreStore ends it
+        if isinstance(store, ObstoreStore):
+            return store.service
+        nxt = getattr(store, "inner", None)
+        if nxt is None:
+            return None
+        store = nxt
+    return None
 
 
 class RetryingStore(StoreWrapper):
@@ -82,6 +100,10 @@ class RetryingStore(StoreWrapper):
         self._lock = threading.Lock()
         self._resolved = 0
         self._retries = 0
+        service = _cloud_service(inner)
+        # Calls on a cloud store are watched (a store that never answers is reported after a
+        # few seconds, not at the request timeout); a local or memory store is not.
+        self._watch = (service.where(), service.request_timeout) if service is not None else None
 
     @property
     def ambiguities_resolved(self) -> int:
@@ -151,7 +173,18 @@ class RetryingStore(StoreWrapper):
         err.__cause__ = last
         return err
 
-    def _retry(self, what: str, fn: Callable[[], T]) -> T:
+    def _retry(self, what: str, fn: Callable[[], T], *, watch: bool = True) -> T:
+        """``fn`` retried on Unavailable; ``watch=False`` for a call that may rightly take long
+        (a large transfer, a server-side copy): the watchdog would report it as a silent store."""
+        if self._watch is None or not watch:
+            return self._retry_loop(what, fn)
+        token = WATCHDOG.begin(self._watch[0], what, self._watch[1])
+        try:
+            return self._retry_loop(what, fn)
+        finally:
+            WATCHDOG.end(token)
+
+    def _retry_loop(self, what: str, fn: Callable[[], T]) -> T:
         started = self._clock.monotonic()
         deadline = started + self.options.timeout_s
         attempt = 0
@@ -167,10 +200,18 @@ class RetryingStore(StoreWrapper):
         return self._retry(f"get {path}", lambda: self.inner.get(path))
 
     def get_range(self, path: str, start: int, end: int) -> bytes:
-        return self._retry(f"get_range {path}", lambda: self.inner.get_range(path, start, end))
+        return self._retry(
+            f"get_range {path}",
+            lambda: self.inner.get_range(path, start, end),
+            watch=end - start <= WATCH_MAX_BYTES,
+        )
 
     def get_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        return self._retry(f"get_ranges {path}", lambda: self.inner.get_ranges(path, ranges))
+        return self._retry(
+            f"get_ranges {path}",
+            lambda: self.inner.get_ranges(path, ranges),
+            watch=sum(e - s for s, e in ranges) <= WATCH_MAX_BYTES,
+        )
 
     def head(self, path: str) -> ObjectMeta:
         return self._retry(f"head {path}", lambda: self.inner.head(path))
@@ -194,7 +235,11 @@ class RetryingStore(StoreWrapper):
         attributes: Mapping[str, str] | None = None,
     ) -> None:
         if not create:
-            self._retry(f"put {path}", lambda: self.inner.put(path, data, attributes=attributes))
+            self._retry(
+                f"put {path}",
+                lambda: self.inner.put(path, data, attributes=attributes),
+                watch=memoryview(data).nbytes <= WATCH_MAX_BYTES,
+            )
             return
         put_id = self.new_put_id()
         attrs = dict(attributes or {})
@@ -205,15 +250,34 @@ class RetryingStore(StoreWrapper):
             lambda: self.inner.put(path, data, create=True, attributes=attrs or None),
             lambda ambiguous: self._put_was_ours(path, data, put_id, ambiguous),
             path,
+            watch=memoryview(data).nbytes <= WATCH_MAX_BYTES,
         )
 
     def _create(
-        self, what: str, write: Callable[[], None], was_ours: Callable[[bool], bool], path: str
+        self,
+        what: str,
+        write: Callable[[], None],
+        was_ours: Callable[[bool], bool],
+        path: str,
+        *,
+        watch: bool,
     ) -> None:
         """Retry the conditional write ``write`` (a put or copy with ``create=True``) on
         Unavailable. AlreadyExists after a failed attempt may be that attempt's own
         success: ``was_ours(ambiguous)`` decides (``ambiguous``: an attempt failed in a
         way that may have been applied); then the write counts as resolved."""
+        if self._watch is None or not watch:
+            self._create_loop(what, write, was_ours, path)
+            return
+        token = WATCHDOG.begin(self._watch[0], what, self._watch[1])
+        try:
+            self._create_loop(what, write, was_ours, path)
+        finally:
+            WATCHDOG.end(token)
+
+    def _create_loop(
+        self, what: str, write: Callable[[], None], was_ours: Callable[[bool], bool], path: str
+    ) -> None:
         started = self._clock.monotonic()
         deadline = started + self.options.timeout_s
         ambiguous = False
@@ -253,13 +317,14 @@ class RetryingStore(StoreWrapper):
 
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         if not create:
-            self._retry(f"copy {src} -> {dst}", lambda: self.inner.copy(src, dst))
+            self._retry(f"copy {src} -> {dst}", lambda: self.inner.copy(src, dst), watch=False)
             return
         self._create(
             f"copy(create) {src} -> {dst}",
             lambda: self.inner.copy(src, dst, create=True),
             lambda ambiguous: ambiguous and self._copy_was_ours(src, dst),
             dst,
+            watch=False,
         )
 
     def _copy_was_ours(self, src: str, dst: str) -> bool:

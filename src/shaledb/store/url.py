@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -423,6 +424,8 @@ def _open_cloud(url: str, scheme: str, bucket: str, path: str, options: dict[str
         scheme
     ]
     service = cloud_service(scheme, bucket, kwargs)
+    if "timeout" in client_options:
+        service = replace(service, request_timeout=str(client_options["timeout"]))
     _refuse_schemeless_endpoint(scheme, kwargs.get("endpoint"), secrets)
     _refuse_plain_http(scheme, service.endpoint, client_options, kwargs, secrets)
     kwargs = with_backend_defaults(kwargs)

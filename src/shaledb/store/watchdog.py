@@ -1,0 +1,92 @@
+"""One thread per process that notices cloud store calls waiting long, and says so once.
+
+Why: an endpoint that accepts connections and never answers fails a request only at the HTTP
+client's request timeout (30 s by default); :class:`~.retrying.RetryingStore`'s WARNING comes
+after that first failure, so a user heard nothing for 30 s. Every call a ``RetryingStore`` over
+a cloud store makes registers here for its duration (a dict insert and pop: no thread and no
+lock per call); one daemon thread looks every :data:`CHECK_S` and logs one WARNING per call that
+has waited :data:`STILL_WAITING_S` ("still waiting for bucket 'b' at http://host:9000: get x
+(5 s so far; request timeout 30s)"). Local and memory stores never register: they pay nothing.
+Listings are not watched (a listing's caller may pause between items; that is not the store),
+nor transfers above ``retrying.WATCH_MAX_BYTES`` and server-side copies, which may rightly take
+longer than a few seconds: the request timeout still ends them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+
+_log = logging.getLogger("shaledb.store")
+
+STILL_WAITING_S = 5.0
+"""A call waiting this long on a cloud store is reported once at WARNING."""
+CHECK_S = 1.0
+"""How often the watchdog looks at the calls in flight."""
+
+
+class Watchdog:
+    """The cloud store calls in flight, and the thread that reports the slow ones."""
+
+    def __init__(self) -> None:
+        # token -> (started, where, what, request timeout). Written by the calling threads
+        # (one insert, one pop each: atomic under the GIL), copied by the watchdog thread.
+        self._calls: dict[int, tuple[float, str, str, str]] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()  # taken once per process, to start the thread
+
+    def begin(self, where: str, what: str, request_timeout: str) -> int:
+        """Register a call; pass the token to :meth:`end` when it returns or raises."""
+        token = next(self._ids)
+        self._calls[token] = (time.monotonic(), where, what, request_timeout)
+        if self._thread is None:
+            self._start()
+        return token
+
+    def end(self, token: int) -> None:
+        self._calls.pop(token, None)
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                t = threading.Thread(target=self._run, name="shaledb-store-watchdog", daemon=True)
+                t.start()
+                self._thread = t
+
+    def after_fork(self) -> None:
+        """A forked child has no watchdog thread and none of its parent's calls."""
+        self._calls = {}
+        self._thread = None
+        self._start_lock = threading.Lock()
+
+    def _run(self) -> None:
+        warned: set[int] = set()
+        while True:
+            time.sleep(CHECK_S)
+            now = time.monotonic()
+            calls = self._calls.copy()
+            warned &= calls.keys()
+            for token, (started, where, what, timeout) in calls.items():
+                waited = now - started
+                if token not in warned and waited >= STILL_WAITING_S:
+                    warned.add(token)
+                    _log.warning(
+                        "still waiting for %s: %s (%.0f s so far; request timeout %s)",
+                        where,
+                        what,
+                        waited,
+                        timeout,
+                    )
+
+
+WATCHDOG = Watchdog()
+"""The process's watchdog (shared by every cloud store)."""
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=WATCHDOG.after_fork)
+
+__all__ = ["CHECK_S", "STILL_WAITING_S", "WATCHDOG", "Watchdog"]

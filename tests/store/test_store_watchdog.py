@@ -1,0 +1,121 @@
+"""A store call to an endpoint that accepts connections and never answers is reported once,
+early ("still waiting for ..."), instead of silence until the request timeout; a local or
+memory store is never watched."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shaledb.errors import ShaleError
+from shaledb.settings import RetryOptions
+from shaledb.store import RetryingStore, StoreWrapper, open_store
+from shaledb.store import watchdog as watchdog_module
+from shaledb.store.retrying import WATCH_MAX_BYTES
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[str]:
+    """An HTTP endpoint that accepts every connection and never sends a byte."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    done = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not done.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        done.set()
+        t.join(5)
+        for c in held:
+            c.close()
+        server.close()
+
+
+@pytest.fixture
+def quick_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watchdog_module, "STILL_WAITING_S", 0.2)
+    monkeypatch.setattr(watchdog_module, "CHECK_S", 0.05)
+
+
+def _still_waiting(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "still waiting for" in r.getMessage()]
+
+
+@pytest.mark.usefixtures("quick_watchdog")
+def test_a_silent_endpoint_is_reported_once_before_the_request_times_out(
+    silent_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    inner = open_store(
+        "s3://bucket/db",
+        endpoint=silent_endpoint,
+        allow_http=True,
+        access_key_id="x",
+        secret_access_key="y",
+        client_options={"timeout": "2s"},
+    )
+    st = RetryingStore(inner, RetryOptions(timeout_s=1.0))
+    with caplog.at_level(logging.WARNING, logger="shaledb.store"), pytest.raises(ShaleError):
+        st.get("some/object")
+    said = _still_waiting(caplog)
+    assert len(said) == 1, said
+    assert silent_endpoint in said[0] and "get some/object" in said[0] and "request timeout 2s" in said[0]
+
+
+@pytest.mark.usefixtures("quick_watchdog")
+def test_a_large_transfer_is_left_to_the_request_timeout(
+    silent_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A put above WATCH_MAX_BYTES may rightly take longer than a few seconds on a slow link:
+    no "still waiting" for it (the request timeout still ends it)."""
+    inner = open_store(
+        "s3://bucket/db",
+        endpoint=silent_endpoint,
+        allow_http=True,
+        access_key_id="x",
+        secret_access_key="y",
+        client_options={"timeout": "1s"},
+    )
+    st = RetryingStore(inner, RetryOptions(timeout_s=0.5))
+    with caplog.at_level(logging.WARNING, logger="shaledb.store"), pytest.raises(ShaleError):
+        st.put("big", bytes(WATCH_MAX_BYTES + 1))
+    assert _still_waiting(caplog) == []
+
+
+class _SlowGets(StoreWrapper):
+    def __init__(self, inner: object, release: threading.Event) -> None:
+        super().__init__(inner)  # type: ignore[arg-type]
+        self._release = release
+
+    def get(self, path: str) -> bytes:
+        self._release.wait(1.0)
+        return super().get(path)
+
+
+@pytest.mark.usefixtures("quick_watchdog")
+@pytest.mark.parametrize("url", ["memory://watchdog-test", "local"])
+def test_local_and_memory_stores_are_not_watched(
+    url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    base = open_store(str(tmp_path) if url == "local" else url)
+    base.put("k", b"v")
+    st = RetryingStore(_SlowGets(base, threading.Event()))  # each get waits 1 s
+    with caplog.at_level(logging.WARNING, logger="shaledb.store"):
+        assert st.get("k") == b"v"
+    assert _still_waiting(caplog) == []
