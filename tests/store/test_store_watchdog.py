@@ -119,3 +119,44 @@ def test_local_and_memory_stores_are_not_watched(
     with caplog.at_level(logging.WARNING, logger="shaledb.store"):
         assert st.get("k") == b"v"
     assert _still_waiting(caplog) == []
+
+
+@pytest.mark.usefixtures("quick_watchdog")
+def test_a_listing_of_a_silent_endpoint_is_reported_once(
+    silent_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opening a database lists ``manifest/`` first: that listing is what a user waits on."""
+    inner = open_store(
+        "s3://bucket/db",
+        endpoint=silent_endpoint,
+        allow_http=True,
+        access_key_id="x",
+        secret_access_key="y",
+        client_options={"timeout": "1s"},
+    )
+    st = RetryingStore(inner, RetryOptions(timeout_s=1.5, initial_backoff_s=0.01))
+    with caplog.at_level(logging.WARNING, logger="shaledb.store"), pytest.raises(ShaleError):
+        list(st.list("manifest/"))  # two attempts of 1 s each
+    said = _still_waiting(caplog)
+    assert len(said) == 1, said
+    assert silent_endpoint in said[0] and "list 'manifest/'" in said[0]
+
+
+@pytest.mark.usefixtures("quick_watchdog")
+def test_a_caller_holding_a_listed_item_is_not_the_store_waiting(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the store's waits count: a caller slow between items is not reported."""
+    from shaledb.store.http_errors import CloudService
+    from shaledb.store.obstore_store import ObstoreStore
+
+    base = open_store("memory://watchdog-list")
+    for i in range(3):
+        base.put(f"p/{i}", b"v")
+    # A memory store posing as a cloud one, so the listing is watched.
+    monkeypatch.setattr(ObstoreStore, "service", property(lambda self: CloudService("s3", "b", "http://x")))
+    st = RetryingStore(base)
+    with caplog.at_level(logging.WARNING, logger="shaledb.store"):
+        for _ in st.list("p/"):
+            threading.Event().wait(0.4)  # the caller's own time, twice the threshold
+    assert _still_waiting(caplog) == []

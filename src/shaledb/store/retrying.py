@@ -346,16 +346,30 @@ class RetryingStore(StoreWrapper):
         started = self._clock.monotonic()
         deadline = started + self.options.timeout_s
         attempt = 0
-        while True:
-            attempt += 1
-            try:
-                for meta in self.inner.list(prefix, offset=last):
-                    last = meta.path
-                    if attempt > 1:  # progress: a fresh budget for the next failure
-                        attempt, started = 1, self._clock.monotonic()
-                        deadline = started + self.options.timeout_s
-                    yield meta
-                return
-            except Unavailable as exc:
-                if not self._wait_or_give_up(attempt, deadline, f"list {prefix!r}", exc):
-                    raise self._exhausted(f"list {prefix!r}", attempt, started, exc) from exc
+        # On a cloud store the watchdog sees the listing while it waits for the store (the
+        # first request of `shaledb stats` and of every open is a listing), not while the
+        # caller holds an item; one token, so one report per listing.
+        where, timeout = self._watch or ("", "")
+        token = None if self._watch is None else WATCHDOG.begin(where, f"list {prefix!r}", timeout)
+        try:
+            while True:
+                attempt += 1
+                try:
+                    for meta in self.inner.list(prefix, offset=last):
+                        last = meta.path
+                        if attempt > 1:  # progress: a fresh budget for the next failure
+                            attempt, started = 1, self._clock.monotonic()
+                            deadline = started + self.options.timeout_s
+                        if token is None:
+                            yield meta
+                            continue
+                        WATCHDOG.pause(token)
+                        yield meta
+                        WATCHDOG.begin(where, f"list {prefix!r}", timeout, token)
+                    return
+                except Unavailable as exc:
+                    if not self._wait_or_give_up(attempt, deadline, f"list {prefix!r}", exc):
+                        raise self._exhausted(f"list {prefix!r}", attempt, started, exc) from exc
+        finally:
+            if token is not None:
+                WATCHDOG.end(token)

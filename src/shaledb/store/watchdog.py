@@ -7,8 +7,8 @@ a cloud store makes registers here for its duration (a dict insert and pop: no t
 lock per call); one daemon thread looks every :data:`CHECK_S` and logs one WARNING per call that
 has waited :data:`STILL_WAITING_S` ("still waiting for bucket 'b' at http://host:9000: get x
 (5 s so far; request timeout 30s)"). Local and memory stores never register: they pay nothing.
-Listings are not watched (a listing's caller may pause between items; that is not the store),
-nor transfers above ``retrying.WATCH_MAX_BYTES`` and server-side copies, which may rightly take
+A listing is watched while it waits for the store, not while its caller holds an item. Nor are
+transfers above ``retrying.WATCH_MAX_BYTES`` and server-side copies, which may rightly take
 longer than a few seconds: the request timeout still ends them.
 """
 
@@ -34,18 +34,24 @@ class Watchdog:
     def __init__(self) -> None:
         # token -> (started, where, what, request timeout). Written by the calling threads
         # (one insert, one pop each: atomic under the GIL), copied by the watchdog thread.
-        self._calls: dict[int, tuple[float, str, str, str]] = {}
+        self._calls: dict[int, tuple[float, str, str, str] | None] = {}
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()  # taken once per process, to start the thread
 
-    def begin(self, where: str, what: str, request_timeout: str) -> int:
-        """Register a call; pass the token to :meth:`end` when it returns or raises."""
-        token = next(self._ids)
+    def begin(self, where: str, what: str, request_timeout: str, token: int | None = None) -> int:
+        """Register a call (or resume the paused ``token``: its wait starts now, and it is
+        still reported at most once); pass the token to :meth:`end` when it returns or raises."""
+        if token is None:
+            token = next(self._ids)
         self._calls[token] = (time.monotonic(), where, what, request_timeout)
         if self._thread is None:
             self._start()
         return token
+
+    def pause(self, token: int) -> None:
+        """Not waiting on the store for now (a listing's caller holds an item)."""
+        self._calls[token] = None
 
     def end(self, token: int) -> None:
         self._calls.pop(token, None)
@@ -70,7 +76,10 @@ class Watchdog:
             now = time.monotonic()
             calls = self._calls.copy()
             warned &= calls.keys()
-            for token, (started, where, what, timeout) in calls.items():
+            for token, call in calls.items():
+                if call is None:
+                    continue
+                started, where, what, timeout = call
                 waited = now - started
                 if token not in warned and waited >= STILL_WAITING_S:
                     warned.add(token)
