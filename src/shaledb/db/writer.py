@@ -1247,41 +1247,29 @@ class Db(Queries):
         while another thread's close runs returns when that one has finished."""
         me = threading.get_ident()
         with self._lock:
-            # (not _CLOSED: a close a KeyboardInterrupt cut short, below, is not finished)
-            first = self._state != _CLOSED and not self.closing
+            first = self._state == _OPEN and not self.closing
             failed = self._failure is not None
             self.closing = True
             if first:
                 self._closer = me
-                if self._close_done.is_set():
-                    self._close_done = threading.Event()
             elif self._closer == me:
                 return  # called again inside the first close (a signal handler, a callback)
-            done = self._close_done
         if not first:
             # Before, every close that came before the first one left _OPEN ran it all
             # again: the shared read pools were released once per call, so another open
             # handle's pools counted no user and shut down, and the store closed twice.
-            done.wait()
+            self._close_done.wait()
             return
         try:
             self._close(failed)
-        except KeyboardInterrupt:
-            # Ctrl-C during the close (its flush, a thread's join): the next close() takes
-            # it up again. Before, it returned at once and left the handle half closed
-            # (threads running, the writer's claim held: reopening it was refused).
-            with self._lock:
-                self.closing = False
-                self._closer = None
-            raise
         finally:
-            done.set()
+            self._close_done.set()
 
     def _close(self, failed: bool) -> None:
         for feed in list(self._feeds):
             feed.detach(f"{self!r} was closed: open the change feed from another handle (or open_changes)")
         error: BaseException | None = None
-        if not failed and self._state == _OPEN:  # (_CLOSING: an interrupted close, taken up again)
+        if not failed:
             try:
                 self.flush(memtable=True)
             except ShaleError as exc:
@@ -1299,11 +1287,9 @@ class Db(Queries):
             self._tidy_manifest(settle=error is None)
         with self._lock:
             self._state = _CLOSED
-            released = self._closed
             self._closed = True
         writers.release(getattr(self, "_writer_claim", None), self)
-        if not released:
-            release_pools()
+        release_pools()
         self.cache.clear()
         close_quietly(self.external, self.store if self.owns_store else None)
         if error is not None:
