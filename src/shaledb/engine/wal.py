@@ -167,9 +167,6 @@ class WalWriter:
         """The buffer's latch (becomes its segment's ``done``): a durable write waits on it."""
         self._sealed: deque[WalSegment] = deque()
         self._flights: deque[_Flight] = deque()
-        self._resend: deque[_Flight] = deque()
-        """PUTs a durable writer's interrupt cut short, in id order: made again, with the
-        same bytes, before any later segment (``_interrupted``)."""
         """PUTs started, in id order (only the flusher thread touches it, or with one PUT
         at a time whoever holds ``_put_lock``; empty whenever that lock is free)."""
         self._asked = False
@@ -217,14 +214,13 @@ class WalWriter:
         seg = WalSegment(self._next_id, self.keys, self.seqs, self.kinds, self.pays, self.sink, self.pending)
         self.pending = threading.Event()
         self._next_id += 1
+        if self._next_id >= self.limit_id and self.on_limit is not None:
+            self.on_limit()
         self.keys = []
         self.seqs = array("Q")
         self.kinds = bytearray()
         self.pays = []
         self.nbytes = 0
-        # Last: an interrupt raised in the callback finds the buffer cut (``_interrupted``).
-        if self._next_id >= self.limit_id and self.on_limit is not None:
-            self.on_limit()
         return seg
 
     def seal_locked(self) -> int:
@@ -328,78 +324,31 @@ class WalWriter:
         """
         if not self._put_lock.acquire(blocking=False):
             return False
-        seg: WalSegment | None = None
         try:
             if self.failure is not None or self._stopping:
                 return False
             while self.durable_seq < seq:
-                if self._resend:
-                    self._put_again()
-                else:
-                    with self.lock:
-                        if self._sealed:
-                            seg = self._sealed.popleft()
-                        else:  # as the flusher's cut: it answers every ask made so far
-                            self._asked = False
-                            self._last_cut = self.clock.monotonic()
-                            seg = self.cut_locked()
-                    if seg is None:  # not ours to write (cannot happen: ours is buffered or sealed)
-                        return False
-                    self._submit(seg)
+                with self.lock:
+                    if self._sealed:
+                        seg: WalSegment | None = self._sealed.popleft()
+                    else:  # as the flusher's cut: it answers every ask made so far
+                        self._asked = False
+                        self._last_cut = self.clock.monotonic()
+                        seg = self.cut_locked()
+                if seg is None:  # not ours to write (cannot happen: ours is buffered or sealed)
+                    return False
+                self._submit(seg)
                 self._land_done()
             return True
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt) and self.failure is None and self._interrupted(seg):
-                raise  # Ctrl-C of this thread: the flusher finishes the PUT, the writer goes on
             self._fail(exc)  # every failure stops the WAL
             self._wake.set()  # the flusher thread sees the failure and ends
             if not isinstance(exc, Exception):
-                raise  # an interrupt that lost track of a segment: the writer is stopped
+                raise  # an interrupt of this thread: the writer is stopped, the caller sees it
             err = _surface(self.failure or exc)
         finally:
             self._put_lock.release()
         raise err
-
-    def _interrupted(self, seg: WalSegment | None) -> bool:
-        """A KeyboardInterrupt (Ctrl-C) stopped a durable writer's own PUT
-        (``_put_here``): hand what it held to the flusher thread; False if a segment
-        was lost track of (then the writer stops, as on any failure).
-
-        The writer used to stop on it: a Ctrl-C during a ``put`` (in a REPL or a
-        notebook, where the program goes on) left a handle refusing every write
-        with "background failure: KeyboardInterrupt". The interrupted PUT may have
-        landed or not: it is made again with the very same bytes (its own object
-        found at the slot counts as written, ``_collision``), so every segment is
-        written once, in id order, and acknowledged only when it is.
-        """
-        landed = self.durable_wal_id
-        again = [f for f in self._flights if f.seg.id > landed]
-        for f in self._flights:
-            if f.seg.id <= landed:
-                f.seg.done.set()  # acknowledged, interrupted before its latch was set
-        self._flights.clear()
-        again += [f for f in self._resend if all(f is not g for g in again)]
-        with self.lock:
-            if seg is not None and seg.id > landed and all(f.seg is not seg for f in again):
-                self._sealed.appendleft(seg)  # never PUT: encoded again, like any sealed one
-            held = {f.seg.id for f in again} | {s.id for s in self._sealed}
-            if any(i not in held for i in range(landed + 1, self._next_id)):
-                return False  # a segment popped and lost between two steps: cannot go on
-            self._resend = deque(again)
-        self._ask()
-        return True
-
-    def _put_again(self) -> None:
-        """Make the first interrupted PUT again (``_interrupted``): its flight is in
-        ``_flights`` before it leaves ``_resend``, so a new interrupt finds it."""
-        f = self._resend[0]
-        f.fut = Future()
-        self._flights.append(f)
-        self._resend.popleft()
-        try:
-            f.fut.set_result(self._put(f.seg.id, f.data))
-        except BaseException as exc:  # noqa: BLE001 - raised in order by _land_done
-            f.fut.set_exception(exc)
 
     def wait_wal_id(self, wal_id: int) -> None:
         """Block until every WAL object up to ``wal_id`` is written."""
@@ -487,9 +436,6 @@ class WalWriter:
         wait, or when stopping (``drain``, which also waits for every PUT).
         """
         while True:
-            while self._resend:  # a durable writer was interrupted (``_interrupted``)
-                self._put_again()
-                self._land_done()
             self._land_done()
             while len(self._flights) < self.max_in_flight:
                 cut = due or drain or self._asked
@@ -553,13 +499,11 @@ class WalWriter:
     def _land_done(self) -> None:
         """Acknowledge, in id order, every segment whose PUT and every earlier one landed."""
         while self._flights and self._flights[0].fut.done():
-            f = self._flights[0]  # left in place until acknowledged (``_interrupted`` finds it)
+            f = self._flights.popleft()
             if not f.fut.result():  # raises the PUT's failure: the writer stops
-                self._flights.popleft()
                 self._requeue(f)
                 continue
             self._landed(f)
-            self._flights.popleft()
             if f.out is not None and isinstance(f.data, memoryview):
                 self.buffers.give(f.out, f.data)  # its PUT returned and nothing here reads it any more
 
