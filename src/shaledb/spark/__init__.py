@@ -46,15 +46,18 @@ def require_spark_extra() -> None:
     they failed with a bare ``ModuleNotFoundError: No module named 'pyarrow'`` (or 'pyspark')
     from deep inside the data source, which did not say that shaledb has an extra for it.
     """
+    missing: list[str] = []
     for module in ("pyspark", "pyarrow"):
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise SetupError(
-                f"shaledb.spark needs {module}, which is not installed here ({sys.executable}): "
-                "install the spark extra, pip install 'shaledb[spark]' (PySpark with pyarrow and "
-                f"pandas; also Java 17); the import said: {exc}"
-            ) from None
+            missing.append(f"{module} ({exc})")
+    if missing:
+        raise SetupError(
+            f"shaledb.spark needs {' and '.join(m.split(' ')[0] for m in missing)}, not installed "
+            f"here ({sys.executable}): install the spark extra, pip install 'shaledb[spark]' "
+            f"(PySpark with pyarrow and pandas; also Java 17); the imports said: {'; '.join(missing)}"
+        )
 
 
 def register(spark: Any) -> None:
