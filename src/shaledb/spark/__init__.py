@@ -47,16 +47,18 @@ def require_spark_extra() -> None:
     from deep inside the data source, which did not say that shaledb has an extra for it.
     """
     missing: list[str] = []
+    said: list[str] = []
     for module in ("pyspark", "pyarrow"):
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            missing.append(f"{module} ({exc})")
+            missing.append(module)
+            said.append(str(exc))
     if missing:
         raise SetupError(
-            f"shaledb.spark needs {' and '.join(m.split(' ')[0] for m in missing)}, not installed "
+            f"shaledb.spark needs {' and '.join(missing)}, not installed "
             f"here ({sys.executable}): install the spark extra, pip install 'shaledb[spark]' "
-            f"(PySpark with pyarrow and pandas; also Java 17); the imports said: {'; '.join(missing)}"
+            f"(PySpark with pyarrow and pandas; also Java 17); the imports said: {'; '.join(said)}"
         )
 
 

@@ -49,10 +49,9 @@ from ..errors import AlreadyExists, EndpointUnreachable, ObjectNotFound, Unavail
 from ..format.paths import check_prefix
 from ..settings import RetryOptions
 from .base import PUT_ID_ATTRIBUTE, ObjectMeta, ObjectStore
-from .http_errors import CloudService
 from .obstore_store import ObstoreStore
 from .watchdog import WATCHDOG
-from .wrappers import StoreWrapper
+from .wrappers import StoreWrapper, find_wrapper
 
 _log = logging.getLogger(__name__)
 _retry_log = logging.getLogger("shaledb.store")
@@ -62,18 +61,6 @@ T = TypeVar("T")
 WATCH_MAX_BYTES = 8 << 20
 """Transfers up to this size are watched (:mod:`.watchdog`); a larger one may rightly take
 longer than the watchdog's few seconds on a slow link, and is left to the request timeout."""
-
-
-def _cloud_service(store: ObjectStore) -> CloudService | None:
-    """The cloud service under ``store``'s wrappers (None: a local or memory store)."""
-    for _ in range(32):  # wrappers each hold the next in ``inner``; an ObstoreStore ends it
-        if isinstance(store, ObstoreStore):
-            return store.service
-        nxt = getattr(store, "inner", None)
-        if nxt is None:
-            return None
-        store = nxt
-    return None
 
 
 class RetryingStore(StoreWrapper):
@@ -100,7 +87,8 @@ class RetryingStore(StoreWrapper):
         self._lock = threading.Lock()
         self._resolved = 0
         self._retries = 0
-        service = _cloud_service(inner)
+        store: ObstoreStore | None = find_wrapper(inner, ObstoreStore)
+        service = store.service if store is not None else None
         # Calls on a cloud store are watched (a store that never answers is reported after a
         # few seconds, not at the request timeout); a local or memory store is not.
         self._watch = (service.where(), service.request_timeout) if service is not None else None
