@@ -160,3 +160,40 @@ def test_a_stream_of_a_missing_database_fails_with_a_short_message(spark: Any, t
     assert "NotFound: no database at" in text
     assert "engine/changes.py" not in text and "manifest/store.py" not in text, text
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_new_stream_starts_at_the_oldest_history_the_collector_left(tmp_path: Path) -> None:
+    """Without startingCursor a stream starts at the oldest change the WAL still holds (as
+    ``changes(since=None)`` does). Before, its initial offset was the cursor ``c1.1.0.0``, which
+    names wal/1: once the collector had run, every new stream failed with CursorExpired."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from shaledb import GarbageCollector, GcOptions
+    from shaledb.spark.stream import CHANGES_SCHEMA, ShaleChangeStream
+
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        for i in range(20):
+            db.put(b"old%02d" % i, b"v")
+        db.flush(memtable=True)
+        for i in range(5):
+            db.put(b"new%d" % i, b"v")
+        with GarbageCollector.open(url, GcOptions(min_age_s=0)) as gc:
+            assert gc.run_once().deleted["wal"]  # the old writes' WAL objects are gone
+        want = [(c.seq, c.batch_index, c.key) for c in db.changes(follow=False).read()]
+    assert [k for _, _, k in want] == [b"new%d" % i for i in range(5)]
+    reader = ShaleChangeStream({"path": url}, CHANGES_SCHEMA)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    rows = [r for p in reader.partitions(start, end) for r in reader.read(p)]
+    assert [(r[0], r[1], r[4]) for r in rows] == want
+    assert reader.latestOffset(end, ReadAllAvailable()) == end
+    empty = str(tmp_path / "empty")
+    with Db.open(empty, settings=QUIET):
+        pass
+    fresh = ShaleChangeStream({"path": empty}, CHANGES_SCHEMA)
+    start = fresh.initialOffset()  # no change yet: the end of the history, which the first write follows
+    with Db.open(empty, settings=QUIET) as db:
+        db.put(b"first", b"1")
+    end = fresh.latestOffset(start, ReadAllAvailable())
+    assert [r[4] for p in fresh.partitions(start, end) for r in fresh.read(p)] == [b"first"]

@@ -401,6 +401,22 @@ def latest_cursor(store: ObjectStore, clock: Clock | None = None) -> Cursor:
     return feed.cursor
 
 
+def oldest_cursor(store: ObjectStore, clock: Clock | None = None) -> Cursor:
+    """A storable cursor just before the oldest change the WAL still holds (or at the end of
+    the history when it holds none): where ``since=None`` starts, as a position.
+
+    ``since=None`` steps over what the collector removed only until its first change; a
+    consumer that stores its start (Spark's offset log stores a stream's initial offset as the
+    start of its first micro-batch) needs a real position instead. The default cursor
+    (``c1.1.0.0``) is not one once the collector has run: it names ``wal/1``, so a feed from
+    it met the collected gap and raised :class:`CursorExpired`.
+    """
+    feed = ChangeFeed(store, None, follow=False, clock=clock, read_ahead=1)
+    for change in feed._available():
+        return Cursor(change.cursor.wal_id, change.seq, change.batch_index)
+    return latest_cursor(store, clock)
+
+
 def _start_near_end(store: ObjectStore, clock: Clock | None) -> Cursor:
     """The cursor just before the last WAL object listed (the feed then reads only it).
 
@@ -474,6 +490,7 @@ __all__ = [
     "CursorExpired",
     "FeedOptions",
     "latest_cursor",
+    "oldest_cursor",
     "open_changes",
     "open_feed",
 ]

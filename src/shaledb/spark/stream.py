@@ -18,15 +18,17 @@ contract with a replayable source).
 
 The schema must be given: ``DataSource.schema()`` cannot tell a stream from
 a batch read, and a batch read's schema is the checkpoint's key and value.
-Offsets start at the beginning of the history the WAL still holds (option
-``startingCursor``: a stored cursor, or "latest" for new writes only); a
-cursor the garbage collector overtook fails the query with ``CursorExpired``
-(keep WAL objects with ``GcOptions.wal_retention_s``).
+Offsets start at the oldest change the WAL still holds, as a real position
+(``oldest_cursor``; option ``startingCursor``: a stored cursor, or "latest" for
+new writes only); a cursor the garbage collector overtook fails the query with
+``CursorExpired`` naming the offset and the way out (keep WAL objects with
+``GcOptions.wal_retention_s``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -38,8 +40,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from ..engine.changes import Change, Cursor, latest_cursor, open_changes
-from ..errors import InvalidArgument
+from ..engine.changes import Change, Cursor, latest_cursor, oldest_cursor, open_changes
+from ..errors import CursorExpired, InvalidArgument
 from .options import closest
 from .schema import int_option
 from .tracebacks import short_traceback
@@ -109,6 +111,23 @@ def _require_database(url: str, store_options: dict[str, Any]) -> None:
     admin.read_manifest(url, store_options=store_options or None)
 
 
+@contextmanager
+def _expired_says_how(offset: str) -> Iterator[None]:
+    """A stream whose offset the collector overtook (stopped while the WAL it needs reached
+    SSTs and was collected) fails, never skips; this names the way out in Spark's terms: the
+    feed's own message speaks of cursors, and the stored offset is the query's."""
+    try:
+        yield
+    except CursorExpired as exc:
+        raise CursorExpired(
+            f"this stream's offset {offset} (from its checkpointLocation) cannot be resumed: {exc}. "
+            "The changes since it are in the database but no longer in its change feed: take them "
+            "from a snapshot (spark.read.format('shaledb').load(url)), then start the query with a new "
+            "checkpointLocation (it begins at the oldest change the WAL still holds; option "
+            "startingCursor=latest for new writes only)"
+        ) from exc
+
+
 class ChangeRange(InputPartition):  # type: ignore[misc]
     """One micro-batch: the changes after ``start`` up to and including ``end``."""
 
@@ -143,10 +162,13 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
 
     @short_traceback
     def initialOffset(self) -> dict[str, str]:
-        if self.starting == "latest":
-            with open_changes(self.url, store_options=self.store_options, follow=False) as feed:
-                return {"cursor": str(latest_cursor(feed.store))}
-        return {"cursor": str(Cursor.parse(self.starting))}
+        if self.starting is not None and self.starting != "latest":
+            return {"cursor": str(Cursor.parse(self.starting))}
+        with open_changes(self.url, store_options=self.store_options, follow=False) as feed:
+            # Without startingCursor: the oldest history the WAL holds, as a real position
+            # (before, c1.1.0.0, which raised CursorExpired once the collector had run).
+            at = latest_cursor(feed.store) if self.starting == "latest" else oldest_cursor(feed.store)
+            return {"cursor": str(at)}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_changes)
@@ -167,7 +189,10 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         target = self._target
         last: Cursor | None = None
         taken = 0
-        with open_changes(self.url, start["cursor"], store_options=self.store_options, follow=False) as feed:
+        with (
+            _expired_says_how(start["cursor"]),
+            open_changes(self.url, start["cursor"], store_options=self.store_options, follow=False) as feed,
+        ):
             while most is None or taken < most:
                 changes = feed.read(1000 if most is None else min(1000, most - taken))
                 if not changes:
@@ -187,7 +212,10 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         assert isinstance(partition, ChangeRange)
         end = Cursor.parse(partition.end)
         bound = (end.seq, end.taken)
-        with open_changes(self.url, partition.start, store_options=self.store_options, follow=False) as feed:
+        with (
+            _expired_says_how(partition.start),
+            open_changes(self.url, partition.start, store_options=self.store_options, follow=False) as feed,
+        ):
             while True:
                 changes = feed.read(1000)
                 for c in changes:
