@@ -316,7 +316,7 @@ def test_a_writer_that_opens_after_begin_makes_the_commit_fail(url):
     with Db.open(url, settings=QUIET) as db:
         db.put(b"a", b"writer")
     before = latest(url)
-    with pytest.raises(IngestFenced, match="a writer opened the database"):
+    with pytest.raises(IngestFenced, match="a writer or another ingest opened the database"):
         commit_ingest(plan, [part], url)
     after = latest(url)
     assert after.data == before.data and all(g.id != "late" for g in after.ingests)
@@ -443,3 +443,34 @@ def test_a_writer_that_opens_between_begin_s_read_and_its_claim_is_fenced_by_the
     other[0].close()
     commit_ingest(plan, [write_part(open_store(url), plan, 0, [b"b"], [b"2"])], url)
     assert contents(url) == {b"a": b"1", b"b": b"2"}
+
+
+class _AfterFence(StoreWrapper):
+    """Runs ``hook`` once, right after the first WAL object written through it lands (an
+    opening writer's fence: its claim is in the manifest, its re-read comes next)."""
+
+    def __init__(self, inner: ObjectStore, hook: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.hook: Callable[[], None] | None = hook
+
+    def put(self, path: str, data: bytes | bytearray | memoryview, **kw: object) -> None:
+        self.inner.put(path, data, **kw)  # type: ignore[arg-type]
+        if path.startswith(paths.WAL_DIR):
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                hook()
+
+
+def test_a_claim_overtaken_while_begin_opens_fails_as_an_ingest_naming_the_race(url):
+    """Two jobs writing one database at once (a stream's micro-batch and a batch write): the
+    second claim lands right after the first's. The first used to fail with the writer's words,
+    "FencedError: writer epoch 4 took over while this writer (epoch 3) opened" (no writer was
+    started), from Spark's writer(); now IngestFenced, saying what happened and that nothing was
+    written."""
+    ingest_columns(url, [b"a"], [b"before"])
+    st = _AfterFence(open_store(url), lambda: begin_ingest(url, ingest_id="second"))
+    with pytest.raises(IngestFenced, match="another ingest claimed the database while this ingest") as exc:
+        begin_ingest(store=st, ingest_id="first")
+    assert "nothing was written" in str(exc.value) and "took over" in str(exc.value)
+    assert contents(url) == {b"a": b"before"}
+    assert [g.id for g in latest(url).ingests if g.id in ("first", "second")] == []

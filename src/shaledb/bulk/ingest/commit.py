@@ -16,7 +16,7 @@ from ...admin.destruction import delete_database, live_checkpoints
 from ...clock import SYSTEM_CLOCK, Clock
 from ...db.writer import Db
 from ...engine.parents import ExternalStores, default_factory
-from ...errors import InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
+from ...errors import FencedError, InvalidArgument, InvalidDbState, NotFound, ObjectNotFound, ShaleError
 from ...format import paths
 from ...manifest.edits import Edit, destroyed, without_checkpoints
 from ...manifest.model import IngestRecord, JournalFile, Manifest, SortedRun, SstInfo, Tree
@@ -87,7 +87,7 @@ def begin_ingest(
     here and again in the commit's CAS.
 
     Raises:
-        FencedError: another writer claimed the database while begin opened it.
+        IngestFenced: a writer or another ingest claimed the database while begin opened it.
         DatabaseDestroyed, InvalidDbState, NotFound: the database cannot take writes.
         InvalidArgument: a bad id, duplicates policy or lease.
     """
@@ -150,25 +150,35 @@ def begin_ingest(
         # databases' on cloud stores too (shaledb.store.new_root).
         # The manifest read above starts the claim's CAS: on S3 a read is two requests (LIST
         # and GET) per Spark write, and the CAS makes a version landed since then a retry.
-        db = Db._open(
-            url,
-            store=st,
-            store_options=dict(store_options) if store_options is not None else None,
-            settings=claim,
-            clock=clock,
-            seed=rng.getrandbits(64),
-            latest=m,
-        )
         terms_cp: str | None = None
         try:
-            db.flush(memtable=True)
-            seq = int(db.stats()["seq"]) + 1
-            epoch = db.epoch
-            if not behind and not overwrite and dict(db.manifest.options).get(OPT_INDEXED) == "1":
-                cp = db.create_checkpoint(lifetime=lease_s, name=f"ingest {iid}")
-                terms_cp = str(cp.id)
-        finally:
-            db.close()
+            db = Db._open(
+                url,
+                store=st,
+                store_options=dict(store_options) if store_options is not None else None,
+                settings=claim,
+                clock=clock,
+                seed=rng.getrandbits(64),
+                latest=m,
+            )
+            try:
+                db.flush(memtable=True)
+                seq = int(db.stats()["seq"]) + 1
+                epoch = db.epoch
+                if not behind and not overwrite and dict(db.manifest.options).get(OPT_INDEXED) == "1":
+                    cp = db.create_checkpoint(lifetime=lease_s, name=f"ingest {iid}")
+                    terms_cp = str(cp.id)
+            finally:
+                db.close()
+        except FencedError as exc:
+            # Another claim (a writer, or another ingest: a stream's micro-batch, a second
+            # job) took the database while this one was taking it. The writer's own words
+            # ("this writer (epoch 3) opened") named a writer the user never started.
+            raise IngestFenced(
+                f"ingest {iid}: a writer or another ingest claimed the database while this ingest was "
+                f"claiming it ({exc}); nothing was written. Re-run the job once the other one is done "
+                "(jobs writing one database at the same time fence each other), or use ingest_behind"
+            ) from exc
         plan = replace(
             base,
             seq=0 if behind else seq,
@@ -380,9 +390,10 @@ class CommitIngest(Edit):
         _check_usable(m, self.st)
         if not self.plan.behind and m.writer_epoch != self.plan.writer_epoch:
             raise IngestFenced(
-                f"ingest {self.plan.ingest_id}: a writer opened the database (writer epoch {m.writer_epoch}) "
-                f"after this ingest claimed it at epoch {self.plan.writer_epoch}; nothing was committed. "
-                "Stop the writer and re-run the job, or use ingest_behind"
+                f"ingest {self.plan.ingest_id}: a writer or another ingest opened the database (writer "
+                f"epoch {m.writer_epoch}) after this ingest claimed it at epoch {self.plan.writer_epoch}; "
+                "nothing was committed. Stop the writer (or wait for the other job) and re-run the job, "
+                "or use ingest_behind"
             )
         if self.plan.require_empty and holds_data(m):
             raise InvalidArgument(_not_empty(self.st))

@@ -45,7 +45,8 @@ STREAMS = ("keys", "key_lengths", "values", "value_lengths", "metadata", "metada
 
 
 class IngestFenced(FencedError):
-    """A writer opened the database after the ingest claimed it; nothing was committed."""
+    """A writer (or another ingest's claim) opened the database after the ingest claimed it,
+    or while it was claiming it; nothing was committed."""
 
 
 class IngestConflict(ShaleError):
