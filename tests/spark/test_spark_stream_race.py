@@ -93,9 +93,12 @@ def test_a_batch_write_racing_a_stream_lands_whole_or_fails_typed(spark: Any, tm
         if outcome is None:
             assert len(landed) == len(rows), f"seed {seed}: a batch write that succeeded is not all there"
         else:
-            assert "IngestFenced" in str(outcome), outcome
+            assert "IngestFenced" in str(outcome) and "nothing was" in str(outcome), outcome
             assert not landed, f"seed {seed}: a failed batch write left {len(landed)} of its rows"
     assert {k: v for k, v in got.items() if k.startswith(b"s")} == stream_rows, f"seed {seed}"
     ids = [g.id for g in admin.read_manifest(url).ingests]
     stream_ids = sorted(int(i.rsplit("-", 1)[1]) for i in ids if i.startswith("stream-"))
     assert stream_ids == list(range(len(stream_ids))), (ids, seed)  # each micro-batch once
+    db = Path(url)
+    assert not list((db / "compactions").glob("*.job")), seed  # every lease dropped, fenced or not
+    assert not list((db / "tmp").rglob("*.arrows")), seed  # and every staged run
