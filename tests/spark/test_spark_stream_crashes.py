@@ -53,8 +53,10 @@ print("ROWS " + json.dumps([[r.seq, r.batch_index] for r in rows]), flush=True)
 """
 
 
-def _kill_when(args: list[str], ready: Callable[[], bool], rng: random.Random, seed: int) -> None:
-    """Start the job, wait until ``ready()``, then a random 0-1.5 s more, and SIGKILL it."""
+def _kill_when(
+    args: list[str], ready: Callable[[], bool], rng: random.Random, seed: int, most_s: float = 1.5
+) -> None:
+    """Start the job, wait until ``ready()``, then a random 0-``most_s`` s more, and SIGKILL it."""
     job = subprocess.Popen(
         args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
@@ -63,11 +65,31 @@ def _kill_when(args: list[str], ready: Callable[[], bool], rng: random.Random, s
         while not ready():
             if job.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the job ended or made no progress before it was killed (seed {seed})")
-            time.sleep(0.05)
-        time.sleep(rng.uniform(0, 1.5))
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, most_s))
     finally:
-        os.killpg(job.pid, signal.SIGKILL)
+        _kill_session(job.pid)
         job.wait(60)
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL the job and every process of its session, as a crash of the driver's host does.
+    Killing the process group is not enough: PySpark's worker daemons put themselves in groups
+    of their own, and the one running a stream sink's commit finished it after the JVM died, so
+    no run was ever killed inside a commit."""
+    os.killpg(sid, signal.SIGKILL)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone already
+        if int(fields[3]) == sid:  # the session id
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _commits(ckpt: Path) -> int:
@@ -156,7 +178,12 @@ def test_a_sink_killed_at_a_random_point_restarts_exactly_once_and_its_leases_la
         os.utime(src / f"part-{f}.json", (1_700_000_000 + f, 1_700_000_000 + f))  # file order = batch order
         want |= {k.encode(): v.encode() for k, v in rows.items()}
     args = [sys.executable, "-c", SINK_JOB, str(src), url, str(ckpt)]
-    _kill_when(args, lambda: _ingests(url) >= 1 + rng.randrange(3), rng, seed)
+    first = 1 + rng.randrange(3)
+    leases = tmp_path / "db" / "compactions"
+    if rng.random() < 0.5:  # anywhere after the first commits
+        _kill_when(args, lambda: _ingests(url) >= first, rng, seed)
+    else:  # inside a micro-batch's commit or its compaction: a job lease is there
+        _kill_when(args, lambda: _ingests(url) >= first and any(leases.glob("*.job")), rng, seed, 0.02)
     killed = time.monotonic()
     left = sorted(p.name for p in (tmp_path / "db" / "compactions").glob("*.job"))
     print(f"killed after {_ingests(url)} ingests, {_commits(ckpt)} Spark commits; leases left: {left}")
