@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 from ingest_kit import QUIET, contents, latest, sorted_kv
@@ -453,8 +453,15 @@ class _AfterFence(StoreWrapper):
         super().__init__(inner)
         self.hook: Callable[[], None] | None = hook
 
-    def put(self, path: str, data: bytes | bytearray | memoryview, **kw: object) -> None:
-        self.inner.put(path, data, **kw)  # type: ignore[arg-type]
+    def put(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        create: bool = False,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        self.inner.put(path, data, create=create, attributes=attributes)
         if path.startswith(paths.WAL_DIR):
             hook, self.hook = self.hook, None
             if hook is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from shaledb import Db, InvalidArgument, Settings, WriteBatch
+from shaledb import CursorExpired, Db, GarbageCollector, GcOptions, InvalidArgument, Settings, WriteBatch
 from shaledb import spark as shale_spark
 
 pytestmark = pytest.mark.spark
@@ -168,7 +168,6 @@ def test_a_new_stream_starts_at_the_oldest_history_the_collector_left(tmp_path: 
     names wal/1: once the collector had run, every new stream failed with CursorExpired."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from shaledb import GarbageCollector, GcOptions
     from shaledb.spark.stream import CHANGES_SCHEMA, ShaleChangeStream
 
     url = str(tmp_path / "db")
@@ -197,3 +196,46 @@ def test_a_new_stream_starts_at_the_oldest_history_the_collector_left(tmp_path: 
         db.put(b"first", b"1")
     end = fresh.latestOffset(start, ReadAllAvailable())
     assert [r[4] for p in fresh.partitions(start, end) for r in fresh.read(p)] == [b"first"]
+    # Every change collected: the start is past the collected gap, before the next write.
+    with Db.open(empty, settings=QUIET) as db:
+        db.flush(memtable=True)
+    with GarbageCollector.open(empty, GcOptions(min_age_s=0)) as gc:
+        assert gc.run_once().deleted["wal"]
+    fresh = ShaleChangeStream({"path": empty}, CHANGES_SCHEMA)
+    start = fresh.initialOffset()
+    with Db.open(empty, settings=QUIET) as db:
+        db.put(b"second", b"2")
+    end = fresh.latestOffset(start, ReadAllAvailable())
+    assert [r[4] for p in fresh.partitions(start, end) for r in fresh.read(p)] == [b"second"]
+
+
+def test_a_stopped_stream_whose_offset_was_collected_fails_naming_it_and_the_way_out(tmp_path: Path) -> None:
+    """A query stopped at its offset while the WAL objects it needs reached SSTs and were
+    collected must fail, never skip them; and say so in the query's terms (its offset, a new
+    checkpointLocation), where the feed's message only spoke of a cursor and a snapshot."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from shaledb.spark.stream import CHANGES_SCHEMA, ShaleChangeStream
+
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        for i in range(5):
+            db.put(b"k%d" % i, b"v")
+        reader = ShaleChangeStream({"path": url}, CHANGES_SCHEMA)
+        start = reader.initialOffset()
+        stopped = reader.latestOffset(start, ReadAllAvailable())  # the query stops here
+        for i in range(10):
+            db.put(b"late%d" % i, b"v")
+        db.flush(memtable=True)
+    with GarbageCollector.open(url, GcOptions(min_age_s=0)) as gc:
+        assert gc.run_once().deleted["wal"]
+    again = ShaleChangeStream({"path": url}, CHANGES_SCHEMA)  # the query restarted
+    with pytest.raises(CursorExpired) as exc:
+        again.latestOffset(stopped, ReadAllAvailable())
+    text = str(exc.value)
+    assert f"offset {stopped['cursor']}" in text and "garbage collector removed" in text, text
+    assert "new checkpointLocation" in text and "wal_retention_s" in text, text
+    # An executor reading a micro-batch planned before the collector ran says the same.
+    (partition,) = again.partitions(stopped, {"cursor": "c1.99.99.0"})
+    with pytest.raises(CursorExpired, match="new checkpointLocation"):
+        list(again.read(partition))

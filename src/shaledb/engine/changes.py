@@ -409,12 +409,14 @@ def oldest_cursor(store: ObjectStore, clock: Clock | None = None) -> Cursor:
     consumer that stores its start (Spark's offset log stores a stream's initial offset as the
     start of its first micro-batch) needs a real position instead. The default cursor
     (``c1.1.0.0``) is not one once the collector has run: it names ``wal/1``, so a feed from
-    it met the collected gap and raised :class:`CursorExpired`.
+    it met the collected gap and raised :class:`CursorExpired`. With no change present, the
+    feed's own end (past the fences and collected gap it stepped over) is the answer: a second
+    scan (``latest_cursor``) could pass over writes landing in between.
     """
     feed = ChangeFeed(store, None, follow=False, clock=clock, read_ahead=1)
     for change in feed._available():
         return Cursor(change.cursor.wal_id, change.seq, change.batch_index)
-    return latest_cursor(store, clock)
+    return feed.cursor
 
 
 def _start_near_end(store: ObjectStore, clock: Clock | None) -> Cursor:

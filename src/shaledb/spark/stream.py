@@ -120,7 +120,8 @@ def _expired_says_how(offset: str) -> Iterator[None]:
         yield
     except CursorExpired as exc:
         raise CursorExpired(
-            f"this stream's offset {offset} (from its checkpointLocation) cannot be resumed: {exc}. "
+            f"this stream's offset {offset} (where its checkpointLocation stopped, or its startingCursor) "
+            f"cannot be resumed: {exc}. "
             "The changes since it are in the database but no longer in its change feed: take them "
             "from a snapshot (spark.read.format('shaledb').load(url)), then start the query with a new "
             "checkpointLocation (it begins at the oldest change the WAL still holds; option "
@@ -162,11 +163,13 @@ class ShaleChangeStream(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
 
     @short_traceback
     def initialOffset(self) -> dict[str, str]:
+        """Where a new query starts: ``startingCursor``, the end ("latest"), or by default the
+        oldest change the WAL still holds, as a real position. Spark stores this offset as the
+        first micro-batch's start, so it must be one a feed can resume from: before, it was
+        ``c1.1.0.0``, which raised CursorExpired once the collector had run."""
         if self.starting is not None and self.starting != "latest":
             return {"cursor": str(Cursor.parse(self.starting))}
         with open_changes(self.url, store_options=self.store_options, follow=False) as feed:
-            # Without startingCursor: the oldest history the WAL holds, as a real position
-            # (before, c1.1.0.0, which raised CursorExpired once the collector had run).
             at = latest_cursor(feed.store) if self.starting == "latest" else oldest_cursor(feed.store)
             return {"cursor": str(at)}
 
