@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 LOCK   := requirements/lock.txt
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c $(LOCK)
 
-.PHONY: test test-core test-spark lint docs demo bench bench-anchors clean lock soak
+.PHONY: test test-core test-spark lint docs demo bench bench-anchors clean lock soak soak-spark
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +52,7 @@ test-core: $(VENV)/.test $(SERVERS)/.installed
 # mypy again once numpy and pyarrow are installed: without them their uses type-check as Any.
 test-spark: $(VENV)/.spark $(SERVERS)/.installed
 	$(BIN)/mypy
-	$(BIN)/pytest -m spark
+	$(BIN)/pytest -m "spark and not soak"
 
 test: lint docs test-core test-spark
 
@@ -60,6 +60,11 @@ test: lint docs test-core test-spark
 # through the fault proxy; sized by SHALEDB_SOAK_* variables (docs/reliability.md).
 soak: $(VENV)/.test
 	$(BIN)/pytest -m soak -p no:randomly -s --timeout=0 tests/reliability $(SOAK_ARGS)
+
+# Spark drivers SIGKILLed at random points and restarted (tests/spark, markers spark and soak):
+# a minute or more each, so not part of make test.
+soak-spark: $(VENV)/.spark
+	$(BIN)/pytest -m "spark and soak" -p no:randomly -s tests/spark $(SOAK_ARGS)
 
 demo: $(VENV)/.spark
 	$(BIN)/python -m shaledb.spark.demo $(DEMO_ARGS)

@@ -12,22 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spark_kit import contents
 
-from shaledb import DbReader, NotFound, admin
+from shaledb import NotFound, admin
 from shaledb.testing.seeds import test_seed
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 pytest.importorskip("pyspark")
 
 
-def _contents(url: str) -> dict[bytes, bytes]:
-    with DbReader.open(url) as r:
-        return dict(r.scan())
-
-
 def test_a_batch_write_racing_a_stream_lands_whole_or_fails_typed(spark: Any, tmp_path: Path) -> None:
     seed = test_seed()
-    print(f"seed {seed}")
     rng = random.Random(seed)
     src, url, ckpt = tmp_path / "in", str(tmp_path / "db"), tmp_path / "ckpt"
     src.mkdir()
@@ -86,7 +81,7 @@ def test_a_batch_write_racing_a_stream_lands_whole_or_fails_typed(spark: Any, tm
         assert restarts <= 3, f"seed {seed}"
         q = start()  # the same query restarted: goes on where Spark's commit log stopped
         q.awaitTermination(180)
-    got = _contents(url)
+    got = contents(url)
     print(f"stream restarts {restarts}; batch writes: {[type(o).__name__ if o else 'ok' for o in outcomes]}")
     for rows, outcome in zip(batches, outcomes, strict=True):
         landed = [k for k in rows if got.get(k) == rows[k]]
