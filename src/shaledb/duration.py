@@ -82,7 +82,7 @@ def to_seconds(
         try:
             secs = parse_duration(value).total_seconds()
         except InvalidArgument as exc:
-            raise InvalidArgument(f"{what}: {exc}") from None
+            raise InvalidArgument.of_option(what, f"{what}: {exc}") from None
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         secs = value
     else:

@@ -70,7 +70,38 @@ class CorruptionError(ShaleError):
 
 
 class InvalidArgument(ShaleError, ValueError):
-    """A bad key, value, option, URL or path; the message says what to change."""
+    """A bad key, value, option, URL or path; the message says what to change.
+
+    ``option`` is set when the message begins with the name of the option refused (the
+    range checks of ``shaledb.numbers``): a caller that knows how the user spelled that
+    option -- a command-line flag, an environment variable, a TOML key -- re-raises
+    :meth:`naming` it, so the message names what the user wrote, not a field of a
+    settings class the user never typed (``GcOptions.interval_s``).
+    """
+
+    option: str | None = None
+
+    @classmethod
+    def of_option(cls, option: str, message: str) -> InvalidArgument:
+        """The error ``message`` (which begins with ``option``) about ``option``."""
+        err = cls(message)
+        err.option = option
+        return err
+
+    def naming(self, spelled: str, given: str | None = None) -> InvalidArgument:
+        """This error with ``spelled`` in place of the option's name (itself if it names none);
+        ``given``, the text the user typed, is quoted too when it is not a plain number
+        (``got -300.0 (given as '-5m')``): the message says the converted seconds."""
+        text = str(self)
+        if self.option is None or not text.startswith(self.option):
+            return self
+        message = spelled + text[len(self.option) :]
+        if given is not None:
+            try:
+                float(given)
+            except ValueError:
+                message += f" (given as {given!r})"
+        return type(self).of_option(spelled, message)
 
 
 class InvalidPathError(InvalidArgument):

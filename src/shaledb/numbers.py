@@ -78,13 +78,15 @@ def check_number(
     lower = f"> {_fmt(minimum)}" if above_minimum else f">= {_fmt(minimum)}"
     expect = f"{kind}{f' of {unit}' if unit else ''}, {lower} and <= {_fmt(top)}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidArgument(f"{name} must be {expect}; got {value!r} ({type(value).__name__})")
+        raise InvalidArgument.of_option(
+            name, f"{name} must be {expect}; got {value!r} ({type(value).__name__})"
+        )
     if integer and not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be {expect}; got {value!r}")
+        raise InvalidArgument.of_option(name, f"{name} must be {expect}; got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidArgument(f"{name} must be {expect}; got {value!r}")
+        raise InvalidArgument.of_option(name, f"{name} must be {expect}; got {value!r}")
     if value < minimum or (above_minimum and value == minimum) or value > top:
-        raise InvalidArgument(f"{name} must be {expect}; got {value!r}")
+        raise InvalidArgument.of_option(name, f"{name} must be {expect}; got {value!r}")
     return value
 
 

@@ -35,9 +35,19 @@ T = TypeVar("T")
 
 def _field_seconds(owner: str, name: str, value: Any) -> Any:
     """``value`` in seconds if it is text or a timedelta; other values as given (the
-    dataclass's ``__post_init__`` checks them, with its own messages)."""
-    if not isinstance(value, (str, timedelta)):
+    dataclass's ``__post_init__`` checks them, with its own messages).
+
+    A negative duration (``"-5s"``, ``timedelta(seconds=-5)``) becomes its negative
+    number of seconds, so the field's own range check refuses it, saying the range
+    (``> 0`` for an interval): the duration parser's "cannot be negative" said neither."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if not isinstance(value, str):
         return value
+    text = value.strip()
+    if text.startswith("-") and not text.startswith("--"):
+        secs = to_seconds(text[1:], f"{owner}.{name}")
+        return None if secs is None else -secs
     return to_seconds(value, f"{owner}.{name}")  # (its errors name the option)
 
 

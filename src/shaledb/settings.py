@@ -573,7 +573,13 @@ class Settings:
                 extra = set(data[key]) - known
                 if extra or not all(isinstance(k, str) for k in data[key]):
                     raise InvalidArgument(f"unknown {key} settings: {sorted(map(str, extra))}")
-                data[key] = typ(**data[key])
+                try:
+                    data[key] = typ(**data[key])
+                except InvalidArgument as exc:  # named as given: garbage_collector.interval_s
+                    field = (exc.option or "").rpartition(".")[2]
+                    if field in data[key]:
+                        raise exc.naming(f"{key}.{field}") from None
+                    raise
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = {str(k) for k in data} - names
         if unknown:

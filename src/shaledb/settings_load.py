@@ -173,7 +173,15 @@ def _build(
             raise InvalidArgument(f"{render((*path, key))} is a single value, not a group of options")
         else:
             kwargs[key] = value
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except InvalidArgument as exc:
+        # The class's check names its field (GcOptions.interval_s); the user wrote a
+        # variable or a key (SHALEDB_GARBAGE_COLLECTOR__INTERVAL_S, garbage_collector.interval_s).
+        for key in kwargs:
+            if exc.option is not None and (exc.option == key or exc.option.endswith(f".{key}")):
+                raise exc.naming(render((*path, key))) from None
+        raise
 
 
 def _leaf_types(

@@ -134,7 +134,7 @@ def test_checkpoint_commands(db: Path) -> None:
         (["create-checkpoint", "--lifetime", "-1h"], "InvalidArgument: --lifetime must be positive: got -1h"),
         (["create-checkpoint", "-l", "-1h"], "--lifetime must be positive: got -1h"),
         (["create-checkpoint", "--lifetime=-90s"], "--lifetime must be positive: got -90s"),
-        (["run-compactor", "--once", "--poll-interval", "-1e-3"], "poll_interval_s must be"),
+        (["run-compactor", "--once", "--poll-interval", "-1e-3"], "--poll-interval must be"),
         (["compact-journal", "--max-runs", "-1"], "--max-runs must be an integer, >= 0"),
     ],
 )

@@ -68,3 +68,39 @@ def test_bad_seconds_are_one_line_naming_option_and_value(
     for value in ("inf", "nan"):
         p = _cli("--path", db, *cmd, value)
         assert p.returncode == 2 and "finite" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize(
+    ("cmd", "value", "message"),
+    [
+        (
+            ["run-gc", "--once", "--interval"],
+            "0",
+            "--interval must be a finite number of seconds, > 0 and <=",
+        ),
+        (
+            ["run-gc", "--once", "--min-age"],
+            "-5s",
+            "--min-age must be a finite number of seconds, >= 0 and <=",
+        ),
+        (["run-compactor", "--once", "--poll-interval"], "-1m", "--poll-interval must be a finite number of"),
+        (
+            ["run-compactor", "--once", "--max-subcompactions"],
+            "0",
+            "--max-subcompactions must be an integer, >= 1",
+        ),
+        (["changes", "--poll"], "-5m", "--poll must be a finite number of seconds, > 0 and <= 3600"),
+    ],
+)
+def test_a_value_out_of_range_names_the_flag_typed_and_the_range(
+    db: str, cmd: list[str], value: str, message: str
+) -> None:
+    """``run-gc --interval 0`` said "GcOptions.interval_s must be ...", a settings field the
+    user never typed; a negative duration ("-5s") said "cannot be negative" without the range.
+    The refusal names the flag, the range and (for a duration) the text typed."""
+    p = _cli("--path", db, *cmd, value)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert message in lines[0] and "Options." not in lines[0] and "_s " not in lines[0], lines[0]
+    if not value.lstrip("-").isdigit():
+        assert repr(value) in lines[0], lines[0]

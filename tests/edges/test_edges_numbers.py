@@ -145,7 +145,7 @@ def test_cli_run_gc_min_age_nan_is_a_usage_error_and_deletes_nothing(
     rc = main(["--path", url, "run-gc", "--once", "--min-age", "nan"])
     assert rc == EXIT_USAGE
     err = capsys.readouterr().err
-    assert "min_age_s" in err and "seconds" in err
+    assert "--min-age must be" in err and "seconds" in err
     after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert after == before
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from shaledb import InvalidArgument, Settings
-from shaledb.settings import CompactorOptions, GcOptions, JournalOptions, RetryOptions
+from shaledb.settings import CompactorOptions, DbReaderOptions, GcOptions, JournalOptions, RetryOptions
 from shaledb.settings_load import from_toml, load_settings
 
 EXE = Path(sys.executable).with_name("shaledb")
@@ -95,8 +97,11 @@ def test_duration_variables_take_duration_strings() -> None:
         ({"SHALEDB_COMPACTOR__MAX_SOURCE": "8"}, "did you mean SHALEDB_COMPACTOR__MAX_SOURCES"),
         ({"SHALEDB_GARBAGE_COLECTOR__DRY_RUN": "1"}, "did you mean SHALEDB_GARBAGE_COLLECTOR"),
         ({"SHALEDB_COMPACTOR__MAX_SOURCES": "eight"}, "SHALEDB_COMPACTOR__MAX_SOURCES must be an integer"),
-        ({"SHALEDB_COMPACTOR__MAX_SOURCES": "1"}, "CompactorOptions.max_sources must be an integer, >= 2"),
-        ({"SHALEDB_FLUSH_INTERVAL_S": "-1"}, "flush_interval_s must be a finite number of seconds, > 0"),
+        ({"SHALEDB_COMPACTOR__MAX_SOURCES": "1"}, "SHALEDB_COMPACTOR__MAX_SOURCES must be an integer, >= 2"),
+        (
+            {"SHALEDB_FLUSH_INTERVAL_S": "-1"},
+            "SHALEDB_FLUSH_INTERVAL_S must be a finite number of seconds, > 0",
+        ),
         ({"SHALEDB_COMPRESSION": "gzip"}, "compression must be one of"),
         ({"SHALEDB_TRACK_AND_VERIFY_WALS": "maybe"}, "must be true or false"),
         ({"SHALEDB_COMPACTOR": "8"}, "is a group of options"),
@@ -133,7 +138,7 @@ def test_number_variables_take_plain_ascii_decimal_only(text: str) -> None:
 def test_duration_variables_take_ascii_numbers_and_units_only(text: str) -> None:
     # A duration variable takes a duration string ("5s", "1h30m"), in ASCII like the numbers:
     # Arabic-Indic digits read as 1.5 s, and the Kelvin sign matched the unit letters' case.
-    with pytest.raises(InvalidArgument, match="flush_interval_s"):
+    with pytest.raises(InvalidArgument, match="SHALEDB_FLUSH_INTERVAL_S"):
         Settings.from_env(env={"SHALEDB_FLUSH_INTERVAL_S": text})
     assert Settings.from_env(env={"SHALEDB_FLUSH_INTERVAL_S": "250ms"}).flush_interval_s == 0.25
 
@@ -147,9 +152,9 @@ def test_plain_numbers_in_variables_still_read() -> None:
         }
     )
     assert (s.wal_max_bytes, s.compactor and s.compactor.max_sources, s.flush_interval_s) == (65536, 8, 0.05)
-    with pytest.raises(InvalidArgument, match="wal_max_bytes must be an integer number of bytes, >="):
+    with pytest.raises(InvalidArgument, match="SHALEDB_WAL_MAX_BYTES must be an integer number of bytes, >="):
         Settings.from_env(env={"SHALEDB_WAL_MAX_BYTES": "-1"})  # a sign reads: the range says no
-    with pytest.raises(InvalidArgument, match="flush_interval_s must be a finite number"):
+    with pytest.raises(InvalidArgument, match="SHALEDB_FLUSH_INTERVAL_S must be a finite number"):
         Settings.from_env(env={"SHALEDB_FLUSH_INTERVAL_S": "inf"})
     with pytest.raises(InvalidArgument, match="SHALEDB_WAL_MAX_BYTES must be an integer"):
         Settings.from_env(env={"SHALEDB_WAL_MAX_BYTES": "9" * 5000})  # past int()'s digit limit
@@ -240,3 +245,49 @@ def test_non_utf8_file_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "not UTF-8" in result.stderr
+
+
+def test_a_setting_out_of_range_is_named_as_the_user_wrote_it(tmp_path: Path) -> None:
+    """The variable or key the user set, and the range: not the settings class's field
+    (``GcOptions.interval_s``), and a negative duration ("-5s") says the range too."""
+    cases = [
+        (
+            lambda: Settings.from_env(env={"SHALEDB_GARBAGE_COLLECTOR__INTERVAL_S": "0"}),
+            "SHALEDB_GARBAGE_COLLECTOR__INTERVAL_S must be a finite number of seconds, > 0 and <=",
+        ),
+        (
+            lambda: Settings.from_env(env={"SHALEDB_COMPACTOR__POLL_INTERVAL_S": "-5s"}),
+            "SHALEDB_COMPACTOR__POLL_INTERVAL_S must be a finite number of seconds, > 0 and <=",
+        ),
+        (
+            lambda: Settings.from_dict({"garbage_collector": {"min_age_s": -1}}),
+            "garbage_collector.min_age_s must be a finite number of seconds, >= 0 and <=",
+        ),
+        (
+            lambda: Settings(flush_interval_s="-5s"),
+            "flush_interval_s must be a finite number of seconds, > 0",
+        ),
+        (
+            lambda: GcOptions(interval_s=timedelta(seconds=-1)),
+            "GcOptions.interval_s must be a finite number of",
+        ),
+    ]
+    toml = tmp_path / "s.toml"
+    toml.write_text('[garbage_collector]\ninterval_s = "-1h"\n')
+    cases.append(
+        (lambda: Settings.from_file(toml), "garbage_collector.interval_s must be a finite number of")
+    )
+    for make, message in cases:
+        with pytest.raises(InvalidArgument) as info:
+            make()
+        assert str(info.value).startswith(message), (message, str(info.value))
+
+
+@pytest.mark.parametrize(
+    "cls", [Settings, RetryOptions, CompactorOptions, GcOptions, JournalOptions, DbReaderOptions]
+)
+def test_every_duration_field_refuses_a_negative_duration_with_its_range(cls: type) -> None:
+    for f in dataclasses.fields(cls):
+        if f.name.endswith("_s"):
+            with pytest.raises(InvalidArgument, match=rf"{f.name} must be a finite number of seconds, >"):
+                cls(**{f.name: "-5s"})

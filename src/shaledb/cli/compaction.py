@@ -21,7 +21,7 @@ from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..duration import format_duration
 from ..settings import CompactorOptions, GcOptions
-from .options import SECONDS_HELP, seconds_option
+from .options import SECONDS_HELP, flags_named, seconds_option
 from .output import Output, command, human_size, id_list
 from .settings import cli_settings
 
@@ -79,12 +79,16 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
     settings = cli_settings(args)
     opts = settings.compactor or CompactorOptions()
     changes: dict[str, Any] = {}
+    flags: dict[str, tuple[str, str]] = {}
     if args.poll_interval is not None:
         changes["poll_interval_s"] = seconds_option(args.poll_interval, "--poll-interval")
+        flags["poll_interval_s"] = ("--poll-interval", args.poll_interval)
     if args.max_subcompactions is not None:
         changes["max_subcompactions"] = args.max_subcompactions
+        flags["max_subcompactions"] = ("--max-subcompactions", str(args.max_subcompactions))
     if changes:
-        opts = replace(opts, **changes)
+        with flags_named(flags):
+            opts = replace(opts, **changes)
     c = Compactor.open(args.path, opts, settings=settings)
     try:
         if args.once:
@@ -134,11 +138,15 @@ def _gc_args(p: argparse.ArgumentParser) -> None:
 def run_gc(args: argparse.Namespace, out: Output) -> int | None:
     settings = cli_settings(args)  # [garbage_collector] and SHALEDB_GARBAGE_COLLECTOR__*, as above
     changes: dict[str, Any] = {"dry_run": True} if args.dry_run else {}
+    flags: dict[str, tuple[str, str]] = {}
     if args.min_age is not None:
         changes["min_age_s"] = seconds_option(args.min_age, "--min-age")
+        flags["min_age_s"] = ("--min-age", args.min_age)
     if args.interval is not None:
         changes["interval_s"] = seconds_option(args.interval, "--interval")
-    options = replace(settings.garbage_collector or GcOptions(), **changes)
+        flags["interval_s"] = ("--interval", args.interval)
+    with flags_named(flags):
+        options = replace(settings.garbage_collector or GcOptions(), **changes)
     gc = GarbageCollector.open(args.path, options, settings=settings)
 
     def show(r: GcReport) -> None:

@@ -17,7 +17,8 @@ import argparse
 import os
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CheckpointNotFound, InvalidArgument, InvalidPathError
@@ -151,10 +152,28 @@ def seconds_option(value: str | float | None, option: str) -> float | None:
         pass
     from ..duration import parse_duration
 
+    text = value.strip()
+    sign = -1.0 if text.startswith("-") else 1.0  # "-5s": the option's range check says the range
     try:
-        return parse_duration(value).total_seconds()
+        return sign * parse_duration(text[1:] if sign < 0 else text).total_seconds()
     except InvalidArgument as exc:
         raise InvalidArgument(f"{option} takes seconds or a duration such as '5m': {exc}") from None
+
+
+@contextmanager
+def flags_named(flags: Mapping[str, tuple[str, str]]) -> Iterator[None]:
+    """Range errors raised inside about a field in ``flags`` (``{"interval_s": ("--interval",
+    typed)}``) name the flag and the text typed instead: the user typed ``--interval 0``, not
+    ``GcOptions.interval_s`` (:meth:`shaledb.errors.InvalidArgument.naming`). Give only the
+    flags the user gave."""
+    try:
+        yield
+    except InvalidArgument as exc:
+        option = exc.option
+        for field, (flag, typed) in flags.items():
+            if option is not None and (option == field or option.endswith(f".{field}")):
+                raise exc.naming(flag, typed) from None
+        raise
 
 
 SECONDS_HELP = "seconds, or a duration such as 5m or 1h30m"
