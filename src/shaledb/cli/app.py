@@ -24,6 +24,7 @@ import argparse
 import difflib
 import logging
 import re
+import shlex
 import sys
 import traceback
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from ..store.scrub import ScrubFilter, scrub
 from . import admin, compaction, core, feed, journal, more, settings, verify
 from .interrupt import prompt_interrupts
 from .options import (
+    NEGATIVE,
     add_global_options,
     add_version,
     attach_negative_values,
@@ -64,15 +66,21 @@ MEMORY_HINT = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """The top-level parser: a mistyped command gets the closest command names instead of
-    argparse's list of all 25 (``shaledb gc`` -> did you mean 'run-gc'?)."""
+    """The top-level parser (and, as argparse makes them of its class, each command's): a
+    mistyped command gets the closest command names instead of argparse's list of all 25
+    (``shaledb gc`` -> did you mean 'run-gc'?); a key or value that reads as an option gets
+    the command line that passes it (:func:`dash_hint`)."""
 
     commands: tuple[str, ...] = ()
+    given: Sequence[str] = ()
+    """The command line being parsed (set by :func:`main`), for :func:`dash_hint`."""
 
     def error(self, message: str) -> NoReturn:
         m = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
         if m is not None and self.commands:
             message = f"unknown command {m.group(1)!r}{command_hint(m.group(1), self.commands)}"
+        elif message.startswith("the following arguments are required"):
+            message += dash_hint(self, self.given)
         super().error(message)
 
 
@@ -84,6 +92,43 @@ def command_hint(given: str, names: Sequence[str]) -> str:
     near += [n for n in difflib.get_close_matches(word, names, n=3, cutoff=0.6) if n not in near]
     quoted = " or ".join(repr(n) for n in near[:3])
     return (f"; did you mean {quoted}?" if near else "") + " (shaledb --help lists the commands)"
+
+
+def dash_hint(parser: argparse.ArgumentParser, given: Sequence[str]) -> str:
+    """ "; to pass '-x' as a key or value, put it after '--': shaledb put -- k -x" when the
+    command line holds a word that starts with '-' but is no option of its command, else "".
+
+    A word that looks negative (``-1h``, ``-5``) is a key or value already (:func:`main`
+    sets each parser's negative-number pattern); any other (``put k -x``) could as well be a
+    mistyped option, so argparse said "the following arguments are required: value" -- true
+    but no help. The line suggested keeps the command's own options before the ``--``."""
+    name = parser.prog.rsplit(" ", 1)[-1]  # a command's parser: "shaledb put"
+    at = next((i for i, word in enumerate(given) if word == name), None)
+    if at is None or name == "shaledb":
+        return ""
+    head, words = list(given[: at + 1]), list(given[at + 1 :])
+    if "--" in words:
+        return ""
+    options = parser._option_string_actions
+    kept: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        action = options.get(word.split("=", 1)[0] if word.startswith("--") else word)
+        if action is None:
+            rest.append(word)
+        else:
+            kept.append(word)
+            if action.nargs != 0 and "=" not in word and i + 1 < len(words):
+                i += 1
+                kept.append(words[i])
+        i += 1
+    stray = [w for w in rest if w.startswith("-") and len(w) > 1]
+    if not stray:
+        return ""
+    line = shlex.join(["shaledb", *head, *kept, "--", *rest])
+    return f"; to pass {stray[0]!r} as a key or value, put it after '--': {line}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,6 +158,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and its commands' parsers."""
+    out = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out.extend(_parsers(sub))
+    return out
+
+
 def _scrub_logs() -> None:
     """Every log line the CLI writes passes through the one scrubbing function."""
     for handler in logging.getLogger().handlers:
@@ -140,7 +195,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     given = sys.argv[1:] if argv is None else argv
     _refuse_nul(parser, given)
-    args = parser.parse_args(attach_negative_values(parser, given))
+    argv = attach_negative_values(parser, given)
+    for p in _parsers(parser):
+        # A word that looks negative (``put k -1h``) is a key or value, as ``-5`` already was:
+        # argparse read ``-1h`` as an unknown option ("the following arguments are required:
+        # value"). No option of shaledb's looks so (options.attach_negative_values).
+        p._negative_number_matcher = NEGATIVE
+        if isinstance(p, _Parser):
+            p.given = argv
+    args = parser.parse_args(argv)
     _refuse_emptied_values(parser, args)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,

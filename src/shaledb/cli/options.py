@@ -63,7 +63,7 @@ def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> No
     )
 
 
-_NEGATIVE = re.compile(r"-\.?[0-9]")
+NEGATIVE = re.compile(r"-\.?[0-9]")
 """What a negative value looks like (``-1h``, ``-5``, ``-.5``, ``-1e3``): no option name does."""
 
 
@@ -84,7 +84,7 @@ def attach_negative_values(parser: argparse.ArgumentParser, argv: Sequence[str])
         if arg == "--":
             out.extend(argv[i:])
             break
-        if arg in takes and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
+        if arg in takes and i + 1 < len(argv) and NEGATIVE.match(argv[i + 1]):
             value = argv[i + 1]
             out.append(f"{arg}={value}" if arg.startswith("--") else f"{arg}{value}")
             i += 2
