@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -316,3 +317,69 @@ def test_clone_with_bad_or_missing_parent_creates_nothing(tmp_path: Path, parent
     with pytest.raises((InvalidArgument, NotFound)):
         Db.open_from_checkpoint(clone, parent, settings=QUIET)
     assert _tree(tmp_path) == []
+
+
+def _open_with_cache(directory: Path | str) -> None:
+    settings = Settings(compactor=None, garbage_collector=None, disk_cache_dir=str(directory))
+    with Db.open("memory://cache-dir", settings=settings) as db:
+        db.put(b"k", b"v")
+        db.flush(memtable=True)
+        assert db.get(b"k") == b"v"
+
+
+def test_a_disk_cache_dir_refused_by_the_os_is_permission_denied_naming_it(
+    tmp_path: Path, immutable: Callable[[Path], None]
+) -> None:
+    """A cache directory this process may not write (or create) raised a bare
+    ``sqlite3.OperationalError: unable to open database file`` (an existing directory: the
+    cache's index could not be made) or InvalidArgument (a new one): a set-up problem, as a
+    database's directory gives, so PermissionDenied naming the directory."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    immutable(locked)
+    for directory in (locked, locked / "new"):
+        with pytest.raises(PermissionDenied, match=re.escape(f"disk_cache_dir '{directory}' cannot be used")):
+            _open_with_cache(directory)
+    assert not (locked / "new").exists()
+
+
+def test_a_disk_cache_dir_under_a_file_is_invalid_naming_it(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_bytes(b"x")
+    for directory in (f, f / "cache"):
+        with pytest.raises(
+            InvalidArgument, match=re.escape(f"disk_cache_dir '{directory}' cannot be used")
+        ) as info:
+            _open_with_cache(directory)
+        assert not isinstance(info.value, PermissionDenied)
+
+
+def test_a_disk_cache_dir_whose_link_cannot_be_read_is_permission_denied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``realpath`` reads each symbolic link on the way; one this user may not read (as
+    ``/proc/1/root`` for anyone but its owner, so not testable as root) raised a bare
+    ``PermissionError``. Its refusal is injected here."""
+
+    def refuse(path: str, *args: object, **kwargs: object) -> str:
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    directory = tmp_path / "link" / "cache"
+    monkeypatch.setattr(os.path, "realpath", refuse)
+    with pytest.raises(
+        PermissionDenied, match=re.escape(f"disk_cache_dir '{directory}' cannot be used: Permission denied")
+    ):
+        _open_with_cache(directory)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write any directory: the immutable test covers it")
+def test_a_disk_cache_dir_without_write_permission_is_permission_denied(tmp_path: Path) -> None:
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o500)
+    try:
+        for directory in (parent, parent / "new"):
+            with pytest.raises(PermissionDenied, match=re.escape(f"disk_cache_dir '{directory}'")):
+                _open_with_cache(directory)
+    finally:
+        parent.chmod(0o700)

@@ -45,14 +45,17 @@ slower, never wrong or failing. ``diskcache`` is the ``cache`` extra.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import sqlite3
 import struct
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidArgument, NotSupported
+from ..errors import InvalidArgument, NotSupported, PermissionDenied, ShaleError
 from ..format import paths
 from ..format.coding import crc32c_extend
 from .base import ObjectStore
@@ -260,7 +263,11 @@ def acquire(directory: str | os.PathLike[str], size_bytes: int) -> DiskCache:
     ``diskcache.Cache`` (one SQLite connection per thread). A later caller's
     bound replaces the earlier one.
     """
-    real = os.path.realpath(os.fspath(directory))
+    given = os.fspath(directory)
+    try:
+        real = os.path.realpath(given)
+    except OSError as exc:  # a symbolic link on the way this user may not read
+        raise _unusable(given, exc) from exc
     with _open_lock:
         cache = _open.get(real)
         if cache is None:
@@ -270,7 +277,9 @@ def acquire(directory: str | os.PathLike[str], size_bytes: int) -> DiskCache:
             except NotSupported:
                 raise
             except OSError as exc:
-                raise InvalidArgument(f"disk_cache_dir {real!r} cannot be used: {exc}") from exc
+                raise _unusable(real, exc) from exc
+            except sqlite3.Error as exc:
+                raise _unusable(real, _probe(real) or exc) from exc
             _open[real] = cache
         elif cache.size_bytes != size_bytes:
             try:
@@ -280,6 +289,35 @@ def acquire(directory: str | os.PathLike[str], size_bytes: int) -> DiskCache:
                 cache._failed("resize", exc)
         cache.refs += 1
         return cache
+
+
+def _unusable(directory: str, exc: BaseException) -> ShaleError:
+    """The error for a cache directory that cannot be opened: PermissionDenied for a refused
+    permission (EACCES, EPERM: fix the set-up, as for a database's directory), else
+    InvalidArgument (a file in the way, a bad path); both name the directory.
+
+    The refusal was a bare ``PermissionError`` traceback from ``realpath``, and
+    ``InvalidArgument`` or a bare ``sqlite3.OperationalError`` ("unable to open database
+    file") from creating the directory or the cache's index inside it."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
+        return PermissionDenied(
+            f"disk_cache_dir {directory!r} cannot be used: {exc.strerror} (errno {exc.errno}); "
+            "check the permissions of the directory and its parents for the user this process runs as"
+        )
+    return InvalidArgument(f"disk_cache_dir {directory!r} cannot be used: {exc}")
+
+
+def _probe(directory: str) -> OSError | None:
+    """Why a file cannot be made in ``directory``, or None: the SQLite index's error says
+    only "unable to open database file", without the OS error that tells a refused
+    permission from anything else."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".probe-", dir=directory)
+    except OSError as exc:
+        return exc
+    os.close(fd)
+    os.unlink(name)
+    return None
 
 
 def release(cache: DiskCache) -> None:
