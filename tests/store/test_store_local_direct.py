@@ -319,3 +319,43 @@ def test_a_listing_leaves_out_a_link_that_loops_and_names_that_are_not_utf8(tmp_
     os.close(os.open(os.path.join(os.fsencode(root), b"bad\xff"), os.O_CREAT | os.O_WRONLY))
     local = LocalObstoreStore(str(root), description="test")
     assert [m.path for m in local.list("")] == ["sub/ok"]
+
+
+def test_a_link_that_cannot_be_followed_is_left_out_once_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A link that never resolves (``x -> x``, ``a -> b -> a``) made every listing of its
+    folder fail: InvalidPathError "cannot list '' ...: it loops through symbolic links",
+    naming neither the link nor the objects beside it. It is no shaledb object, so a
+    listing leaves it out and warns once per link; the real objects are all listed."""
+    root = tmp_path / "db"
+    (root / "wal").mkdir(parents=True)
+    (root / "wal" / "00000000000000000001.sst").write_bytes(b"w")
+    (root / "notes").mkdir()
+    (root / "self").symlink_to(root / "self")
+    (root / "notes" / "a").symlink_to(root / "notes" / "b")
+    (root / "notes" / "b").symlink_to(root / "notes" / "a")
+    (root / "notes" / "ok").write_bytes(b"1")
+    local = LocalObstoreStore(str(root), description="test")
+    with caplog.at_level("WARNING", logger="shaledb"):
+        for _ in range(2):
+            assert [m.path for m in local.list("")] == ["notes/ok", "wal/00000000000000000001.sst"]
+            assert [m.path for m in local.list("notes/")] == ["notes/ok"]
+    warned = [r.getMessage() for r in caplog.records if "loops" in r.getMessage()]
+    assert sorted(w.split("'")[1] for w in warned) == ["notes/a", "notes/b", "self"], warned
+
+
+@pytest.mark.parametrize("name", ["wal/00000000000000000002.sst", "manifest", "wal/x", "other/compacted/y"])
+def test_a_link_that_loops_where_an_object_may_be_is_an_error_naming_it(tmp_path: Path, name: str) -> None:
+    """Leaving it out could hide an object from the engine (the latest WAL or manifest id):
+    a typed error that names the link, not the prefix listed."""
+    root = tmp_path / "db"
+    (root / "wal").mkdir(parents=True)
+    (root / "wal" / "00000000000000000001.sst").write_bytes(b"w")
+    link = root / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(link)
+    local = LocalObstoreStore(str(root), description="test")
+    for prefix in ("", name.rpartition("/")[0] + "/" if "/" in name else ""):
+        with pytest.raises(InvalidPathError, match=f"'{name}' is a symbolic link that loops"):
+            list(local.list(prefix))

@@ -28,7 +28,7 @@ from ..errors import (
     ShaleError,
     Unavailable,
 )
-from ..format.paths import STAGE_DIR, check_prefix, check_relative_path
+from ..format.paths import STAGE_DIR, check_prefix, check_relative_path, is_own
 from .base import ObjectMeta
 from .local_fs import (
     abandoned_stages,
@@ -217,10 +217,14 @@ class LocalObstoreStore(ObstoreStore):
         try:
             with os.scandir(here) as it:
                 found = [
-                    (e.name + "/" if e.is_dir() else e.name, e) for e in it if e.name.startswith(partial)
+                    (key, e)
+                    for e in it
+                    if e.name.startswith(partial) and (key := self._entry_key(rel, e)) is not None
                 ]
         except (FileNotFoundError, NotADirectoryError):
             return  # nothing there (or gone meanwhile)
+        except ShaleError:
+            raise
         except OSError as exc:
             raise os_error(exc, prefix, self._description, "list") from None
         found.sort(key=lambda pair: pair[0])
@@ -240,6 +244,37 @@ class LocalObstoreStore(ObstoreStore):
                 except OSError as exc:
                     raise os_error(exc, path, self._description, "list") from None
                 yield _os_meta(path, st)
+
+    def _entry_key(self, rel: str, entry: os.DirEntry[str]) -> str | None:
+        """``entry``'s name in a walk (``"name/"`` for a folder), or None to leave it out: a
+        symbolic link that cannot be followed (it loops: ``a -> b -> a``, or ``x -> x``).
+
+        Such a link made every listing of the folder fail with "cannot list '' ...: it loops
+        through symbolic links", naming neither the link nor what to do. A link named like
+        a database's object or folder (``wal/...``, ``manifest``) may stand where a real
+        object was, and leaving it out could hide one from the engine (the latest WAL or
+        manifest id): that is an error naming the link. Any other is not shaledb's, so the
+        listing leaves it out, with one warning per link."""
+        try:
+            return entry.name + "/" if entry.is_dir() else entry.name
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+        path = rel + entry.name
+        segments = path.split("/")
+        if any(
+            is_own(tail) or is_own(tail + "/")
+            for tail in ("/".join(segments[i:]) for i in range(len(segments)))
+        ):
+            raise InvalidPathError(
+                f"cannot list {self._description}: {path!r} is a symbolic link that loops "
+                f"(through {os.readlink(entry.path)!r}) where a database object may be; remove "
+                "it, or make it point at the object"
+            )
+        if len(self._outside) < 64 and path not in self._outside:
+            self._outside.add(path)
+            log.warning("listing %s leaves out %r: a symbolic link that loops", self._description, path)
+        return None
 
     def _listable(self, path: str, via_link: bool, full: str | None) -> bool:
         """Whether a listing shows the object ``path`` (or descends into the folder, when
