@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from gc_support import memory_store
 
-from shaledb import CompactorOptions, Db, DbReader, GarbageCollector, GcOptions, Settings
+from shaledb import CompactorOptions, Db, DbReader, GarbageCollector, GcOptions, Settings, admin
 from shaledb.compaction import Compactor
+from shaledb.errors import ObjectNotFound
 from shaledb.format import paths
 from shaledb.store import ObjectStore
 from shaledb.store.base import ObjectMeta
@@ -120,3 +121,53 @@ def test_a_pin_on_a_version_written_during_the_pass_keeps_its_l0_ssts_at_min_age
             assert dict(reader.scan()) == model, f"the pass deleted {lost}"  # type: ignore[attr-defined]
             reader.close()  # type: ignore[attr-defined]
         db.close()
+
+
+class ActOnManifestGet(StoreWrapper):
+    """The collector's store: runs ``act`` once, when the pass reads manifest ``manifest_id``."""
+
+    def __init__(self, inner: ObjectStore, manifest_id: int, act: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.path = paths.manifest_path(manifest_id)
+        self.act: Callable[[], None] | None = act
+
+    def get(self, path: str) -> bytes:
+        if path == self.path and self.act is not None:
+            act, self.act = self.act, None
+            act()
+        return self.inner.get(path)
+
+
+@pytest.mark.parametrize("dropped", [True, False], ids=["checkpoint-dropped", "checkpoint-live"])
+def test_a_pinned_version_another_collector_deleted_is_quiet_and_a_missing_one_is_an_error(
+    dropped: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two collectors racing: this pass read the latest manifest (a checkpoint pinning version
+    P in it), then the checkpoint was deleted and another collector deleted P; reading P
+    logged ERROR "checkpoint ... pins manifest P, which is missing" about a checkpoint that
+    no longer existed. That is DEBUG now; P missing while its checkpoint is still live in
+    the latest manifest stays an ERROR."""
+    with memory_store() as mem:
+        db = Db.open(store=mem, settings=NO_BG)
+        _put(db, b"a")
+        db.flush(memtable=True)
+        cp = admin.create_checkpoint(store=mem, name="pin")
+        _put(db, b"b")
+        db.flush(memtable=True)
+        db.close()
+
+        def other_collector() -> None:
+            if dropped:
+                admin.delete_checkpoint(None, cp.id, store=mem)
+                GarbageCollector.open(store=mem).run_once(min_age_s=0)
+            else:
+                mem.delete(paths.manifest_path(cp.manifest_id))  # lost, checkpoint still live
+            with pytest.raises(ObjectNotFound):
+                mem.get(paths.manifest_path(cp.manifest_id))
+
+        gc = GarbageCollector.open(store=ActOnManifestGet(mem, cp.manifest_id, other_collector))
+        with caplog.at_level("DEBUG", logger="shaledb"):
+            gc.run_once(min_age_s=0)
+        about = [r for r in caplog.records if f"manifest {cp.manifest_id}" in r.getMessage()]
+        levels = {r.levelname for r in about if str(cp.id) in r.getMessage()}
+        assert levels == ({"DEBUG"} if dropped else {"ERROR"}), [(r.levelname, r.getMessage()) for r in about]

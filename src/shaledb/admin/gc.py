@@ -74,6 +74,7 @@ import logging
 import math
 import random
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -330,11 +331,39 @@ class GarbageCollector:
             try:
                 active[c.manifest_id] = self.manifests.read(c.manifest_id)
             except ObjectNotFound:
+                if not self._still_pinned(m, c.id, c.manifest_id, now):
+                    # Another collector (or an admin, or a reader moving its pin) dropped the
+                    # checkpoint after ``m`` was read, and a collector deleted the version:
+                    # already collected, not a missing version of a live checkpoint.
+                    log.debug(
+                        "checkpoint %s no longer pins manifest %d (dropped meanwhile), which is gone",
+                        c.id,
+                        c.manifest_id,
+                    )
+                    continue
                 log.error(
                     "checkpoint %s pins manifest %d, which is missing: its objects cannot be protected",
                     c.id,
                     c.manifest_id,
                 )
+
+    def _still_pinned(self, m: Manifest, checkpoint_id: uuid.UUID, manifest_id: int, now: float) -> bool:
+        """Whether the newest manifest after ``m`` still has the live checkpoint
+        ``checkpoint_id`` on version ``manifest_id``.
+
+        Two collectors racing: one read ``m``, the other expired (or saw deleted) the
+        checkpoint and deleted the version it pinned, so the first found it missing and
+        logged an ERROR about a checkpoint that no longer existed. Only a version missing
+        while the latest manifest still pins it is that error (a failure to read the
+        latest keeps the error too)."""
+        try:
+            latest = self.manifests.refresh(m)
+        except ShaleError:
+            return True
+        return any(
+            c.id == checkpoint_id and c.manifest_id == manifest_id and not c.expired(now)
+            for c in latest.checkpoints
+        )
 
     # ----------------------------------------------------------- object classes
 
