@@ -417,10 +417,31 @@ def load_settings(
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgument(f"{p} is not valid TOML: {exc}") from None
         data = toml_data(cls, doc, str(p))
-    _merge(data, env_data(cls, prefix, source))
+    from_env = env_data(cls, prefix, source)
+    _merge(data, from_env)
     data.update(overrides)
     where = f"{path} and the {prefix}* environment" if path is not None else f"the {prefix}* environment"
-    return build(cls, data, ".".join, where)
+
+    def render(p: tuple[str, ...]) -> str:
+        # A value the environment set is named as its variable (the environment wins over
+        # the file), so an error says SHALEDB_GARBAGE_COLLECTOR__INTERVAL_S, what the user set.
+        return prefix + "__".join(p).upper() if _holds(from_env, p) else ".".join(p)
+
+    return build(cls, data, render, where)
+
+
+def _holds(data: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether nested ``data`` has a value at ``path``."""
+    for i, part in enumerate(path):
+        if part not in data:
+            return False
+        value = data[part]
+        if i == len(path) - 1:
+            return True
+        if not isinstance(value, Mapping):
+            return False
+        data = value
+    return False
 
 
 def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:

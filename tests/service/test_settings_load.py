@@ -291,3 +291,16 @@ def test_every_duration_field_refuses_a_negative_duration_with_its_range(cls: ty
         if f.name.endswith("_s"):
             with pytest.raises(InvalidArgument, match=rf"{f.name} must be a finite number of seconds, >"):
                 cls(**{f.name: "-5s"})
+
+
+def test_load_settings_names_a_bad_value_as_the_variable_or_the_key_that_set_it(tmp_path: Path) -> None:
+    """The CLI's and Spark's settings (file, then environment): a value out of range is named
+    as the variable that set it when the environment did, as the file's key otherwise."""
+    toml = tmp_path / "s.toml"
+    toml.write_text("flush_interval_s = 0\n[compactor]\npoll_interval_s = 1\n")
+    with pytest.raises(InvalidArgument, match=r"^SHALEDB_COMPACTOR__POLL_INTERVAL_S must be .* > 0"):
+        load_settings(Settings, path=str(toml), env={"SHALEDB_COMPACTOR__POLL_INTERVAL_S": "-5s"})
+    with pytest.raises(InvalidArgument, match=r"^SHALEDB_L0_MAX_SSTS must be"):
+        load_settings(Settings, env={"SHALEDB_L0_MAX_SSTS": "0"})
+    with pytest.raises(InvalidArgument, match=r"^flush_interval_s must be .*\(in .*s\.toml and the"):
+        load_settings(Settings, path=str(toml), env={"SHALEDB_L0_MAX_SSTS": "8"})
