@@ -27,11 +27,17 @@ large databases).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, MutableMapping
-from typing import Any
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING, NoReturn, SupportsIndex, TypeVar, cast, overload
 
 from .errors import InvalidArgument, NotFound, ShaleError
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .db.reader import DbReader
+    from .db.writer import Db
+
+D = TypeVar("D")
 
 error = ShaleError
 """The exception ``dbm`` code catches (``except shaledb.dbm.error``): shaledb's base error."""
@@ -50,13 +56,13 @@ def _as_bytes(x: object, what: str) -> bytes:
 class ShaleDbm(MutableMapping[bytes, bytes]):
     """A ``dbm`` object over one shaledb handle (see module docstring)."""
 
-    def __init__(self, handle: Any, *, writable: bool, durable: bool) -> None:
+    def __init__(self, handle: Db | DbReader, *, writable: bool, durable: bool) -> None:
         self._h = handle
         self._writable = writable
         self._durable = durable
 
     @property
-    def handle(self) -> Any:
+    def handle(self) -> Db | DbReader:
         """The underlying :class:`~shaledb.Db` (or :class:`~shaledb.DbReader` for flag ``"r"``)."""
         return self._h
 
@@ -64,9 +70,15 @@ class ShaleDbm(MutableMapping[bytes, bytes]):
         value = self._h.get(_as_bytes(key, "key"))
         if value is None:
             raise KeyError(key)
-        return value  # type: ignore[no-any-return]
+        return value
 
-    def get(self, key: bytes | str, default: Any = None) -> Any:
+    # Typed as Mapping.get is (and as Db.get): without a default the value or None, with
+    # one the value or the default (it was Any either way, so a type checker saw nothing).
+    @overload
+    def get(self, key: bytes | str) -> bytes | None: ...
+    @overload
+    def get(self, key: bytes | str, default: D) -> bytes | D: ...
+    def get(self, key: bytes | str, default: D | None = None) -> bytes | D | None:
         return self._h.get(_as_bytes(key, "key"), default)
 
     def __contains__(self, key: object) -> bool:
@@ -76,18 +88,17 @@ class ShaleDbm(MutableMapping[bytes, bytes]):
 
     def __setitem__(self, key: bytes | str, value: bytes | str) -> None:
         k, v = _as_bytes(key, "key"), _as_bytes(value, "value")
-        self._check_writable()
-        self._h.put(k, v, durable=self._durable)
+        self._writer().put(k, v, durable=self._durable)
 
     def __delitem__(self, key: bytes | str) -> None:
         k = _as_bytes(key, "key")
-        self._check_writable()
-        if self._h.get(k) is None:
+        db = self._writer()
+        if db.get(k) is None:
             raise KeyError(key)
-        self._h.delete(k, durable=self._durable)
+        db.delete(k, durable=self._durable)
 
     def __iter__(self) -> Iterator[bytes]:
-        return self._h.keys()  # type: ignore[no-any-return]
+        return self._h.keys()
 
     def keys(self) -> list[bytes]:  # type: ignore[override]
         """Every key, in key order, as a list: what ``dbm`` objects return (``dbm.dumb``,
@@ -99,14 +110,16 @@ class ShaleDbm(MutableMapping[bytes, bytes]):
         with self._h.scan() as it:
             return sum(1 for _ in it)
 
-    def _check_writable(self) -> None:
+    def _writer(self) -> Db:
+        """The writer, for a write; :data:`error` when opened read-only (the handle is a reader)."""
         if not self._writable:
             raise error("this shaledb.dbm database was opened read-only (flag 'r')")
+        return cast("Db", self._h)
 
     def sync(self) -> None:
         """Make every write so far durable."""
         if self._writable:
-            self._h.flush()
+            self._writer().flush()
 
     def close(self) -> None:
         """Flush and close the database (idempotent)."""
@@ -118,7 +131,7 @@ class ShaleDbm(MutableMapping[bytes, bytes]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __reduce_ex__(self, protocol: Any) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
         from .db.mapping import refuse_pickle
 
         refuse_pickle(self)
@@ -133,7 +146,7 @@ def open(
     mode: int = 0o666,
     *,
     settings: Settings | None = None,
-    store_options: dict[str, Any] | None = None,
+    store_options: Mapping[str, object] | None = None,
 ) -> ShaleDbm:
     """Open the database at ``url`` as a ``dbm`` object (``flag`` as in :func:`dbm.open`).
 
@@ -166,7 +179,7 @@ def open(
     return ShaleDbm(db, writable=True, durable=durable)
 
 
-def _clear(db: Any) -> None:
+def _clear(db: Db) -> None:
     """Delete every key (flag ``"n"``), in batches, durably."""
     from .db.batch import WriteBatch
 

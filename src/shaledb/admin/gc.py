@@ -75,7 +75,7 @@ import math
 import random
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -176,7 +176,7 @@ class GarbageCollector:
         clock: Clock | None = None,
         seed: int | None = None,
         settings: Settings | None = None,
-        store_options: dict[str, Any] | None = None,
+        store_options: Mapping[str, object] | None = None,
     ) -> GarbageCollector:
         """A standalone garbage collector for the database at ``url``.
 
@@ -216,7 +216,7 @@ class GarbageCollector:
         clock: Clock,
         rng: random.Random,
         settings: Settings | None = None,
-        store_options: dict[str, Any] | None = None,
+        store_options: Mapping[str, object] | None = None,
     ) -> None:
         settings = settings or Settings()
         self.store = store

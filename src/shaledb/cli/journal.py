@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from typing import Any, cast
+from typing import Any
 
 from ..clock import SYSTEM_CLOCK
 from ..db.reader import DbReader, DbReaderOptions
@@ -163,6 +163,5 @@ def index_query_cmd(args: argparse.Namespace, out: Output) -> int | None:
             term_regex=args.regex,
             limit=args.limit,
         )
-    pairs = cast("list[tuple[bytes, bytes]]", rows)  # (return_terms=True)
-    stream_rows(out, ({"term": render_bytes(t), "key": render_bytes(k)} for t, k in pairs), ["term", "key"])
+    stream_rows(out, ({"term": render_bytes(t), "key": render_bytes(k)} for t, k in rows), ["term", "key"])
     return None

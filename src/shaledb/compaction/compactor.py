@@ -39,7 +39,7 @@ import json
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -297,7 +297,7 @@ class Compactor:
         clock: Clock | None = None,
         seed: int | None = None,
         settings: Settings | None = None,
-        store_options: dict[str, Any] | None = None,
+        store_options: Mapping[str, object] | None = None,
     ) -> Compactor:
         """Open a standalone compactor: claim ``compactor_epoch`` (fencing older ones).
 
@@ -333,7 +333,7 @@ class Compactor:
         clock: Clock,
         rng: random.Random,
         host: WriterHost | None = None,
-        store_options: dict[str, Any] | None = None,
+        store_options: Mapping[str, object] | None = None,
     ) -> None:
         self.store = store
         self.owned_store: ObjectStore | None = None

@@ -36,7 +36,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import ClassVar, NoReturn, Self, SupportsIndex, TypeVar, overload
+from typing import ClassVar, Literal, NoReturn, Self, SupportsIndex, TypeVar, overload
 
 from ..engine.indexes import Head, check_query, index_query, index_view, make_head, scan_heads, scan_keys
 from ..engine.memtable import Memtable
@@ -214,6 +214,44 @@ class Queries:
         at, release = self._pin_read()
         return Scan.of_chunks(scan_chunks(at, sp), release, self._ended)
 
+    # The overloads say which list a call gets: keys, or with ``return_terms=True`` (term, key)
+    # pairs (the union alone made every caller check or cast what it already knew).
+    @overload
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: Literal[False] = False,
+        term_regex: TermRegex = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[bytes]: ...
+    @overload
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: Literal[True],
+        term_regex: TermRegex = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[tuple[bytes, bytes]]: ...
+    @overload
+    def index_query(
+        self,
+        field: str,
+        start: bytes | None = None,
+        end: bytes | None = None,
+        *,
+        return_terms: bool,
+        term_regex: TermRegex = None,
+        start_key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[bytes] | list[tuple[bytes, bytes]]: ...
     def index_query(
         self,
         field: str,
@@ -295,6 +333,19 @@ class Queries:
         at, release = self._pin_read()
         return Scan(scan_keys(at, sp), release, self._ended)
 
+    # As index_query's: the order says the rows' shape.
+    @overload
+    def fold_objects(
+        self, start: Bound = None, end: Bound = None, *, prefix: Bound = None, order: Literal["key"] = "key"
+    ) -> Scan[tuple[bytes, bytes]]: ...
+    @overload
+    def fold_objects(
+        self, start: Bound = None, end: Bound = None, *, prefix: Bound = None, order: Literal["sqn"]
+    ) -> Scan[tuple[int, bytes, bytes]]: ...
+    @overload
+    def fold_objects(
+        self, start: Bound = None, end: Bound = None, *, prefix: Bound = None, order: str
+    ) -> Scan[tuple[bytes, bytes]] | Scan[tuple[int, bytes, bytes]]: ...
     def fold_objects(
         self, start: Bound = None, end: Bound = None, *, prefix: Bound = None, order: str = "key"
     ) -> Scan[tuple[bytes, bytes]] | Scan[tuple[int, bytes, bytes]]:

@@ -35,8 +35,8 @@ from __future__ import annotations
 import random
 import re
 import threading
-from collections.abc import Iterator
-from typing import Any, NamedTuple, TypedDict, Unpack
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple, TypedDict, Unpack
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import ClosedError, CursorAhead, CursorExpired, InvalidArgument, NotFound, ObjectNotFound
@@ -471,7 +471,7 @@ def open_changes(
     url: str,
     since: Cursor | str | None = None,
     *,
-    store_options: dict[str, Any] | None = None,
+    store_options: Mapping[str, object] | None = None,
     follow: bool = True,
     poll_interval_s: float = 0.5,
 ) -> ChangeFeed:
