@@ -327,3 +327,28 @@ def test_a_mistyped_option_keyword_names_the_closest(cls: type, typo: str, hint:
     with pytest.raises(TypeError, match=f"unexpected keyword argument '{typo}'") as err:
         cls(**{typo: 1})
     assert (f"did you mean {hint}" in str(err.value)) if hint else ("did you mean" not in str(err.value))
+
+
+def test_every_entry_point_that_takes_a_url_takes_a_path(tmp_path: Path) -> None:
+    """``Db.open`` and ``DbReader.open`` were typed to take a ``pathlib.Path``; ``Compactor.open``,
+    ``GarbageCollector.open``, ``verify`` and the ``shaledb.admin`` functions took one at run
+    time too but were typed ``str``, so a type checker refused ``Compactor.open(path)``."""
+    from shaledb.admin.verify import verify
+
+    path = tmp_path / "db"
+    with Db.open(path, settings=QUIET) as db:
+        db.put(b"k", b"v")
+    cp = shaledb.admin.create_checkpoint(path, name="p")
+    assert shaledb.admin.refresh_checkpoint(path, cp.id, lifetime=60).id == cp.id
+    assert [c.id for c in shaledb.admin.list_checkpoints(path, name="p")] == [cp.id]
+    assert shaledb.admin.delete_checkpoint(path, cp.id)
+    assert shaledb.admin.read_manifest(path).id >= 1
+    with shaledb.Compactor.open(path) as compactor:
+        compactor.run_once()
+    with shaledb.GarbageCollector.open(path) as gc:
+        gc.run_once(dry_run=True)
+    assert verify(path).ok
+    shaledb.admin.collect_lifecycle(path)
+    shaledb.admin.destroy(path, soft=True)
+    with pytest.raises(shaledb.DatabaseDestroyed):
+        Db.open(path, settings=QUIET)

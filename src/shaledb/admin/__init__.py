@@ -21,6 +21,7 @@ hard destroy while checkpoints are live), ``InvalidArgument``.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping
 
@@ -36,7 +37,7 @@ DEFAULT_TIMEOUT_S = 60.0
 
 
 def create_checkpoint(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     *,
     lifetime: _cp.Lifetime = None,
     source: uuid.UUID | str | Checkpoint | None = None,
@@ -70,7 +71,7 @@ def create_checkpoint(
 
 
 def refresh_checkpoint(
-    url: str | None,
+    url: str | os.PathLike[str] | None,
     checkpoint_id: uuid.UUID | str,
     *,
     lifetime: _cp.Lifetime = None,
@@ -91,7 +92,7 @@ def refresh_checkpoint(
 
 
 def delete_checkpoint(
-    url: str | None,
+    url: str | os.PathLike[str] | None,
     checkpoint_id: uuid.UUID | str,
     *,
     missing_ok: bool = False,
@@ -106,7 +107,7 @@ def delete_checkpoint(
 
 
 def list_checkpoints(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     *,
     name: str | None = None,
     include_expired: bool = True,
@@ -129,7 +130,7 @@ def list_checkpoints(
 
 
 def read_manifest(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     manifest_id: int | None = None,
     *,
     store: ObjectStore | None = None,
@@ -141,7 +142,7 @@ def read_manifest(
 
 
 def destroy(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     soft: bool = True,
     *,
     store: ObjectStore | None = None,
@@ -163,7 +164,7 @@ def destroy(
 
 
 def collect_lifecycle(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     *,
     grace_s: float = 86400.0,
     store: ObjectStore | None = None,

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import threading
 import uuid
@@ -169,7 +170,7 @@ class GarbageCollector:
     @classmethod
     def open(
         cls,
-        url: str | None = None,
+        url: str | os.PathLike[str] | None = None,
         options: GcOptions | None = None,
         *,
         store: ObjectStore | None = None,

@@ -3,6 +3,7 @@ the stores of its parents (the admin functions, ``verify`` and ``backup`` use it
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +22,7 @@ class AdminHandle:
 
     def __init__(
         self,
-        url: str | None,
+        url: str | os.PathLike[str] | None,
         store: ObjectStore | None,
         store_options: Mapping[str, Any] | None,
         clock: Clock | None,
@@ -35,7 +36,7 @@ class AdminHandle:
         self.ms = ManifestStore(store, self.clock, self.rng, author=author)
         self.external = ExternalStores(
             default_factory(RetryOptions(), self.clock, random.Random(), store_options),
-            own_url=canonical_url(url) if url else None,
+            own_url=canonical_url(os.fspath(url)) if url else None,
         )
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ on a large database is visible.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -257,7 +258,7 @@ class _Verifier:
 
 
 def verify(
-    url: str | None = None,
+    url: str | os.PathLike[str] | None = None,
     *,
     deep: bool = True,
     store: ObjectStore | None = None,

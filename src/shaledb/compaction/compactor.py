@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import threading
 from collections.abc import Callable, Mapping
@@ -290,7 +291,7 @@ class Compactor:
     @classmethod
     def open(
         cls,
-        url: str | None = None,
+        url: str | os.PathLike[str] | None = None,
         options: CompactorOptions | None = None,
         *,
         store: ObjectStore | None = None,

@@ -12,6 +12,7 @@ so they all retry and count requests the same way.
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -58,7 +59,7 @@ def close_quietly(*resources: Any) -> None:
 
 
 def open_stack(
-    url: str | None,
+    url: str | os.PathLike[str] | None,
     store: ObjectStore | None,
     store_options: Mapping[str, Any] | None,
     settings: Settings,

@@ -5,6 +5,7 @@ and no expression may be ``Any``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import assert_type
 
 import shaledb
@@ -33,6 +34,7 @@ from shaledb import (
 from shaledb.engine.changes import Change, ChangeFeed, Cursor
 
 URL = "memory://typing"
+PATH = Path("typing-db")  # every entry point that takes a URL takes an os.PathLike too
 
 
 def writer() -> None:
@@ -99,6 +101,13 @@ def reader() -> None:
 
 
 def roles() -> None:
+    assert_type(Db.open(PATH), Db)
+    assert_type(DbReader.open(PATH), DbReader)
+    assert_type(Compactor.open(PATH), Compactor)
+    assert_type(GarbageCollector.open(PATH), GarbageCollector)
+    assert_type(shaledb.admin.create_checkpoint(PATH), Checkpoint)
+    assert_type(shaledb.admin.read_manifest(PATH).id, int)
+    assert_type(shaledb.dbm.open(PATH), shaledb.dbm.ShaleDbm)
     with Compactor.open(URL) as c:
         assert_type(c, Compactor)
         assert_type(c.run_once(), CompactionReport)
