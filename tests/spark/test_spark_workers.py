@@ -96,3 +96,24 @@ def test_without_the_spark_extra_the_first_calls_name_it(
         # pyarrow" there, and a test of one hidden package must find its name among them)
         needs = str(e.value).partition("needs ")[2].partition(", not installed")[0].split(" and ")
         assert "pip install 'shaledb[spark]'" in str(e.value) and module in needs, str(e.value)
+
+
+@pytest.mark.parametrize("submodule", ["source", "stream", "transforms", "load"])
+def test_without_the_spark_extra_a_submodule_names_it(
+    monkeypatch: pytest.MonkeyPatch, submodule: str
+) -> None:
+    """docs/service.md reads ``shaledb.spark.stream.CHANGES_SCHEMA`` after ``import shaledb.spark``:
+    without the extra that raised a bare ``ModuleNotFoundError: No module named 'pyspark'``;
+    it is the SetupError that ``register`` raises, naming ``pip install 'shaledb[spark]'``."""
+    from shaledb import spark as shale_spark
+
+    if submodule in vars(shale_spark):  # (loaded by an earlier test)
+        monkeypatch.delattr(shale_spark, submodule)
+    monkeypatch.delitem(sys.modules, f"shaledb.spark.{submodule}", raising=False)
+    for module in [m for m in sys.modules if m.partition(".")[0] in ("pyspark", "pyarrow")] + [
+        "pyspark",
+        "pyarrow",
+    ]:
+        monkeypatch.setitem(sys.modules, module, None)  # as if neither were installed (nor imported)
+    with pytest.raises(SetupError, match=r"pip install 'shaledb\[spark\]'"):
+        getattr(shale_spark, submodule)

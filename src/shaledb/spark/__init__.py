@@ -333,14 +333,22 @@ __all__ = [
 
 
 _SUBMODULES = ("compaction", "load", "schema", "source", "stream", "transforms")
+_EXTRA = ("pyspark", "pyarrow", "pandas")
 
 
 def __getattr__(name: str) -> Any:
     """``shale_spark.transforms.decode_json`` without importing the submodule first.
 
     The submodules that import pyspark load on first use (so importing
-    ``shaledb.spark`` still does not import pyspark).
+    ``shaledb.spark`` still does not import pyspark). Without the spark extra that first use
+    raises :class:`~shaledb.errors.SetupError` naming it, as ``register`` does (it raised a
+    bare ``ModuleNotFoundError: No module named 'pyspark'`` from inside the submodule).
     """
     if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ImportError as exc:
+            if (exc.name or "").partition(".")[0] in _EXTRA:
+                require_spark_extra()  # (raises when pyspark or pyarrow is what is missing)
+            raise
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
