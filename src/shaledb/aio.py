@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
@@ -463,7 +464,11 @@ class Db(_Handle[_db.Db]):
 
     @classmethod
     async def open(
-        cls, url: str | None = None, *, workers: int = DEFAULT_WORKERS, **kwargs: Unpack[DbOpenOptions]
+        cls,
+        url: str | os.PathLike[str] | None = None,
+        *,
+        workers: int = DEFAULT_WORKERS,
+        **kwargs: Unpack[DbOpenOptions],
     ) -> Db:
         """Open (or create) the database at ``url``; keywords as :meth:`shaledb.Db.open`."""
         return cls(await _open_in_pool(workers, _db.Db.open, url, **kwargs), workers=workers)
@@ -552,7 +557,7 @@ class DbReader(_Handle[_db_reader.DbReader]):
     @classmethod
     async def open(
         cls,
-        url: str | None = None,
+        url: str | os.PathLike[str] | None = None,
         checkpoint: uuid.UUID | str | Checkpoint | None = None,
         *,
         workers: int = DEFAULT_WORKERS,

@@ -331,8 +331,9 @@ def test_a_mistyped_option_keyword_names_the_closest(cls: type, typo: str, hint:
 
 def test_every_entry_point_that_takes_a_url_takes_a_path(tmp_path: Path) -> None:
     """``Db.open`` and ``DbReader.open`` were typed to take a ``pathlib.Path``; ``Compactor.open``,
-    ``GarbageCollector.open``, ``verify`` and the ``shaledb.admin`` functions took one at run
-    time too but were typed ``str``, so a type checker refused ``Compactor.open(path)``."""
+    ``GarbageCollector.open``, ``verify``, the ``shaledb.admin`` functions and the asyncio
+    handles' ``open`` took one at run time too but were typed ``str``, so a type checker
+    refused ``Compactor.open(path)``."""
     from shaledb.admin.verify import verify
 
     path = tmp_path / "db"
@@ -349,6 +350,14 @@ def test_every_entry_point_that_takes_a_url_takes_a_path(tmp_path: Path) -> None
         gc.run_once(dry_run=True)
     assert verify(path).ok
     shaledb.admin.collect_lifecycle(path)
+
+    async def on_the_loop() -> None:
+        async with await shaledb.aio.Db.open(path, settings=QUIET) as db:
+            await db.put(b"a", b"1")
+        async with await shaledb.aio.DbReader.open(path) as r:
+            assert await r.get(b"a") == b"1"
+
+    asyncio.run(on_the_loop())
     shaledb.admin.destroy(path, soft=True)
     with pytest.raises(shaledb.DatabaseDestroyed):
         Db.open(path, settings=QUIET)

@@ -149,6 +149,8 @@ async def aio() -> None:
             assert_type(snap, shaledb.aio.Snapshot)
         async for change in db.changes(follow=False):
             assert_type(change, Change)
+    assert_type(await shaledb.aio.Db.open(PATH), shaledb.aio.Db)
+    assert_type(await shaledb.aio.DbReader.open(PATH), shaledb.aio.DbReader)
     async with await shaledb.aio.DbReader.open(URL) as r:
         assert_type(r, shaledb.aio.DbReader)
         assert_type(await r.get(b"k"), bytes | None)
