@@ -22,10 +22,13 @@ import bisect
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .base import ObjectMeta, ObjectStore
 from .wrappers import OP_KINDS, PerCallStore, T, find_wrapper
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 BUCKETS_S: tuple[float, ...] = (
     0.0005,
@@ -248,6 +251,14 @@ def _help(name: str) -> str:
     return HELP.get(name, f"shaledb {name}")
 
 
+class MetricsSource(Protocol):
+    """What :class:`PrometheusCollector` reads: a ``Db`` or ``DbReader``, or either's asyncio
+    handle. (The collector took ``Any``: a type checker let anything through, and the mistake
+    showed only at the first scrape.)"""
+
+    def metrics(self) -> dict[str, object]: ...
+
+
 class PrometheusCollector:
     """A ``prometheus_client`` collector of one ``Db`` or ``DbReader`` (either's asyncio
     handle too): register it, and every scrape reads ``db.metrics()`` (``prometheus_client``
@@ -258,21 +269,24 @@ class PrometheusCollector:
         start_http_server(9100)
     """
 
-    def __init__(self, db: Any, prefix: str = "shaledb", labels: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, db: MetricsSource, prefix: str = "shaledb", labels: Mapping[str, str] | None = None
+    ) -> None:
         self.db = db
         self.prefix = prefix
         self.labels = dict(labels or {})
 
-    def describe(self) -> list[Any]:
+    def describe(self) -> list[Metric]:
         return []  # collected on demand: no fixed descriptions (avoids a scrape at register time)
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         names = list(self.labels)
         values = [self.labels[n] for n in names]
         p = self.prefix
-        for name, v in self.db.metrics().items():
+        snapshot: dict[str, Any] = self.db.metrics()  # (each value's shape depends on its name)
+        for name, v in snapshot.items():
             full = f"{p}_{name}"
             if name.endswith("_seconds") and isinstance(v, dict) and "buckets" in v:
                 fam_h = HistogramMetricFamily(full, _help(name), labels=names)
@@ -305,6 +319,7 @@ def _buckets(h: Mapping[str, Any]) -> list[tuple[str, int]]:
 
 __all__ = [
     "Histogram",
+    "MetricsSource",
     "PrometheusCollector",
     "StoreTimer",
     "TimedStore",

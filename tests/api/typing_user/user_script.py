@@ -157,6 +157,9 @@ async def aio() -> None:
 
 
 def operations() -> None:
+    from prometheus_client import REGISTRY
+    from prometheus_client.metrics_core import Metric
+
     from shaledb.store.metrics import PrometheusCollector
 
     settings = Settings(compactor=shaledb.CompactorOptions(), garbage_collector=shaledb.GcOptions())
@@ -165,3 +168,5 @@ def operations() -> None:
         assert_type(db.metrics(), dict[str, object])
         collector = PrometheusCollector(db, labels={"db": "orders"})
         assert_type(collector, PrometheusCollector)
+        assert_type(list(collector.collect()), list[Metric])
+        REGISTRY.register(collector)  # as docs/service.md does
