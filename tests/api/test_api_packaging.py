@@ -1,7 +1,7 @@
 """The package as a user installs it: the wheel ``pip`` builds from a checkout, and what
 ``import shaledb`` loads.
 
-* The wheel holds every file of ``src/shaledb`` (``py.typed`` included), no tests, and nothing
+* The wheel holds every file of ``src/shaledb`` (``py.typed`` included), the licence text, no tests, and nothing
   left over from an earlier build: setuptools stages a wheel in ``build/lib`` and never
   empties it, so a module deleted since the last ``pip wheel .`` was still shipped
   (the build backend, ``buildsys/shaledb_backend.py``, now starts from an empty one).
@@ -36,7 +36,7 @@ def _package_files() -> set[str]:
 def test_the_wheel_holds_the_package_and_nothing_stale(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, project / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     shutil.copytree(ROOT / "buildsys", project / "buildsys", ignore=ignore)
@@ -68,6 +68,8 @@ def test_the_wheel_holds_the_package_and_nothing_stale(tmp_path: Path) -> None:
     assert "shaledb/py.typed" in shipped
     assert shipped == _package_files()
     assert "shaledb = shaledb.cli:main" in entry_points
+    # The licence the metadata declares ships with it (Apache-2.0 asks for its text).
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
 
 
 def test_import_shaledb_loads_no_optional_extra() -> None:
