@@ -221,6 +221,10 @@ class AsyncScan(Generic[T]):
         self._done = False
         self._pending: asyncio.Future[list[T]] | None = None
         """The chunk being fetched; a cancelled step leaves it for the next one."""
+        self._mu = threading.Lock()
+        """Guards the two flags below between the loop and the executor thread fetching."""
+        self._fetching = False
+        self._closing = False
 
     def __aiter__(self) -> AsyncScan[T]:
         return self
@@ -245,19 +249,36 @@ class AsyncScan(Generic[T]):
         return next(self._rows)
 
     def _fetch(self) -> list[T]:
-        if self._scan is None:
-            self._scan = self._start()
-        rows = list(itertools.islice(self._scan, self._chunk))
-        if len(rows) < self._chunk:
-            self._scan.close()
-            self._done = True
+        with self._mu:
+            if self._closing:
+                return []
+            self._fetching = True
+        rows: list[T] = []
+        try:
+            if self._scan is None:
+                self._scan = self._start()
+            rows = list(itertools.islice(self._scan, self._chunk))
+        finally:
+            with self._mu:
+                self._fetching = False
+                closing = self._closing
+            if self._scan is not None and (closing or len(rows) < self._chunk):
+                self._scan.close()
+                self._done = True
         return rows
 
     async def aclose(self) -> None:
+        """Release the scan's snapshot. A fetch still running (its step was cancelled: a
+        timeout, Ctrl-C in ``asyncio.run``) closes the scan itself when it returns: closing
+        it here, under the fetch, raised ``ValueError: generator already executing`` (from
+        ``async with``'s exit, in place of the cancellation) and left the snapshot pinned."""
         self._done = True
         self._rows = iter(())
         self._pending = None
-        if self._scan is not None:
+        with self._mu:
+            self._closing = True
+            busy = self._fetching
+        if not busy and self._scan is not None:
             self._scan.close()
 
     async def __aenter__(self) -> AsyncScan[T]:

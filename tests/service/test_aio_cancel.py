@@ -1,4 +1,4 @@
-"""A cancelled step of an async scan or change feed loses nothing.
+"""A cancelled step of an async scan or change feed loses nothing, and closing after it is clean.
 
 A step's fetch runs on the executor; cancelling the await (``asyncio.wait_for`` timing
 out, a cancelled task) used to drop the fetched chunk while the underlying iterator had
@@ -13,7 +13,11 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from shaledb import aio
+from shaledb import Settings, aio
+from shaledb.store import open_store
+from shaledb.store.wrappers import StoreWrapper
+
+QUIET = Settings(compactor=None, garbage_collector=None)
 
 
 async def _cancel_one_step(it: AsyncIterator[Any]) -> None:
@@ -79,3 +83,66 @@ def test_a_cancelled_close_still_closes(mem_url: str) -> None:
         return db.sync.closed, reader.sync.closed
 
     assert asyncio.run(main()) == (True, True)
+
+
+class _GatedReads(StoreWrapper):
+    """Reads of SSTs wait at ``gate`` while ``closed_gate`` is set (``entered`` says one does)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.closed_gate = False
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def _wait(self, path: str) -> None:
+        if self.closed_gate and path.endswith(".sst") and not path.startswith("wal/"):
+            self.entered.set()
+            self.gate.wait(60)
+
+    def get(self, path: str) -> bytes:
+        self._wait(path)
+        return super().get(path)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes:
+        self._wait(path)
+        return super().get_range(path, start, end)
+
+    def get_ranges(self, path: str, ranges: Any) -> list[bytes]:
+        self._wait(path)
+        return super().get_ranges(path, ranges)
+
+
+def test_closing_a_scan_whose_cancelled_fetch_still_runs_keeps_the_cancellation(mem_url: str) -> None:
+    """``async with db.scan()`` cancelled while its fetch waits on the store (a timeout,
+    Ctrl-C in ``asyncio.run``): the exit used to close the scan under the running fetch,
+    raising ``ValueError: generator already executing`` in place of the cancellation."""
+    store = _GatedReads(open_store(mem_url))
+
+    async def main() -> tuple[str, bytes | None]:
+        async with await aio.Db.open(store=store, settings=QUIET) as db:
+            async with db.batch() as b:
+                for i in range(1000):
+                    b.put(b"k%05d" % i, b"v")
+            await db.flush(memtable=True)  # the rows are in an SST: the scan reads the store
+
+            async def consume() -> None:
+                async with db.scan(prefix=b"k") as scan:
+                    async for _ in scan:
+                        pass
+
+            store.closed_gate = True
+            task = asyncio.ensure_future(consume())
+            await asyncio.get_running_loop().run_in_executor(None, store.entered.wait, 60)
+            task.cancel()  # the fetch is inside the store now
+            try:
+                await task
+                outcome = "finished"
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+            except Exception as exc:
+                outcome = f"{type(exc).__name__}: {exc}"
+            store.closed_gate = False
+            store.gate.set()
+            return outcome, await db.get(b"k00999")
+
+    assert asyncio.run(main()) == ("cancelled", b"v")
