@@ -294,7 +294,8 @@ _END = object()
 class AsyncChanges:
     """``async for change in db.changes(since)``: the change feed (``shaledb.engine.changes``),
     read in chunks on the executor; when caught up it sleeps ``poll_interval_s`` on the
-    loop (``follow=False``: stops instead). ``cursor`` is where it stands."""
+    loop (``follow=False``: stops instead), woken at once by :meth:`aclose` or by its
+    handle closing. ``cursor`` is where it stands."""
 
     def __init__(self, executor: _Executor, feed: ChangeFeed, *, chunk: int = 1000) -> None:
         self._executor = executor
@@ -306,6 +307,9 @@ class AsyncChanges:
         self._last: Cursor | None = None
         self._pending: asyncio.Future[list[Change]] | None = None
         """The read in flight; a cancelled step leaves its changes for the next one."""
+        self._nap: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+        """The caught-up follower's sleep, which closing the feed ends (from any thread)."""
+        feed.on_close(self._wake)
 
     @property
     def cursor(self) -> Cursor:
@@ -332,8 +336,32 @@ class AsyncChanges:
                 continue
             if not self._feed.follow:
                 break
-            await asyncio.sleep(self._feed.poll_interval_s)
+            await self._sleep(self._feed.poll_interval_s)
         raise StopAsyncIteration
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or until the feed closes. (An ``asyncio.sleep`` slept through
+        ``aclose()`` and the handle's close: the consumer hung for ``poll_interval_s``.)"""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._nap = (loop, fut)
+        timer = loop.call_later(seconds, _wake_up, fut)
+        try:
+            if not (self._closed or self._feed._closed.is_set()):  # (closed before the nap began)
+                await fut
+        finally:
+            timer.cancel()
+            self._nap = None
+
+    def _wake(self) -> None:
+        nap = self._nap
+        if nap is None:
+            return
+        loop, fut = nap
+        try:
+            loop.call_soon_threadsafe(_wake_up, fut)
+        except RuntimeError:
+            pass  # that loop is closed: nobody sleeps on it
 
     async def aclose(self) -> None:
         self._closed = True
@@ -348,6 +376,11 @@ class AsyncChanges:
 
     def __repr__(self) -> str:
         return f"aio.{self._feed.describe(self.cursor)}"
+
+
+def _wake_up(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class _Reads:

@@ -87,3 +87,40 @@ def test_changes_as_an_async_context_manager(mem_url: str) -> None:
 )
 def test_signatures_match_the_sync_api(sync: object, async_: object) -> None:
     assert list(inspect.signature(sync).parameters) == list(inspect.signature(async_).parameters)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("how", ["aclose", "close the handle"])
+def test_a_caught_up_follower_ends_at_once_when_closed(mem_url: str, how: str) -> None:
+    """A following ``async for`` over ``db.changes()`` that has caught up sleeps
+    ``poll_interval_s``; before, it slept through ``aclose()`` and the handle's close, so the
+    consumer hung for the whole interval (here a day) instead of ending."""
+
+    async def main() -> str:
+        db = await aio.Db.open(mem_url, workers=1, settings=Settings(**QUIET))  # type: ignore[arg-type]
+        await db.put(b"a", b"1")
+        feed = db.changes(since=None, poll_interval_s=86_400)
+        seen = asyncio.Event()
+
+        async def consume() -> str:
+            try:
+                async for _ in feed:
+                    seen.set()
+            except shaledb.ClosedError:
+                return "ClosedError"
+            return "ended"
+
+        task = asyncio.ensure_future(consume())
+        await seen.wait()
+        await db.get(b"a")  # the one worker ran the feed's next (empty) read before this
+        for _ in range(20):
+            await asyncio.sleep(0)  # the consumer is asleep, caught up
+        if how == "aclose":
+            await feed.aclose()
+        else:
+            await db.close()
+        try:
+            return await asyncio.wait_for(task, timeout=60)  # a guard: it ends at once
+        finally:
+            await db.close()
+
+    assert asyncio.run(main()) == ("ended" if how == "aclose" else "ClosedError")

@@ -35,8 +35,8 @@ from __future__ import annotations
 import random
 import re
 import threading
-from collections.abc import Iterator, Mapping
-from typing import NamedTuple, TypedDict, Unpack
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import ClosedError, CursorAhead, CursorExpired, InvalidArgument, NotFound, ObjectNotFound
@@ -155,6 +155,8 @@ class ChangeFeed:
         self._closed = threading.Event()
         self._gone: str | None = None
         """Why the handle this feed came from no longer serves it (see :meth:`detach`)."""
+        self._on_close: list[Callable[[], None]] = []
+        """Called (from the closing thread) by :meth:`close` and :meth:`detach`: see :meth:`on_close`."""
         self.objects_read = 0
         self._gate = EpochGate()
 
@@ -356,9 +358,22 @@ class ChangeFeed:
         closed = ", closed" if self._closed.is_set() else ""
         return f"ChangeFeed({self.store.describe()}, at {at}, {mode}{closed})"
 
-    def close(self) -> None:
-        """Stop iterating (a following iterator returns at its next poll)."""
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` (from the closing thread) when the feed is closed or detached: a
+        follower that waits elsewhere than on this feed (``aio``'s, on its event loop) wakes
+        then instead of at its next poll."""
+        self._on_close.append(fn)
+        if self._closed.is_set():
+            fn()
+
+    def _closed_now(self) -> None:
         self._closed.set()
+        for fn in list(self._on_close):
+            fn()
+
+    def close(self) -> None:
+        """Stop iterating (a following iterator returns at once, from any thread)."""
+        self._closed_now()
         if self._owns_store:
             self.store.close()
 
@@ -367,7 +382,7 @@ class ChangeFeed:
         (a following iterator at its next poll). Before, a feed kept following after its
         ``Db`` closed, and a consumer thread kept the process alive."""
         self._gone = reason
-        self._closed.set()
+        self._closed_now()
 
     def __enter__(self) -> ChangeFeed:
         return self
