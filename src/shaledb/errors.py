@@ -176,9 +176,12 @@ class TransactionConflict(ConflictError):
     """A transaction's commit lost to a write committed after it began; nothing was
     written. ``key`` is one conflicting key. Run the transaction again."""
 
+    AGAIN = "; this transaction wrote nothing: run it again (a new db.transaction())"
+    """Appended to every message: the what-to-do (the messages only said what conflicted)."""
+
     def __init__(self, key: bytes, message: str) -> None:
         self.key = key
-        super().__init__(message)
+        super().__init__(message + self.AGAIN)
 
 
 class HistoryUnavailable(NotFound):

@@ -249,3 +249,18 @@ def test_read_only_transaction_never_conflicts(db: Db) -> None:
     assert t.get(b"k") is None
     db.put(b"k", b"1")
     t.commit()
+
+
+@pytest.mark.parametrize("isolation", ["snapshot", "serializable"])
+def test_a_conflict_says_nothing_was_written_and_to_run_the_transaction_again(db: Db, isolation: str) -> None:
+    """The conflict's message says what to do, not only what conflicted (it used to end
+    at "was written by another commit after this transaction began")."""
+    db.put(b"a", b"0")
+    t = db.transaction(isolation)
+    t.get(b"a")
+    t.put(b"a" if isolation == "snapshot" else b"b", b"1")
+    db.put(b"a", b"2")
+    with pytest.raises(TransactionConflict, match=r"wrote nothing: run it again") as info:
+        t.commit()
+    assert info.value.key == b"a"
+    assert db.get(b"a") == b"2" and db.get(b"b") is None
