@@ -534,6 +534,13 @@ class Db(_Handle[_db.Db]):
         d = self.sync
         return bool(d._indexed or d._state or d._unflushed > d.settings.max_unflushed_bytes // 2)
 
+    async def _in_pool(self, write: Callable[..., WriteHandle], *args: Any, **kwargs: Any) -> WriteHandle:
+        """Run ``write`` on the executor, shielded: a cancelled write is still applied, as one
+        applied on the loop is. (Unshielded, cancelling it while it waited for a worker --
+        a busy pool, backpressure, ttl/metadata/indexes, every merge -- cancelled the queued
+        call, and the write was silently never applied.)"""
+        return await asyncio.shield(self._executor.submit(write, *args, **kwargs))
+
     async def _durable(self, handle: WriteHandle, durable: bool) -> WriteHandle:
         if durable:
             await self._waiter.wait(handle.seq)
@@ -547,7 +554,7 @@ class Db(_Handle[_db.Db]):
         ``extras`` (``ttl``, ``metadata``, ``indexes``) as in :meth:`shaledb.Db.put`.
         """
         if extras or self._may_block():
-            h = await self._executor.run(self.sync.put, key, value, durable=False, **extras)
+            h = await self._in_pool(self.sync.put, key, value, durable=False, **extras)
         else:
             h = self.sync.put(key, value, durable=False)
         return await self._durable(h, durable)
@@ -563,13 +570,13 @@ class Db(_Handle[_db.Db]):
     async def merge(self, key: BytesLike, operand: BytesLike, *, durable: bool = True) -> WriteHandle:
         """Merge ``operand`` into ``key``'s value (:meth:`shaledb.Db.merge`). In the pool:
         a merge may fold a long stack, which reads below the memtable."""
-        h = await self._executor.run(self.sync.merge, key, operand, durable=False)
+        h = await self._in_pool(self.sync.merge, key, operand, durable=False)
         return await self._durable(h, durable)
 
     async def write(self, batch: WriteBatch, *, durable: bool = True) -> WriteHandle:
         """Apply ``batch`` atomically under one sequence number."""
         if self._may_block() or (isinstance(batch, WriteBatch) and batch._extras):
-            h = await self._executor.run(self.sync.write, batch, durable=False)
+            h = await self._in_pool(self.sync.write, batch, durable=False)
         else:
             h = self.sync.write(batch, durable=False)
         return await self._durable(h, durable)

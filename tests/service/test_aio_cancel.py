@@ -146,3 +146,37 @@ def test_closing_a_scan_whose_cancelled_fetch_still_runs_keeps_the_cancellation(
             return outcome, await db.get(b"k00999")
 
     assert asyncio.run(main()) == ("cancelled", b"v")
+
+
+def test_a_cancelled_write_waiting_for_a_worker_is_still_applied(mem_url: str) -> None:
+    """Writes that run on the executor (ttl/metadata, every merge, any write under
+    backpressure) cancelled while queued behind a busy worker: the docs promise a cancelled
+    write is still applied; before, the queued call was cancelled and the write silently lost."""
+    store = _GatedReads(open_store(mem_url))
+    settings = Settings(merge_operator="add_u64", compactor=None, garbage_collector=None)
+    one = (1).to_bytes(8, "little")
+
+    async def main() -> list[bytes | None]:
+        async with await aio.Db.open(store=store, settings=settings, workers=1) as db:
+            await db.put(b"old", b"v")
+            await db.flush(memtable=True)
+            store.closed_gate = True
+            busy = asyncio.ensure_future(db.get(b"old"))  # the one worker waits in the store
+            await asyncio.get_running_loop().run_in_executor(None, store.entered.wait, 60)
+            writes = [
+                asyncio.ensure_future(db.put(b"ttl", b"1", ttl=3600)),
+                asyncio.ensure_future(db.put(b"meta", b"1", metadata=b"m")),
+                asyncio.ensure_future(db.merge(b"count", one)),
+                asyncio.ensure_future(db.merge(b"count", one, durable=False)),
+            ]
+            await asyncio.sleep(0)  # each is queued behind the busy worker
+            for w in writes:
+                w.cancel()
+            await asyncio.gather(*writes, return_exceptions=True)
+            store.closed_gate = False
+            store.gate.set()
+            assert await busy == b"v"
+            await db.flush()
+            return await db.get_many([b"ttl", b"meta", b"count"])
+
+    assert asyncio.run(main()) == [b"1", b"1", (2).to_bytes(8, "little")]
