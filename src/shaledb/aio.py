@@ -31,7 +31,7 @@ import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Self, SupportsIndex, TypedDict, TypeVar, Unpack
@@ -437,12 +437,42 @@ class Snapshot(_Reads):
 
 async def _open_in_pool(workers: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking open on a pool of its own, shut down after it: the handle it opens
-    starts its own pool, and an open makes store round trips the loop must not wait on."""
+    starts its own pool, and an open makes store round trips the loop must not wait on.
+
+    A cancelled open (a timeout, Ctrl-C in ``asyncio.run``) goes on in the pool and closes
+    the handle it opens. Before, that handle stayed open where nobody could reach it: its
+    threads ran on, and a writer's database could not be opened again in the process
+    ("already has a writer in this process")."""
     executor = _Executor(workers)
+    lock = threading.Lock()
+    state = {"abandoned": False, "delivered": False}
+
+    def open_or_close() -> T:
+        handle = fn(*args, **kwargs)
+        with lock:
+            if not state["abandoned"]:
+                state["delivered"] = True
+                return handle
+        handle.close()  # type: ignore[attr-defined]  # (a Db or a DbReader)
+        return handle
+
+    opening = executor.pool.submit(open_or_close)
     try:
-        return await executor.run(fn, *args, **kwargs)
+        return await asyncio.shield(asyncio.wrap_future(opening))
+    except BaseException:
+        with lock:
+            state["abandoned"] = True
+            delivered = state["delivered"]
+        if delivered:  # opened, not yet handed over: close it where the open ran
+            opening.add_done_callback(_close_opened)
+        raise
     finally:
         executor.shutdown()
+
+
+def _close_opened(opening: Future[Any]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().close()
 
 
 _Sync = TypeVar("_Sync", _db.Db, _db_reader.DbReader)

@@ -86,7 +86,13 @@ def test_a_cancelled_close_still_closes(mem_url: str) -> None:
 
 
 class _GatedReads(StoreWrapper):
-    """Reads of SSTs wait at ``gate`` while ``closed_gate`` is set (``entered`` says one does)."""
+    """Reads of SSTs wait at ``gate`` while ``closed_gate`` is set (``entered`` says one does);
+    while the class's ``every_read`` is set, every read of every such store waits at
+    ``release_all`` (``entered_any`` says one does)."""
+
+    every_read = False
+    entered_any = threading.Event()
+    release_all = threading.Event()
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
@@ -95,6 +101,9 @@ class _GatedReads(StoreWrapper):
         self.gate = threading.Event()
 
     def _wait(self, path: str) -> None:
+        if _GatedReads.every_read:
+            _GatedReads.entered_any.set()
+            _GatedReads.release_all.wait(60)
         if self.closed_gate and path.endswith(".sst") and not path.startswith("wal/"):
             self.entered.set()
             self.gate.wait(60)
@@ -180,3 +189,49 @@ def test_a_cancelled_write_waiting_for_a_worker_is_still_applied(mem_url: str) -
             return await db.get_many([b"ttl", b"meta", b"count"])
 
     assert asyncio.run(main()) == [b"1", b"1", (2).to_bytes(8, "little")]
+
+
+def test_a_cancelled_open_closes_the_writer_it_opens(mem_url: str, monkeypatch: Any) -> None:
+    """``asyncio.wait_for(aio.Db.open(url), ...)`` timing out (or Ctrl-C) while the open
+    waits on the store: the open goes on in its pool and closes what it opens. Before, the
+    writer stayed open where nobody could reach it, and the database could not be opened
+    again in this process ("already has a writer in this process")."""
+    import shaledb.store.stack as stack
+    from shaledb.errors import InvalidArgument
+
+    def open_gated(url: str, **options: Any) -> Any:
+        return _GatedReads(open_store(url, **options))
+
+    monkeypatch.setattr(stack, "open_store", open_gated)
+
+    async def main() -> bytes | None:
+        async with await aio.Db.open(mem_url, settings=QUIET) as db:
+            await db.put(b"k", b"v")
+            await db.flush(memtable=True)
+        _GatedReads.entered_any.clear()
+        _GatedReads.release_all.clear()
+        _GatedReads.every_read = True
+        try:
+            opening = asyncio.ensure_future(aio.Db.open(mem_url, settings=QUIET))
+            await asyncio.get_running_loop().run_in_executor(None, _GatedReads.entered_any.wait, 60)
+            opening.cancel()
+            try:
+                await opening
+                raise AssertionError("the open was not cancelled")
+            except asyncio.CancelledError:
+                pass
+        finally:
+            _GatedReads.every_read = False
+            _GatedReads.release_all.set()
+        for _ in range(1200):  # the abandoned open finishes and closes in the background
+            try:
+                db = await aio.Db.open(mem_url, settings=QUIET)
+            except InvalidArgument as exc:
+                assert "already has a writer in this process" in str(exc)
+                await asyncio.sleep(0.05)
+                continue
+            async with db:
+                return await db.get(b"k")
+        raise AssertionError("the cancelled open left its writer open")
+
+    assert asyncio.run(main()) == b"v"
