@@ -30,6 +30,7 @@ import itertools
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -309,7 +310,8 @@ class AsyncChanges:
         """The read in flight; a cancelled step leaves its changes for the next one."""
         self._nap: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
         """The caught-up follower's sleep, which closing the feed ends (from any thread)."""
-        feed.on_close(self._wake)
+        me = weakref.ref(self)  # (a bound method would tie the feed and this into a cycle)
+        feed.on_close(lambda: _wake_changes(me))
 
     @property
     def cursor(self) -> Cursor:
@@ -376,6 +378,12 @@ class AsyncChanges:
 
     def __repr__(self) -> str:
         return f"aio.{self._feed.describe(self.cursor)}"
+
+
+def _wake_changes(ref: weakref.ref[AsyncChanges]) -> None:
+    changes = ref()
+    if changes is not None:
+        changes._wake()
 
 
 def _wake_up(fut: asyncio.Future[None]) -> None:
