@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, Self, SupportsIndex, T
 
 from .db import reader as _db_reader
 from .db import writer as _db
+from .db import writers as _db_writers
 from .db.batch import IndexTerms, WriteBatch, WriteHandle
 from .db.mapping import refuse_pickle
 from .errors import ClosedError, InvalidArgument
@@ -454,9 +455,11 @@ async def _open_in_pool(workers: int, fn: Callable[..., T], *args: Any, **kwargs
     executor = _Executor(workers)
     lock = threading.Lock()
     state = {"abandoned": False, "delivered": False}
+    where = _db_writers.caller()  # (the pool thread's stack has no user frame)
 
     def open_or_close() -> T:
-        handle = fn(*args, **kwargs)
+        with _db_writers.opened_at(where):
+            handle = fn(*args, **kwargs)
         with lock:
             if not state["abandoned"]:
                 state["delivered"] = True

@@ -47,3 +47,23 @@ def test_an_explicit_store_is_not_registered(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "db"))
     with Db.open(store=store, settings=QUIET) as a, Db.open(store=store, settings=QUIET) as b:
         assert b.epoch > a.epoch
+
+
+def test_an_async_open_names_the_users_line_in_the_refusal(tmp_path: Path) -> None:
+    """The writer opened by ``aio.Db.open`` is named by the user's line, not the thread
+    pool's: the refusal used to say ``opened at .../concurrent/futures/thread.py:58``."""
+    import asyncio
+
+    from shaledb import aio
+
+    here = os.path.basename(__file__)
+
+    async def main() -> str:
+        async with await aio.Db.open(str(tmp_path / "db"), settings=QUIET):
+            with pytest.raises(InvalidArgument, match="already has a writer") as refused:
+                await aio.Db.open(str(tmp_path / "db"), settings=QUIET)
+        return str(refused.value)
+
+    message = asyncio.run(main())
+    assert f"(opened at {here}" in message.replace(os.path.dirname(__file__) + os.sep, "")
+    assert "concurrent" not in message

@@ -28,6 +28,8 @@ import os
 import threading
 import traceback
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import InvalidArgument
@@ -48,9 +50,28 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
-def _caller() -> str:
+_opener = threading.local()
+"""``where``: the user's call site of an open that runs on another thread (``shaledb.aio``'s)."""
+
+
+@contextmanager
+def opened_at(where: str) -> Iterator[None]:
+    """Opens on this thread (a pool's, with no user frame on its stack) report ``where``
+    as the place the handle was opened. (``aio.Db.open``'s error named
+    ``concurrent/futures/thread.py:58``.)"""
+    _opener.where = where
+    try:
+        yield
+    finally:
+        _opener.where = None
+
+
+def caller() -> str:
     """The first stack frame outside shaledb: where the user opened the handle."""
-    for frame in reversed(traceback.extract_stack()[:-2]):
+    where: str | None = getattr(_opener, "where", None)
+    if where is not None:
+        return where
+    for frame in reversed(traceback.extract_stack()[:-1]):
         if "/shaledb/" not in frame.filename.replace("\\", "/"):
             return f"{frame.filename}:{frame.lineno}"
     return "unknown"
@@ -60,7 +81,7 @@ def claim(key: str | None) -> str | None:
     """Reserve ``key`` for a writer about to open; InvalidArgument if one is open. Returns the key."""
     if key is None:
         return None
-    where = _caller()
+    where = caller()
     with _lock:
         held = _claims.get(key)
         if held is not None:
