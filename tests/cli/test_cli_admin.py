@@ -305,7 +305,12 @@ def test_docs_cli_lists_every_command_in_the_help_order() -> None:
 
 @pytest.mark.parametrize(
     ("typed", "hint"),
-    [("gc", "did you mean 'run-gc'?"), ("scna", "did you mean 'scan'?"), ("xyz", "unknown command 'xyz' (")],
+    [
+        ("gc", "did you mean 'run-gc'?"),
+        ("scna", "did you mean 'scan'?"),
+        ("feed", "did you mean 'changes'?"),
+        ("xyz", "unknown command 'xyz' ("),
+    ],
 )
 def test_a_mistyped_command_names_the_closest_ones(tmp_path: Path, typed: str, hint: str) -> None:
     """argparse listed all 25 commands ("invalid choice: 'gc' (choose from 'get', ...)")."""

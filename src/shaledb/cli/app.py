@@ -84,11 +84,17 @@ class _Parser(argparse.ArgumentParser):
         super().error(message)
 
 
+_SYNONYMS = {"feed": ("changes",), "change-feed": ("changes",), "tail": ("changes",)}
+"""Names the docs use for a command that are not in its name: "the change feed" is
+``changes`` (``shaledb feed`` found no hint: not a word of it, nor spelled close)."""
+
+
 def command_hint(given: str, names: Sequence[str]) -> str:
     """ "; did you mean ...?" naming commands that contain ``given`` as a word or are spelled
     close to it, then where the whole list is ("" is never returned: the list always is)."""
     word = given.lower()
     near = [n for n in names if word and word in n.split("-")]
+    near += [n for n in _SYNONYMS.get(word, ()) if n in names and n not in near]
     near += [n for n in difflib.get_close_matches(word, names, n=3, cutoff=0.6) if n not in near]
     quoted = " or ".join(repr(n) for n in near[:3])
     return (f"; did you mean {quoted}?" if near else "") + " (shaledb --help lists the commands)"
