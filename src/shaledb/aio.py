@@ -232,23 +232,26 @@ class AsyncScan(Generic[T]):
         return self
 
     async def __anext__(self) -> T:
-        row = next(self._rows, _END)
-        if row is not _END:
-            return row  # type: ignore[return-value]  # (not the _END marker)
-        if self._done and self._pending is None:
-            raise StopAsyncIteration
-        if self._pending is None:
-            self._pending = self._executor.submit(self._fetch)
-        # Shielded: a cancelled step (a timeout, a cancelled task) leaves the fetch running
-        # and its rows for the next step. Before, they were dropped and the scan went on
-        # after them, silently skipping a chunk.
-        rows = await asyncio.shield(self._pending)
-        self._pending = None
-        if not rows:
-            self._done = True
-            raise StopAsyncIteration
-        self._rows = iter(rows)
-        return next(self._rows)
+        while True:
+            row = next(self._rows, _END)
+            if row is not _END:
+                return row  # type: ignore[return-value]  # (not the _END marker)
+            if self._done and self._pending is None:
+                raise StopAsyncIteration
+            if self._pending is None:
+                self._pending = self._executor.submit(self._fetch)
+            pending = self._pending
+            # Shielded: a cancelled step (a timeout, a cancelled task) leaves the fetch running
+            # and its rows for the next step. Before, they were dropped and the scan went on
+            # after them, silently skipping a chunk.
+            rows = await asyncio.shield(pending)
+            if self._pending is not pending:
+                continue  # another task's step awaited this chunk too and took it: share it
+            self._pending = None
+            if not rows:
+                self._done = True
+                raise StopAsyncIteration
+            self._rows = iter(rows)
 
     def _fetch(self) -> list[T]:
         with self._mu:
@@ -309,8 +312,8 @@ class AsyncChanges:
         self._last: Cursor | None = None
         self._pending: asyncio.Future[list[Change]] | None = None
         """The read in flight; a cancelled step leaves its changes for the next one."""
-        self._nap: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
-        """The caught-up follower's sleep, which closing the feed ends (from any thread)."""
+        self._naps: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
+        """The caught-up followers' sleeps, which closing the feed ends (from any thread)."""
         me = weakref.ref(self)  # (a bound method would tie the feed and this into a cycle)
         feed.on_close(lambda: _wake_changes(me))
 
@@ -330,9 +333,15 @@ class AsyncChanges:
                 return change
             if self._pending is None:
                 self._pending = self._executor.submit(self._feed.read, self._chunk)
+            pending = self._pending
             # Shielded, as a scan's fetch: the feed has moved past what the read returns, so
             # a cancelled step that dropped them skipped those changes for good.
-            got = await asyncio.shield(self._pending)
+            got = await asyncio.shield(pending)
+            if self._pending is not pending:
+                # Another task's step awaited this read too and took its changes: hand them
+                # out from the buffer. (Each step used to take them all: two tasks consuming
+                # one feed got every change twice.)
+                continue
             self._pending = None
             if got:
                 self._buffer = iter(got)
@@ -347,24 +356,22 @@ class AsyncChanges:
         ``aclose()`` and the handle's close: the consumer hung for ``poll_interval_s``.)"""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        self._nap = (loop, fut)
+        nap = (loop, fut)
+        self._naps.add(nap)
         timer = loop.call_later(seconds, _wake_up, fut)
         try:
             if not (self._closed or self._feed._closed.is_set()):  # (closed before the nap began)
                 await fut
         finally:
             timer.cancel()
-            self._nap = None
+            self._naps.discard(nap)
 
     def _wake(self) -> None:
-        nap = self._nap
-        if nap is None:
-            return
-        loop, fut = nap
-        try:
-            loop.call_soon_threadsafe(_wake_up, fut)
-        except RuntimeError:
-            pass  # that loop is closed: nobody sleeps on it
+        for loop, fut in list(self._naps):
+            try:
+                loop.call_soon_threadsafe(_wake_up, fut)
+            except RuntimeError:
+                pass  # that loop is closed: nobody sleeps on it
 
     async def aclose(self) -> None:
         self._closed = True

@@ -124,3 +124,33 @@ def test_a_caught_up_follower_ends_at_once_when_closed(mem_url: str, how: str) -
             await db.close()
 
     assert asyncio.run(main()) == ("ended" if how == "aclose" else "ClosedError")
+
+
+def test_tasks_sharing_one_scan_or_feed_get_each_row_once(mem_url: str) -> None:
+    """Worker tasks consuming one ``db.scan()`` or one ``db.changes()`` (a fan-out): each
+    step that awaited a shared fetch used to take the whole chunk, so rows and changes were
+    handed out twice (1,200 of 600 from the feed)."""
+
+    async def main() -> tuple[list[bytes], list[bytes]]:
+        async with await aio.Db.open(mem_url, settings=Settings(**QUIET)) as db:  # type: ignore[arg-type]
+            async with db.batch() as b:
+                for i in range(600):
+                    b.put(b"k%04d" % i, b"v")
+            scan = db.scan()
+
+            async def rows() -> list[bytes]:
+                return [k async for k, _ in scan]
+
+            async with db.changes(since=None, follow=False) as feed:
+
+                async def changes() -> list[bytes]:
+                    return [c.key async for c in feed]
+
+                scanned = await asyncio.gather(*(rows() for _ in range(3)))
+                fed = await asyncio.gather(*(changes() for _ in range(3)))
+        return sorted(k for ks in scanned for k in ks), sorted(k for ks in fed for k in ks)
+
+    scanned, fed = asyncio.run(main())
+    everything = [b"k%04d" % i for i in range(600)]
+    assert scanned == everything
+    assert fed == everything
