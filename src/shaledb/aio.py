@@ -144,6 +144,16 @@ class _DurabilityWaiter:
         if wait:
             self._thread.join()
 
+    def _wal_ended(self) -> bool:
+        """The WAL stopped without this handle's close (``sync.close()`` called directly, or
+        the aio handle dropped unclosed): stop too. Before, the thread polled forever."""
+        wal = self._wal
+        if not (wal._stopping and not wal._thread.is_alive()):
+            return False
+        with self._lock:
+            self._stopped = True  # (a later wait() raises ClosedError instead of hanging)
+            return not self._heap
+
     def _run(self) -> None:
         wal = self._wal
         while True:
@@ -151,7 +161,7 @@ class _DurabilityWaiter:
                 target = self._heap[0][0] if self._heap else None
                 stopped = self._stopped
             if target is None:
-                if stopped:
+                if stopped or self._wal_ended():
                     return
                 self._wake.wait(0.5)
                 self._wake.clear()

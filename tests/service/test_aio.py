@@ -357,6 +357,24 @@ def test_close_leaves_no_thread_behind(tmp_path: Any) -> None:
     asyncio.run(main())
 
 
+def test_closing_the_sync_handle_ends_the_durability_thread(mem_url: str) -> None:
+    """``aio.Db(db)`` over a sync handle that is then closed with ``db.close()`` (not the
+    aio handle's close): its durability thread used to poll every 0.5 s for ever."""
+
+    async def main() -> list[threading.Thread]:
+        before = set(threading.enumerate())
+        db = aio.Db(Db.open(mem_url, settings=QUIET))
+        await db.put(b"a", b"1")
+        ours = [t for t in threading.enumerate() if t not in before and t.name == "shaledb-aio-durable"]
+        db.sync.close()
+        for t in ours:
+            t.join(60)  # (a guard: it ends within one 0.5 s poll)
+        return ours
+
+    threads = asyncio.run(main())
+    assert len(threads) == 1 and not threads[0].is_alive()
+
+
 def test_sync_and_async_share_the_engine(mem_url: str) -> None:
     async def main() -> None:
         async with await aio.Db.open(mem_url, settings=QUIET) as db:
