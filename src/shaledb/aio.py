@@ -237,6 +237,7 @@ class AsyncScan(Generic[T]):
         """Guards the two flags below between the loop and the executor thread fetching."""
         self._fetching = False
         self._closing = False
+        self._close_claimed = False
 
     def __aiter__(self) -> AsyncScan[T]:
         return self
@@ -276,11 +277,19 @@ class AsyncScan(Generic[T]):
         finally:
             with self._mu:
                 self._fetching = False
-                closing = self._closing
-            if self._scan is not None and (closing or len(rows) < self._chunk):
-                self._scan.close()
+                scan = self._claim_close(self._closing or len(rows) < self._chunk)
+            if scan is not None:
+                scan.close()
                 self._done = True
         return rows
+
+    def _claim_close(self, wanted: bool) -> Scan[T] | None:
+        """Under ``_mu``: the scan to close, once, by whichever of the fetch and
+        :meth:`aclose` claims it first (two threads closing one generator at once clash)."""
+        if not wanted or self._close_claimed or self._scan is None:
+            return None
+        self._close_claimed = True
+        return self._scan
 
     async def aclose(self) -> None:
         """Release the scan's snapshot. A fetch still running (its step was cancelled: a
@@ -292,9 +301,9 @@ class AsyncScan(Generic[T]):
         self._pending = None
         with self._mu:
             self._closing = True
-            busy = self._fetching
-        if not busy and self._scan is not None:
-            self._scan.close()
+            scan = self._claim_close(not self._fetching)
+        if scan is not None:
+            scan.close()
 
     async def __aenter__(self) -> AsyncScan[T]:
         return self
