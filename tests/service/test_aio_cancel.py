@@ -13,6 +13,8 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from shaledb import Settings, aio
 from shaledb.store import open_store
 from shaledb.store.wrappers import StoreWrapper
@@ -121,11 +123,19 @@ class _GatedReads(StoreWrapper):
         return super().get_ranges(path, ranges)
 
 
-def test_closing_a_scan_whose_cancelled_fetch_still_runs_keeps_the_cancellation(mem_url: str) -> None:
+@pytest.fixture(params=["memory", "s3"])
+def raw_store(request: pytest.FixtureRequest, mem_url: str) -> Any:
+    """A fresh empty store: memory, or a prefix on the moto S3 server."""
+    if request.param == "memory":
+        return open_store(mem_url)
+    return request.getfixturevalue("s3_url_factory")().open()
+
+
+def test_closing_a_scan_whose_cancelled_fetch_still_runs_keeps_the_cancellation(raw_store: Any) -> None:
     """``async with db.scan()`` cancelled while its fetch waits on the store (a timeout,
     Ctrl-C in ``asyncio.run``): the exit used to close the scan under the running fetch,
     raising ``ValueError: generator already executing`` in place of the cancellation."""
-    store = _GatedReads(open_store(mem_url))
+    store = _GatedReads(raw_store)
 
     async def main() -> tuple[str, bytes | None]:
         async with await aio.Db.open(store=store, settings=QUIET) as db:
@@ -157,11 +167,11 @@ def test_closing_a_scan_whose_cancelled_fetch_still_runs_keeps_the_cancellation(
     assert asyncio.run(main()) == ("cancelled", b"v")
 
 
-def test_a_cancelled_write_waiting_for_a_worker_is_still_applied(mem_url: str) -> None:
+def test_a_cancelled_write_waiting_for_a_worker_is_still_applied(raw_store: Any) -> None:
     """Writes that run on the executor (ttl/metadata, every merge, any write under
     backpressure) cancelled while queued behind a busy worker: the docs promise a cancelled
     write is still applied; before, the queued call was cancelled and the write silently lost."""
-    store = _GatedReads(open_store(mem_url))
+    store = _GatedReads(raw_store)
     settings = Settings(merge_operator="add_u64", compactor=None, garbage_collector=None)
     one = (1).to_bytes(8, "little")
 

@@ -89,14 +89,20 @@ def test_signatures_match_the_sync_api(sync: object, async_: object) -> None:
     assert list(inspect.signature(sync).parameters) == list(inspect.signature(async_).parameters)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("where", ["memory", "s3"])
 @pytest.mark.parametrize("how", ["aclose", "close the handle"])
-def test_a_caught_up_follower_ends_at_once_when_closed(mem_url: str, how: str) -> None:
+def test_a_caught_up_follower_ends_at_once_when_closed(
+    mem_url: str, how: str, where: str, request: pytest.FixtureRequest
+) -> None:
     """A following ``async for`` over ``db.changes()`` that has caught up sleeps
     ``poll_interval_s``; before, it slept through ``aclose()`` and the handle's close, so the
     consumer hung for the whole interval (here a day) instead of ending."""
 
+    store = None if where == "memory" else request.getfixturevalue("s3_url_factory")().open()
+    url = mem_url if store is None else None
+
     async def main() -> str:
-        db = await aio.Db.open(mem_url, workers=1, settings=Settings(**QUIET))  # type: ignore[arg-type]
+        db = await aio.Db.open(url, store=store, workers=1, settings=Settings(**QUIET))  # type: ignore[arg-type]
         await db.put(b"a", b"1")
         feed = db.changes(since=None, poll_interval_s=86_400)
         seen = asyncio.Event()
