@@ -1,8 +1,8 @@
 """The package as a user installs it: the wheel ``pip`` builds from a checkout, and what
 ``import shaledb`` loads.
 
-* The wheel holds every file of ``src/shaledb`` (``py.typed`` included), the licence text, no tests, and nothing
-  left over from an earlier build: setuptools stages a wheel in ``build/lib`` and never
+* The wheel holds every file of ``src/shaledb`` (``py.typed`` included), the licence text,
+  no tests, and nothing left over from an earlier build: setuptools stages a wheel in ``build/lib`` and never
   empties it, so a module deleted since the last ``pip wheel .`` was still shipped
   (the build backend, ``buildsys/shaledb_backend.py``, now starts from an empty one).
 * ``import shaledb`` loads none of the optional extras (Spark, Arrow, pandas, the disk

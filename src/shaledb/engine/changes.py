@@ -36,7 +36,7 @@ import random
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple, TypedDict, Unpack
+from typing import NamedTuple, TypedDict, Unpack
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import ClosedError, CursorAhead, CursorExpired, InvalidArgument, NotFound, ObjectNotFound
