@@ -35,7 +35,18 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, Self, SupportsIndex, TypedDict, TypeVar, Unpack
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    NoReturn,
+    Self,
+    SupportsIndex,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 from .db import reader as _db_reader
 from .db import writer as _db
@@ -56,6 +67,7 @@ if TYPE_CHECKING:
     from .store.base import ObjectStore
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 DEFAULT_WORKERS = 16
 """Executor threads per handle: reads and scans in flight at once (each a store round trip)."""
@@ -427,10 +439,14 @@ class _Reads:
     def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
         refuse_pickle(self)  # (else the wrapped handle's error, naming the blocking API)
 
-    async def get(self, key: BytesLike) -> bytes | None:
-        """The value of ``key``, or None."""
+    @overload
+    async def get(self, key: BytesLike) -> bytes | None: ...
+    @overload
+    async def get(self, key: BytesLike, default: D) -> bytes | D: ...
+    async def get(self, key: BytesLike, default: D | None = None) -> bytes | D | None:
+        """The value of ``key``, or ``default`` (None) when it is absent, as the sync ``get``."""
         value: bytes | None = await self._executor.run(self._target.get, key)
-        return value
+        return default if value is None else value
 
     async def get_many(self, keys: Iterable[BytesLike]) -> list[bytes | None]:
         """Values of ``keys`` from one view (None for absent keys), read in parallel."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shaledb import Db, DbReader, DbReaderOptions, InvalidArgument, Settings
+from shaledb import Db, DbReader, DbReaderOptions, InvalidArgument, Settings, TransactionConflict
 from shaledb.engine.indexes import term_range
 from shaledb.settings import CompactorOptions, GcOptions, RetryOptions
 
@@ -114,3 +114,24 @@ def test_the_open_functions_document_every_argument() -> None:
         assert "Raises:" in doc and "s3://" in doc
         for name in inspect.signature(fn).parameters:
             assert f"{name}:" in doc, (fn, name)
+
+
+def test_transaction_get_takes_a_default_as_the_handles_get_does(tmp_path: Path) -> None:
+    """``txn.get(k, default)`` raised TypeError though ``Db.get``/``Snapshot.get`` take one.
+    The default stands for every way a key is absent in the transaction (never written, its
+    own delete, its own range delete), and a serializable read with a default is still a read."""
+    with Db.open(tmp_path / "db", settings=QUIET) as db:
+        db.put(b"a", b"1")
+        db.put(b"b", b"2")
+        db.put(b"c", b"3")
+        with db.transaction(isolation="serializable") as txn:
+            txn.put(b"x", b"own")
+            txn.delete(b"a")
+            txn.delete_range(b"c", b"d")
+            got = [txn.get(k, b"-") for k in (b"a", b"b", b"c", b"x", b"absent")]
+            assert got == [b"-", b"2", b"-", b"own", b"-"]
+            assert txn.get(b"absent") is None and txn.get(b"absent", 0) == 0
+            assert txn.get_many([b"a", b"b"]) == [None, b"2"]
+            db.put(b"absent", b"now")  # written after the read with a default: a conflict
+            with pytest.raises(TransactionConflict):
+                txn.commit()

@@ -83,10 +83,31 @@ def test_changes_as_an_async_context_manager(mem_url: str) -> None:
         (shaledb.DbReader.snapshot, aio.DbReader.snapshot),
         (shaledb.Db.changes, aio.Db.changes),
         (shaledb.DbReader.changes, aio.DbReader.changes),
+        (shaledb.Db.get, aio.Db.get),
+        (shaledb.DbReader.get, aio.DbReader.get),
+        (shaledb.Snapshot.get, aio.Snapshot.get),
     ],
 )
 def test_signatures_match_the_sync_api(sync: object, async_: object) -> None:
     assert list(inspect.signature(sync).parameters) == list(inspect.signature(async_).parameters)  # type: ignore[arg-type]
+
+
+def test_get_takes_a_default_as_the_sync_get_does(mem_url: str) -> None:
+    """``await r.get(b"k", b"d")`` raised TypeError: the async ``get`` had no default."""
+
+    async def main() -> list[object]:
+        got: list[object] = []
+        async with await aio.Db.open(mem_url, settings=Settings(**QUIET)) as db:  # type: ignore[arg-type]
+            await db.put(b"k", b"v")
+            got += [await db.get(b"k", b"d"), await db.get(b"absent", b"d"), await db.get(b"absent")]
+            async with db.snapshot() as snap:
+                got += [await snap.get(b"k", 0), await snap.get(b"absent", 0)]
+            await db.flush(memtable=True)
+            async with await aio.DbReader.open(mem_url) as r:
+                got += [await r.get(b"k", b""), await r.get(b"absent", b""), await r.get(b"absent")]
+        return got
+
+    assert asyncio.run(main()) == [b"v", b"d", None, b"v", 0, b"v", b"", None]
 
 
 @pytest.mark.parametrize("where", ["memory", "s3"])

@@ -49,7 +49,7 @@ from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Literal, NoReturn, SupportsIndex
+from typing import TYPE_CHECKING, Literal, NoReturn, SupportsIndex, TypeVar, overload
 
 from ..engine.reads import check_limit
 from ..errors import ClosedError, InvalidArgument, MergeOperatorMissing, TransactionConflict
@@ -65,6 +65,7 @@ Isolation = Literal["snapshot", "serializable"]
 ISOLATIONS: tuple[str, ...] = ("snapshot", "serializable")
 
 _Range = tuple[bytes | None, bytes | None]
+D = TypeVar("D")
 
 
 class ConflictLog:
@@ -271,8 +272,17 @@ class Transaction:
             raise ClosedError("the transaction has finished (committed or rolled back)")
         return snap
 
-    def get(self, key: BytesLike) -> bytes | None:
-        """The value of ``key``: this transaction's own write, else the snapshot's."""
+    @overload
+    def get(self, key: BytesLike) -> bytes | None: ...
+    @overload
+    def get(self, key: BytesLike, default: D) -> bytes | D: ...
+    def get(self, key: BytesLike, default: D | None = None) -> bytes | D | None:
+        """The value of ``key``: this transaction's own write, else the snapshot's; ``default``
+        (None) when it is absent, as the handles' ``get``."""
+        value = self._get(key)
+        return default if value is None else value
+
+    def _get(self, key: BytesLike) -> bytes | None:
         k = check_key(key)
         snap = self._live()
         if k in self._merges:
@@ -294,7 +304,7 @@ class Transaction:
         ks = [check_key(k) for k in keys]
         snap = self._live()
         if self._merges and any(k in self._merges for k in ks):
-            return [self.get(k) for k in ks]
+            return [self._get(k) for k in ks]
         missing = [k for k in ks if k not in self._writes]
         if self.isolation == "serializable":
             self._reads.update(missing)

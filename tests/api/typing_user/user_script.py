@@ -75,6 +75,8 @@ def writer() -> None:
         with db.transaction() as txn:
             assert_type(txn, Transaction)
             assert_type(txn.get(b"k"), bytes | None)
+            assert_type(txn.get(b"k", b""), bytes)
+            assert_type(txn.get(b"k", 0), bytes | int)
             assert_type(txn.commit(), WriteHandle)
         assert_type(db.merge(b"n", b"\x01"), WriteHandle)
         assert_type(db.create_checkpoint(), Checkpoint)
@@ -140,6 +142,8 @@ async def aio() -> None:
     async with await shaledb.aio.Db.open(URL) as db:
         assert_type(db, shaledb.aio.Db)
         assert_type(await db.get(b"k"), bytes | None)
+        assert_type(await db.get(b"k", b""), bytes)
+        assert_type(await db.get(b"k", 0), bytes | int)
         assert_type(await db.get_many([b"k"]), list[bytes | None])
         assert_type(await db.put(b"k", b"v"), WriteHandle)
         async for key, value in db.scan(prefix=b"k"):
@@ -147,6 +151,8 @@ async def aio() -> None:
             assert_type(value, bytes)
         async with db.snapshot() as snap:
             assert_type(snap, shaledb.aio.Snapshot)
+            assert_type(await snap.get(b"k"), bytes | None)
+            assert_type(await snap.get(b"k", b""), bytes)
         async for change in db.changes(follow=False):
             assert_type(change, Change)
     assert_type(await shaledb.aio.Db.open(PATH), shaledb.aio.Db)
@@ -154,6 +160,7 @@ async def aio() -> None:
     async with await shaledb.aio.DbReader.open(URL) as r:
         assert_type(r, shaledb.aio.DbReader)
         assert_type(await r.get(b"k"), bytes | None)
+        assert_type(await r.get(b"k", b""), bytes)
 
 
 def operations() -> None:
