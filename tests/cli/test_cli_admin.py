@@ -245,6 +245,23 @@ def test_delete_of_a_missing_database_is_not_found_and_creates_nothing(
     assert not missing.exists()
 
 
+def test_delete_range_of_an_empty_range_says_nothing_was_deleted_and_fences_nobody(db: Path) -> None:
+    """`delete-range a a` printed `deleted_range True` with a sequence number, though an empty
+    range writes nothing (as `Db.delete_range(b"a", b"a")`), and it opened the writer, fencing a
+    running one; `delete-range b a` was refused only after fencing it too."""
+    with Db.open(db, settings=QUIET) as writer:
+        out = json.loads(ok("--json", "delete-range", "k01", "k01", path=db))
+        assert out["deleted_range"] is False and "nothing deleted" in out["note"] and "seq" not in out, out
+        assert "deleted_range  False" in ok("delete-range", "k01", "k01", path=db)
+        one_line_error(run("delete-range", "k02", "k01", path=db), 2, "InvalidArgument")
+        writer[b"still"] = b"the writer"  # not fenced
+        assert writer.get(b"k01") == b"v1"
+    one_line_error(run("delete-range", "a", "a", path=db.with_name("typo")), 3, "NotFound")
+    out = json.loads(ok("--json", "delete-range", "k01", "k03", path=db))
+    assert out["deleted_range"] is True and out["seq"] > 0
+    assert run("get", "k01", path=db).returncode == 3 and ok("get", "k03", path=db).strip() == "v3"
+
+
 def _subcommands() -> dict[str, Any]:
     """The CLI's commands and their parsers, in the order `shaledb --help` lists them."""
     import argparse

@@ -42,13 +42,40 @@ def _delete_range_args(p: argparse.ArgumentParser) -> None:
     "delete every key in [START, END) durably, one range tombstone (opens the writer: fences a running one)",
 )(_delete_range_args)
 def delete_range(args: argparse.Namespace, out: Output) -> int | None:
+    """The range is checked before the writer opens: ``START > END`` was refused only after
+    opening it, which fenced a running writer for a command that wrote nothing. ``START ==
+    END`` is an empty range, which ``Db.delete_range`` accepts and writes nothing for: the
+    command said ``deleted_range True`` with a sequence number; it now says nothing was
+    deleted, and opens no writer (so fences none), only checks the database is there."""
+    from ..db.batch import check_range
     from ..db.writer import Db
 
-    start, end = parse_bytes(args.start), parse_bytes(args.end)
+    start, end = check_range(parse_bytes(args.start), parse_bytes(args.end))
+    if start == end:
+        _check_exists(args.path)
+        out.emit({"start": args.start, "end": args.end, "deleted_range": False, "note": EMPTY_RANGE})
+        return None
     with Db.open(args.path, settings=_settings(args), create_if_missing=False) as db:
         h = db.delete_range(start, end)
     out.emit({"start": args.start, "end": args.end, "deleted_range": True, "seq": h.seq})
     return None
+
+
+EMPTY_RANGE = "empty range (START == END): nothing deleted, nothing written"
+
+
+def _check_exists(path: str) -> None:
+    """NotFound or DatabaseDestroyed, as opening the writer would raise, without opening it."""
+    from ..errors import NotFound
+    from ..manifest.edits import destroyed
+    from .core import manifest_store
+
+    ms = manifest_store(path)
+    m = ms.read_latest()
+    if m is None:
+        raise NotFound(f"no database at {ms.store.describe()}")
+    if m.destroyed_at_s is not None:
+        raise destroyed(ms.store.describe(), m)
 
 
 def bench_guard(path: str, scratch_prefix: str | None, force: bool) -> bytes:
