@@ -13,7 +13,10 @@ A database records its operator's *name* in its manifest (like RocksDB's
 (:class:`~shaledb.errors.MergeOperatorMismatch`): folding one operator's
 operands with another would silently give wrong values. A plain function is
 named by its module and qualified name; :class:`MergeOperator` names one
-explicitly, so renaming the function later is harmless. The ready ones below
+explicitly, so renaming the function later is harmless. A callable whose name
+cannot identify it -- a lambda, a nested function or closure, a bound method,
+a ``functools.partial`` or other callable object -- is refused
+(``InvalidArgument``): give it a name with :class:`MergeOperator`. The ready ones below
 are found by name, so readers, Spark reads and standalone compactors fold
 them without being told.
 """
@@ -21,6 +24,7 @@ them without being told.
 from __future__ import annotations
 
 import struct
+import types
 from collections.abc import Callable
 
 from .errors import InvalidArgument
@@ -125,12 +129,37 @@ def as_operator(spec: object) -> MergeOperator | None:
             raise InvalidArgument(f"merge_operator: no ready operator named {spec!r} (ready: {names})")
         return op
     if callable(spec):
-        module = getattr(spec, "__module__", None) or "?"
-        qual = getattr(spec, "__qualname__", None) or type(spec).__qualname__
-        return MergeOperator(f"{module}.{qual}", spec)
+        return MergeOperator(_function_name(spec), spec)
     raise InvalidArgument(
         f"merge_operator must be a function (key, existing, operands) -> bytes, a MergeOperator "
         f"or a ready operator's name, got {type(spec).__name__}"
+    )
+
+
+def _function_name(fn: object) -> str:
+    """The name a plain function is recorded by: ``module.qualname``, or InvalidArgument when
+    that name cannot tell two operators apart. Every lambda is ``<lambda>`` and a nested
+    function (``make(n).<locals>.op``) or a closure's behaviour is not in its name; a bound
+    method, a ``functools.partial`` or a callable object shares its name with every other
+    one of its kind. Recorded under such a name, a database reopened with a different lambda
+    was not refused, and its merges folded with the other function, silently giving other
+    values: the one safety the recorded name exists for."""
+    module = getattr(fn, "__module__", None) or "?"
+    qual = getattr(fn, "__qualname__", None)
+    plain = isinstance(fn, (types.FunctionType, types.BuiltinFunctionType))
+    if plain and isinstance(qual, str) and "<" not in qual:
+        return f"{module}.{qual}"
+    if not plain:
+        what = f"a {type(fn).__name__} object"
+    elif str(qual).endswith("<lambda>"):
+        what = "a lambda"
+    else:
+        what = f"the nested function {qual}"
+    raise InvalidArgument(
+        f"merge_operator: {what} has no name that identifies it, and the database records its "
+        "merge operator's name to refuse a different one when reopened; name it, e.g. "
+        "shaledb.MergeOperator('myapp.concat', fn) (the name is yours: keep it stable), or pass "
+        "a function defined at module level"
     )
 
 

@@ -482,9 +482,10 @@ class Settings:
     default: the window the database's manifest records, off for a new database; see
     ``shaledb.engine.history``)."""
     merge_operator: MergeOperator | MergeFunction | str | None = None
-    """What ``Db.merge`` operands are folded with: a function ``(key, existing, operands)
-    -> bytes``, a :class:`~shaledb.merge.MergeOperator`, or a ready one's name
-    (``"add_u64"``, ``"append"``, ``"max_u64"``); see ``shaledb.merge``."""
+    """What ``Db.merge`` operands are folded with: a module-level function ``(key, existing,
+    operands) -> bytes``, a :class:`~shaledb.merge.MergeOperator`, or a ready one's name
+    (``"add_u64"``, ``"append"``, ``"max_u64"``); a lambda or nested function is refused, its
+    name not telling it from another (see ``shaledb.merge``)."""
 
     def __post_init__(self) -> None:
         _positive("flush_interval_s", self.flush_interval_s)

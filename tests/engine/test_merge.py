@@ -171,6 +171,50 @@ def test_another_operator_is_refused(tmp_path: Path) -> None:
     db.close()
 
 
+def _make_op(suffix: bytes) -> object:
+    def op(key: bytes, existing: bytes | None, operands: list[bytes]) -> bytes:
+        return (existing or b"") + b"".join(operands) + suffix
+
+    return op
+
+
+class _Appender:
+    def __call__(self, key: bytes, existing: bytes | None, operands: list[bytes]) -> bytes:
+        return (existing or b"") + b"".join(operands)
+
+
+def test_an_operator_its_name_cannot_identify_is_refused_unnamed(tmp_path: Path) -> None:
+    """Every lambda is named ``<lambda>``: a database written with one and reopened with
+    another (here folding the operands the other way round) was not refused, and read other
+    values. Such callables are refused up front, naming the way out; named, they work."""
+    import functools
+
+    def first(k: bytes, e: bytes | None, ops: list[bytes]) -> bytes:
+        return (e or b"") + b"".join(ops)
+
+    unnamed = {
+        "a lambda": lambda k, e, ops: (e or b"") + b"".join(ops),
+        "the nested function": _make_op(b"!"),
+        "a partial object": functools.partial(_concat),
+        "a _Appender object": _Appender(),
+        "a method object": _Appender().__call__,
+    }
+    for what, fn in unnamed.items():
+        with pytest.raises(InvalidArgument, match=rf"{what}.*MergeOperator\("):
+            Settings(merge_operator=fn)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match=rf"{what}.*MergeOperator\("):
+            DbReaderOptions(merge_operator=fn)  # type: ignore[arg-type]
+    url = str(tmp_path / "db")
+    assert as_operator(_concat) is not None and as_operator(_concat).name.endswith("test_merge._concat")
+    with Db.open(url, settings=settings(MergeOperator("tests.concat", first))) as db:
+        db.merge(b"k", b"a")
+        db.merge(b"k", b"b")
+    with pytest.raises(MergeOperatorMismatch):
+        Db.open(url, settings=settings(MergeOperator("tests.reversed", lambda k, e, o: b"".join(o[::-1]))))
+    with Db.open(url, settings=settings(MergeOperator("tests.concat", first))) as db:
+        assert db.get(b"k") == b"ab"
+
+
 def _boom(key: bytes, existing: bytes | None, operands: list[bytes]) -> bytes:
     if b"bad" in operands:
         raise ValueError("cannot merge bad")

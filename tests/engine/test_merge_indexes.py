@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shaledb import Db, WriteBatch
+from shaledb import Db, MergeOperator, WriteBatch
 from shaledb.errors import MergeOperatorFailed
 from shaledb.testing.compacting import compact_until_idle as compact
 from shaledb.testing.strategies import tiny_settings
@@ -67,7 +67,8 @@ def test_a_failing_operator_on_an_indexed_database_changes_nothing(tmp_path: Pat
     def bad(key: bytes, existing: bytes | None, ops: list[bytes]) -> bytes:
         raise ValueError("no")
 
-    with Db.open(str(tmp_path / "db"), settings=tiny_settings(merge_operator=bad)) as db:
+    op = MergeOperator("tests.bad", bad)  # (a nested function is refused unnamed)
+    with Db.open(str(tmp_path / "db"), settings=tiny_settings(merge_operator=op)) as db:
         db.put(b"k", b"a", indexes={"f": [b"t"]})
         with pytest.raises(MergeOperatorFailed):
             db.merge(b"k", b"b")
