@@ -11,12 +11,14 @@ Only the names in ``__all__`` are the public API.
 import logging as _logging
 
 from . import admin
+from .admin.destruction import DestroyStatus
 from .admin.gc import GarbageCollector, GcReport
 from .compaction import CompactionReport, Compactor
 from .db.batch import WriteBatch, WriteHandle
 from .db.reader import DbReader, DbReaderOptions, ReaderSnapshot
 from .db.txn import Transaction
 from .db.writer import Db, Scan, Snapshot
+from .engine.changes import Change, ChangeFeed, Cursor
 from .engine.indexes import Head
 from .errors import (
     AlreadyExists,
@@ -66,6 +68,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AlreadyExists",
     "BucketNotFound",
+    "Change",
+    "ChangeFeed",
     "CheckpointNotFound",
     "Checkpoint",
     "ClosedError",
@@ -74,12 +78,14 @@ __all__ = [
     "CompactorOptions",
     "ConflictError",
     "CorruptionError",
+    "Cursor",
     "CursorAhead",
     "CursorExpired",
     "DatabaseDestroyed",
     "Db",
     "DbReader",
     "DbReaderOptions",
+    "DestroyStatus",
     "EndpointUnreachable",
     "FencedError",
     "ForkedHandle",

@@ -41,6 +41,7 @@ PUBLIC_CLASSES = [
     shaledb.aio.Snapshot,
     shaledb.aio.AsyncScan,
     shaledb.aio.AsyncChanges,
+    shaledb.ChangeFeed,
 ]
 DUNDERS = {"__getitem__", "__contains__", "__iter__", "__setitem__", "__delitem__", "__enter__", "__exit__"}
 DUNDERS |= {"__aenter__", "__aexit__", "__aiter__", "__anext__", "__next__"}
@@ -361,3 +362,21 @@ def test_every_entry_point_that_takes_a_url_takes_a_path(tmp_path: Path) -> None
     shaledb.admin.destroy(path, soft=True)
     with pytest.raises(shaledb.DatabaseDestroyed):
         Db.open(path, settings=QUIET)
+
+
+def test_the_types_users_meet_are_importable_from_shaledb(tmp_path: Path) -> None:
+    """The change feed's ``ChangeFeed``, ``Change`` and ``Cursor`` and ``collect_lifecycle``'s
+    ``DestroyStatus`` were reachable only from internal modules (``shaledb.engine.changes``,
+    ``shaledb.admin.destruction``): a user annotating a function over a feed had to import them."""
+    for name in ("Change", "ChangeFeed", "Cursor", "DestroyStatus"):
+        assert name in shaledb.__all__, name
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"k", b"v")
+        with db.changes(follow=False) as feed:
+            assert type(feed) is shaledb.ChangeFeed
+            change = next(iter(feed))
+            assert type(change) is shaledb.Change and type(change.cursor) is shaledb.Cursor
+            assert shaledb.Cursor.parse(str(change.cursor)) == change.cursor
+    status = shaledb.admin.collect_lifecycle(url)
+    assert type(status) is shaledb.DestroyStatus and status.state == "active"

@@ -247,7 +247,8 @@ def delete_database(
 
 @dataclass(frozen=True, slots=True)
 class DestroyStatus:
-    """What :func:`gc_destroyed_database` found: ``state`` is "active", "waiting" or "deleted"."""
+    """What the garbage collector's destroy step found (``shaledb.admin.collect_lifecycle``,
+    ``run-gc``): ``state`` is "active", "waiting" or "deleted", ``reason`` says why it waits."""
 
     state: str
     reason: str = ""

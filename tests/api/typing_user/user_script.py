@@ -13,11 +13,15 @@ import shaledb.admin
 import shaledb.aio
 import shaledb.dbm
 from shaledb import (
+    Change,
+    ChangeFeed,
     Checkpoint,
     CompactionReport,
     Compactor,
+    Cursor,
     Db,
     DbReader,
+    DestroyStatus,
     GarbageCollector,
     GcReport,
     Head,
@@ -31,7 +35,6 @@ from shaledb import (
     WriteBatch,
     WriteHandle,
 )
-from shaledb.engine.changes import Change, ChangeFeed, Cursor
 
 URL = "memory://typing"
 PATH = Path("typing-db")  # every entry point that takes a URL takes an os.PathLike too
@@ -88,6 +91,7 @@ def writer() -> None:
                 assert_type(change, Change)
                 assert_type(change.value, bytes | None)
             assert_type(feed.read(10), list[Change])
+            assert_type(Cursor.parse(str(feed.cursor)), Cursor)
 
 
 def reader() -> None:
@@ -120,6 +124,9 @@ def roles() -> None:
     assert_type(cp, Checkpoint)
     assert_type(shaledb.admin.list_checkpoints(URL), list[Checkpoint])
     assert_type(shaledb.admin.delete_checkpoint(URL, cp.id), bool)
+    status = shaledb.admin.collect_lifecycle(URL)
+    assert_type(status, DestroyStatus)
+    assert_type(status.state, str)
     assert_type(MergeOperator("mine", lambda key, old, ops: b"".join(ops)), MergeOperator)
     try:
         shaledb.admin.read_manifest(URL)
