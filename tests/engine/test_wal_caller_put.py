@@ -4,12 +4,16 @@ handing it to the flusher thread and waiting to be woken (two thread hand-offs p
 durable put). What is written, in which order, and when a write is acknowledged
 must not change: these tests pin where the PUT runs and that failures, fencing,
 group commit and non-durable writes behave as before.
+
+The main thread never makes its own PUT (Ctrl-C raises KeyboardInterrupt there, see
+``tests/api/test_api_interrupt.py``): these tests write from a worker thread.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from engine_support import dump
@@ -46,6 +50,24 @@ class WalThreads(StoreWrapper):
         self.inner.put(path, data, **kw)  # type: ignore[arg-type]
 
 
+def on_a_thread(fn: Callable[[], object], name: str = "writer") -> None:
+    """Run ``fn`` on a thread that is not the main one; raise what it raised."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # (re-raised on the calling thread)
+            raised.append(exc)
+
+    t = threading.Thread(target=run, name=name)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    if raised:
+        raise raised[0]
+
+
 def settings(**kw: object) -> Settings:
     base: dict[str, object] = dict(compactor=None, garbage_collector=None, flush_interval_s=3600.0)
     base.update(kw)
@@ -56,13 +78,19 @@ def test_a_lone_durable_put_writes_its_wal_object_on_its_own_thread(mem_url: str
     store = WalThreads(open_store(mem_url))
     with Db.open(store=store, settings=settings()) as db:
         opened = len(store.threads)  # the fence, written by the opening thread
-        db.put(b"a", b"1")
-        db.delete(b"a")
-        db.put(b"b", b"2")
-        assert store.threads[opened:] == [threading.current_thread().name] * 3
+
+        def writes() -> None:
+            db.put(b"a", b"1")
+            db.delete(b"a")
+            db.put(b"b", b"2")
+
+        on_a_thread(writes)
+        assert store.threads[opened:] == ["writer"] * 3
         assert db.wal.durable_wal_id == db.wal.next_id - 1
+        db.put(b"c", b"3")  # the main thread's durable put: the flusher makes its PUT
+        assert store.threads[opened + 3 :] == ["shaledb-wal"]
     with Db.open(mem_url, settings=settings()) as db:
-        assert dump(db) == {b"b": b"2"}
+        assert dump(db) == {b"b": b"2", b"c": b"3"}
 
 
 def test_pipelined_wal_still_puts_from_its_pool(mem_url: str) -> None:
@@ -92,9 +120,9 @@ def test_a_failed_own_put_stops_the_writer(mem_url: str) -> None:
     store.fail = True
     t0 = time.monotonic()
     with pytest.raises(ClosedError) as info:  # the failure, surfaced as waiters see it
-        db.put(b"a", b"1")
+        on_a_thread(lambda: db.put(b"a", b"1"))
     assert isinstance(info.value.__cause__, Boom)
-    assert store.threads[-1] == threading.current_thread().name
+    assert store.threads[-1] == "writer"
     assert time.monotonic() - t0 < 5  # at once, not after a latch's poll
     store.fail = False
     with pytest.raises(ClosedError):
@@ -116,8 +144,8 @@ def test_fenced_on_its_own_put(mem_url: str) -> None:
     old.put(b"a", b"1")
     new = Db.open(mem_url, settings=settings())  # its fence takes the old writer's next slot
     with pytest.raises(FencedError):
-        old.put(b"b", b"2")
-    assert store.threads[-1] == threading.current_thread().name
+        on_a_thread(lambda: old.put(b"b", b"2"))
+    assert store.threads[-1] == "writer"
     with pytest.raises(FencedError):
         old.put(b"c", b"3")
     assert dump(new) == {b"a": b"1"}

@@ -638,10 +638,15 @@ class Db(Queries):
                 mem = self._mem
                 mem.put(key, e)
                 wal = self.wal
-                wal.keys.append(key)
-                wal.seqs.append(seq)
-                wal.kinds.append(0)
-                wal.pays.append(value)
+                n0 = len(wal.keys)
+                try:  # (Ctrl-C between two columns: see WalWriter.rewind_locked)
+                    wal.keys.append(key)
+                    wal.seqs.append(seq)
+                    wal.kinds.append(0)
+                    wal.pays.append(value)
+                except BaseException:
+                    wal.rewind_locked(n0)
+                    raise
                 mem.nbytes += n
                 wal.nbytes += n
                 self._unflushed += n
@@ -708,10 +713,16 @@ class Db(Queries):
         self._m_put_bytes += n - ENTRY_OVERHEAD
         mem.put(k, e)
         wal = self.wal
-        wal.keys.append(k)
-        wal.seqs.append(seq)
-        wal.kinds.append(KIND_MERGE)
-        wal.pays.append(one_operand(op))
+        pay = one_operand(op)
+        n0 = len(wal.keys)
+        try:  # (Ctrl-C between two columns: see WalWriter.rewind_locked)
+            wal.keys.append(k)
+            wal.seqs.append(seq)
+            wal.kinds.append(KIND_MERGE)
+            wal.pays.append(pay)
+        except BaseException:
+            wal.rewind_locked(n0)
+            raise
         mem.nbytes += n
         wal.nbytes += n
         self._unflushed += n
@@ -852,19 +863,24 @@ class Db(Queries):
         else:
             mem.put_many(keys, ents)
         wal = self.wal
-        wal.keys += keys
-        wal.seqs += array("Q", (seq,)) * len(keys)
-        wal.kinds += bytes(len(keys)) if plain else bytes(kinds)  # (KIND_VALUE is 0)
-        wal.pays += payloads
-        if index is not None and index[0]:
-            ikeys, ikinds, ipays = index
-            sub = mem.sub
-            assert sub is not None
-            sub.put_many(ikeys, [(seq, k, p) for k, p in zip(ikinds, ipays)])
-            wal.keys += ikeys
-            wal.seqs += array("Q", (seq,)) * len(ikeys)
-            wal.kinds += bytes(k | FLAG_INDEX_TREE for k in ikinds)
-            wal.pays += ipays
+        n0 = len(wal.keys)
+        try:  # (Ctrl-C between two columns: see WalWriter.rewind_locked)
+            wal.keys += keys
+            wal.seqs += array("Q", (seq,)) * len(keys)
+            wal.kinds += bytes(len(keys)) if plain else bytes(kinds)  # (KIND_VALUE is 0)
+            wal.pays += payloads
+            if index is not None and index[0]:
+                ikeys, ikinds, ipays = index
+                sub = mem.sub
+                assert sub is not None
+                sub.put_many(ikeys, [(seq, k, p) for k, p in zip(ikinds, ipays)])
+                wal.keys += ikeys
+                wal.seqs += array("Q", (seq,)) * len(ikeys)
+                wal.kinds += bytes(k | FLAG_INDEX_TREE for k in ikinds)
+                wal.pays += ipays
+        except BaseException:
+            wal.rewind_locked(n0)
+            raise
         mem.nbytes += n
         wal.nbytes += n
         self._unflushed += n
@@ -927,16 +943,23 @@ class Db(Queries):
         mem = self._mem
         if not mem.d and not mem.rdels and not even_if_empty:
             return
+        # Calls first, then plain assignments: a KeyboardInterrupt (Ctrl-C raises it in the
+        # main thread at a call) cannot leave the frozen memtable both in ``_imms`` and
+        # still taking writes as ``_mem`` (its later writes would be dropped with it).
+        fresh = new_memtable()
+        if self._history is not None:
+            fresh.pin(HISTORY_PIN)
+        imms = (mem, *self._imms)
+        view = ReadView(fresh, imms, self.manifest, runs=self._view.runs)
         mem.wal_id = self.wal.seal_locked()
-        self.wal.limit_id = self._wal_limit(mem.wal_id + 1)
+        limit = self._wal_limit(mem.wal_id + 1)
+        self.wal.limit_id = limit
         self._freeze_bytes = self.settings.l0_sst_size_bytes
         mem.last_seq = self._seq
-        self._imms = (mem, *self._imms)
-        self._mem = new_memtable()
-        if self._history is not None:
-            self._mem.pin(HISTORY_PIN)
-        self.wal.sink = self._mem.locs
-        self._view = ReadView(self._mem, self._imms, self.manifest, runs=self._view.runs)
+        self._imms = imms
+        self._mem = fresh
+        self.wal.sink = fresh.locs
+        self._view = view
         self.flusher.notify()
 
     # ------------------------------------- hooks for the roles (see _WriterHost)

@@ -91,11 +91,14 @@ class Memtable:
     def put(self, key: bytes, entry: Entry) -> None:
         d = self.d
         old = d.get(key)
+        if old is not None and self.pins:
+            self._keep(key, old)
+        # The entry first, then the key list (appended by the only call left): a
+        # KeyboardInterrupt raised at that call finds both done, never a key listed
+        # without an entry.
+        d[key] = entry
         if old is None:
             self._new.append(key)
-        elif self.pins:
-            self._keep(key, old)
-        d[key] = entry
 
     def put_many(self, keys: list[bytes], entries: list[Entry]) -> None:
         d = self.d
@@ -108,12 +111,23 @@ class Memtable:
         # tests (searching ``_new`` afterwards cost O(memtable)): all of them when the
         # batch shares no key with the memtable (``isdisjoint`` stops at the first shared).
         fresh = keys if not n0 or d.keys().isdisjoint(keys) else list(filterfalse(d.__contains__, keys))
-        d.update(zip(keys, entries))
-        added = len(d) - n0
-        if added == len(fresh):
-            self._new.extend(fresh)
-        elif added:  # a key repeats within the batch
-            self._new.extend(dict.fromkeys(fresh))
+        new = self._new
+        pairs = zip(keys, entries)
+        listed = False
+        try:
+            d.update(pairs)
+            added = len(d) - n0
+            # (a key repeats within the batch when fewer were added than found new)
+            add = fresh if added == len(fresh) else list(dict.fromkeys(fresh))
+            new += add  # (no call between this and ``listed``: an interrupt lands before or after both)
+            listed = True
+        except BaseException:
+            # A KeyboardInterrupt (Ctrl-C) after the update: list its keys all the same. A key
+            # in ``d`` and in neither list is missed by scans and the L0 flush, and so are its
+            # later writes (a key already in ``d`` is not listed again).
+            if not listed:
+                new += dict.fromkeys(fresh)
+            raise
 
     def add_range_del(self, start: bytes, end: bytes, seq: int) -> None:
         """A range tombstone: hides older versions of keys in ``[start, end)``."""

@@ -185,6 +185,8 @@ class WalWriter:
         """With one PUT at a time: held by whoever cuts, writes and acknowledges segments
         (the flusher thread, or a durable writer making its own PUT), so they go out
         one at a time in id order and ``_flights`` has one owner at a time."""
+        self._main = threading.main_thread().ident
+        """The main thread makes no PUT of its own (``_put_here``): Ctrl-C raises there."""
         self._next_id = next_id
         self.limit_id = 1 << 64
         """Cutting the segment that takes ``_next_id`` to this id calls ``on_limit`` (the
@@ -208,20 +210,47 @@ class WalWriter:
     # ----------------------------------------------------- under the db lock
 
     def cut_locked(self) -> WalSegment | None:
-        """Turn the buffer into a segment with the next WAL id."""
-        if not self.keys:
+        """Turn the buffer into a segment with the next WAL id.
+
+        Every call comes first and the buffer is swapped by plain assignments after them:
+        a KeyboardInterrupt (Ctrl-C, raised in the main thread at a call) then finds the
+        buffer either whole or cut, never a segment built and lost with its id taken (a hole
+        in the WAL) or the buffer's entries in two segments. ``on_limit`` (the memtable
+        freezes at the next write) is called first for the same reason.
+        """
+        keys = self.keys
+        if not keys:
             return None
-        seg = WalSegment(self._next_id, self.keys, self.seqs, self.kinds, self.pays, self.sink, self.pending)
-        self.pending = threading.Event()
-        self._next_id += 1
-        if self._next_id >= self.limit_id and self.on_limit is not None:
+        if not len(keys) == len(self.seqs) == len(self.kinds) == len(self.pays):
+            # A writer's entry half appended (an interrupt between its columns, which the
+            # writer rewinds): encoding them would pair keys with other entries' values.
+            raise CorruptionError(
+                "the WAL buffer's columns differ in length (a write was cut short, by a "
+                "KeyboardInterrupt?): stopping rather than writing keys with the wrong values"
+            )
+        if self._next_id + 1 >= self.limit_id and self.on_limit is not None:
             self.on_limit()
+        fresh = threading.Event()
+        seqs: array[int] = array("Q")
+        kinds = bytearray()
+        seg = WalSegment(self._next_id, keys, self.seqs, self.kinds, self.pays, self.sink, self.pending)
+        self.pending = fresh
+        self._next_id += 1
         self.keys = []
-        self.seqs = array("Q")
-        self.kinds = bytearray()
+        self.seqs = seqs
+        self.kinds = kinds
         self.pays = []
         self.nbytes = 0
         return seg
+
+    def rewind_locked(self, n: int) -> None:
+        """Drop what a write appended to the buffer past its first ``n`` entries: an
+        exception (a KeyboardInterrupt) cut the write short between its columns, which
+        would otherwise stay misaligned (``cut_locked`` refuses them)."""
+        del self.keys[n:]
+        del self.seqs[n:]
+        del self.kinds[n:]
+        del self.pays[n:]
 
     def seal_locked(self) -> int:
         """Seal the buffer (a memtable is freezing); the last WAL id in use."""
@@ -295,7 +324,12 @@ class WalWriter:
     def _wait_latch(self, seq: int, timeout: float | None, latch: threading.Event) -> bool:
         if self.durable_seq >= seq:
             return True
-        if timeout is None and self._pool is None and self._put_here(seq):
+        if (
+            timeout is None
+            and self._pool is None
+            and self._main != threading.get_ident()
+            and self._put_here(seq)
+        ):
             return True
         self._ask()
         deadline = None if timeout is None else self.clock.monotonic() + timeout
@@ -321,6 +355,13 @@ class WalWriter:
         wait meanwhile. Segments go out exactly as the flusher sends them: sealed ones
         first, then the buffer, in id order under ``_put_lock``, each acknowledged
         when written; a failure stops the writer as one in the flusher does.
+
+        Never on the main thread: Ctrl-C raises KeyboardInterrupt there, at any call, and
+        one that landed in this bookkeeping (mid-PUT, inside a future's ``set_result``, in
+        an ``except`` clause) could not be undone: the writer used to stop on it ("database
+        stopped after a background failure: KeyboardInterrupt"). The main thread's durable
+        write waits for the flusher instead, and an interrupt there only ends the wait:
+        the write is not acknowledged and still goes out with its segment.
         """
         if not self._put_lock.acquire(blocking=False):
             return False
@@ -344,7 +385,7 @@ class WalWriter:
             self._fail(exc)  # every failure stops the WAL
             self._wake.set()  # the flusher thread sees the failure and ends
             if not isinstance(exc, Exception):
-                raise  # an interrupt of this thread: the writer is stopped, the caller sees it
+                raise  # (a SimulatedCrash of this thread): the writer is stopped, the caller sees it
             err = _surface(self.failure or exc)
         finally:
             self._put_lock.release()
