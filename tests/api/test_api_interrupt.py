@@ -1,15 +1,16 @@
-"""Ctrl-C (KeyboardInterrupt) during a durable write: the handle goes on.
+"""Ctrl-C (KeyboardInterrupt) during a durable write or a close: the handle goes on.
 
 A durable ``put`` used to make its WAL object's PUT on the caller's thread, and a
 KeyboardInterrupt raised there stopped the writer ("database stopped after a background
 failure: KeyboardInterrupt"): a REPL or notebook user who pressed Ctrl-C had to reopen.
 Now the main thread (the only one Python raises KeyboardInterrupt in) leaves the PUT to
 the flusher and only waits: the interrupt ends the wait, the write is not acknowledged and
-still becomes durable, and the handle keeps writing.
+still becomes durable, and the handle keeps writing. A close() cut short by Ctrl-C is
+finished by the next close().
 
 The interrupts are delivered at exact points by a store wrapper (before the WAL PUT is
-made, after it landed), not by timing. One test sends a storm of real SIGINTs at a
-subprocess and checks invariants only.
+made, after it landed; during the close's L0 flush and its manifest write), not by
+timing. One test sends a storm of real SIGINTs at a subprocess and checks invariants only.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from shaledb import Db, DbReader, Settings
+from shaledb.errors import ClosedError
 from shaledb.store import ObjectStore, StoreWrapper, open_store
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=3600.0)
@@ -155,6 +157,55 @@ def test_ctrl_c_between_a_puts_wal_columns_gives_no_key_another_ones_value(tmp_p
     db.close()
     with Db.open(url, settings=QUIET) as again:  # b was applied (the memtable), not acknowledged
         assert dict(again.scan()) == {b"a": b"1", b"b": b"2", b"c": b"3"}
+
+
+def test_ctrl_c_during_the_close_flush_is_finished_by_the_next_close(tmp_path: Path) -> None:
+    """Ctrl-C while close() waits for the memtable's L0 SST: the second close() used to
+    return at once and leave the handle half closed (``closed`` False, its threads running,
+    the writer's claim held: reopening the database in this process was refused)."""
+    url = str(tmp_path / "db")
+    store = CtrlCAt(open_store(url))
+    db = Db.open(store=store, settings=QUIET)
+    for i in range(200):
+        db.put(b"k%04d" % i, b"v", durable=False)
+    store.arm("compacted/", "before")
+    with pytest.raises(KeyboardInterrupt):
+        db.close()
+    store.taken.set()
+    assert store.fired == 1
+    assert not db.closed
+    db.close()  # finishes the close
+    assert db.closed
+    with pytest.raises(ClosedError):
+        db.put(b"after", b"1")
+    with Db.open(url, settings=QUIET) as again:  # the writer's claim was given back
+        assert sum(1 for _ in again.scan()) == 200
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_ctrl_c_during_the_close_manifest_write_is_finished_by_the_next_close(
+    tmp_path: Path, when: str
+) -> None:
+    """Ctrl-C while close() writes the manifest on the caller's thread (before the
+    write, or after it landed): the next close() writes it again and finishes."""
+    url = str(tmp_path / "db")
+    store = CtrlCAt(open_store(url))
+    db = Db.open(store=store, settings=QUIET)
+    db.put(b"a", b"1")
+    db.flush(memtable=True)  # the memtable's own manifest write happens now, not at close
+    db.put(b"b", b"2")
+    store.arm("manifest/", when, main_only=True)  # (the flusher's L0 manifest write is not it)
+    with pytest.raises(KeyboardInterrupt):
+        db.close()
+    store.taken.set()
+    assert store.fired == 1
+    db.close()
+    assert db.closed
+    with pytest.raises(ClosedError):
+        db.put(b"after", b"1")
+    with Db.open(url, settings=QUIET) as again:
+        assert dict(again.scan()) == {b"a": b"1", b"b": b"2"}
+    db.close()  # a third close of a finished one returns
 
 
 _STORM = r"""

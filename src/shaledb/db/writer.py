@@ -387,6 +387,10 @@ class Db(Queries):
         """Set when ``close`` has finished (a second, concurrent close waits for it)."""
         self._closer: int | None = None
         """The thread running the first close (a close it makes again returns at once)."""
+        self._close_finished = False
+        """``_close`` ran to its end (a KeyboardInterrupt may cut it short: then the next
+        ``close`` runs it again)."""
+        self._pools_released = False
         self._failure: BaseException | None = None
         self._pid = os.getpid()
         self._feeds: weakref.WeakSet[ChangeFeed] = weakref.WeakSet()
@@ -1270,29 +1274,43 @@ class Db(Queries):
         while another thread's close runs returns when that one has finished."""
         me = threading.get_ident()
         with self._lock:
-            first = self._state == _OPEN and not self.closing
+            # (not ``_state``: a close a KeyboardInterrupt cut short, below, is not finished)
+            first = not self._close_finished and not self.closing
             failed = self._failure is not None
             self.closing = True
             if first:
                 self._closer = me
+                if self._close_done.is_set():  # an interrupted close's
+                    self._close_done = threading.Event()
             elif self._closer == me:
                 return  # called again inside the first close (a signal handler, a callback)
+            done = self._close_done
         if not first:
             # Before, every close that came before the first one left _OPEN ran it all
             # again: the shared read pools were released once per call, so another open
             # handle's pools counted no user and shut down, and the store closed twice.
-            self._close_done.wait()
+            done.wait()
             return
         try:
             self._close(failed)
+        except KeyboardInterrupt:
+            # Ctrl-C during the close (its flush, a join, the manifest write): the next
+            # close() runs it again, every step of it repeatable. Before, that close took
+            # itself for a nested one and returned at once, leaving the handle half closed:
+            # ``closed`` False, its threads running, the writer's claim held (reopening the
+            # database in this process was refused).
+            with self._lock:
+                self.closing = False
+                self._closer = None
+            raise
         finally:
-            self._close_done.set()
+            done.set()
 
     def _close(self, failed: bool) -> None:
         for feed in list(self._feeds):
             feed.detach(f"{self!r} was closed: open the change feed from another handle (or open_changes)")
         error: BaseException | None = None
-        if not failed:
+        if not failed and self._state == _OPEN:  # (_CLOSING: an interrupted close, run again)
             try:
                 self.flush(memtable=True)
             except ShaleError as exc:
@@ -1311,10 +1329,13 @@ class Db(Queries):
         with self._lock:
             self._state = _CLOSED
             self._closed = True
+            released, self._pools_released = self._pools_released, True
         writers.release(getattr(self, "_writer_claim", None), self)
-        release_pools()
+        if not released:  # once: a count of open handles (an interrupt may leave them held)
+            release_pools()
         self.cache.clear()
         close_quietly(self.external, self.store if self.owns_store else None)
+        self._close_finished = True
         if error is not None:
             # A handle whose failure was already raised closes quietly (``failed``); a fence
             # found only by this last flush has just lost buffered writes: say so.
