@@ -216,9 +216,10 @@ print("seed", seed, flush=True)
 rng = random.Random(seed)
 settings = shaledb.Settings(compactor=None, garbage_collector=None, l0_sst_size_bytes=64 * 1024)
 db = shaledb.Db.open(url, settings=settings)
-stop = threading.Event()
+stop, go = threading.Event(), threading.Event()
 
 def ctrl_c():
+    go.wait()  # (from inside the loop's try: an interrupt in start() would end the script)
     while not stop.wait(rng.uniform(0.0002, 0.003)):
         os.kill(os.getpid(), signal.SIGINT)
 
@@ -227,6 +228,7 @@ sender = threading.Thread(target=ctrl_c, daemon=True)
 sender.start()
 while True:
     try:  # (an interrupt in this loop's own bookkeeping is counted and the loop goes on)
+        go.set()
         while i < ops:
             i += 1
             try:

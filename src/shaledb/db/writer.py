@@ -43,6 +43,7 @@ from ..engine.cache import LruCache
 from ..engine.flush import MemtableFlusher
 from ..engine.history import HISTORY_PIN, History, resolve_retention, to_millis
 from ..engine.indexes import current_terms, current_value, plan_index_changes, prefetch_old_terms
+from ..engine.latch import Latch
 from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from ..engine.merging import (
     MAX_STACK,
@@ -700,7 +701,7 @@ class Db(Queries):
             self.wal.wait_durable(seq, latch=latch)
         return WriteHandle(self.wal, seq)
 
-    def _merge_locked(self, k: bytes, op: bytes, n: int) -> tuple[int, threading.Event]:
+    def _merge_locked(self, k: bytes, op: bytes, n: int) -> tuple[int, Latch]:
         """``merge`` under the write lock on a database without index terms: (seq, latch)."""
         mem = self._mem
         e = stack(stack_base(mem, k), self._seq + 1, [op])

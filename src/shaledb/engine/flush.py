@@ -147,7 +147,9 @@ class MemtableFlusher:
     def __init__(self, db: FlushHost, on_failure: Callable[[BaseException], None]) -> None:
         self.db = db
         self.on_failure = on_failure
-        self._cv = threading.Condition(threading.Lock())
+        # An RLock: a KeyboardInterrupt in close()'s wait_flushed on the main thread cannot
+        # make it release the lock while this thread holds it (``engine/latch.py``).
+        self._cv = threading.Condition(threading.RLock())
         self._stopping = False
         self.buffers = OutBuffers(1)
         """Where L0 SSTs are built while memtables wait to be flushed one after another

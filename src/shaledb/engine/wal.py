@@ -59,6 +59,7 @@ from ..format.wal import Locations, encode_wal_columns, is_empty_wal, locate_val
 from ..manifest.model import JournalFile, TrackedWal
 from ..settings import Settings
 from ..store.base import ObjectStore
+from .latch import Latch
 
 log = logging.getLogger("shaledb.wal")
 
@@ -76,7 +77,7 @@ class WalSegment:
         kinds: bytearray,
         pays: list[bytes],
         sink: Locations | None,
-        done: threading.Event,
+        done: Latch,
     ) -> None:
         self.id = wal_id
         self.keys = keys
@@ -163,7 +164,7 @@ class WalWriter:
         self.kinds = bytearray()
         self.pays: list[bytes] = []
         self.nbytes = 0
-        self.pending = threading.Event()
+        self.pending = Latch()
         """The buffer's latch (becomes its segment's ``done``): a durable write waits on it."""
         self._sealed: deque[WalSegment] = deque()
         self._flights: deque[_Flight] = deque()
@@ -194,7 +195,9 @@ class WalWriter:
         object here instead of once per write in the writer."""
         self.on_limit: Callable[[], None] | None = None
         # Durability (guarded by ``_cv``).
-        self._cv = threading.Condition(threading.Lock())
+        # An RLock: a KeyboardInterrupt in a main-thread wait (flush(), WriteHandle.wait_durable)
+        # cannot make it release the lock while the flusher holds it (``latch.py``).
+        self._cv = threading.Condition(threading.RLock())
         self.durable_seq = durable_seq
         self.durable_wal_id = next_id - 1
         self.objects_written = 0
@@ -230,7 +233,7 @@ class WalWriter:
             )
         if self._next_id + 1 >= self.limit_id and self.on_limit is not None:
             self.on_limit()
-        fresh = threading.Event()
+        fresh = Latch()
         seqs: array[int] = array("Q")
         kinds = bytearray()
         seg = WalSegment(self._next_id, keys, self.seqs, self.kinds, self.pays, self.sink, self.pending)
@@ -293,9 +296,7 @@ class WalWriter:
         self._asked = True
         self._wake.set()
 
-    def wait_durable(
-        self, seq: int, timeout: float | None = None, latch: threading.Event | None = None
-    ) -> bool:
+    def wait_durable(self, seq: int, timeout: float | None = None, latch: Latch | None = None) -> bool:
         """Block until ``seq`` is durable; False on timeout. Raises the failure.
 
         ``latch`` is the ``pending`` event read under the write lock when ``seq``
@@ -321,7 +322,7 @@ class WalWriter:
                 self._cv.wait(0.5 if remaining is None else min(remaining, 0.5))
             return True
 
-    def _wait_latch(self, seq: int, timeout: float | None, latch: threading.Event) -> bool:
+    def _wait_latch(self, seq: int, timeout: float | None, latch: Latch) -> bool:
         if self.durable_seq >= seq:
             return True
         if (
