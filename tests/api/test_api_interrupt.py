@@ -134,8 +134,8 @@ class _SeqsCutShort(array):  # type: ignore[type-arg]
     armed = True
 
     def append(self, value: int) -> None:
-        if _SeqsCutShort.armed:
-            _SeqsCutShort.armed = False
+        if self.armed:
+            self.armed = False  # (this instance's: the class stays armed for a rerun)
             raise KeyboardInterrupt
         super().append(value)
 
