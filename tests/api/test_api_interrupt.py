@@ -3,10 +3,13 @@
 A durable ``put`` used to make its WAL object's PUT on the caller's thread, and a
 KeyboardInterrupt raised there stopped the writer ("database stopped after a background
 failure: KeyboardInterrupt"): a REPL or notebook user who pressed Ctrl-C had to reopen.
-Now the main thread (the only one Python raises KeyboardInterrupt in) leaves the PUT to
-the flusher and only waits: the interrupt ends the wait, the write is not acknowledged and
-still becomes durable, and the handle keeps writing. A close() cut short by Ctrl-C is
-finished by the next close().
+Now, where WAL PUTs are slow (a cloud store's round trip: ``wal.SLOW_PUT_S``), the main
+thread (the only one Python raises KeyboardInterrupt in) leaves the PUT to the flusher and
+only waits: the interrupt ends the wait, the write is not acknowledged and still becomes
+durable, and the handle keeps writing. Where they are fast (a local directory, memory) the
+main thread makes its own PUT, as a hand-off would double a durable put's time there, and
+an interrupt landing in that PUT still stops the writer, typed and losing nothing
+acknowledged. A close() cut short by Ctrl-C is finished by the next close().
 
 The interrupts are delivered at exact points by a store wrapper (before the WAL PUT is
 made, after it landed; during the close's L0 flush and its manifest write), not by
@@ -20,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -27,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from shaledb import Db, DbReader, Settings
+from shaledb.engine import wal
 from shaledb.errors import ClosedError
 from shaledb.store import ObjectStore, StoreWrapper, open_store
 
@@ -56,8 +61,10 @@ class CtrlCAt(StoreWrapper):
     the main thread waits for this very PUT, whatever the machine's load.
     """
 
-    def __init__(self, inner: ObjectStore) -> None:
+    def __init__(self, inner: ObjectStore, wal_put_s: float = 0.0) -> None:
         super().__init__(inner)
+        self.wal_put_s = wal_put_s
+        """Each WAL PUT takes at least this long (a cloud store's round trip)."""
         self.prefix = ""
         self.when = ""
         self.taken = threading.Event()
@@ -85,6 +92,8 @@ class CtrlCAt(StoreWrapper):
             when, self.prefix = self.when, ""
         if when == "before":
             self._ctrl_c()
+        if self.wal_put_s and path.startswith("wal/"):
+            time.sleep(self.wal_put_s)
         super().put(path, data, create=create, attributes=attributes)
         if when == "after":
             self._ctrl_c()
@@ -103,7 +112,7 @@ class CtrlCAt(StoreWrapper):
 @pytest.mark.parametrize("how", ["put", "batch", "delete"])
 def test_ctrl_c_during_a_durable_write_leaves_the_writer_usable(tmp_path: Path, when: str, how: str) -> None:
     url = str(tmp_path / "db")
-    store = CtrlCAt(open_store(url))
+    store = CtrlCAt(open_store(url), wal_put_s=2 * wal.SLOW_PUT_S)  # PUTs as slow as a cloud's
     db = Db.open(store=store, settings=QUIET)
     db.put(b"a", b"1")
     db.put(b"z", b"0")
@@ -126,6 +135,29 @@ def test_ctrl_c_during_a_durable_write_leaves_the_writer_usable(tmp_path: Path, 
         # the interrupted write was not acknowledged, and still became durable
         expect = {b"c": b"3"} if how == "delete" else {b"b": b"2", b"c": b"3", b"z": b"0"}
         assert dict(again.scan()) == expect
+
+
+def test_ctrl_c_in_the_main_threads_own_put_on_a_fast_store_stops_the_writer_losing_nothing(
+    tmp_path: Path,
+) -> None:
+    """A local directory: the main thread makes its own WAL PUT (a hand-off would double a
+    durable put's time), and an interrupt landing in it stops the writer with a typed error
+    naming it; nothing acknowledged is lost, and a reopen takes writes again."""
+    url = str(tmp_path / "db")
+    store = CtrlCAt(open_store(url))
+    db = Db.open(store=store, settings=QUIET)
+    db.put(b"a", b"1")
+    store.arm("wal/", "before")
+    with pytest.raises(KeyboardInterrupt):
+        db.put(b"b", b"2")
+    assert store.fired == 1
+    with pytest.raises(ClosedError, match="KeyboardInterrupt"):
+        db.put(b"c", b"3")
+    db.close()
+    with Db.open(url, settings=QUIET) as again:
+        assert again.get(b"a") == b"1"
+        again.put(b"c", b"3")
+        assert again.get(b"c") == b"3"
 
 
 class _SeqsCutShort(array):  # type: ignore[type-arg]

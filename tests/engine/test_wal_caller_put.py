@@ -5,8 +5,9 @@ durable put). What is written, in which order, and when a write is acknowledged
 must not change: these tests pin where the PUT runs and that failures, fencing,
 group commit and non-durable writes behave as before.
 
-The main thread never makes its own PUT (Ctrl-C raises KeyboardInterrupt there, see
-``tests/api/test_api_interrupt.py``): these tests write from a worker thread.
+The main thread makes its own PUT only while PUTs are fast (``wal.SLOW_PUT_S``): on a
+slow store Ctrl-C would raise KeyboardInterrupt in it (``tests/api/test_api_interrupt.py``).
+Most tests here write from a worker thread, which always does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from engine_support import dump
 
 from shaledb import Db, Settings
+from shaledb.engine import wal
 from shaledb.errors import ClosedError, FencedError
 from shaledb.format import paths
 from shaledb.store import ObjectStore, StoreWrapper, open_store
@@ -38,6 +40,7 @@ class WalThreads(StoreWrapper):
         self.fail = False
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
+        self.delay_s = 0.0
 
     def put(self, path: str, data: bytes | bytearray | memoryview, **kw: object) -> None:  # type: ignore[override]
         if path.startswith(paths.WAL_DIR):
@@ -47,6 +50,7 @@ class WalThreads(StoreWrapper):
                 self.gate.wait(10)
             if self.fail:
                 raise Boom("injected: the WAL PUT failed")
+            time.sleep(self.delay_s)
         self.inner.put(path, data, **kw)  # type: ignore[arg-type]
 
 
@@ -87,10 +91,14 @@ def test_a_lone_durable_put_writes_its_wal_object_on_its_own_thread(mem_url: str
         on_a_thread(writes)
         assert store.threads[opened:] == ["writer"] * 3
         assert db.wal.durable_wal_id == db.wal.next_id - 1
-        db.put(b"c", b"3")  # the main thread's durable put: the flusher makes its PUT
-        assert store.threads[opened + 3 :] == ["shaledb-wal"]
+        db.put(b"c", b"3")  # the main thread's durable put, on a fast store: its own PUT too
+        assert store.threads[opened + 3 :] == [threading.main_thread().name]
+        store.delay_s = 2 * wal.SLOW_PUT_S  # now as slow as a cloud store's round trip
+        db.put(b"d", b"4")  # measured slow (made by the main thread)
+        db.put(b"e", b"5")  # so the flusher makes this one, and the main thread only waits
+        assert store.threads[opened + 4 :] == [threading.main_thread().name, "shaledb-wal"]
     with Db.open(mem_url, settings=settings()) as db:
-        assert dump(db) == {b"b": b"2", b"c": b"3"}
+        assert dump(db) == {b"b": b"2", b"c": b"3", b"d": b"4", b"e": b"5"}
 
 
 def test_pipelined_wal_still_puts_from_its_pool(mem_url: str) -> None:
