@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -214,3 +215,21 @@ def test_lifecycle_steps_as_the_collector_runs_them() -> None:
         assert steps.destroy_step(dry_run=True) is False and all_objects(clone_url)
         assert steps.destroy_step() is True
         assert all_objects(clone_url) == [] and clone_checkpoints(parent_url) == []
+
+
+def test_hard_destroy_of_a_local_database_removes_the_stages_killed_processes_left(tmp_path: Path) -> None:
+    """A writer, copy or backup killed between writing a stage (``<name>#<n>``) and linking it
+    leaves the stage: not an object, so the destroy's listing skipped it and the destroyed
+    database kept it and its folder (a killed backup's ``compacted/<id>.sst#0``, seen in the
+    crash soak). A user's own file beside the database stays."""
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"k", b"v")
+        db.flush(memtable=True)
+    left = [tmp_path / "db" / "compacted" / "01ABC.sst#0", tmp_path / "db" / "wal" / "00000000000000000009#1"]
+    for stage in left:
+        stage.parent.mkdir(parents=True, exist_ok=True)
+        stage.write_bytes(b"half a copy")
+    (tmp_path / "db" / "notes.txt").write_text("the user's")
+    admin.destroy(url, soft=False)
+    assert sorted(p.name for p in (tmp_path / "db").rglob("*")) == ["notes.txt"]

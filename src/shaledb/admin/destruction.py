@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import uuid
 from collections.abc import Mapping
@@ -236,6 +237,11 @@ def delete_database(
     # ones, so a destroyed database leaves no tree of empty folders (object stores have none).
     local: LocalObstoreStore | None = find_wrapper(store, LocalObstoreStore)
     if local is not None:
+        # Staging files (``<name>#<n>``) of a writer, copy or backup killed between writing
+        # a stage and linking it: not objects, so the listing above skipped them, and they
+        # kept their folders (a destroyed backup left ``compacted/<id>.sst#0``). The database
+        # is destroyed: a stage of a process still running is of no use any more either.
+        local.remove_stages([m.path for m in local.abandoned_stages(math.inf)])
         local.remove_empty_dirs()
     deleted = len(others) + len(manifests)
     log.info("deleted database %s (%d objects)", store.describe(), deleted)
