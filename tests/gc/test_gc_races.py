@@ -23,6 +23,7 @@ from shaledb.format import paths
 from shaledb.store import ObjectStore
 from shaledb.store.base import ObjectMeta
 from shaledb.store.wrappers import StoreWrapper
+from shaledb.testing.faults import OnFirstGet
 
 NO_BG = Settings(
     l0_sst_size_bytes=1 << 20,
@@ -123,21 +124,6 @@ def test_a_pin_on_a_version_written_during_the_pass_keeps_its_l0_ssts_at_min_age
         db.close()
 
 
-class ActOnManifestGet(StoreWrapper):
-    """The collector's store: runs ``act`` once, when the pass reads manifest ``manifest_id``."""
-
-    def __init__(self, inner: ObjectStore, manifest_id: int, act: Callable[[], None]) -> None:
-        super().__init__(inner)
-        self.path = paths.manifest_path(manifest_id)
-        self.act: Callable[[], None] | None = act
-
-    def get(self, path: str) -> bytes:
-        if path == self.path and self.act is not None:
-            act, self.act = self.act, None
-            act()
-        return self.inner.get(path)
-
-
 @pytest.mark.parametrize("dropped", [True, False], ids=["checkpoint-dropped", "checkpoint-live"])
 def test_a_pinned_version_another_collector_deleted_is_quiet_and_a_missing_one_is_an_error(
     dropped: bool, caplog: pytest.LogCaptureFixture
@@ -165,7 +151,9 @@ def test_a_pinned_version_another_collector_deleted_is_quiet_and_a_missing_one_i
             with pytest.raises(ObjectNotFound):
                 mem.get(paths.manifest_path(cp.manifest_id))
 
-        gc = GarbageCollector.open(store=ActOnManifestGet(mem, cp.manifest_id, other_collector))
+        gc = GarbageCollector.open(
+            store=OnFirstGet(mem, paths.manifest_path(cp.manifest_id), other_collector)
+        )
         with caplog.at_level("DEBUG", logger="shaledb"):
             gc.run_once(min_age_s=0)
         about = [r for r in caplog.records if f"manifest {cp.manifest_id}" in r.getMessage()]

@@ -2,29 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from shaledb import Settings
-from shaledb.store import ObjectStore, StoreWrapper
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
 """A writer without embedded background services: the test controls every manifest write."""
-
-
-class OnFirstGet(StoreWrapper):
-    """Runs ``action`` once, just before the first GET of ``path`` (which then reads as usual):
-    puts the writer's or a collector's work between a reader's steps."""
-
-    def __init__(self, inner: ObjectStore, path: str, action: Callable[[], None]) -> None:
-        super().__init__(inner)
-        self._path = path
-        self._action: Callable[[], None] | None = action
-
-    def get(self, path: str) -> bytes:
-        if path == self._path and self._action is not None:
-            action, self._action = self._action, None
-            action()
-        return self.inner.get(path)
 
 
 def compact_everything(url: str) -> list[str]:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from readers_kit import QUIET, OnFirstGet, compact_everything
+from readers_kit import QUIET, compact_everything
 
 from shaledb import (
     CheckpointNotFound,
@@ -26,6 +26,7 @@ from shaledb.store import ObjectStore, StoreWrapper, open_store
 from shaledb.store.base import ObjectMeta
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock
+from shaledb.testing.faults import OnFirstGet
 
 MANUAL = DbReaderOptions(background_poll=False, manifest_poll_interval_s=1.0, checkpoint_lifetime_s=60.0)
 

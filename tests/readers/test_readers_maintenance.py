@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 
 import pytest
-from readers_kit import QUIET, OnFirstGet
+from readers_kit import QUIET
 
 from shaledb import Db, DbReader, DbReaderOptions, Unavailable, admin
 from shaledb.manifest.store import ManifestStore
@@ -15,6 +15,7 @@ from shaledb.settings import RetryOptions
 from shaledb.store import open_store
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock
+from shaledb.testing.faults import OnFirstGet
 
 LIFE = 100.0
 POLL = 10.0

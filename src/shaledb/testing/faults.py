@@ -329,3 +329,19 @@ class FaultInjectingStore(StoreWrapper):
     def copy(self, src: str, dst: str, *, create: bool = False) -> None:
         call = Call("copy_create" if create else "copy", dst, src)
         self._run(call, lambda: self.inner.copy(src, dst, create=create))
+
+
+class OnFirstGet(StoreWrapper):
+    """Runs ``action`` once, just before the first GET of ``path`` (which then reads as usual):
+    puts one role's work (a writer's, a collector's) between another's steps, at an exact call."""
+
+    def __init__(self, inner: ObjectStore, path: str, action: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self._path = path
+        self._action: Callable[[], None] | None = action
+
+    def get(self, path: str) -> bytes:
+        if path == self._path and self._action is not None:
+            action, self._action = self._action, None
+            action()
+        return self.inner.get(path)
