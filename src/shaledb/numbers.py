@@ -163,3 +163,19 @@ __all__ = [
     "int_from_text",
     "unit_of",
 ]
+
+
+def human_size(n: int) -> str:
+    """A byte count as people read it (``312 B``, ``112.9 MiB``): the CLI and the ingest line
+    Spark prints share it, so a size looks the same wherever shaledb shows one."""
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{n} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 row``, ``2 rows``: a count with its noun, for lines people read."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

@@ -61,6 +61,18 @@ def test_ingest_into_a_new_database_is_one_settled_run(url):
     assert list(open_store(url).list("compactions/")) == []  # the lease is gone
 
 
+def test_the_commit_line_reads_as_english_with_a_size_people_read(url):
+    """The line Spark users see on stderr: "1 row in 1 SST (312 B)", not "1 rows in 1 SSTs (312 bytes)"."""
+    plan = begin_ingest(url, ingest_id="one")
+    res = commit_ingest(plan, [write_part(open_store(url), plan, 0, [b"k"], [b"v"])], url)
+    line = res.describe()
+    assert line.startswith("ingest one: 1 row in 1 SST (") and line.split("(")[1].split(")")[0].endswith(" B")
+    plan = begin_ingest(url, ingest_id="many")
+    keys, vals = sorted_kv(3000, random.Random(test_seed()))
+    res = commit_ingest(plan, two_parts(url, plan, [b"z" + k for k in keys], vals, 1200), url)
+    assert " 3,000 rows in 2 SSTs (" in res.describe() and " KiB) " in res.describe()
+
+
 def test_claim_orders_the_ingest_after_earlier_writes_and_before_later_ones(url):
     with Db.open(url, settings=QUIET) as db:
         db.put(b"k1", b"old")

@@ -20,9 +20,10 @@ from ..admin.gc import GarbageCollector, GcReport
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..duration import format_duration
+from ..numbers import human_size
 from ..settings import CompactorOptions, GcOptions
 from .options import SECONDS_HELP, flags_named, seconds_option
-from .output import Output, command, human_size, id_list
+from .output import Output, command, id_list
 from .settings import cli_settings
 
 

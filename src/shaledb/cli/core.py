@@ -15,8 +15,9 @@ from ..errors import NotFound
 from ..format import paths
 from ..manifest.model import Manifest, SstInfo, Tree
 from ..manifest.store import ManifestStore
+from ..numbers import human_size
 from ..store.url import open_store
-from .output import Output, command, human_size, parse_bytes
+from .output import Output, command, parse_bytes
 from .settings import cli_settings
 from .stream import stream_rows
 

@@ -21,10 +21,10 @@ from ..errors import InvalidArgument, NotFound
 from ..journal.backup import backup_url
 from ..journal.compaction import StandaloneHost, compact_journal
 from ..manifest.store import ManifestStore
-from ..numbers import check_int
+from ..numbers import check_int, human_size
 from ..store.stack import wrap_store
 from ..store.url import open_store
-from .output import Output, command, human_size, parse_bytes, render_bytes
+from .output import Output, command, parse_bytes, render_bytes
 from .settings import cli_settings
 from .stream import stream_rows
 

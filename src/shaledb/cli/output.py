@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import InvalidArgument
+from ..numbers import human_size
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -228,14 +229,6 @@ def _utf8(text: str) -> bytes:
         except UnicodeEncodeError:
             raise InvalidArgument(f"{text!r} is not UTF-8 text; give the bytes in hex, 0x...") from None
         raise InvalidArgument(f"{text!r} is not UTF-8 text; give the bytes in hex: 0x{raw.hex()}") from None
-
-
-def human_size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n = n / 1024  # type: ignore[assignment]
-    return str(n)
 
 
 def id_list(ids: Sequence[int], shown: int = 6) -> str:

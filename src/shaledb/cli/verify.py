@@ -9,10 +9,10 @@ import time
 
 from .. import Db, WriteBatch
 from ..admin.verify import verify
-from ..numbers import check_int
+from ..numbers import check_int, human_size
 from ..store.wrappers import InstrumentedStore
 from .more import bench_guard
-from .output import EXIT_ERROR, Output, command, human_size, id_list
+from .output import EXIT_ERROR, Output, command, id_list
 from .settings import cli_settings
 
 

@@ -17,6 +17,7 @@ from ...errors import FencedError, InvalidArgument, ShaleError
 from ...format import paths
 from ...keys import check_field
 from ...manifest.model import IngestRecord, JournalFile, Manifest, SstInfo
+from ...numbers import counted, human_size
 from ...settings import MiB
 from ...store.base import ObjectStore
 
@@ -161,7 +162,8 @@ class IngestResult:
             "already committed": "(already committed: nothing to do)",
         }[self.placement]
         return (
-            f"ingest {self.ingest_id}: {self.rows} rows in {self.ssts} SSTs ({self.bytes} bytes) "
+            f"ingest {self.ingest_id}: {counted(self.rows, 'row')} in {counted(self.ssts, 'SST')} "
+            f"({human_size(self.bytes)}) "
             f"{where}, manifest {self.manifest_id}, seq {self.seq}"
         )
 
