@@ -416,3 +416,16 @@ def test_long_manifest_lists_are_cut_in_human_lines(tmp_path: Path) -> None:
     assert "active manifests [3, 5, 7, 9, 11, ... 19] (9)" in line, line
     assert "manifests [19, 3, 5, 7, 9, ... 17] (9):" in ok("verify", path=db)
     assert len(json.loads(ok("--json", "run-gc", "--once", path=db))["active_manifests"]) == 9
+
+
+def test_counts_in_human_lines_agree_with_their_nouns(tmp_path: Path) -> None:
+    """'1 SST', '1 WAL object', '1 fence kept': run-gc, verify and read-manifest said '1 SSTs'."""
+    db = tmp_path / "db"
+    with Db.open(db, settings=QUIET) as d:
+        d.put(b"k", b"v")
+        d.flush(memtable=True)
+    line = ok("verify", path=db)
+    assert ": 1 SST, 0 journal objects, " in line, line
+    line = ok("run-gc", "--once", "--min-age", "0", path=db)
+    assert "1 fence kept" in line and "0 checkpoints expired" in line, line
+    assert "data tree: 1 L0 SST, 0 sorted runs, " in ok("read-manifest", path=db)

@@ -20,7 +20,7 @@ from ..admin.gc import GarbageCollector, GcReport
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..duration import format_duration
-from ..numbers import human_size
+from ..numbers import counted, human_size
 from ..settings import CompactorOptions, GcOptions
 from .options import SECONDS_HELP, flags_named, seconds_option
 from .output import Output, command, id_list
@@ -111,11 +111,12 @@ def _gc_line(r: GcReport) -> str:
     c = r.counts()
     verb = "would delete" if r.dry_run else "deleted"
     return (
-        f"manifest {r.manifest_id}: {verb} {c['manifest']} manifests, {c['wal']} WAL objects, "
-        f"{c['sst']} SSTs, {c['journal']} journal objects, {c['tmp']} temporary objects, "
-        f"{c['job']} job leases "
-        f"({human_size(r.bytes_deleted)}); {c['checkpoints']} checkpoints expired; "
-        f"{r.fences_kept} fences kept; active manifests {id_list(r.active_manifests)}"
+        f"manifest {r.manifest_id}: {verb} {counted(c['manifest'], 'manifest')}, "
+        f"{counted(c['wal'], 'WAL object')}, {counted(c['sst'], 'SST')}, "
+        f"{counted(c['journal'], 'journal object')}, {counted(c['tmp'], 'temporary object')}, "
+        f"{counted(c['job'], 'job lease')} ({human_size(r.bytes_deleted)}); "
+        f"{counted(c['checkpoints'], 'checkpoint')} expired; {counted(r.fences_kept, 'fence')} kept; "
+        f"active manifests {id_list(r.active_manifests)}"
         + ("; the destroyed database was deleted" if r.destroyed else "")
         + ("; the clone was detached from its parents" if r.detached else "")
     )

@@ -15,7 +15,7 @@ from ..errors import NotFound
 from ..format import paths
 from ..manifest.model import Manifest, SstInfo, Tree
 from ..manifest.store import ManifestStore
-from ..numbers import human_size
+from ..numbers import counted, human_size
 from ..store.url import open_store
 from .output import Output, command, parse_bytes
 from .settings import cli_settings
@@ -99,7 +99,10 @@ def print_shape(out: Output, m: Manifest) -> None:
         t = m.tree(name)
         if name == "index" and not t.l0 and not t.runs:
             continue
-        out.line(f"{name} tree: {len(t.l0)} L0 SSTs, {len(t.runs)} sorted runs, {human_size(t.size)}")
+        out.line(
+            f"{name} tree: {counted(len(t.l0), 'L0 SST')}, {counted(len(t.runs), 'sorted run')}, "
+            f"{human_size(t.size)}"
+        )
         rows = [
             {"level": "L0", "id": s.id, "ssts": 1, "entries": s.entries, "size": human_size(s.size)}
             for s in t.l0

@@ -9,7 +9,7 @@ import time
 
 from .. import Db, WriteBatch
 from ..admin.verify import verify
-from ..numbers import check_int, human_size
+from ..numbers import check_int, counted, human_size
 from ..store.wrappers import InstrumentedStore
 from .more import bench_guard
 from .output import EXIT_ERROR, Output, command, id_list
@@ -32,8 +32,9 @@ def verify_cmd(args: argparse.Namespace, out: Output) -> int | None:
         out.emit(report.as_dict())
     else:
         out.line(
-            f"manifests {id_list(report.manifests)}: {report.ssts} SSTs, "
-            f"{report.journal_objects} journal objects, {report.wal_objects} WAL objects, "
+            f"manifests {id_list(report.manifests)}: {counted(report.ssts, 'SST')}, "
+            f"{counted(report.journal_objects, 'journal object')}, "
+            f"{counted(report.wal_objects, 'WAL object')}, "
             f"{human_size(report.bytes_read)} read"
         )
         for p in report.problems:
