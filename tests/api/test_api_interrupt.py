@@ -34,6 +34,7 @@ from shaledb import Db, DbReader, Settings
 from shaledb.engine import wal
 from shaledb.errors import ClosedError
 from shaledb.store import ObjectStore, StoreWrapper, open_store
+from shaledb.testing.seeds import test_seed
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=3600.0)
 
@@ -310,8 +311,7 @@ def test_a_storm_of_real_sigints_loses_no_acknowledged_write(tmp_path: Path) -> 
     on reopen, and the writer still works -- or, if an interrupt landed where nothing can
     be repaired (a second one inside the handler that undoes a half-appended WAL entry),
     it stopped with a typed error that names KeyboardInterrupt."""
-    seed = int.from_bytes(os.urandom(4), "little")
-    print("seed", seed)
+    seed = test_seed()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run(
         [sys.executable, "-c", _STORM, str(tmp_path / "db"), str(seed), "1500"],

@@ -9,6 +9,7 @@ import pytest
 from shaledb.compaction.compactor import working_set
 from shaledb.compaction.scheduler import CompactionSpec, format_shape, parse_shape, schedule
 from shaledb.settings import CompactorOptions, Settings
+from shaledb.testing.seeds import test_seed
 
 OPTS = CompactorOptions(
     min_l0_ssts=4, max_sources=8, min_merge_runs=4, size_ratio=4.0, max_space_amplification=None
@@ -79,8 +80,7 @@ def _overlap(a: CompactionSpec, b: CompactionSpec) -> bool:
 
 
 def test_random_shapes_never_overlap_and_respect_limits() -> None:
-    seed = random.randrange(1 << 30)
-    print(f"seed={seed}")
+    seed = test_seed()
     rng = random.Random(seed)
     for _ in range(500):
         l0 = " ".join(str(rng.choice([1, 5, 10, 50])) for _ in range(rng.randrange(0, 12)))

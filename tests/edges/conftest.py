@@ -15,6 +15,6 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed:
         report.sections.append(
-            ("edge fuzz seed", f"SHALEDB_FUZZ_SEED={FUZZ_SEED} .venv/bin/pytest '{item.nodeid}'")
+            ("edge fuzz seed", f"SHALEDB_TEST_SEED={FUZZ_SEED} .venv/bin/pytest '{item.nodeid}'")
         )
     return report

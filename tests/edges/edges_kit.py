@@ -1,19 +1,20 @@
 """Shared by the edge tests: one fuzz seed per run, printed with any failure (``conftest.py``).
 
-``SHALEDB_FUZZ_SEED`` replays a run; ``SHALEDB_FUZZ_EXAMPLES`` scales every
-property test's example count (e.g. 2000 for a long local run).
+``SHALEDB_TEST_SEED`` (alias ``SHALEDB_FUZZ_SEED``) replays a run;
+``SHALEDB_FUZZ_EXAMPLES`` scales every property test's example count (e.g. 2000 for a long local run).
 """
 
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable
 from datetime import timedelta
 
 from hypothesis import HealthCheck, seed, settings
 
-FUZZ_SEED = int(os.environ.get("SHALEDB_FUZZ_SEED") or random.SystemRandom().randrange(1, 2**32))
+from shaledb.testing.seeds import run_seed
+
+FUZZ_SEED = run_seed("SHALEDB_FUZZ_SEED")
 """One seed per test run; every randomized edge test derives its randomness from it."""
 
 _EXAMPLES = os.environ.get("SHALEDB_FUZZ_EXAMPLES")

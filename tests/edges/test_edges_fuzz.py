@@ -3,7 +3,7 @@ each input is a typed error (InvalidArgument, or another ShaleError from the cal
 CLI a usage / not-found / error exit with a one-line typed message) or a working call --
 never an untyped exception, a traceback, a hang or a silently accepted NaN.
 
-The seed is printed with any failure (``conftest.py``); ``SHALEDB_FUZZ_SEED`` replays it.
+The seed is printed with any failure (``conftest.py``); ``SHALEDB_TEST_SEED`` replays it.
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from shaledb.store import ObjectStore, open_store
+from shaledb.testing.seeds import test_seed
 
 
 @pytest.fixture
@@ -18,6 +17,4 @@ def store(url: str) -> ObjectStore:
 @pytest.fixture
 def seed() -> int:
     """A fresh seed for a randomized test, printed so that a failure can be replayed."""
-    s = random.SystemRandom().randrange(2**32)
-    print(f"seed={s}")
-    return s
+    return test_seed()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from shaledb import Db, DbReader
 from shaledb.settings import CompactorOptions, DbReaderOptions, Settings
+from shaledb.testing.seeds import test_seed
 
 
 def _settings(cache: Path | None) -> Settings:
@@ -38,8 +39,7 @@ def _check(db: Db | DbReader, model: dict[bytes, bytes], rng: random.Random) -> 
 
 
 def test_reads_with_the_disk_cache_equal_reads_without(tmp_path: Path) -> None:
-    seed = random.randrange(2**32)
-    print("seed", seed)
+    seed = test_seed()
     rng = random.Random(seed)
     url = str(tmp_path / "db")
     cache = tmp_path / "cache"
@@ -137,8 +137,7 @@ def test_a_restart_reads_whole_parts_once_and_equals_a_dict_model(tmp_path: Path
     """On a warm disk cache a restarted handle reads each part once (not once per block)
     and keeps it in memory; every answer equals the model, with no request to the store.
     A block cache too small to keep a part gives the same answers."""
-    seed = random.randrange(2**32)
-    print("seed", seed)
+    seed = test_seed()
     rng = random.Random(seed)
     url = str(tmp_path / "db")
     cache = tmp_path / "cache"
@@ -172,8 +171,7 @@ def test_a_damaged_part_is_caught_on_disk_and_in_memory(tmp_path: Path) -> None:
     """A part damaged on disk away from the block asked for is dropped and refetched
     when its whole part is read; a part damaged in memory fails its blocks' checksums
     and each block is read again. Every answer still equals the model."""
-    seed = random.randrange(2**32)
-    print("seed", seed)
+    seed = test_seed()
     rng = random.Random(seed)
     url = str(tmp_path / "db")
     cache = tmp_path / "cache"

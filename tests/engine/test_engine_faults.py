@@ -40,6 +40,7 @@ from shaledb.store.wrappers import PerCallStore
 from shaledb.testing import Call, FaultInjectingStore, SimulatedCrash
 from shaledb.testing.clock import ManualClock
 from shaledb.testing.model import HistoryModel
+from shaledb.testing.seeds import test_seed
 from shaledb.testing.strategies import tiny_settings
 
 _SEEDS = itertools.count(9000)
@@ -352,10 +353,9 @@ def test_random_ambiguous_creates_and_transient_failures_are_invisible(
     Nothing may surface to the user (no spurious FencedError, no Unavailable),
     manifest ids stay contiguous, every write is there after a reopen, and the
     put-id / byte check that claims an ambiguous create really ran. The seed is
-    random per run (``SHALEDB_SEED`` replays one) and is in every message.
+    random per run (``SHALEDB_TEST_SEED`` replays one) and is in every message.
     """
-    seed = int(os.environ.get("SHALEDB_SEED", random.SystemRandom().randrange(2**32)))
-    print(f"SHALEDB_SEED={seed}")
+    seed = test_seed("SHALEDB_SEED")
     rng = random.Random(seed)
     inner = inner_factory()
     faults = FaultInjectingStore(inner, seed=seed)

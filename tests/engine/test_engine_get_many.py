@@ -15,6 +15,7 @@ from shaledb import ClosedError, Db, DbReader, InvalidArgument, WriteBatch
 from shaledb.store import drop_memory_store, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash
 from shaledb.testing.clock import ManualClock
+from shaledb.testing.seeds import test_seed
 from shaledb.testing.strategies import tiny_settings
 
 
@@ -40,8 +41,7 @@ def _fill(db: Db, rng: random.Random) -> None:
 
 
 def test_equals_get_in_order_for_every_source_and_worker_count(url: str) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
+    seed = test_seed()
     rng = random.Random(seed)
     clock = ManualClock()
     with Db.open(url, settings=tiny_settings(value_separation_threshold=64), clock=clock) as db:

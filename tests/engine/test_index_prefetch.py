@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 from shaledb import Db, Settings, WriteBatch
+from shaledb.testing.seeds import test_seed
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 
@@ -20,8 +21,7 @@ def _ranged_gets(db: Db) -> int:
 
 
 def test_a_batch_of_cold_deletes_reads_its_old_terms_in_few_requests(tmp_path: Path) -> None:
-    seed = random.randrange(1 << 30)
-    print(f"seed {seed}")
+    seed = test_seed()
     url = str(tmp_path / "db")
     keys = [b"flight/%06d" % i for i in range(20_000)]
     with Db.open(url, settings=QUIET) as db:

@@ -26,6 +26,7 @@ from shaledb.errors import InvalidArgument, Unavailable
 from shaledb.settings import DbReaderOptions, RetryOptions
 from shaledb.store import drop_memory_store, open_store
 from shaledb.store.wrappers import PerCallStore
+from shaledb.testing.seeds import test_seed
 
 T = TypeVar("T")
 
@@ -94,8 +95,7 @@ def _chunks(db: Db) -> int:
 
 
 def test_a_long_scan_keeps_chunks_in_flight_and_returns_the_models_rows(url: str) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
+    seed = test_seed()
     rng = random.Random(seed)
     model = {key(i): value(i) for i in range(N)}
     for reverse in (False, True):

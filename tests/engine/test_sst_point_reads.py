@@ -10,6 +10,7 @@ from shaledb.engine.sstable import SstReader, put_new_sst, read_sst_meta
 from shaledb.format.sst import SstBuilder
 from shaledb.store import open_store
 from shaledb.store.base import ObjectStore
+from shaledb.testing.seeds import test_seed
 
 
 class CountingStore:
@@ -45,8 +46,7 @@ def _reader(seed: int) -> tuple[SstReader, CountingStore, dict[bytes, list[tuple
 
 
 def test_get_answers_as_find_does_cached_or_not() -> None:
-    seed = random.randrange(1 << 30)
-    print("seed", seed)
+    seed = test_seed()
     r, _store, rows = _reader(seed)
     rng = random.Random(seed)
     keys = [b"key-%06d" % i for i in range(-2, 3004)]

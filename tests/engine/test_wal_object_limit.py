@@ -18,14 +18,14 @@ from engine_support import abandon
 from shaledb import Db, Settings
 from shaledb.store import open_store
 from shaledb.testing import FaultInjectingStore
+from shaledb.testing.seeds import test_seed
 
 LIMIT = 20
 SLOW = Settings(compactor=None, garbage_collector=None, l0_max_wal_objects=LIMIT)
 
 
 def test_a_slow_durable_writer_flushes_every_limit_objects(tmp_path: Path) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
+    seed = test_seed()
     rng = random.Random(seed)
     model: dict[bytes, bytes] = {}
     store = FaultInjectingStore(open_store(f"file://{tmp_path}/db"), seed=0)

@@ -22,13 +22,13 @@ from shaledb.manifest.edits import SettleWal
 from shaledb.manifest.model import Manifest, TrackedWal
 from shaledb.store import open_store
 from shaledb.testing import FaultInjectingStore
+from shaledb.testing.seeds import test_seed
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 
 
 def test_opens_without_writes_leave_nothing_to_replay(tmp_path: Path) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
+    seed = test_seed()
     rng = random.Random(seed)
     store = FaultInjectingStore(open_store(f"file://{tmp_path}/db"), seed=0)
     model = {f"k{i:03d}".encode(): rng.randbytes(rng.randrange(1, 40)) for i in range(50)}

@@ -19,6 +19,6 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed:
         report.sections.append(
-            ("format fuzz seed", f"SHALEDB_FUZZ_SEED={FUZZ_SEED} .venv/bin/pytest '{item.nodeid}'")
+            ("format fuzz seed", f"SHALEDB_TEST_SEED={FUZZ_SEED} .venv/bin/pytest '{item.nodeid}'")
         )
     return report

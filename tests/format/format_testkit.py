@@ -10,17 +10,17 @@ compatibility (bump the format version first)::
 
     SHALEDB_REGEN_GOLDEN=1 .venv/bin/pytest tests/format -k "golden or docs"
 
-Randomized tests take their seed from ``SHALEDB_FUZZ_SEED`` (a fresh one per
-run otherwise; ``conftest.py`` prints it on failure), and hypothesis tests run
-``SHALEDB_FUZZ_EXAMPLES`` examples when it is set (the G11 pull-request bar is
-10,000; the default keeps the suite fast).
+Randomized tests take their seed from ``SHALEDB_TEST_SEED`` (alias
+``SHALEDB_FUZZ_SEED``; a fresh one per run otherwise; ``conftest.py`` prints
+it on failure), and hypothesis tests run ``SHALEDB_FUZZ_EXAMPLES`` examples
+when it is set (the G11 pull-request bar is 10,000; the default keeps the suite
+fast).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import struct
 import uuid
 from collections.abc import Callable
@@ -64,6 +64,7 @@ from shaledb.manifest.model import (
     Tree,
     to_body,
 )
+from shaledb.testing.seeds import run_seed
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 DOCS_DIR = Path(__file__).resolve().parents[2] / "docs" / "format"
@@ -71,7 +72,7 @@ REGEN = os.environ.get("SHALEDB_REGEN_GOLDEN") == "1"
 
 # ------------------------------------------------------------------ seeds
 
-FUZZ_SEED = int(os.environ.get("SHALEDB_FUZZ_SEED") or random.SystemRandom().randrange(1, 2**32))
+FUZZ_SEED = run_seed("SHALEDB_FUZZ_SEED")
 """One seed per test run; every randomized test derives its randomness from it."""
 
 _EXAMPLES_OVERRIDE = os.environ.get("SHALEDB_FUZZ_EXAMPLES")

@@ -9,6 +9,7 @@ import pytest
 
 from shaledb.errors import CorruptionError
 from shaledb.format.block import decode_block, encode_block
+from shaledb.testing.seeds import test_seed
 
 
 def _sliced(payload: bytes) -> tuple[list[bytes], list[bytes]]:
@@ -18,8 +19,7 @@ def _sliced(payload: bytes) -> tuple[list[bytes], list[bytes]]:
 
 @pytest.mark.parametrize("kw,vw", [(16, 100), (8, 0), (5, 7), (16, None), (None, 100), (None, None)])
 def test_fixed_width_columns_decode_like_sliced_ones(kw: int | None, vw: int | None) -> None:
-    seed = random.randrange(1 << 30)
-    print("seed", seed)
+    seed = test_seed()
     rng = random.Random(seed)
     for n in (1, 2, 3, 36, 256, 257):
         keys = sorted(rng.randbytes(kw if kw is not None else rng.randrange(1, 30)) for _ in range(n))

@@ -12,6 +12,7 @@ from shaledb.errors import CorruptionError
 from shaledb.format import block as block_mod
 from shaledb.format.block import decode_block, decode_stored, encode_block
 from shaledb.format.coding import CODEC_LZ4, CODEC_NONE, frame_block, unframe_block
+from shaledb.testing.seeds import test_seed
 
 
 def _stored(rng: random.Random, n: int, kw: int | None, vw: int | None, codec: int = CODEC_NONE) -> bytes:
@@ -32,9 +33,7 @@ def _general(stored: bytes) -> tuple[list[bytes], list[int], bytes, list[bytes]]
 
 @pytest.fixture
 def seed() -> int:
-    s = random.randrange(1 << 30)
-    print("seed", s)
-    return s
+    return test_seed()
 
 
 def test_known_shapes_decode_in_place_as_the_general_path_does(seed: int) -> None:

@@ -18,6 +18,7 @@ from shaledb.engine.history import OPT_MARKS, OPT_RETENTION, decode_marks, encod
 from shaledb.errors import HistoryUnavailable, InvalidArgument
 from shaledb.settings import CompactorOptions
 from shaledb.testing.clock import ManualClock
+from shaledb.testing.seeds import test_seed
 
 QUIET = {"compactor": None, "garbage_collector": None}
 
@@ -65,8 +66,7 @@ def _check(db: Db, history: list[tuple[int, float, dict[bytes, bytes]]]) -> None
 
 
 def test_reads_as_of_every_write_through_flush_compaction_and_reopen(tmp_path: object) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
+    seed = test_seed()
     url = str(tmp_path) + "/db"  # type: ignore[operator]
     clock = ManualClock()
     db = Db.open(url, settings=_settings(3600), clock=clock)

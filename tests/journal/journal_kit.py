@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import time
@@ -15,9 +14,10 @@ from shaledb.admin.gc import GarbageCollector
 from shaledb.settings import GcOptions, JournalOptions
 from shaledb.store import ObjectStore
 from shaledb.testing.clock import ManualClock
+from shaledb.testing.seeds import run_seed
 from shaledb.testing.strategies import tiny_settings
 
-JOURNAL_SEED = int(os.environ.get("SHALEDB_JOURNAL_SEED") or random.SystemRandom().randrange(1, 2**32))
+JOURNAL_SEED = run_seed("SHALEDB_JOURNAL_SEED")
 THRESHOLD = 64
 """Values of at least this many bytes go to the journal in these tests."""
 

@@ -512,4 +512,4 @@ def test_head_only_mode_keeps_no_journal(mem_url: str) -> None:
 
 
 def test_the_seed_fixture_prints_the_seed(capsys: pytest.CaptureFixture[str], seed: int) -> None:
-    assert f"SHALEDB_JOURNAL_SEED={seed}" in capsys.readouterr().out
+    assert f"SHALEDB_TEST_SEED={seed}" in capsys.readouterr().out

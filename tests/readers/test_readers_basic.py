@@ -27,6 +27,7 @@ from shaledb.store.base import ObjectMeta
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock
 from shaledb.testing.faults import OnFirstGet
+from shaledb.testing.seeds import test_seed
 
 MANUAL = DbReaderOptions(background_poll=False, manifest_poll_interval_s=1.0, checkpoint_lifetime_s=60.0)
 
@@ -40,8 +41,7 @@ def reader_cps(url: str) -> list:
 
 
 def test_reader_reads_wal_and_sst_data(url: str) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
+    seed = test_seed()
     rng = random.Random(seed)
     with Db.open(url, settings=QUIET) as db:
         for i in range(300):

@@ -24,6 +24,7 @@ from readers_worker import GROUPS, KEYS_PER_GROUP, key
 
 from shaledb import CompactorOptions, Db, GcOptions, Settings, WriteBatch, admin
 from shaledb.store import ObjectStore, StoreWrapper, open_store
+from shaledb.testing.seeds import test_seed
 
 WORKER = Path(__file__).with_name("readers_worker.py")
 EMBEDDED_SERVICES = hasattr(Db, "update_manifest")  # compactor and GC run inside the writer
@@ -55,7 +56,6 @@ class CountingDeletes(StoreWrapper):
 
 
 def run_readers_against_writer(url: str, store_options: dict[str, Any], seconds: float, seed: int) -> None:
-    print(f"seed={seed}")
     rng = random.Random(seed)
     store = CountingDeletes(open_store(url, **store_options))
     with Db.open(store=store, settings=BUSY) as db:
@@ -123,10 +123,10 @@ def _group_batch(g: int, version: int) -> WriteBatch:
 
 @pytest.mark.slow
 def test_reader_processes_on_a_local_directory(tmp_path: Path) -> None:
-    run_readers_against_writer(str(tmp_path / "db"), {}, 4.0, random.randrange(2**32))
+    run_readers_against_writer(str(tmp_path / "db"), {}, 4.0, test_seed())
 
 
 @pytest.mark.slow
 def test_reader_processes_on_s3(s3_url_factory: Any) -> None:
     loc = s3_url_factory()
-    run_readers_against_writer(loc.url, loc.options, 4.0, random.randrange(2**32))
+    run_readers_against_writer(loc.url, loc.options, 4.0, test_seed())

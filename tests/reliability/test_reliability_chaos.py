@@ -9,7 +9,6 @@ rate, default 1: about 19% of requests faulted). Seeds are printed.
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 from shaledb import Db
 from shaledb.testing.chaos import run_chaos
+from shaledb.testing.seeds import test_seed
 from shaledb.testing.soak_worker import settings_for
 
 RATES = {"delay": 0.05, "fail_before": 0.04, "reset_before": 0.03, "fail_after": 0.04, "reset_after": 0.03}
@@ -56,7 +56,7 @@ def test_chaos_short(tmp_path: Path, moto_endpoint: str, s3_url_factory: Callabl
         moto_endpoint,
         s3_url_factory,
         2,
-        int(os.environ.get("SHALEDB_CHAOS_SEED") or random.randrange(1 << 31)),
+        test_seed("SHALEDB_CHAOS_SEED"),
         round_s=(0.5, 1.5),
     )
 
@@ -69,5 +69,5 @@ def test_chaos(tmp_path: Path, moto_endpoint: str, s3_url_factory: Callable[[], 
         moto_endpoint,
         s3_url_factory,
         rounds,
-        int(os.environ.get("SHALEDB_CHAOS_SEED") or random.randrange(1 << 31)),
+        test_seed("SHALEDB_CHAOS_SEED"),
     )

@@ -9,7 +9,6 @@ bug; ``test_reliability_checks.py`` shows each check passes without its bug.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from reliability_checks import CHECKS, memory_url
 from shaledb.errors import ShaleError
 from shaledb.testing.crashsoak import CrashSoak, SoakFailure, SoakTarget
 from shaledb.testing.plants import PLANTS, planted
+from shaledb.testing.seeds import test_seed
 
 CAUGHT_BY: dict[str, str] = {
     "ack_before_wal": "acknowledged_writes_survive_a_crash",
@@ -57,8 +57,7 @@ def test_plants_are_removed_afterwards() -> None:
 def test_the_crash_soak_catches_a_recovery_that_drops_the_last_wal_object(tmp_path: Path) -> None:
     """A bug planted in the soak's processes and its checking side: the first kill's
     reopen loses acknowledged writes, and the soak's model says which."""
-    seed = random.randrange(1 << 31)
-    print(f"seed {seed}")
+    seed = test_seed()
     plant = "wal_replay_drops_last_object"
     target = SoakTarget("planted", str(tmp_path / "db"), str(tmp_path / "aux"), {"SHALEDB_TEST_PLANT": plant})
     soak = CrashSoak(target, tmp_path / "work", vsep=False, kill_after_s=(0.3, 0.6))

@@ -19,19 +19,17 @@ of ``make test``); its size comes from the environment:
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 
 import pytest
 
 from shaledb.testing.crashsoak import SoakTarget, run_soak
+from shaledb.testing.seeds import test_seed
 from shaledb.testing.soak_worker import ROLES
 
 
 def _seed() -> int:
-    seed = int(os.environ.get("SHALEDB_SOAK_SEED") or random.randrange(1 << 31))
-    print(f"SHALEDB_SOAK_SEED={seed}")
-    return seed
+    return test_seed("SHALEDB_SOAK_SEED")
 
 
 def test_crash_soak_short(tmp_path: Path, soak_targets: list[tuple[SoakTarget, bool]]) -> None:

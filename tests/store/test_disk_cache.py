@@ -18,6 +18,7 @@ from shaledb.errors import InvalidArgument, NotSupported
 from shaledb.settings import DbReaderOptions, Settings
 from shaledb.store import InstrumentedStore, ObjectStore, open_store
 from shaledb.store.disk_cache import PART_BYTES, DiskCachedStore, acquire, release
+from shaledb.testing.seeds import test_seed
 
 WORKER = str(Path(__file__).with_name("disk_cache_worker.py"))
 
@@ -47,8 +48,7 @@ def _gets(counted: InstrumentedStore) -> int:
 def test_reads_equal_the_store_and_a_second_pass_makes_no_request(
     local_store: ObjectStore, tmp_path: Path
 ) -> None:
-    seed = random.randrange(2**32)
-    print("seed", seed)
+    seed = test_seed()
     rng = random.Random(seed)
     objs = _objects(local_store, rng, 3, 3 * PART_BYTES)
     local_store.put("wal/00000000000000000001.sst", b"w" * 1000)
@@ -133,8 +133,7 @@ def test_a_truncated_or_missing_part_file_is_a_miss(local_store: ObjectStore, tm
 def test_whole_part_reads_check_every_piece(local_store: ObjectStore, tmp_path: Path) -> None:
     """A read of one whole part (what a reader keeps in memory) checks all its pieces: a
     byte flipped anywhere in it, or a truncated file, is a dropped part and a GET, never served."""
-    seed = random.randrange(2**32)
-    print("seed", seed)
+    seed = test_seed()
     rng = random.Random(seed)
     ((path, data),) = _objects(local_store, rng, 1, 3 * PART_BYTES + 100).items()
     cache_dir = tmp_path / "cache"
@@ -240,10 +239,7 @@ def test_kill_9_while_writing_leaves_a_usable_cache(tmp_path: Path) -> None:
     store = open_store(str(store_dir))
     objs = _objects(store, random.Random(12), 24, 6 * PART_BYTES)
     cache_dir = tmp_path / "cache"
-    rng = random.Random()
-    seed = rng.randrange(2**32)
-    print("seed", seed)
-    rng.seed(seed)
+    rng = random.Random(test_seed())
     for round_ in range(2):
         p = subprocess.Popen(
             [sys.executable, WORKER, str(store_dir), str(cache_dir), str(4 << 20), "0", str(round_)],

@@ -12,6 +12,7 @@ import pytest
 from shaledb import InvalidArgument, Unavailable
 from shaledb.store import ObjectStore, StoreWrapper
 from shaledb.store.parallel import check_workers, get_in_order, run_bounded
+from shaledb.testing.seeds import test_seed
 
 
 class Gauge:
@@ -108,8 +109,7 @@ def _objects(store: ObjectStore, n: int) -> list[str]:
 
 
 def test_get_in_order_keeps_the_order_and_the_window(memory_store: ObjectStore) -> None:
-    seed = random.SystemRandom().randrange(2**32)
-    print(f"seed={seed}")
+    seed = test_seed()
     names = _objects(memory_store, 60)
     slow = SlowGets(memory_store, seed)
     got = list(get_in_order(slow, names, read_ahead=8))

@@ -11,12 +11,11 @@ database state after every sequence number from the writes alone, and checks:
   and whole scans) equal the state just before its commit, so running the
   committed transactions one by one in commit order reproduces every read.
 
-Seeds are printed; rerun one with ``SHALEDB_TXN_SEED``.
+Seeds are printed; rerun one with ``SHALEDB_TEST_SEED``.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -31,15 +30,14 @@ from shaledb import Db, Settings
 from shaledb.errors import ShaleError, TransactionConflict
 from shaledb.store import drop_memory_store, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash
+from shaledb.testing.seeds import test_seed
 from shaledb.testing.strategies import tiny_settings
 
 KEYS = [b"k%02d" % i for i in range(10)]
 
 
 def _seed() -> int:
-    seed = int(os.environ.get("SHALEDB_TXN_SEED", random.randrange(2**32)))
-    print(f"seed={seed}")
-    return seed
+    return test_seed("SHALEDB_TXN_SEED")
 
 
 @dataclass
