@@ -18,6 +18,9 @@ so the engine can tell them apart while users still see one family.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
 
 class ShaleError(Exception):
     """Base class of every error raised by shaledb."""
@@ -102,6 +105,25 @@ class InvalidArgument(ShaleError, ValueError):
             except ValueError:
                 message += f" (given as {given!r})"
         return type(self).of_option(spelled, message)
+
+
+@contextmanager
+def named_as_typed(spellings: Mapping[str, tuple[str, str | None]]) -> Iterator[None]:
+    """Range errors raised inside about a field in ``spellings`` name what the user typed.
+
+    A class's check names its field (``GcOptions.interval_s``); the user typed a flag
+    (``--interval 0``), an environment variable or a TOML key. ``spellings`` maps a field
+    name to (that spelling, the text typed or ``None``), see :meth:`InvalidArgument.naming`;
+    give only the fields the user gave. Other errors pass through unchanged. One helper
+    for the CLI, the settings loader and ``Settings.from_dict``, so they name alike.
+    """
+    try:
+        yield
+    except InvalidArgument as exc:
+        field = (exc.option or "").rpartition(".")[2]  # "GcOptions.interval_s" or "interval_s"
+        if field not in spellings:
+            raise
+        raise exc.naming(*spellings[field]) from None
 
 
 class InvalidPathError(InvalidArgument):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, named_as_typed
 from .merge import MergeFunction, MergeOperator, as_operator
 from .numbers import check_int, check_number
 from .option_names import Seconds, suggest_keywords
@@ -574,13 +574,9 @@ class Settings:
                 extra = set(data[key]) - known
                 if extra or not all(isinstance(k, str) for k in data[key]):
                     raise InvalidArgument(f"unknown {key} settings: {sorted(map(str, extra))}")
-                try:
+                # named as given: garbage_collector.interval_s
+                with named_as_typed({field: (f"{key}.{field}", None) for field in data[key]}):
                     data[key] = typ(**data[key])
-                except InvalidArgument as exc:  # named as given: garbage_collector.interval_s
-                    field = (exc.option or "").rpartition(".")[2]
-                    if field in data[key]:
-                        raise exc.naming(f"{key}.{field}") from None
-                    raise
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = {str(k) for k in data} - names
         if unknown:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, named_as_typed
 from .merge import MergeOperator
 from .numbers import float_from_text, int_from_text
 from .option_names import Seconds
@@ -173,15 +173,10 @@ def _build(
             raise InvalidArgument(f"{render((*path, key))} is a single value, not a group of options")
         else:
             kwargs[key] = value
-    try:
+    # The class's check names its field (GcOptions.interval_s); the user wrote a
+    # variable or a key (SHALEDB_GARBAGE_COLLECTOR__INTERVAL_S, garbage_collector.interval_s).
+    with named_as_typed({key: (render((*path, key)), None) for key in kwargs}):
         return cls(**kwargs)
-    except InvalidArgument as exc:
-        # The class's check names its field (GcOptions.interval_s); the user wrote a
-        # variable or a key (SHALEDB_GARBAGE_COLLECTOR__INTERVAL_S, garbage_collector.interval_s).
-        for key in kwargs:
-            if exc.option is not None and (exc.option == key or exc.option.endswith(f".{key}")):
-                raise exc.naming(render((*path, key))) from None
-        raise
 
 
 def _leaf_types(

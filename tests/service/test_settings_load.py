@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from shaledb import InvalidArgument, Settings
+from shaledb.errors import named_as_typed
 from shaledb.settings import CompactorOptions, DbReaderOptions, GcOptions, JournalOptions, RetryOptions
 from shaledb.settings_load import from_toml, load_settings
 
@@ -304,3 +305,28 @@ def test_load_settings_names_a_bad_value_as_the_variable_or_the_key_that_set_it(
         load_settings(Settings, env={"SHALEDB_L0_MAX_SSTS": "0"})
     with pytest.raises(InvalidArgument, match=r"^flush_interval_s must be .*\(in .*s\.toml and the"):
         load_settings(Settings, path=str(toml), env={"SHALEDB_L0_MAX_SSTS": "8"})
+
+
+def test_one_helper_names_a_range_error_as_the_user_typed_it() -> None:
+    """``shaledb.errors.named_as_typed`` is what the CLI's flags, the settings loader and
+    ``Settings.from_dict`` share: a range error about a field given is named as typed (with
+    the text typed when it is not a plain number), anything else passes through unchanged."""
+    spellings = {"interval_s": ("--interval", "-5m"), "min_age_s": ("garbage_collector.min_age_s", None)}
+    with pytest.raises(InvalidArgument) as info, named_as_typed(spellings):
+        GcOptions(interval_s="-5m")
+    assert str(info.value).startswith("--interval must be a finite number of seconds, > 0")
+    assert str(info.value).endswith("(given as '-5m')") and info.value.option == "--interval"
+    with pytest.raises(InvalidArgument) as info, named_as_typed(spellings):
+        GcOptions(min_age_s=-1)
+    assert str(info.value).startswith("garbage_collector.min_age_s must be") and "given as" not in str(
+        info.value
+    )
+    with (
+        pytest.raises(InvalidArgument, match=r"^GcOptions\.interval_s must"),
+        named_as_typed({"min_age_s": ("x", None)}),
+    ):
+        GcOptions(interval_s=0)  # a field not given keeps its own name
+    plain = InvalidArgument("no option named")
+    with pytest.raises(InvalidArgument) as info, named_as_typed({"": ("x", None)}):
+        raise plain
+    assert info.value is plain

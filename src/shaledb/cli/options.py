@@ -18,10 +18,10 @@ import os
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
-from ..errors import CheckpointNotFound, InvalidArgument, InvalidPathError
+from ..errors import CheckpointNotFound, InvalidArgument, InvalidPathError, named_as_typed
 
 
 def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> None:
@@ -160,20 +160,12 @@ def seconds_option(value: str | float | None, option: str) -> float | None:
         raise InvalidArgument(f"{option} takes seconds or a duration such as '5m': {exc}") from None
 
 
-@contextmanager
-def flags_named(flags: Mapping[str, tuple[str, str]]) -> Iterator[None]:
+def flags_named(flags: Mapping[str, tuple[str, str]]) -> AbstractContextManager[None]:
     """Range errors raised inside about a field in ``flags`` (``{"interval_s": ("--interval",
     typed)}``) name the flag and the text typed instead: the user typed ``--interval 0``, not
-    ``GcOptions.interval_s`` (:meth:`shaledb.errors.InvalidArgument.naming`). Give only the
-    flags the user gave."""
-    try:
-        yield
-    except InvalidArgument as exc:
-        option = exc.option
-        for field, (flag, typed) in flags.items():
-            if option is not None and (option == field or option.endswith(f".{field}")):
-                raise exc.naming(flag, typed) from None
-        raise
+    ``GcOptions.interval_s`` (:func:`shaledb.errors.named_as_typed`). Give only the flags the
+    user gave."""
+    return named_as_typed(flags)
 
 
 SECONDS_HELP = "seconds, or a duration such as 5m or 1h30m"
