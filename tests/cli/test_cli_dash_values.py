@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,3 +49,72 @@ def test_a_key_or_value_read_as_an_option_gets_the_line_to_type(tmp_path: Path) 
     p = _cli(*suggested)
     assert p.returncode == 0, p.stderr
     assert _cli("--path", db, "get", "k").stdout.strip() == "-x"
+
+
+def test_an_unknown_dash_word_after_the_keys_and_values_gets_a_hint(tmp_path: Path) -> None:
+    """``put k v -x`` said only "unrecognized arguments: -x". The refusal now says '-x' is no
+    option of the command and, for a command that takes keys or values, how to pass one that
+    starts with '-' (the exact line when it would parse, its shape otherwise); nothing is written."""
+    db = str(tmp_path / "db")
+    for words, hint in [
+        (
+            ["put", "k", "v", "-x"],
+            f"a key or value that starts with '-' goes after '--': shaledb --path {db} put -- KEY VALUE",
+        ),
+        (["get", "k", "-x"], f"goes after '--': shaledb --path {db} get -- KEY"),
+        (["put", "--json", "-x", "k", "v"], f"goes after '--': shaledb --path {db} put --json -- KEY VALUE"),
+    ]:
+        p = _cli("--path", db, *words)
+        line = p.stderr.strip().splitlines()[-1]
+        assert p.returncode == 2 and line.startswith(
+            f"shaledb {words[0]}: error: unrecognized arguments: -x;"
+        ), line
+        assert f"'-x' is no option of 'shaledb {words[0]}' (shaledb {words[0]} --help lists them)" in line, (
+            line
+        )
+        assert line.endswith(hint), line
+    p = _cli("--path", db, "scan", "--limit", "3", "-x")  # no keys or values to pass: no '--' line
+    assert (
+        p.stderr.strip()
+        .splitlines()[-1]
+        .endswith("'-x' is no option of 'shaledb scan' (shaledb scan --help lists them)")
+    )
+    p = _cli("--path", db, "put", "k", "v", "extra")  # no dash word: argparse's message as it was
+    assert p.stderr.strip().splitlines()[-1] == "shaledb put: error: unrecognized arguments: extra"
+    assert not (tmp_path / "db").exists()
+
+
+def test_a_negative_value_still_works_where_argparse_has_no_negative_number_pattern(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI sets argparse's private ``_negative_number_matcher`` (Python 3.11 has no public
+    switch). A Python without it must not silently refuse ``put k -1h`` again: the probe sees
+    the attribute is gone and the keys and values are moved after a '--' instead."""
+    from shaledb.cli import app, dashes
+
+    init, parse_optional = argparse.ArgumentParser.__init__, argparse.ArgumentParser._parse_optional
+    stock = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's own: plain negative numbers only
+
+    def without_pattern(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        del self._negative_number_matcher
+
+    def own_pattern(self: argparse.ArgumentParser, arg: str) -> Any:
+        self._negative_number_matcher = stock  # what a parser sets is not what it reads
+        try:
+            return parse_optional(self, arg)
+        finally:
+            del self._negative_number_matcher
+
+    monkeypatch.setattr(argparse.ArgumentParser, "__init__", without_pattern)
+    monkeypatch.setattr(argparse.ArgumentParser, "_parse_optional", own_pattern)
+    assert dashes._hook_works() is False
+    db = str(tmp_path / "db")
+    with pytest.raises(SystemExit) as info:
+        app.main(["--path", db, "put", "k", "-x"])  # a word that does not look negative: refused
+    assert info.value.code == 2
+    assert app.main(["--path", db, "put", "k", "-1h"]) == 0
+    assert app.main(["--path", db, "--json", "put", "--json", "-.5", "v"]) == 0
+    monkeypatch.undo()
+    assert _cli("--path", db, "get", "k").stdout.strip() == "-1h"
+    assert _cli("--path", db, "get", "-.5").stdout.strip() == "v"

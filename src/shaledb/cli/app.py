@@ -24,7 +24,6 @@ import argparse
 import difflib
 import logging
 import re
-import shlex
 import sys
 import traceback
 from collections.abc import Sequence
@@ -33,9 +32,9 @@ from typing import NoReturn
 from ..errors import InvalidArgument, NotFound, ShaleError
 from ..store.scrub import ScrubFilter, scrub
 from . import admin, compaction, core, feed, journal, more, settings, verify
+from .dashes import dash_hint, read_negative_words, unrecognized
 from .interrupt import prompt_interrupts
 from .options import (
-    NEGATIVE,
     add_global_options,
     add_version,
     attach_negative_values,
@@ -100,43 +99,6 @@ def command_hint(given: str, names: Sequence[str]) -> str:
     return (f"; did you mean {quoted}?" if near else "") + " (shaledb --help lists the commands)"
 
 
-def dash_hint(parser: argparse.ArgumentParser, given: Sequence[str]) -> str:
-    """ "; to pass '-x' as a key or value, put it after '--': shaledb put -- k -x" when the
-    command line holds a word that starts with '-' but is no option of its command, else "".
-
-    A word that looks negative (``-1h``, ``-5``) is a key or value already (:func:`main`
-    sets each parser's negative-number pattern); any other (``put k -x``) could as well be a
-    mistyped option, so argparse said "the following arguments are required: value" -- true
-    but no help. The line suggested keeps the command's own options before the ``--``."""
-    name = parser.prog.rsplit(" ", 1)[-1]  # a command's parser: "shaledb put"
-    at = next((i for i, word in enumerate(given) if word == name), None)
-    if at is None or name == "shaledb":
-        return ""
-    head, words = list(given[: at + 1]), list(given[at + 1 :])
-    if "--" in words:
-        return ""
-    options = parser._option_string_actions
-    kept: list[str] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(words):
-        word = words[i]
-        action = options.get(word.split("=", 1)[0] if word.startswith("--") else word)
-        if action is None:
-            rest.append(word)
-        else:
-            kept.append(word)
-            if action.nargs != 0 and "=" not in word and i + 1 < len(words):
-                i += 1
-                kept.append(words[i])
-        i += 1
-    stray = [w for w in rest if w.startswith("-") and len(w) > 1]
-    if not stray:
-        return ""
-    line = shlex.join(["shaledb", *head, *kept, "--", *rest])
-    return f"; to pass {stray[0]!r} as a key or value, put it after '--': {line}"
-
-
 def build_parser() -> argparse.ArgumentParser:
     register_extra_commands()
     parser = _Parser(
@@ -174,6 +136,14 @@ def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     return out
 
 
+def _command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of command ``name``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[name]  # type: ignore[no-any-return]
+    return parser
+
+
 def _scrub_logs() -> None:
     """Every log line the CLI writes passes through the one scrubbing function."""
     for handler in logging.getLogger().handlers:
@@ -201,15 +171,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     given = sys.argv[1:] if argv is None else argv
     _refuse_nul(parser, given)
-    argv = attach_negative_values(parser, given)
+    # A word that looks negative is an option's value (``--lifetime -1h``) or a key or value
+    # (``put k -1h``), as ``-5`` already was: argparse read ``-1h`` as an unknown option.
+    argv = read_negative_words(parser, attach_negative_values(parser, given))
     for p in _parsers(parser):
-        # A word that looks negative (``put k -1h``) is a key or value, as ``-5`` already was:
-        # argparse read ``-1h`` as an unknown option ("the following arguments are required:
-        # value"). No option of shaledb's looks so (options.attach_negative_values).
-        p._negative_number_matcher = NEGATIVE
         if isinstance(p, _Parser):
             p.given = argv
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # parse_args's refusal, naming the command and with dash_hint's line
+        command = parser if args.command is None else _command_parser(parser, args.command)
+        command.error(unrecognized(command, extras, argv))
     _refuse_emptied_values(parser, args)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
