@@ -242,6 +242,21 @@ class SetupError(ShaleError):
     changed; the message names the setting to fix."""
 
 
+class ExtraMissing(SetupError, ImportError):
+    """A package of an optional extra is not installed (``pip install 'shaledb[spark]'``).
+
+    Also an ``ImportError``: ``import shaledb.spark.stream`` or ``from shaledb.spark import
+    stream`` without the extra raises it, and ``except ImportError`` around an optional
+    import catches it as it would the bare ``ModuleNotFoundError`` it replaces."""
+
+
+class ExtraMissingAttribute(SetupError, AttributeError):
+    """:class:`ExtraMissing`, met by attribute access (``shaledb.spark.stream``): also an
+    ``AttributeError``, so ``hasattr`` says False and ``getattr(module, name, default)``
+    gives the default instead of raising. (One class cannot be both an ``ImportError``
+    and an ``AttributeError``: Python refuses the base classes' layouts together.)"""
+
+
 class MergeError(ShaleError):
     """A merge could not be folded (``shaledb.merge``): no operator, another operator,
     or the operator failed. Nothing stored was changed."""
@@ -271,6 +286,8 @@ __all__ = [
     "CorruptionError",
     "DatabaseDestroyed",
     "EndpointUnreachable",
+    "ExtraMissing",
+    "ExtraMissingAttribute",
     "FencedError",
     "InvalidArgument",
     "MergeError",

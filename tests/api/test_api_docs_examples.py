@@ -402,7 +402,7 @@ def _resolves(name: str) -> str | None:
         if e.name and not e.name.startswith("shaledb"):
             return None
         return f"no module {e.name}"
-    except SetupError:  # (shaledb.spark.stream without the spark extra says to install it)
+    except SetupError:  # (importing shaledb.spark.stream without the spark extra: ExtraMissing)
         return None
     return None
 

@@ -117,3 +117,34 @@ def test_without_the_spark_extra_a_submodule_names_it(
         monkeypatch.setitem(sys.modules, module, None)  # as if neither were installed (nor imported)
     with pytest.raises(SetupError, match=r"pip install 'shaledb\[spark\]'"):
         getattr(shale_spark, submodule)
+
+
+@pytest.mark.parametrize("submodule", ["source", "stream", "transforms", "load"])
+def test_without_the_spark_extra_hasattr_says_no_and_imports_still_name_it(
+    monkeypatch: pytest.MonkeyPatch, submodule: str
+) -> None:
+    """``hasattr(shaledb.spark, "stream")`` raised SetupError without the extra (``__getattr__``
+    raised it, and hasattr lets anything but AttributeError through). The error of attribute
+    access is now also an AttributeError, so hasattr says False and getattr's default is
+    given; importing the submodule raises ExtraMissing, also an ImportError, with the same
+    message (not the bare ``No module named 'pyspark'``)."""
+    from shaledb import spark as shale_spark
+    from shaledb.errors import ExtraMissing, ExtraMissingAttribute
+
+    if submodule in vars(shale_spark):  # (loaded by an earlier test)
+        monkeypatch.delattr(shale_spark, submodule)
+    monkeypatch.delitem(sys.modules, f"shaledb.spark.{submodule}", raising=False)
+    for module in [m for m in sys.modules if m.partition(".")[0] in ("pyspark", "pyarrow")] + [
+        "pyspark",
+        "pyarrow",
+    ]:
+        monkeypatch.setitem(sys.modules, module, None)  # as if neither were installed (nor imported)
+    assert hasattr(shale_spark, submodule) is False
+    assert getattr(shale_spark, submodule, "absent") == "absent"
+    with pytest.raises(ExtraMissingAttribute, match=r"pip install 'shaledb\[spark\]'") as attr:
+        getattr(shale_spark, submodule)
+    assert isinstance(attr.value, AttributeError) and isinstance(attr.value, SetupError)
+    with pytest.raises(ImportError, match=r"pip install 'shaledb\[spark\]'") as imported:
+        exec(f"from shaledb.spark import {submodule}", {})
+    assert isinstance(imported.value, ExtraMissing) and isinstance(imported.value, SetupError)
+    assert f"shaledb.spark.{submodule}" not in sys.modules  # a failed import leaves nothing half-made

@@ -27,9 +27,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import InvalidArgument, SetupError
+from ..errors import ExtraMissing, ExtraMissingAttribute, InvalidArgument
 from ..manifest.model import IngestRecord
 from .compaction import SparkCompactionReport, compact
+from .extra import extra_error, missing_extra
 
 log = logging.getLogger("shaledb.spark")
 
@@ -39,27 +40,16 @@ SAVE_MODES = ("errorifexists", "ignore", "append", "overwrite")
 
 
 def require_spark_extra() -> None:
-    """Raise :class:`~shaledb.errors.SetupError` naming ``pip install 'shaledb[spark]'`` when a
-    package of the spark extra is missing.
+    """Raise :class:`~shaledb.errors.ExtraMissing` (a :class:`~shaledb.errors.SetupError`)
+    naming ``pip install 'shaledb[spark]'`` when a package of the spark extra is missing.
 
     Why: ``register`` and ``local_session`` are a Spark user's first calls, and without the extra
     they failed with a bare ``ModuleNotFoundError: No module named 'pyarrow'`` (or 'pyspark')
     from deep inside the data source, which did not say that shaledb has an extra for it.
     """
-    missing: list[str] = []
-    said: list[str] = []
-    for module in ("pyspark", "pyarrow"):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            missing.append(module)
-            said.append(str(exc))
-    if missing:
-        raise SetupError(
-            f"shaledb.spark needs {' and '.join(missing)}, not installed "
-            f"here ({sys.executable}): install the spark extra, pip install 'shaledb[spark]' "
-            f"(PySpark with pyarrow and pandas; also Java 17); the imports said: {'; '.join(said)}"
-        )
+    error = missing_extra()
+    if error is not None:
+        raise error
 
 
 def register(spark: Any) -> None:
@@ -333,7 +323,6 @@ __all__ = [
 
 
 _SUBMODULES = ("compaction", "load", "schema", "source", "stream", "transforms")
-_EXTRA = ("pyspark", "pyarrow", "pandas")
 
 
 def __getattr__(name: str) -> Any:
@@ -341,14 +330,19 @@ def __getattr__(name: str) -> Any:
 
     The submodules that import pyspark load on first use (so importing
     ``shaledb.spark`` still does not import pyspark). Without the spark extra that first use
-    raises :class:`~shaledb.errors.SetupError` naming it, as ``register`` does (it raised a
-    bare ``ModuleNotFoundError: No module named 'pyspark'`` from inside the submodule).
+    raises :class:`~shaledb.errors.ExtraMissingAttribute` naming it, as ``register`` does (it
+    raised a bare ``ModuleNotFoundError: No module named 'pyspark'`` from inside the
+    submodule): a :class:`~shaledb.errors.SetupError`, and an ``AttributeError`` so that
+    ``hasattr(shaledb.spark, "stream")`` is False instead of an error.
+    ``from shaledb.spark import stream`` imports the submodule, which raises
+    :class:`~shaledb.errors.ExtraMissing` (an ``ImportError``) with the same message.
     """
     if name in _SUBMODULES:
         try:
             return importlib.import_module(f"{__name__}.{name}")
-        except ImportError as exc:
-            if (exc.name or "").partition(".")[0] in _EXTRA:
-                require_spark_extra()  # (raises when pyspark or pyarrow is what is missing)
-            raise
+        except ImportError as exc:  # the submodule's own ExtraMissing, or an import below it
+            error = exc if isinstance(exc, ExtraMissing) else extra_error(exc)
+            if not isinstance(error, ExtraMissing):
+                raise
+            raise ExtraMissingAttribute(str(error)) from exc
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,7 +27,12 @@ import pickle
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import pyarrow as pa
+from .extra import extra_error
+
+try:
+    import pyarrow as pa
+except ImportError as exc:  # without the spark extra: name it and how to install it
+    raise extra_error(exc) from None
 
 from ..bulk.ingest import IngestPart, abort_ingest, commit_ingest, open_ingest_store
 from ..bulk.ingest.exchange import (

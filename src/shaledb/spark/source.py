@@ -33,24 +33,29 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    LessThan,
-    LessThanOrEqual,
-    StringStartsWith,
-)
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+from .extra import extra_error
+
+try:
+    import pyarrow as pa
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        EqualTo,
+        Filter,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        InputPartition,
+        LessThan,
+        LessThanOrEqual,
+        StringStartsWith,
+    )
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+except ImportError as exc:  # without the spark extra: name it and how to install it
+    raise extra_error(exc) from None
 
 from ..bulk.read import DEFAULT_INLINE_WAL_BYTES, ReadPart, ensure_checkpoint, intersect, plan_read
 from ..bulk.read_arrow import read_part_arrow

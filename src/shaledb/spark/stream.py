@@ -31,14 +31,19 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+from .extra import extra_error
+
+try:
+    from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+except ImportError as exc:  # without the spark extra: name it and how to install it
+    raise extra_error(exc) from None
 
 from ..engine.changes import Change, Cursor, latest_cursor, oldest_cursor, open_changes
 from ..errors import CursorExpired, InvalidArgument

@@ -17,9 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from .extra import extra_error
+
+try:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+except ImportError as exc:  # without the spark extra: name it and how to install it
+    raise extra_error(exc) from None
 
 from ..errors import InvalidArgument
 from ..numbers import check_int
