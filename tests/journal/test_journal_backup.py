@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from pathlib import Path
 
@@ -10,9 +11,10 @@ import pytest
 
 from shaledb import Db, DbReader, InvalidArgument, Settings
 from shaledb.clock import SYSTEM_CLOCK
+from shaledb.format import paths
 from shaledb.journal.backup import backup_version
-from shaledb.manifest import ManifestStore
-from shaledb.store import drop_memory_store, open_store
+from shaledb.manifest import Manifest, ManifestStore
+from shaledb.store import ObjectStore, drop_memory_store, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash
 
 SMALL = Settings(
@@ -117,3 +119,80 @@ def test_a_backup_whose_checkpoint_fails_closes_what_it_opened(
             else:
                 backup.backup_url(str(src), str(dest))
     assert closed == [str(dest)]
+
+
+class _CountingCopies:
+    """A same-store server-side copier that counts its requests and how many ran at once.
+    The first WAL copy waits (at most 10 s, not at all if they run at once) for a second to start,
+    so copies that run one by one are seen as such without timing anything."""
+
+    def __init__(self, store: ObjectStore, src: str, dest: str) -> None:
+        self.store, self.src, self.dest = store, src, dest
+        self.lock = threading.Lock()
+        self.running = self.most = 0
+        self.wal: list[str] = []
+        self.requests = 0
+        self.second = threading.Event()
+
+    def __call__(self, path: str) -> None:
+        is_wal = path.startswith("wal/")
+        with self.lock:
+            self.requests += 1
+            self.running += 1
+            self.most = max(self.most, self.running) if is_wal else self.most
+            if is_wal:
+                self.wal.append(path)
+                if self.running > 1:
+                    self.second.set()
+        try:
+            if is_wal and not self.second.wait(10):
+                self.second.set()  # none came: copies run one by one (wait only once)
+            self.store.copy(f"{self.src}/{path}", f"{self.dest}/{path}")
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def _unflushed_version(src: Path, keys: range) -> Manifest:
+    """Write ``keys`` durably (one WAL object each) and return the version a checkpoint then
+    pins: they are in its WAL replay range, not in L0 (closing the writer flushes later)."""
+    with Db.open(str(src), settings=SMALL) as db:
+        for i in keys:
+            db.put(b"k%02d" % i, b"v" * 100)
+        cp = db.create_checkpoint()
+    return ManifestStore(open_store(str(src)), SYSTEM_CLOCK, random.Random(1), author="t").read(
+        cp.manifest_id
+    )
+
+
+def test_a_first_same_store_backup_copies_wal_objects_in_parallel(tmp_path: Path) -> None:
+    """A same-store backup copied its WAL objects one server-side copy at a time (slow on S3 with
+    many of them). With no manifest at the destination yet nothing replays them until the
+    manifest, written last, so a first backup copies them ``workers`` at once; an incremental
+    one keeps them one by one in id order (a crash must leave the replayed run contiguous)."""
+    m = _unflushed_version(tmp_path / "src", range(12))
+    root = open_store(str(tmp_path))
+    src = open_store(str(tmp_path / "src"))
+    wal = sorted(p.path for p in src.list("wal/"))
+    assert m.next_wal_id - m.replay_after_wal_id > 12
+    copies = _CountingCopies(root, "src", "dest")
+    dest = open_store(str(tmp_path / "dest"))
+    rep = backup_version(
+        m, src, lambda _db: src, dest, clock=SYSTEM_CLOCK, rng=random.Random(1), server_copy=copies, workers=4
+    )
+    assert rep.server_side and rep.manifest_written
+    assert sorted(copies.wal) == [p for p in wal if paths.parse_wal_id(p) > m.replay_after_wal_id]
+    assert 1 < copies.most <= 4, copies.most  # bounded parallelism
+    assert copies.requests == rep.copied  # one request per object, none repeated
+    with DbReader.open(str(tmp_path / "dest")) as r:
+        assert len(dict(r.scan())) == 12
+
+    m2 = _unflushed_version(tmp_path / "src", range(12, 20))  # more WAL past the first's
+    again = _CountingCopies(root, "src", "dest")
+    again.second.set()  # (an incremental backup's copies must not wait for a second one)
+    backup_version(
+        m2, src, lambda _db: src, dest, clock=SYSTEM_CLOCK, rng=random.Random(2), server_copy=again, workers=4
+    )
+    assert again.wal == sorted(again.wal) and len(again.wal) >= 8 and again.most == 1
+    with DbReader.open(str(tmp_path / "dest")) as r:
+        assert len(dict(r.scan())) == 20

@@ -18,7 +18,8 @@
    a second backup without changes copies nothing. WAL objects are copied
    after the rest, PUT one by one in id order (GETs run ahead), because the destination's current
    manifest replays every WAL object after its replay point: a crash must leave
-   them contiguous. When they would sit above a gap (the source flushed since
+   them contiguous (a first backup, with no manifest at the destination yet, copies
+   them ``workers`` at once like the rest). When they would sit above a gap (the source flushed since
    the last backup), a bridging manifest -- the new version without its WAL
    range -- is written before them (``_bridge``).
 5. With ``prune`` (the default), delete the destination's SSTs, journal objects
@@ -276,7 +277,15 @@ def backup_version(
                 done(item, data is not None)
         finally:
             fetched.close()
+    elif latest is None:
+        # No manifest at the destination yet (a first backup): nothing replays these until the
+        # manifest, written last, exists, so they copy like the rest, ``workers`` at once.
+        for item, copied in run_bounded(copy, wal_todo, held, workers=workers):
+            done(item, copied)
     else:
+        # Server-side, each copy also publishes its object, and there is no rename to publish
+        # them in order afterwards; nor can a manifest hide a half-done run (the replay point
+        # may not go backwards). So one by one, in id order, as the comment above says.
         for item in wal_todo:
             done(item, copy(item))
     rep.copied_paths.sort()
