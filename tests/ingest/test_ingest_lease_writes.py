@@ -13,6 +13,7 @@ from ingest_kit import contents
 from shaledb import GarbageCollector, GcOptions
 from shaledb.bulk.ingest import begin_ingest, commit_ingest
 from shaledb.bulk.ingest.parts import PartWriter
+from shaledb.format import paths
 from shaledb.store import open_store
 from shaledb.testing import FaultInjectingStore
 from shaledb.testing.clock import ManualClock
@@ -57,6 +58,27 @@ def test_the_lease_from_the_begin_still_keeps_the_gc_off(tmp_path) -> None:
     store = open_store(url)
     plan = begin_ingest(url, store=store, lease_s=LEASE_S, seed=2)
     part = PartWriter(store, plan, 0)
+    part.add([b"k"], [b"v"])
+    done = part.finish()
+    gc = GarbageCollector.open(url, GcOptions(min_age_s=0))
+    try:
+        assert gc.run_once().deleted["sst"] == []
+    finally:
+        gc.close()
+    commit_ingest(plan, [done], store=store)
+    assert contents(url) == {b"k": b"v"}
+
+
+def test_a_part_whose_clock_is_behind_the_drivers_keeps_its_outputs_under_the_lease(tmp_path) -> None:
+    """A Spark task's clock a minute behind the driver's: its SST's ULID time came before the
+    lease's start, so the lease did not protect it and a pass at ``min_age_s=0`` deleted it
+    (the commit then named a missing SST). Outputs are never born before their lease now."""
+    url = f"file://{tmp_path}/db"
+    store = open_store(url)
+    plan = begin_ingest(url, store=store, lease_s=LEASE_S, seed=3)
+    assert plan.lease_id is not None
+    behind = ManualClock(start=paths.ulid_time_s(plan.lease_id) - 60.0)
+    part = PartWriter(store, plan, 0, clock=behind)
     part.add([b"k"], [b"v"])
     done = part.finish()
     gc = GarbageCollector.open(url, GcOptions(min_age_s=0))

@@ -121,7 +121,10 @@ def stage_run(
         raise InvalidArgument("batch_rows and parts must be positive")
     keys = _binary_keys(table, key)
     clock = clock or SYSTEM_CLOCK
-    path = paths.stage_path(exchange_id, paths.new_ulid(clock.now(), rng or random.Random()))
+    # Never born before the exchange's lease started (its id), whatever this task's clock says:
+    # the garbage collector keeps staged runs born after a live lease started.
+    born = max(clock.now(), paths.ulid_time_s(exchange_id))
+    path = paths.stage_path(exchange_id, paths.new_ulid(born, rng or random.Random()))
     batches = [b for b in table.to_batches(max_chunksize=batch_rows) if b.num_rows]
     view, ends = _ipc_stream(table.schema, batches)
     staged = []

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, cast
 from ...engine.indexes import term_changes
 from ...engine.sstable import SstSplitter, put_new_journal
 from ...errors import InvalidArgument
-from ...format import paths
 from ...format.journal import index_key_tail, index_term_prefix
 from ...format.row import (
     KIND_POINTER,
@@ -285,7 +284,7 @@ class JournalCutter:
             record, ptrs = put_new_journal(
                 w.store,
                 b,
-                lambda: paths.new_ulid(w.clock.now(), w.rng),
+                w.new_id,
                 [(g, vlen) for _, g, vlen in self.moves],
             )
             w.renew_lease()

@@ -296,9 +296,17 @@ class PartWriter:
 
     def upload_sst(self, data: bytes | bytearray, props: SstProps) -> SstInfo:
         """Upload a finished SST under a fresh id (the lease is renewed as SSTs land)."""
-        info = put_new_sst(self.store, data, props, lambda: paths.new_ulid(self.clock.now(), self.rng))
+        info = put_new_sst(self.store, data, props, self.new_id)
         self.renew_lease()
         return info
+
+    def new_id(self) -> str:
+        """A ULID for an output, never earlier than the lease's start: the garbage collector
+        keeps unreferenced outputs born after a live lease started, and this task's clock may
+        run behind the driver's that named the lease (an output born "before" it was deleted
+        at a low ``min_age_s`` and the commit named a missing object)."""
+        start = paths.ulid_time_s(self.plan.lease_id) if self.plan.lease_id is not None else 0.0
+        return paths.new_ulid(max(self.clock.now(), start), self.rng)
 
     def renew_lease(self) -> None:
         """Rewrite the lease once a quarter of ``lease_s`` has passed since it was last written:
