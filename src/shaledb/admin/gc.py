@@ -37,6 +37,14 @@ A pass (see docs/design/gc.md):
    than ``min_age_s``, and not created after the start of a live job lease of
    the current compactor epoch (outputs of a running compaction are
    unreferenced until its commit, which may come long after ``min_age_s``).
+   The leases are listed again after ``compacted/``, so a job started after
+   step 0 whose outputs the listing shows is known (a job deletes its lease
+   only after its commit, which the manifest re-read next then shows).
+   An SST younger than :data:`UNCOMMITTED_MIN_AGE_S` holding writes the latest
+   manifest has not put in L0 (``max_seq > last_l0_seq``) is kept whatever
+   ``min_age_s`` says: a writer's flush between its SST PUT and its manifest
+   write (writers take no lease; at ``min_age_s=0`` the pass deleted it and the
+   flush committed a manifest naming a missing SST).
 5b. Delete value-journal objects under ``journal/`` that no active manifest
    lists, with the same age and job-lease rules as SSTs (journal compaction
    writes its outputs under a job lease and leaves the objects it replaced to
@@ -52,11 +60,16 @@ A pass (see docs/design/gc.md):
    them, and each can be as large as an SST.
 
 ``min_age_s`` is measured from an object's creation (the later of its
-store timestamp and, for SSTs, its ULID time) and must exceed how long a
-writer takes from writing an L0 SST to committing its manifest (seconds),
-and the clock skew between machines. Objects the pass did not see in its
-listings are never touched, and a manifest written during the pass is
-re-read, with the versions its live checkpoints pin, before SSTs are deleted.
+store timestamp and, for SSTs, its ULID time). It may be 0: what is written
+and not yet committed is protected without it -- a writer's flush by the
+uncommitted-writes floor above, compactions, journal compactions and ingests
+by their leases, a local directory's staging files by
+:data:`STAGE_MIN_AGE_S`. A larger value keeps garbage around for readers that
+run without a checkpoint and for change-feed consumers (``wal_retention_s``),
+and covers clock skew for anything minted on one machine and leased on another.
+Objects the pass did not see in its listings are never touched, and a manifest
+written during the pass is re-read, with the versions its live checkpoints
+pin, before SSTs are deleted.
 
 The lifecycle steps (docs/design/checkpoints-readers-clones.md) come from
 :mod:`shaledb.admin.destruction`: a pass first finishes a soft-destroyed database
@@ -83,6 +96,7 @@ from typing import Any
 from ..clock import SYSTEM_CLOCK, Clock
 from ..compaction.compactor import read_lease
 from ..engine.host import WriterHost
+from ..engine.sstable import read_object_meta
 from ..errors import CorruptionError, InvalidArgument, NotFound, ObjectNotFound, ShaleError, Unavailable
 from ..format import paths
 from ..format.sst import decode_meta
@@ -156,6 +170,14 @@ class GcReport:
             "duration_s": round(self.duration_s, 3),
         }
 
+
+UNCOMMITTED_MIN_AGE_S = 300.0
+"""An unreferenced SST younger than this that holds writes no manifest has put in L0 yet (its
+``max_seq`` above the latest manifest's ``last_l0_seq``) is never deleted, even at
+``min_age_s=0``: it is a live writer's flush between its SST PUT and the manifest write that
+names it. Deleting it left that manifest naming a missing SST (every later open failed: data
+loss). Such an SST is garbage only when its writer died before committing, and that can wait
+as long as the default ``min_age_s``. Compactions and ingests are protected by their leases."""
 
 STAGE_MIN_AGE_S = 600.0
 """A local directory's staging file younger than this is never deleted, even at ``min_age_s=0``:
@@ -445,8 +467,15 @@ class GarbageCollector:
     ) -> float:
         """Start time of the oldest live job of the current compactor epoch (inf if none);
         deletes stale leases."""
+        live_from, stale = self._live_from(leases, m, now)
+        self._delete("job", [meta for meta in stale if meta.last_modified <= cutoff], dry, report)
+        return live_from
+
+    def _live_from(self, leases: list[ObjectMeta], m: Manifest, now: float) -> tuple[float, list[ObjectMeta]]:
+        """(start time of the oldest live job of ``m``'s compactor epoch or later, or inf;
+        the stale leases)."""
         live_from = math.inf
-        doomed = []
+        stale = []
         for meta in leases:
             job = paths.parse_job_id(meta.path)
             if job is None:
@@ -462,10 +491,9 @@ class GarbageCollector:
             )
             if live:
                 live_from = min(live_from, paths.ulid_time_s(job))
-            elif meta.last_modified <= cutoff:
-                doomed.append(meta)
-        self._delete("job", doomed, dry, report)
-        return live_from
+            else:
+                stale.append(meta)
+        return live_from, stale
 
     def _unreferenced(
         self,
@@ -500,6 +528,12 @@ class GarbageCollector:
         if not listed:
             return
         now, cutoff, live_from = window
+        # The leases again, after the listing: a job that wrote a listed output had its lease
+        # written before it and deletes it only after its commit, so either its lease is here
+        # or the manifest read next names its outputs. The leases of step 0 alone missed a
+        # job started since, whose outputs were "old enough" by the collector's clock when
+        # that clock ran ahead of the job's (or within the millisecond a ULID drops).
+        live_from = min(live_from, self._live_from(list(self.store.list(paths.JOB_DIR)), m, now)[0])
         latest = self.manifests.refresh(m)
         if latest.id not in active:
             active[latest.id] = latest
@@ -514,7 +548,43 @@ class GarbageCollector:
             if max(meta.last_modified, born) > cutoff or born >= live_from:
                 continue
             doomed.append(meta)
+        if cls == "sst":
+            doomed = self._not_in_flight(doomed, latest, now)
         self._delete(cls, doomed, dry, report)
+
+    def _not_in_flight(self, doomed: list[ObjectMeta], latest: Manifest, now: float) -> list[ObjectMeta]:
+        """``doomed`` without the SSTs younger than :data:`UNCOMMITTED_MIN_AGE_S` that hold
+        writes the latest manifest has not put in L0: a live writer's flush, written and not
+        yet committed (the writer names no lease, and ``min_age_s`` may be 0). Only SSTs that
+        young are read (one ranged GET each), and only when ``min_age_s`` is below the floor."""
+        floor = now - UNCOMMITTED_MIN_AGE_S
+        out = []
+        kept = 0
+        for meta in doomed:
+            oid = paths.parse_sst_id(meta.path)
+            if oid is not None and max(meta.last_modified, paths.ulid_time_s(oid)) > floor:
+                try:
+                    props = read_object_meta(self.store, meta.path, meta.size).props
+                except ObjectNotFound:
+                    continue  # gone already
+                except CorruptionError as exc:
+                    # Not a flush's: a PUT is whole, and a writer never commits what it cannot read.
+                    log.debug("unreadable young SST %s is no write in flight: %s", meta.path, exc)
+                    out.append(meta)
+                    continue
+                if props.max_seq > latest.last_l0_seq:
+                    kept += 1
+                    continue
+            out.append(meta)
+        if kept:
+            log.info(
+                "gc kept %d unreferenced SSTs younger than %.0f s that hold writes no manifest has "
+                "committed yet (a writer's flush in flight); min_age_s does not go below that floor "
+                "for them, and they are collected once older if their writer died",
+                kept,
+                UNCOMMITTED_MIN_AGE_S,
+            )
+        return out
 
     def _tmp(self, cutoff: float, live_from: float, dry: bool, report: GcReport) -> None:
         tp: TwoPhaseStore | None = find_wrapper(self.store, TwoPhaseStore)

@@ -1,0 +1,159 @@
+"""The garbage collector at ``min_age_s=0`` against writes not committed yet.
+
+A writer's flush writes its L0 SST, then the manifest that names it; a compaction writes its
+outputs under a job lease, then commits. In between, the objects are in no manifest. The pass is
+injected exactly there through store wrappers, so each interleaving happens on every run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from gc_support import FutureClock, memory_store, sst_ids
+
+from shaledb import CompactorOptions, Db, DbReader, GarbageCollector, GcOptions, Settings
+from shaledb.admin.gc import UNCOMMITTED_MIN_AGE_S
+from shaledb.compaction import Compactor
+from shaledb.errors import ShaleError
+from shaledb.format import paths
+from shaledb.store import ObjectStore
+from shaledb.store.base import ObjectMeta
+from shaledb.store.wrappers import StoreWrapper
+
+NO_BG = Settings(l0_max_ssts=1000, compactor=None, garbage_collector=None)
+
+
+class BeforeManifestPut(StoreWrapper):
+    """Runs ``act`` once, when armed, before the next manifest write goes through."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.act: Callable[[], None] | None = None
+
+    def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+        if self.act is not None and path.startswith(paths.MANIFEST_DIR):
+            act, self.act = self.act, None
+            act()
+        self.inner.put(path, data, create=create, attributes=attributes)
+
+
+class ActOnSstListing(StoreWrapper):
+    """Runs ``act`` once, when the pass lists ``compacted/``, before listing."""
+
+    def __init__(self, inner: ObjectStore, act: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.act: Callable[[], None] | None = act
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        if prefix.startswith(paths.SST_DIR) and self.act is not None:
+            act, self.act = self.act, None
+            act()
+        return self.inner.list(prefix, offset=offset)
+
+
+def _put(db: Db, tag: bytes, n: int = 50) -> dict[bytes, bytes]:
+    rows = {b"k%03d" % i: tag + b"%d" % i for i in range(n)}
+    for k, v in rows.items():
+        db.put(k, v, durable=False)
+    return rows
+
+
+def test_a_pass_at_min_age_zero_between_a_flushs_sst_and_its_manifest_keeps_the_sst(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The L0 SST was unreferenced and "old enough" at ``min_age_s=0``: the pass deleted it and
+    the flush then committed a manifest naming a missing SST (every later open failed)."""
+    with memory_store() as mem:
+        hook = BeforeManifestPut(mem)
+        db = Db.open(store=hook, settings=NO_BG)
+        model = _put(db, b"a")
+        db.flush(memtable=True)
+        model.update(_put(db, b"b", 80))
+        reports = []
+
+        def collect() -> None:
+            gc = GarbageCollector(mem, GcOptions(min_age_s=0), clock=db.clock, rng=db.rng)
+            reports.append(gc.run_once())
+
+        hook.act = collect
+        with caplog.at_level(logging.INFO, logger="shaledb.gc"):
+            db.flush(memtable=True)  # its SST is written; the pass runs; then its manifest
+        db.close()
+        assert reports and not reports[0].deleted["sst"], reports[0].deleted["sst"]
+        assert any("writes no manifest has committed yet" in r.getMessage() for r in caplog.records)
+        with Db.open(store=mem, settings=NO_BG) as db2:
+            assert dict(db2.scan()) == model
+
+
+def test_a_dead_writers_uncommitted_sst_is_collected_once_older_than_the_floor() -> None:
+    """What the floor keeps is a true orphan when its writer died before the commit: it goes
+    once older than ``UNCOMMITTED_MIN_AGE_S``; committed data stays readable."""
+    with memory_store() as mem:
+        hook = BeforeManifestPut(mem)
+        db = Db.open(store=hook, settings=NO_BG)
+        model = _put(db, b"a")
+        db.flush(memtable=True)
+        committed = sst_ids(mem)
+        model.update(_put(db, b"b", 30))  # in the WAL, then in the orphan
+
+        class Killed(BaseException):
+            pass
+
+        def die() -> None:
+            raise Killed
+
+        hook.act = die
+        with pytest.raises(ShaleError):  # the writer stops, its flush uploaded and uncommitted
+            db.flush(memtable=True)
+        orphan = sst_ids(mem) - committed
+        assert len(orphan) == 1
+        kept = GarbageCollector(mem, GcOptions(), clock=db.clock, rng=db.rng).run_once(min_age_s=0)
+        assert not kept.deleted["sst"]
+        later = FutureClock(UNCOMMITTED_MIN_AGE_S + 5)
+        gc = GarbageCollector(mem, GcOptions(), clock=later, rng=db.rng)
+        gone = gc.run_once(min_age_s=0)
+        assert gone.deleted["sst"] == [paths.sst_path(next(iter(orphan)))]
+        assert sst_ids(mem) == committed
+        with DbReader.open(store=mem) as r:
+            assert dict(r.scan()) == model
+
+
+def test_a_compaction_started_after_the_pass_listed_the_leases_keeps_its_outputs() -> None:
+    """The pass listed the job leases (none), then a compaction started and wrote its outputs
+    before the pass listed ``compacted/``. With the collector's clock ahead of the compactor's
+    (skew), the outputs were older than ``min_age_s=0`` and before every lease the pass knew:
+    deleted, and the compaction then committed a manifest naming them."""
+    with memory_store() as mem:
+        db = Db.open(store=mem, settings=NO_BG)
+        model = _put(db, b"a")
+        db.flush(memtable=True)
+        model.update(_put(db, b"b", 70))
+        db.flush(memtable=True)
+        db.close()
+        hook = BeforeManifestPut(mem)
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            held.set()
+            assert release.wait(60)
+
+        compactor = Compactor.open(store=hook, options=CompactorOptions(min_l0_ssts=2))
+        hook.act = hold  # its commit (the epoch claim at open has been written)
+        job = threading.Thread(target=compactor.run_once)
+
+        def start_compaction() -> None:
+            job.start()
+            assert held.wait(60)  # outputs written, commit held
+
+        gc = GarbageCollector(
+            ActOnSstListing(mem, start_compaction), GcOptions(), clock=FutureClock(10), rng=db.rng
+        )
+        report = gc.run_once(min_age_s=0)
+        release.set()
+        job.join()
+        compactor.close()
+        with Db.open(store=mem, settings=NO_BG) as db2:
+            assert dict(db2.scan()) == model, report.deleted["sst"]
