@@ -157,3 +157,28 @@ def test_a_compaction_started_after_the_pass_listed_the_leases_keeps_its_outputs
         compactor.close()
         with Db.open(store=mem, settings=NO_BG) as db2:
             assert dict(db2.scan()) == model, report.deleted["sst"]
+
+
+def test_a_distributed_range_under_a_lease_started_by_a_clock_ahead_keeps_its_outputs() -> None:
+    """``Compactor.execute_range`` on another machine (a Spark task of ``shaledb.spark.compact``)
+    under the lease of a driver whose clock is a minute ahead: its outputs were born "before"
+    the lease started, so the lease did not protect them and a pass at ``min_age_s=0`` deleted
+    them before the driver's commit. With ``lease_id`` they are never born before it."""
+    with memory_store() as mem:
+        db = Db.open(store=mem, settings=NO_BG)
+        model = _put(db, b"a")
+        db.flush(memtable=True)
+        model.update(_put(db, b"b", 70))
+        db.flush(memtable=True)
+        db.close()
+        options = CompactorOptions(min_l0_ssts=2)
+        driver = Compactor.open(store=mem, options=options, clock=FutureClock(60))
+        task = Compactor(mem, options, settings=NO_BG, clock=db.clock, rng=db.rng)
+        (spec,) = driver.schedule()
+        with driver.lease(spec.describe()) as lease:
+            out = task.execute_range(spec, None, None, lease_id=lease.job_id)
+            report = GarbageCollector(mem, GcOptions(), clock=db.clock, rng=db.rng).run_once(min_age_s=0)
+            driver.commit(spec, out.ssts)
+        driver.close()
+        with Db.open(store=mem, settings=NO_BG) as db2:
+            assert dict(db2.scan()) == model, report.deleted["sst"]

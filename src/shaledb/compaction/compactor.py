@@ -462,8 +462,20 @@ class Compactor:
         """Key ranges for subcompactions (``n`` defaults to ``max_subcompactions``)."""
         return self.executor.plan_ranges(spec, n or self.options.max_subcompactions)
 
-    def execute_range(self, spec: CompactionSpec, lo: bytes | None, hi: bytes | None) -> RangeResult:
-        """Compact one key range of ``spec`` (no lease, no commit: for distributed runs)."""
+    def execute_range(
+        self, spec: CompactionSpec, lo: bytes | None, hi: bytes | None, *, lease_id: str | None = None
+    ) -> RangeResult:
+        """Compact one key range of ``spec`` (no lease, no commit: for distributed runs).
+
+        ``lease_id`` is the job id of the lease the range runs under (``JobLease.job_id``, held
+        by the process that commits): the outputs are then never born before that lease started,
+        whatever this machine's clock says. The garbage collector keeps unreferenced outputs born
+        after a live lease started; an output of a task whose clock ran behind the lease
+        holder's was protected by ``min_age_s`` alone.
+        """
+        if lease_id is not None:
+            start = paths.ulid_time_s(lease_id)
+            self.executor.ids_not_before_s = max(self.executor.ids_not_before_s, start)
         return self.executor.execute_range(spec, lo, hi)
 
     def lease(self, what: str) -> JobLease:

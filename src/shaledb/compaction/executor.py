@@ -237,6 +237,8 @@ class Executor:
         self.clock = clock
         self._rng = rng
         self._rng_lock = threading.Lock()
+        self.ids_not_before_s = 0.0
+        """Outputs' ULID times are never earlier (:meth:`Compactor.execute_range`'s ``lease_id``)."""
         self.block_size = block_size
         self.codec = codec
         self.bloom_bits_per_key = bloom_bits_per_key
@@ -294,7 +296,7 @@ class Executor:
 
     def _new_id(self) -> str:
         with self._rng_lock:
-            return paths.new_ulid(self.clock.now(), self._rng)
+            return paths.new_ulid(max(self.clock.now(), self.ids_not_before_s), self._rng)
 
     def cursors(self, spec: CompactionSpec, lo: bytes | None, hi: bytes | None) -> list[SourceCursor]:
         """One cursor per source of ``spec`` within ``[lo, hi)``, oldest source first."""

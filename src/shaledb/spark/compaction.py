@@ -64,13 +64,15 @@ def _run_range(
     options: CompactorOptions,
     spec: CompactionSpec,
     item: tuple[int, tuple[bytes | None, bytes | None]],
+    lease_id: str,
 ) -> tuple[int, RangeResult]:
-    """One subcompaction, in a Spark task (no epoch claim, no lease, no commit)."""
+    """One subcompaction, in a Spark task (no epoch claim, no lease, no commit; its outputs
+    never born before the driver's lease ``lease_id`` started, whatever the task's clock)."""
     index, (lo, hi) = item
     rng = random.Random()
     store = open_stack(url, None, store_options, settings, SYSTEM_CLOCK, rng)
     c = Compactor(store, options, settings=settings, clock=SYSTEM_CLOCK, rng=rng)
-    return index, c.execute_range(spec, lo, hi)
+    return index, c.execute_range(spec, lo, hi, lease_id=lease_id)
 
 
 def _heartbeat(lease: Any, stop: threading.Event) -> None:
@@ -145,7 +147,8 @@ def _run_job(
         beat.start()
         try:
             work = sc.parallelize(list(enumerate(ranges)), len(ranges))
-            results = work.map(lambda it: _run_range(url, sopts, settings, options, spec, it)).collect()
+            job = lease.job_id
+            results = work.map(lambda it: _run_range(url, sopts, settings, options, spec, it, job)).collect()
         finally:
             stop.set()
             beat.join()
