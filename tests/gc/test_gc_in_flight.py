@@ -182,3 +182,25 @@ def test_a_distributed_range_under_a_lease_started_by_a_clock_ahead_keeps_its_ou
         driver.close()
         with Db.open(store=mem, settings=NO_BG) as db2:
             assert dict(db2.scan()) == model, report.deleted["sst"]
+
+
+def test_a_pass_at_min_age_zero_during_a_ledger_rebuild_keeps_the_rebuilt_runs() -> None:
+    """``Db.rebuild_ledger`` writes its runs, then the manifest that installs them; their writes
+    are old (no floor for writes in flight applies) and it held no lease, so a pass in between
+    deleted them and the rebuild installed a ledger of missing SSTs."""
+    s = Settings(value_separation_threshold=64, l0_max_ssts=1000, compactor=None, garbage_collector=None)
+    with memory_store() as mem:
+        with Db.open(store=mem, settings=s) as db:
+            model = {b"k%03d" % i: b"v%d" % i * 40 for i in range(40)}
+            for k, v in model.items():
+                db.put(k, v, durable=False)
+            db.flush(memtable=True)
+        hook = BeforeManifestPut(mem)
+        reports = []
+        with Db.open(store=hook, settings=s) as db:
+            gc = GarbageCollector(mem, GcOptions(min_age_s=0), clock=db.clock, rng=db.rng)
+            hook.act = lambda: reports.append(gc.run_once())
+            db.rebuild_ledger()
+        assert reports
+        with Db.open(store=mem, settings=s) as db2:
+            assert dict(db2.scan()) == model, reports[0].deleted["sst"]

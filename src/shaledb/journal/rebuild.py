@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..compaction.compactor import JobLease
 from ..engine.host import WriterHost
 from ..engine.merging import stack
 from ..engine.sstable import put_new_sst
@@ -131,7 +132,9 @@ def _merge_base(
     return old
 
 
-def _write_run(db: WriterHost, entries: dict[bytes, Entry], now_ms: int) -> list[SstInfo]:
+def _write_run(
+    db: WriterHost, entries: dict[bytes, Entry], now_ms: int, beat: Callable[[], None]
+) -> list[SstInfo]:
     s = db.settings
     max_bytes = s.compactor.max_sst_size_bytes if s.compactor is not None else 64 * 1024 * 1024
     out: list[SstInfo] = []
@@ -145,6 +148,7 @@ def _write_run(db: WriterHost, entries: dict[bytes, Entry], now_ms: int) -> list
         data, props = builder.finish_buffer()
         builder = None
         out.append(put_new_sst(db.store, data, props, lambda: paths.new_ulid(db.clock.now(), db.rng)))
+        beat()
 
     for k in sorted(entries):
         seq, kind, payload = entries[k]
@@ -197,6 +201,13 @@ def rebuild_ledger(db: WriterHost, *, force: bool = False) -> dict[str, Any]:
     raise InvalidDbState("the ledger kept changing under the rebuild; stop the compactor and retry")
 
 
+REBUILD_LEASE_EPOCH = 2**63 - 1
+"""The rebuild's lease names the largest epoch, as a bulk ingest's does: no compactor opening
+meanwhile makes it stale (it lapses only unrenewed, after :data:`REBUILD_LEASE_S`)."""
+
+REBUILD_LEASE_S = 600.0
+
+
 class _Moved(Exception):
     pass
 
@@ -230,18 +241,26 @@ class InstallRebuild(Edit):
 
 
 def _attempt(db: WriterHost, m: Manifest) -> dict[str, Any] | Manifest:
-    """One rebuild against ``m``: the report, or the manifest to start over from."""
+    """One rebuild against ``m``: the report, or the manifest to start over from.
+
+    The runs are written and committed under a job lease, like every job whose outputs wait
+    for one commit: they are in no manifest until it lands and their writes are old
+    (``max_seq`` at or below ``last_l0_seq``), so without one a collector at a low
+    ``min_age_s`` deleted them and the commit named missing SSTs."""
     now_ms = int(db.clock.now() * 1000)
     data, index, objects, read = replay_journal(db, m)
-    data_ssts = _write_run(db, data, now_ms)
-    index_ssts = _write_run(db, index, now_ms)
-    edit = InstallRebuild(m.last_l0_seq, data_ssts, index_ssts, db.decorate_manifest)
-    seen = edit.seen
-    try:
-        after = db.update_manifest(edit)
-    except _Moved:
-        db.store.delete_many([paths.sst_path(s.id) for s in (*data_ssts, *index_ssts)])
-        return seen[-1] if seen else db.refresh_manifest()
+    with JobLease(
+        db.store, db.clock, db.rng, REBUILD_LEASE_EPOCH, REBUILD_LEASE_S, "rebuild-ledger"
+    ) as lease:
+        data_ssts = _write_run(db, data, now_ms, lease.beat)
+        index_ssts = _write_run(db, index, now_ms, lease.beat)
+        edit = InstallRebuild(m.last_l0_seq, data_ssts, index_ssts, db.decorate_manifest)
+        seen = edit.seen
+        try:
+            after = db.update_manifest(edit)
+        except _Moved:
+            db.store.delete_many([paths.sst_path(s.id) for s in (*data_ssts, *index_ssts)])
+            return seen[-1] if seen else db.refresh_manifest()
     return {
         "manifest_id": after.id,
         "journal_objects": objects,
