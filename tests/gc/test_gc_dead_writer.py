@@ -6,6 +6,7 @@ one until the write is confirmed; the next write would have given it its grace p
 none. A collector cannot tell a dead writer from an idle one (an idle writer writes no manifest
 for as long as it likes while a snapshot reads that view), so they stay, with everything they
 pin, until the next writer opens and drops every checkpoint of older epochs in its epoch claim.
+A fenced writer's (an older epoch than the manifest's) are the collector's to remove.
 """
 
 from __future__ import annotations
@@ -91,3 +92,45 @@ def test_a_killed_writers_expiring_view_checkpoints_go_without_a_writer_the_rest
         assert sst_ids(store) == {s.id for s in db.manifest.all_ssts()}
         assert not only_pinned & sst_ids(store)
         assert db.get(b"k007") == b"c7"
+
+
+def test_the_view_checkpoints_of_a_writer_a_killed_soft_destroy_fenced_are_collected() -> None:
+    """A soft destroy fences the writer (a new epoch), then drops its checkpoints and marks the
+    database destroyed. Killed between the two, it left the fenced writer's view checkpoints in
+    every later version: no writer opening dropped them (the database is not destroyed, but no
+    writer of the old epoch can write again) and they pinned their versions for good. A
+    collector removes the view checkpoints of every writer epoch older than the manifest's."""
+    from gc_support import memory_store
+
+    from shaledb.errors import ShaleError
+    from shaledb.store.wrappers import StoreWrapper
+
+    class KilledAtTheFence(StoreWrapper):
+        def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+            if path.startswith("wal/"):
+                raise KeyboardInterrupt  # the destroy's process dies after its first step
+            self.inner.put(path, data, create=create, attributes=attributes)
+
+    with memory_store() as mem:
+        db = Db.open(store=mem, settings=QUIET)
+        db.put(b"k", b"v")
+        db.flush(memtable=True)
+        snap = db.snapshot()  # referenced: no expiry
+        fenced = writer_cps(db.manifest)
+        assert fenced
+        try:
+            admin.destroy(store=KilledAtTheFence(mem), soft=True)
+        except KeyboardInterrupt:
+            pass
+        m = admin.read_manifest(store=mem)
+        assert m.destroyed_at_s is None and m.writer_epoch > db.epoch
+        report = GarbageCollector.open(store=mem).run_once(min_age_s=0)
+        assert set(report.checkpoints_expired) >= {str(c.id) for c in fenced}
+        assert writer_cps(admin.read_manifest(store=mem)) == []
+        snap.close()
+        try:
+            db.close()
+        except ShaleError:
+            pass  # fenced
+        with Db.open(store=mem, settings=QUIET) as db2:
+            assert db2.get(b"k") == b"v"

@@ -6,7 +6,9 @@ A pass (see docs/design/gc.md):
    manifest. A job deletes its lease only after its commit, so a job whose
    lease we miss has already committed and the manifest read next names its
    outputs.
-1. Remove expired checkpoints from the latest manifest (one CAS).
+1. Remove expired checkpoints from the latest manifest (one CAS), and the view
+   checkpoints of writer epochs older than its own (a fenced writer's: a soft
+   destroy killed after fencing left them; a writer opening drops them too).
 2. Active manifests: the latest, plus each one a live checkpoint pins.
 3. Delete manifests that are not active, older than ``min_age_s`` and older
    than the latest (never the latest itself). A stalled writer that later
@@ -100,7 +102,7 @@ from ..engine.sstable import read_object_meta
 from ..errors import CorruptionError, InvalidArgument, NotFound, ObjectNotFound, ShaleError, Unavailable
 from ..format import paths
 from ..format.sst import decode_meta
-from ..manifest.edits import DropExpiredCheckpoints
+from ..manifest.edits import DropExpiredCheckpoints, collectable
 from ..manifest.model import Manifest
 from ..manifest.store import ManifestStore
 from ..numbers import check_flag, check_seconds
@@ -330,12 +332,12 @@ class GarbageCollector:
     # ----------------------------------------------------------- checkpoints
 
     def _expire_checkpoints(self, m: Manifest, now: float, dry: bool, report: GcReport) -> Manifest:
-        expired = [c for c in m.checkpoints if c.expired(now)]
+        expired = [c for c in m.checkpoints if collectable(c, m, now)]
         if not expired:
             return m
         if dry:
             report.checkpoints_expired = [str(c.id) for c in expired]
-            return replace(m, checkpoints=tuple(c for c in m.checkpoints if not c.expired(now)))
+            return replace(m, checkpoints=tuple(c for c in m.checkpoints if not collectable(c, m, now)))
         edit = DropExpiredCheckpoints(now)
         m = self.manifests.update(edit, timeout_s=self.timeout_s, current=m)
         report.checkpoints_expired = list(edit.gone)

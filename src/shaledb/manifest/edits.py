@@ -211,9 +211,19 @@ class DropCheckpoints(Edit):
         return replace(m, checkpoints=tuple(c for c in m.checkpoints if c.id not in self.ids))
 
 
+def collectable(c: Checkpoint, m: Manifest, now_s: float) -> bool:
+    """Whether GC removes checkpoint ``c`` of ``m``: expired at ``now_s``, or a view checkpoint of
+    a writer epoch older than ``m``'s. That writer was fenced (its manifest writes fail), and the
+    epoch claim of a writer opening drops such checkpoints in the same update; one that fenced
+    without claiming -- a soft destroy killed after its first step -- left them pinning their
+    versions for good."""
+    return c.expired(now_s) or (c.writer_epoch is not None and c.writer_epoch < m.writer_epoch)
+
+
 @dataclass(frozen=True)
 class DropExpiredCheckpoints(Edit):
-    """GC: remove the checkpoints expired at ``now_s``; ``gone`` receives their ids (last attempt)."""
+    """GC: remove the checkpoints :func:`collectable` at ``now_s``; ``gone`` receives their ids
+    (last attempt)."""
 
     now_s: float
     gone: list[str] = field(default_factory=list)
@@ -222,7 +232,7 @@ class DropExpiredCheckpoints(Edit):
         self.gone.clear()
         keep = []
         for c in m.checkpoints:
-            if c.expired(self.now_s):
+            if collectable(c, m, self.now_s):
                 self.gone.append(str(c.id))
             else:
                 keep.append(c)
@@ -277,6 +287,7 @@ class RemoveOption(Edit):
 __all__ = [
     "ClaimCompactorEpoch",
     "ClaimWriterEpoch",
+    "collectable",
     "ReleaseCompactorEpoch",
     "Decorated",
     "DropCheckpoint",
