@@ -83,6 +83,7 @@ def test_a_pass_at_min_age_zero_between_a_flushs_sst_and_its_manifest_keeps_the_
             db.flush(memtable=True)  # its SST is written; the pass runs; then its manifest
         db.close()
         assert reports and not reports[0].deleted["sst"], reports[0].deleted["sst"]
+        assert reports[0].in_flight_kept == 1
         assert any("writes no manifest has committed yet" in r.getMessage() for r in caplog.records)
         with Db.open(store=mem, settings=NO_BG) as db2:
             assert dict(db2.scan()) == model
@@ -204,3 +205,38 @@ def test_a_pass_at_min_age_zero_during_a_ledger_rebuild_keeps_the_rebuilt_runs()
         assert reports
         with Db.open(store=mem, settings=s) as db2:
             assert dict(db2.scan()) == model, reports[0].deleted["sst"]
+
+
+def test_run_gc_min_age_zero_keeps_a_flush_in_flight_and_says_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``shaledb run-gc --once --min-age 0`` against a local directory while the writer's flush
+    is held between its SST and its manifest write: the SST stays and the line says why."""
+    import subprocess
+    import sys
+
+    from shaledb.store import open_store
+
+    url = str(tmp_path / "db")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        assert release.wait(120)
+
+    hook = BeforeManifestPut(open_store(url))
+    db = Db.open(url, store=hook, settings=NO_BG)
+    model = _put(db, b"a")
+    hook.act = hold
+    flush = threading.Thread(target=db.flush, kwargs={"memtable": True})
+    flush.start()
+    try:
+        assert held.wait(60)
+        cmd = [sys.executable, "-m", "shaledb.cli", "--path", url, "run-gc", "--once", "--min-age", "0"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        release.set()
+        flush.join()
+        db.close()
+    assert p.returncode == 0, p.stderr
+    assert "1 SST of a flush in flight kept" in p.stdout, p.stdout
+    with Db.open(url, settings=NO_BG) as db2:
+        assert dict(db2.scan()) == model

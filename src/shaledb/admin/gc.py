@@ -142,6 +142,9 @@ class GcReport:
     deleted: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in CLASSES})
     bytes_deleted: int = 0
     fences_kept: int = 0
+    in_flight_kept: int = 0
+    """Unreferenced SSTs older than ``min_age_s`` kept as a writer's flush in flight (younger
+    than :data:`UNCOMMITTED_MIN_AGE_S`, holding writes not yet in L0): the floor applied."""
     destroyed: bool = False
     """The database was soft-destroyed and is now deleted (nothing is left to collect)."""
     detached: bool = False
@@ -167,6 +170,7 @@ class GcReport:
             "deleted": {c: list(v) for c, v in self.deleted.items()},
             "bytes_deleted": self.bytes_deleted,
             "fences_kept": self.fences_kept,
+            "in_flight_kept": self.in_flight_kept,
             "destroyed": self.destroyed,
             "detached": self.detached,
             "duration_s": round(self.duration_s, 3),
@@ -551,7 +555,9 @@ class GarbageCollector:
                 continue
             doomed.append(meta)
         if cls == "sst":
+            kept = len(doomed)
             doomed = self._not_in_flight(doomed, latest, now)
+            report.in_flight_kept += kept - len(doomed)
         self._delete(cls, doomed, dry, report)
 
     def _not_in_flight(self, doomed: list[ObjectMeta], latest: Manifest, now: float) -> list[ObjectMeta]:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from ..admin.gc import GarbageCollector, GcReport
+from ..admin.gc import UNCOMMITTED_MIN_AGE_S, GarbageCollector, GcReport
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..duration import format_duration
@@ -117,6 +117,12 @@ def _gc_line(r: GcReport) -> str:
         f"{counted(c['job'], 'job lease')} ({human_size(r.bytes_deleted)}); "
         f"{counted(c['checkpoints'], 'checkpoint')} expired; {counted(r.fences_kept, 'fence')} kept; "
         f"active manifests {id_list(r.active_manifests)}"
+        + (
+            f"; {counted(r.in_flight_kept, 'SST')} of a flush in flight kept (younger than the "
+            f"{format_duration(UNCOMMITTED_MIN_AGE_S)} floor, whatever --min-age says)"
+            if r.in_flight_kept
+            else ""
+        )
         + ("; the destroyed database was deleted" if r.destroyed else "")
         + ("; the clone was detached from its parents" if r.detached else "")
     )
@@ -174,7 +180,13 @@ def run_gc(args: argparse.Namespace, out: Output) -> int | None:
             if r is None:
                 SYSTEM_CLOCK.wait(gc._stop, gc.options.interval_s)
                 continue
-            if r.destroyed or r.detached or r.checkpoints_expired or any(r.deleted.values()):
+            if (
+                r.destroyed
+                or r.detached
+                or r.checkpoints_expired
+                or r.in_flight_kept
+                or any(r.deleted.values())
+            ):
                 show(r)  # a line per pass that did something (an idle pass a minute was noise)
             if r.destroyed:
                 break
