@@ -555,12 +555,12 @@ class GarbageCollector:
                 continue
             doomed.append(meta)
         if cls == "sst":
-            kept = len(doomed)
-            doomed = self._not_in_flight(doomed, latest, now)
-            report.in_flight_kept += kept - len(doomed)
+            doomed = self._not_in_flight(doomed, latest, now, report)
         self._delete(cls, doomed, dry, report)
 
-    def _not_in_flight(self, doomed: list[ObjectMeta], latest: Manifest, now: float) -> list[ObjectMeta]:
+    def _not_in_flight(
+        self, doomed: list[ObjectMeta], latest: Manifest, now: float, report: GcReport
+    ) -> list[ObjectMeta]:
         """``doomed`` without the SSTs younger than :data:`UNCOMMITTED_MIN_AGE_S` that hold
         writes the latest manifest has not put in L0: a live writer's flush, written and not
         yet committed (the writer names no lease, and ``min_age_s`` may be 0). Only SSTs that
@@ -584,6 +584,7 @@ class GarbageCollector:
                     kept += 1
                     continue
             out.append(meta)
+        report.in_flight_kept += kept
         if kept:
             log.info(
                 "gc kept %d unreferenced SSTs younger than %.0f s that hold writes no manifest has "
