@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -18,6 +19,7 @@ from shaledb.bulk.ingest.exchange import (
 )
 from shaledb.errors import CorruptionError, InvalidPathError, ObjectNotFound
 from shaledb.format import paths
+from shaledb.store import open_store
 from shaledb.testing.clock import ManualClock
 from shaledb.testing.seeds import test_seed
 
@@ -166,3 +168,70 @@ def test_a_staged_run_is_an_arrow_ipc_stream_as_documented(memory_store):
     ]
     assert run.batches[0].start == len(run.schema) and run.batches[-1].end == len(data) - 8
     assert pa.Table.from_batches(batches).column("key").to_pylist() == [k for k, _ in rows]
+
+
+def test_a_run_staged_by_a_task_whose_clock_is_behind_the_lease_is_kept(tmp_path):
+    """A task's clock a minute behind the driver's, which named the lease: its run was born
+    "before" the lease started, so the lease did not cover it and a pass at ``min_age_s=0``
+    deleted it while the load still needed it."""
+    url = str(tmp_path / "db")
+    Db.open(url).close()
+    plan = begin_ingest(url, ingest_id="behind")
+    store = open_ingest_store(url)
+    assert plan.lease_id is not None
+    behind = ManualClock(start=paths.ulid_time_s(plan.lease_id) - 60.0)
+    run = stage_run(store, run_table([(b"k", b"v")]), exchange_id=plan.lease_id, parts=1, clock=behind)
+    assert run is not None
+    gc = GarbageCollector.open(url, GcOptions(min_age_s=0))
+    try:
+        assert gc.run_once().deleted["tmp"] == []
+    finally:
+        gc.close()
+    store.head(run.path)
+    abort_ingest(plan, [], url)
+
+
+def test_a_load_that_began_during_the_pass_keeps_its_staged_runs(tmp_path):
+    """The pass listed the leases (none), then a load began and staged a run before the pass
+    listed ``tmp/``; with the collector's clock ahead of the load's, the run was older than
+    ``min_age_s=0`` and before every lease the pass knew: deleted under the running load."""
+    from shaledb.store.base import ObjectMeta
+    from shaledb.store.wrappers import StoreWrapper
+
+    url = str(tmp_path / "db")
+    Db.open(url).close()
+    staged = []
+
+    class BeginOnTmpListing(StoreWrapper):
+        def list(self, prefix, *, offset=None):  # type: ignore[no-untyped-def]
+            if prefix.startswith(paths.TMP_DIR) and not staged:
+                plan = begin_ingest(url, ingest_id="mid-pass")
+                assert plan.lease_id is not None
+                run = stage_run(
+                    open_ingest_store(url), run_table([(b"k", b"v")]), exchange_id=plan.lease_id, parts=1
+                )
+                staged.append((plan, run))
+            out: list[ObjectMeta] = list(self.inner.list(prefix, offset=offset))
+            return iter(out)
+
+    class Ahead:
+        def now(self) -> float:
+            return time.time() + 10.0
+
+        def monotonic(self) -> float:
+            return time.monotonic()
+
+        def sleep(self, seconds: float) -> None:
+            time.sleep(seconds)
+
+        def wait(self, event, timeout):  # type: ignore[no-untyped-def]
+            return event.wait(timeout)
+
+    gc = GarbageCollector.open(store=BeginOnTmpListing(open_store(url)), clock=Ahead())
+    try:
+        assert gc.run_once(min_age_s=0).deleted["tmp"] == []
+    finally:
+        gc.close()
+    plan, run = staged[0]
+    open_store(url).head(run.path)
+    abort_ingest(plan, [], url)

@@ -299,7 +299,7 @@ class GarbageCollector:
         window = (now, cutoff, live_from)
         for cls, directory, parse_id, ids_of in _ULID_CLASSES:
             self._unreferenced(cls, directory, parse_id, ids_of, m, active, window, dry, report)
-        self._tmp(cutoff, live_from, dry, report)
+        self._tmp(m, now, cutoff, live_from, dry, report)
         self._stages(min(cutoff, now - STAGE_MIN_AGE_S), dry, report)
         report.detached = self.lifecycle.detach_step(dry_run=dry)
         report.duration_s = self.clock.monotonic() - started
@@ -595,11 +595,17 @@ class GarbageCollector:
             )
         return out
 
-    def _tmp(self, cutoff: float, live_from: float, dry: bool, report: GcReport) -> None:
+    def _tmp(
+        self, m: Manifest, now: float, cutoff: float, live_from: float, dry: bool, report: GcReport
+    ) -> None:
         tp: TwoPhaseStore | None = find_wrapper(self.store, TwoPhaseStore)
         pending = {r.source for r in tp.log.pending(tp.namespace)} if tp is not None else set()
         doomed = []
         metas = list(self.store.list(paths.TMP_DIR))
+        # The leases again, after the listing, as for SSTs: a bulk load that began since step 0
+        # and staged runs the listing shows has its lease there (it is written before them).
+        if any(paths.parse_stage_id(meta.path) for meta in metas):
+            live_from = min(live_from, self._live_from(list(self.store.list(paths.JOB_DIR)), m, now)[0])
         foreign = foreign_roots(m.path for m in metas)
         for root in sorted(foreign):
             log.warning(
