@@ -8,6 +8,7 @@ injected exactly there through store wrappers, so each interleaving happens on e
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable, Iterator
 
@@ -240,3 +241,26 @@ def test_run_gc_min_age_zero_keeps_a_flush_in_flight_and_says_so(tmp_path) -> No
     assert "1 SST of a flush in flight kept" in p.stdout, p.stdout
     with Db.open(url, settings=NO_BG) as db2:
         assert dict(db2.scan()) == model
+
+
+def test_a_killed_ingests_uncommitted_sst_is_not_held_by_the_floor_for_flushes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The floor is for the writer's flushes (their SSTs carry its epoch). A bulk ingest's part
+    SST also holds writes above ``last_l0_seq``, but its lease protects it; once a killed
+    ingest's lease has lapsed, a pass at ``min_age_s=0`` collects it at once."""
+    from shaledb.bulk.ingest import begin_ingest
+    from shaledb.bulk.ingest.parts import PartWriter
+    from shaledb.store import open_store
+
+    url = str(tmp_path / "db")
+    Db.open(url, settings=NO_BG).close()
+    store = open_store(url)
+    plan = begin_ingest(url, store=store, lease_s=1.0, seed=5)
+    part = PartWriter(store, plan, 0)
+    part.add([b"k"], [b"v"])
+    part.finish()  # the job is killed before its commit
+    orphans = sst_ids(store)
+    assert orphans
+    gc = GarbageCollector(store, GcOptions(), clock=FutureClock(5.0), rng=random.Random(0))
+    report = gc.run_once(min_age_s=0)
+    assert sorted(report.deleted["sst"]) == sorted(paths.sst_path(i) for i in orphans)
+    assert report.in_flight_kept == 0

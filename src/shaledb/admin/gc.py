@@ -42,8 +42,9 @@ A pass (see docs/design/gc.md):
    The leases are listed again after ``compacted/``, so a job started after
    step 0 whose outputs the listing shows is known (a job deletes its lease
    only after its commit, which the manifest re-read next then shows).
-   An SST younger than :data:`UNCOMMITTED_MIN_AGE_S` holding writes the latest
-   manifest has not put in L0 (``max_seq > last_l0_seq``) is kept whatever
+   An SST of the current writer epoch younger than :data:`UNCOMMITTED_MIN_AGE_S`
+   holding writes the latest manifest has not put in L0 (``max_seq >
+   last_l0_seq``) is kept whatever
    ``min_age_s`` says: a writer's flush between its SST PUT and its manifest
    write (writers take no lease; at ``min_age_s=0`` the pass deleted it and the
    flush committed a manifest naming a missing SST).
@@ -178,12 +179,14 @@ class GcReport:
 
 
 UNCOMMITTED_MIN_AGE_S = 300.0
-"""An unreferenced SST younger than this that holds writes no manifest has put in L0 yet (its
-``max_seq`` above the latest manifest's ``last_l0_seq``) is never deleted, even at
+"""An unreferenced SST younger than this that the current writer epoch flushed (its properties'
+``writer_epoch``, which only L0 flushes set) and that holds writes no manifest has put in L0
+yet (its ``max_seq`` above the latest manifest's ``last_l0_seq``) is never deleted, even at
 ``min_age_s=0``: it is a live writer's flush between its SST PUT and the manifest write that
-names it. Deleting it left that manifest naming a missing SST (every later open failed: data
-loss). Such an SST is garbage only when its writer died before committing, and that can wait
-as long as the default ``min_age_s``. Compactions and ingests are protected by their leases."""
+names it (a fenced writer's cannot commit, and goes at once). Deleting it left that manifest
+naming a missing SST (every later open failed: data loss). Such an SST is garbage only when its
+writer died before committing, and that can wait as long as the default ``min_age_s``.
+Compactions, ingests and rebuilds are protected by their leases."""
 
 STAGE_MIN_AGE_S = 600.0
 """A local directory's staging file younger than this is never deleted, even at ``min_age_s=0``:
@@ -561,10 +564,11 @@ class GarbageCollector:
     def _not_in_flight(
         self, doomed: list[ObjectMeta], latest: Manifest, now: float, report: GcReport
     ) -> list[ObjectMeta]:
-        """``doomed`` without the SSTs younger than :data:`UNCOMMITTED_MIN_AGE_S` that hold
-        writes the latest manifest has not put in L0: a live writer's flush, written and not
-        yet committed (the writer names no lease, and ``min_age_s`` may be 0). Only SSTs that
-        young are read (one ranged GET each), and only when ``min_age_s`` is below the floor."""
+        """``doomed`` without the SSTs younger than :data:`UNCOMMITTED_MIN_AGE_S` that the
+        latest manifest's writer epoch flushed and that hold writes it has not put in L0: a live
+        writer's flush, written and not yet committed (the writer names no lease, and
+        ``min_age_s`` may be 0). Only SSTs that young are read (one ranged GET each), and only
+        when ``min_age_s`` is below the floor."""
         floor = now - UNCOMMITTED_MIN_AGE_S
         out = []
         kept = 0
@@ -580,7 +584,7 @@ class GarbageCollector:
                     log.debug("unreadable young SST %s is no write in flight: %s", meta.path, exc)
                     out.append(meta)
                     continue
-                if props.max_seq > latest.last_l0_seq:
+                if props.writer_epoch == latest.writer_epoch != 0 and props.max_seq > latest.last_l0_seq:
                     kept += 1
                     continue
             out.append(meta)

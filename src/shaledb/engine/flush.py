@@ -73,6 +73,7 @@ def build_l0(
         created_at_ms=int(db.clock.now() * 1000),
         nonce=db.rng.getrandbits(128).to_bytes(16, "little"),
         out=out,
+        writer_epoch=db.epoch,  # GC keeps a young L0 of the current epoch not yet committed
     )
     b.add_many(keys, seqs, kinds, payloads)
     if mem.rdels:  # the range-del block; the SST's key range covers the tombstones
