@@ -321,7 +321,7 @@ def test_cli_run_compactor_once_and_gc_dry_run(tmp_path: Path) -> None:
     buf = io.StringIO()
     with redirect_stdout(buf):
         assert main(["--path", url, "read-manifest"]) == 0
-    assert "sorted runs" in buf.getvalue()
+    assert "1 sorted run," in buf.getvalue()
     with Db.open(url, settings=NO_BG) as db2:
         assert dict(db2.scan()) == model
 
