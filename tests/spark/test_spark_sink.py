@@ -64,6 +64,7 @@ def test_a_stream_appends_each_micro_batch_and_a_restart_goes_on(spark: Any, tmp
     assert len(ids) == 2 and ids[0].endswith("-0") and ids[1].endswith("-1"), ids
     assert ids[0].rsplit("-", 1)[0] == ids[1].rsplit("-", 1)[0]  # one sink id per checkpoint location
     assert not list((Path(url) / "tmp").rglob("*.arrows"))  # staged runs deleted
+    assert not list((Path(url) / "compactions").glob("*.job"))  # and the tasks' leases
 
 
 def test_complete_mode_replaces_the_contents_with_each_micro_batch(spark: Any, tmp_path: Path) -> None:
@@ -276,8 +277,8 @@ def test_a_micro_batch_whose_staged_runs_were_collected_fails_saying_why(tmp_pat
     w = _writer(url)
     msgs = [w.write(iter(_batch({"a": "1"})))]
     for p in (tmp_path / "db" / "tmp").rglob("*.arrows"):
-        p.unlink()  # what a GC pass does to runs older than its min_age_s
-    with pytest.raises(NotFound, match="min_age_s"):
+        p.unlink()  # what a GC pass does to runs once their lease lapsed
+    with pytest.raises(NotFound, match="lease lapsed"):
         w.commit(msgs, 0)
     with pytest.raises(NotFound, match="no database at"):  # nothing committed: the database the
         admin.read_manifest(url)  # micro-batch created is gone again

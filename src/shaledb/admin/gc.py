@@ -62,17 +62,17 @@ A pass (see docs/design/gc.md):
    a killed process never finished, by the same age rule: listings never show
    them, and each can be as large as an SST.
 
-``min_age_s`` is measured from an object's creation (the later of its
-store timestamp and, for SSTs, its ULID time). It may be 0: what is written
-and not yet committed is protected without it -- a writer's flush by the
+``min_age_s`` is measured from an object's creation (the later of its store
+timestamp and, for SSTs, its ULID time). It may be 0: what is written and not
+yet committed is protected without it -- a writer's flush by the
 uncommitted-writes floor above, compactions, journal compactions and ingests
-by their leases, a local directory's staging files by
-:data:`STAGE_MIN_AGE_S`. A larger value keeps garbage around for readers that
-run without a checkpoint and for change-feed consumers (``wal_retention_s``),
-and covers clock skew for anything minted on one machine and leased on another.
-Objects the pass did not see in its listings are never touched, and a manifest
-written during the pass is re-read, with the versions its live checkpoints
-pin, before SSTs are deleted.
+(Spark stream micro-batches from their tasks' first staged run) by their leases,
+a local directory's staging files by :data:`STAGE_MIN_AGE_S`. A larger value
+keeps garbage around for readers that run without a checkpoint and for
+change-feed consumers (``wal_retention_s``), and covers clock skew for anything
+minted on one machine and leased on another. Objects the pass did not see in its
+listings are never touched, and a manifest written during the pass is re-read,
+with the versions its live checkpoints pin, before SSTs are deleted.
 
 The lifecycle steps (docs/design/checkpoints-readers-clones.md) come from
 :mod:`shaledb.admin.destruction`: a pass first finishes a soft-destroyed database

@@ -3,15 +3,22 @@
 Each micro-batch becomes one bulk ingest, so a stream writes the way a batch
 write does (docs/spark.md, "Streaming writes"):
 
-1. every task encodes and sorts its rows exactly as a batch write's task does
-   and stages them as one Arrow run under ``tmp/stage/<ULID>/``
-   (:func:`shaledb.bulk.ingest.exchange.stage_run`); the run's description is
-   the task's commit message;
+1. every task encodes and sorts its rows exactly as a batch write's task does,
+   writes an ingest lease ``compactions/<ULID>.job``
+   (:func:`shaledb.bulk.ingest.model.take_lease`) and stages the rows as one
+   Arrow run under ``tmp/stage/<that ULID>/``
+   (:func:`shaledb.bulk.ingest.exchange.stage_run`), never born before the
+   lease; the run and the lease are the task's commit message. A stream writer
+   has no driver step before its tasks, so the tasks take the lease: without
+   one, a garbage-collector pass at a low ``min_age_s`` between the tasks and
+   the commit deleted the runs;
 2. the micro-batch's ``commit`` gathers the runs (one key range), sorts them,
    writes the SSTs and commits them as ingest ``<sink id>-<batch id>`` in one
-   manifest CAS (:func:`shaledb.bulk.ingest.commit_ingest`), then deletes the
-   runs; ``abort`` deletes them too (a run left by a killed process is the
-   garbage collector's, as every staged run).
+   manifest CAS (:func:`shaledb.bulk.ingest.commit_ingest`) under the oldest
+   task lease, which the ingest adopts instead of writing its own, then
+   deletes the runs and leases in one request; ``abort`` deletes them too (a
+   killed process's lease lapses after ``lease_s``, and the garbage collector
+   then takes it and the runs, as every stale lease and staged run).
 
 Why one ingest per micro-batch: ingest ids are recorded in the manifest, so a
 micro-batch Spark replays after a crash (same batch id) finds itself committed
@@ -45,10 +52,11 @@ from pyspark.sql.types import StructType
 
 from ..bulk.ingest import IngestConflict, IngestPart, abort_ingest, commit_ingest, open_ingest_store
 from ..bulk.ingest.exchange import GatherTask, StagedRun, stage_run
-from ..bulk.ingest.model import check_ingest_id
+from ..bulk.ingest.model import JobLease, check_ingest_id, take_lease
 from ..clock import SYSTEM_CLOCK
 from ..errors import BucketNotFound, DatabaseDestroyed, InvalidArgument, NotFound, ObjectNotFound, ShaleError
 from ..format import paths
+from ..store import ObjectStore
 from .schema import WriteOptions, bool_option
 from .tracebacks import short_traceback
 from .write import ShaleWriter, begin_write, encode_partition, task_context, write_options, write_settings
@@ -123,9 +131,10 @@ def _reach(opts: WriteOptions) -> None:
 
 @dataclass
 class StagedMessage(WriterCommitMessage):
-    """One task's staged run (None: its partition was empty)."""
+    """One task's staged run and the lease it staged it under (None: its partition was empty)."""
 
     run: StagedRun | None
+    lease: JobLease | None = None
 
 
 class ShaleStreamWriter(DataSourceStreamArrowWriter):
@@ -145,29 +154,40 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
         cols = encode_partition(self.opts, pa.Table.from_batches(batches), task_context()[0])
         if not len(cols.keys):
             return StagedMessage(None)
-        exchange = paths.new_ulid(SYSTEM_CLOCK.now(), random.Random())
         with closing(open_ingest_store(self.opts.url, store_options=self.opts.store)) as store:
-            run = stage_run(store, cols.staged(), exchange_id=exchange, parts=1)
-        return StagedMessage(run)
+            # The lease first, then the run, never born before it (the run's exchange is the
+            # lease's id): a GC pass at any min_age_s keeps the run until the commit is done.
+            job = f"stream {self.prefix}: a micro-batch's staged run"
+            lease = take_lease(store, job, self.opts.lease_s, SYSTEM_CLOCK, random.Random())
+            run = None
+            try:
+                run = stage_run(store, cols.staged(), exchange_id=lease.id, parts=1)
+            finally:
+                if run is None:  # failed (or nothing to stage): the lease protects nothing
+                    _delete_quietly(store, [paths.job_path(lease.id)], f"stream {self.prefix}: a lease")
+        return StagedMessage(run, lease if run is not None else None)
 
     @short_traceback
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        runs = _runs(messages)
+        runs, leases = _runs(messages), _leases(messages)
         iid = f"{self.prefix}-{batchId}"
         try:
-            self._ingest(iid, runs, batchId)
+            self._ingest(iid, runs, leases, batchId)
         finally:
-            self._delete(runs, iid)
+            self._delete(runs, leases, iid)
 
     @short_traceback
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        self._delete(_runs(messages), f"{self.prefix}-{batchId}")
+        self._delete(_runs(messages), _leases(messages), f"{self.prefix}-{batchId}")
 
-    def _ingest(self, iid: str, runs: list[StagedRun], batch: int) -> None:
+    def _ingest(self, iid: str, runs: list[StagedRun], leases: list[JobLease], batch: int) -> None:
         opts = replace(self.opts, ingest_id=iid)
         if not runs and opts.save_mode != "overwrite":
             return  # an empty micro-batch adds nothing (and claims nothing)
-        plan = begin_write(opts)
+        # The ingest adopts the oldest task lease (renewing it when due) instead of writing its
+        # own: it covers every run (each born after its own, younger lease) and whatever the
+        # commit writes, and goes with the runs in _delete's one request.
+        plan = begin_write(opts, min(leases, key=lambda le: le.id) if leases else None)
         if plan is None:
             return
         writer = ShaleWriter(opts, plan)
@@ -177,9 +197,9 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
                 part = writer.gather(GatherTask(0, None, None, tuple((r, r.batches) for r in runs)))
             except ObjectNotFound as exc:
                 raise NotFound(
-                    f"micro-batch {batch}: a staged run is gone ({exc}): the garbage collector deletes "
-                    "staged runs older than its min_age_s (default 300 s), and this micro-batch's tasks "
-                    "took longer; make micro-batches smaller or raise GcOptions.min_age_s"
+                    f"micro-batch {batch}: a staged run is gone ({exc}): its tasks' lease lapsed before "
+                    "this commit (option lease_s, default 3600 s, from when the first task staged its "
+                    "rows) and the garbage collector removed it; raise lease_s or make micro-batches smaller"
                 ) from exc
             commit_ingest(plan, [part], opts.url, store_options=opts.store)
         except IngestConflict as exc:
@@ -229,18 +249,36 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
                 exc,
             )
 
-    def _delete(self, runs: list[StagedRun], iid: str) -> None:
-        if not runs:
+    def _delete(self, runs: list[StagedRun], leases: list[JobLease], iid: str) -> None:
+        """The micro-batch's staged runs and its tasks' leases, in one request (a bulk delete;
+        its order does not matter once the commit or abort is over)."""
+        doomed = [r.path for r in runs] + [paths.job_path(le.id) for le in leases]
+        if not doomed:
             return
         try:
-            with closing(open_ingest_store(self.opts.url, store_options=self.opts.store)) as store:
-                store.delete_many([r.path for r in runs])
-        except Exception as exc:  # the garbage collector takes them later  # noqa: BLE001
-            log.warning("stream ingest %s: could not delete its staged runs: %s", iid, exc)
+            store = open_ingest_store(self.opts.url, store_options=self.opts.store)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("stream ingest %s: could not delete its staged runs and leases: %s", iid, exc)
+            return
+        with closing(store):
+            _delete_quietly(store, doomed, f"stream ingest {iid}: its staged runs and leases")
+
+
+def _delete_quietly(store: ObjectStore, doomed: list[str], what: str) -> None:
+    """Best effort: what is left the garbage collector takes later (a lease once it lapses after
+    ``lease_s``, then the runs it kept)."""
+    try:
+        store.delete_many(doomed)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("%s: could not delete them: %s", what, exc)
 
 
 def _runs(messages: Sequence[WriterCommitMessage | None]) -> list[StagedRun]:
     return [m.run for m in messages if isinstance(m, StagedMessage) and m.run is not None]
+
+
+def _leases(messages: Sequence[WriterCommitMessage | None]) -> list[JobLease]:
+    return [m.lease for m in messages if isinstance(m, StagedMessage) and m.lease is not None]
 
 
 __all__ = ["STREAM_ONLY", "ShaleStreamWriter", "StagedMessage", "sink_id", "stream_writer"]

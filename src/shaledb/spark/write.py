@@ -39,6 +39,7 @@ from ..bulk.ingest import (
     sort_indices,
 )
 from ..bulk.ingest.exchange import GatherTask, StagedRun, gather, stage_run
+from ..bulk.ingest.model import JobLease
 from ..errors import InvalidArgument
 from ..settings import Settings
 from ..settings_load import load_settings
@@ -74,9 +75,10 @@ def write_settings(opts: WriteOptions) -> Settings:
     return load_settings(Settings, **changes)
 
 
-def begin_write(opts: WriteOptions) -> IngestPlan | None:
-    """The ingest's plan (:func:`shaledb.bulk.ingest.begin_ingest` with the options' settings);
-    None when save mode ``ignore`` finds data (then nothing is written)."""
+def begin_write(opts: WriteOptions, lease: JobLease | None = None) -> IngestPlan | None:
+    """The ingest's plan (:func:`shaledb.bulk.ingest.begin_ingest` with the options' settings;
+    ``lease``: one the caller took, which the ingest adopts); None when save mode ``ignore``
+    finds data (then nothing is written)."""
     if opts.save_mode == "ignore" and _holds_data(opts):
         log.info("shaledb write to %s: the database holds data, save mode ignore writes nothing", opts.url)
         return None
@@ -93,6 +95,7 @@ def begin_write(opts: WriteOptions) -> IngestPlan | None:
         max_sst_size_bytes=opts.max_sst_size_bytes,
         lease_s=opts.lease_s,
         store_options=opts.store,
+        lease=lease,
     )
 
 

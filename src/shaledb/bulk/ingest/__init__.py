@@ -70,7 +70,9 @@ the commit makes SSTs visible, and it takes exactly one part per partition
 number (a speculative duplicate of a partition is dropped and logged).
 Unreferenced SSTs are deleted by the garbage collector after its minimum
 age. While the ingest runs, a *lease* object ``compactions/<ULID>.job``
-(started at begin, rewritten by the tasks, deleted by commit or abort) keeps
+(started at begin, or adopted there from the caller as a stream micro-batch's
+tasks take one before they stage their rows; rewritten by the tasks, deleted
+by commit or abort, or by the caller when adopted) keeps
 the GC from deleting the ingest's not-yet-committed SSTs however long the job
 takes (the GC keeps unreferenced SSTs created after a live lease started).
 The lease carries no compactor epoch (it records the largest one, so no

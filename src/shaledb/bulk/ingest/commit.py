@@ -36,6 +36,7 @@ from .model import (
     IngestPart,
     IngestPlan,
     IngestResult,
+    JobLease,
     check_index_fields,
     check_ingest_id,
     drop_lease,
@@ -66,6 +67,7 @@ def begin_ingest(
     store_options: Mapping[str, Any] | None = None,
     clock: Clock | None = None,
     seed: int | None = None,
+    lease: JobLease | None = None,
 ) -> IngestPlan:
     """Start an ingest (see module docstring): claim the database unless ``behind``.
 
@@ -86,6 +88,13 @@ def begin_ingest(
     keep the old one). ``require_empty``: refuse a database that holds data,
     here and again in the commit's CAS.
 
+    ``lease``: a job lease the caller wrote before any output (a stream micro-batch's tasks
+    take one each before they stage their rows, :func:`~.model.take_lease`). The ingest adopts
+    it rather than writing its own -- rewriting it only once a quarter of ``lease_s`` may be
+    gone -- and commit and abort leave it to the caller to delete (``IngestPlan.lease_adopted``),
+    so the micro-batch's runs and everything the ingest writes are under one lease at no
+    request more.
+
     Raises:
         IngestFenced: a writer or another ingest claimed the database while begin opened it.
         DatabaseDestroyed, InvalidDbState, NotFound: the database cannot take writes.
@@ -95,6 +104,8 @@ def begin_ingest(
     if duplicates not in DUPLICATES:
         raise InvalidArgument(f"duplicates must be one of {DUPLICATES}, got {duplicates!r}")
     check_seconds("lease_s", lease_s)
+    if lease is not None:
+        paths.check_ulid(lease.id)
     iid = check_ingest_id(ingest_id) if ingest_id is not None else uuid.uuid4().hex
     fields = check_index_fields(index_fields)
     if overwrite and behind:
@@ -186,8 +197,15 @@ def begin_ingest(
             terms_checkpoint=terms_cp,
             created_epoch=epoch if m is None else None,
         )
-    plan = replace(plan, lease_id=paths.new_ulid(clock.now(), rng))
-    write_lease(st, plan, clock.now())
+    if lease is None:
+        plan = replace(plan, lease_id=paths.new_ulid(clock.now(), rng))
+        write_lease(st, plan, clock.now())
+    else:
+        # A task's clock may run ahead of this one: count its lease as written no later than now.
+        plan = replace(plan, lease_id=lease.id, began_s=min(lease.written_s, clock.now()), lease_adopted=True)
+        if lease_due(plan, clock.now()):
+            plan = replace(plan, began_s=clock.now())
+            write_lease(st, plan, plan.began_s)
     log.info(
         "ingest %s began (%s, seq %d%s)",
         iid,

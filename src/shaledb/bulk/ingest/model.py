@@ -9,10 +9,12 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...clock import Clock
 from ...errors import FencedError, InvalidArgument, ShaleError
 from ...format import paths
 from ...keys import check_field
@@ -94,6 +96,10 @@ class IngestPlan:
     created_epoch: int | None = None
     """Set when begin found no database and created it (the writer epoch it left): an abort
     then deletes the database again if nothing else happened to it (:func:`abort_ingest`)."""
+    lease_adopted: bool = False
+    """The lease is one the caller wrote before the begin (a stream micro-batch's tasks take it
+    before they stage their rows, :class:`JobLease`): commit and abort leave it to the caller,
+    which deletes it with its staged runs in one request."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {f: getattr(self, f) for f in self.__slots__}
@@ -197,17 +203,41 @@ def find_record(m: Manifest, ingest_id: str) -> IngestRecord | None:
     return None
 
 
-def write_lease(store: ObjectStore, plan: IngestPlan, now_s: float) -> None:
-    if plan.lease_id is None:
-        return
+@dataclass(frozen=True, slots=True)
+class JobLease:
+    """A job lease written before an ingest's begin (picklable): its ULID, whose time is the
+    start from which the garbage collector keeps unreferenced outputs, and the wall time it
+    was written (for its renewal). A stream micro-batch's tasks take one each before they
+    stage their rows (:func:`take_lease`): the micro-batch's commit begins only after them."""
+
+    id: str
+    written_s: float
+
+
+def take_lease(store: ObjectStore, job: str, lease_s: float, clock: Clock, rng: random.Random) -> JobLease:
+    """Write a new ingest lease named by a ULID of ``clock``'s now (one PUT); outputs named
+    with :attr:`JobLease.id` as their floor are never born before it started."""
+    now = clock.now()
+    lease = JobLease(paths.new_ulid(now, rng), now)
+    put_lease(store, lease.id, job, lease_s, now)
+    return lease
+
+
+def put_lease(store: ObjectStore, lease_id: str, job: str, lease_s: float, now_s: float) -> None:
     body = {
         "epoch": LEASE_EPOCH,
-        "lease_s": plan.lease_s,
-        "job": f"ingest {plan.ingest_id}",
+        "lease_s": lease_s,
+        "job": job,
         "kind": "ingest",
         "renewed_s": now_s,
     }
-    store.put(paths.job_path(plan.lease_id), json.dumps(body).encode())
+    store.put(paths.job_path(lease_id), json.dumps(body).encode())
+
+
+def write_lease(store: ObjectStore, plan: IngestPlan, now_s: float) -> None:
+    if plan.lease_id is None:
+        return
+    put_lease(store, plan.lease_id, f"ingest {plan.ingest_id}", plan.lease_s, now_s)
 
 
 def lease_due(plan: IngestPlan, now_s: float) -> bool:
@@ -217,8 +247,8 @@ def lease_due(plan: IngestPlan, now_s: float) -> bool:
 
 
 def drop_lease(store: ObjectStore, plan: IngestPlan) -> None:
-    if plan.lease_id is None:
-        return
+    if plan.lease_id is None or plan.lease_adopted:
+        return  # none, or the caller's to delete (IngestPlan.lease_adopted)
     try:
         store.delete(paths.job_path(plan.lease_id))
     except ShaleError as exc:
@@ -286,6 +316,7 @@ __all__ = [
     "IngestPart",
     "IngestPlan",
     "IngestResult",
+    "JobLease",
     "check_index_fields",
     "check_ingest_id",
     "crc32c_combine",
@@ -293,5 +324,7 @@ __all__ = [
     "find_record",
     "fingerprint",
     "lease_due",
+    "put_lease",
+    "take_lease",
     "write_lease",
 ]
