@@ -8,10 +8,14 @@ again at its finish, and the commit once more: three requests in the path of eve
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from ingest_kit import contents
 
-from shaledb import GarbageCollector, GcOptions
-from shaledb.bulk.ingest import begin_ingest, commit_ingest
+from shaledb import Db, GarbageCollector, GcOptions, InvalidArgument, Settings
+from shaledb.bulk.ingest import IngestPlan, abort_ingest, begin_ingest, commit_ingest
+from shaledb.bulk.ingest.model import JobLease, take_lease
 from shaledb.bulk.ingest.parts import PartWriter
 from shaledb.format import paths
 from shaledb.store import open_store
@@ -88,3 +92,49 @@ def test_a_part_whose_clock_is_behind_the_drivers_keeps_its_outputs_under_the_le
         gc.close()
     commit_ingest(plan, [done], store=store)
     assert contents(url) == {b"k": b"v"}
+
+
+Adopted = tuple[FaultInjectingStore, str, IngestPlan, JobLease, ManualClock]
+
+
+def _adopting(tmp_path, lease_age_s: float) -> Adopted:
+    """An ingest that adopts a lease its caller wrote ``lease_age_s`` before the begin, as a
+    stream micro-batch's commit adopts its tasks' (they write it before staging their rows)."""
+    url = f"file://{tmp_path}/db"
+    Db.open(url, settings=Settings(compactor=None, garbage_collector=None)).close()  # an abort keeps it
+    store = FaultInjectingStore(open_store(url), seed=0)
+    clock = ManualClock(start=1_700_000_000.0)
+    lease = take_lease(store, "a stream's task", LEASE_S, clock, random.Random(4))
+    clock.advance(lease_age_s)
+    store.clear_calls()
+    plan = begin_ingest(url, store=store, clock=clock, lease_s=LEASE_S, seed=1, lease=lease)
+    assert plan.lease_id == lease.id and plan.lease_adopted
+    return store, url, plan, lease, clock
+
+
+def test_an_adopted_fresh_lease_is_not_rewritten_and_is_left_to_its_caller(tmp_path) -> None:
+    store, url, plan, lease, clock = _adopting(tmp_path, 1.0)
+    assert store.count_calls("put", "compactions/") == 0  # the caller's lease is young enough
+    part = PartWriter(store, plan, 0, clock=clock)
+    part.add([b"a"], [b"1"])
+    done = part.finish()
+    with GarbageCollector.open(url, GcOptions(min_age_s=0)) as gc:
+        assert gc.run_once().deleted["sst"] == []  # the adopted lease covers the part's SST
+    commit_ingest(plan, [done], store=store, clock=clock)
+    assert contents(url) == {b"a": b"1"}
+    assert store.count_calls("delete", "compactions/") == 0
+    store.head(paths.job_path(lease.id))  # still there: the caller deletes it with its runs
+
+
+def test_an_adopted_lease_a_quarter_through_is_rewritten_at_begin(tmp_path) -> None:
+    store, _, plan, lease, _ = _adopting(tmp_path, LEASE_S / 4 + 1)
+    assert store.count_calls("put", "compactions/") == 1
+    abort_ingest(plan, [], store=store)
+    store.head(paths.job_path(lease.id))  # an abort leaves it to the caller too
+
+
+def test_a_lease_that_is_no_ulid_is_refused_before_anything_is_written(tmp_path) -> None:
+    url = f"file://{tmp_path}/db"
+    with pytest.raises(InvalidArgument, match="object id"):
+        begin_ingest(url, lease=JobLease("../x", 0.0))
+    assert not (tmp_path / "db").exists()
