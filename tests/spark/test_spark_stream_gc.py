@@ -129,6 +129,7 @@ def test_requests_of_a_micro_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert counts[0] <= 20, counts  # 21 before the lease: the begin wrote its own and deleted it alone
 
 
+@pytest.mark.slow
 def test_a_real_stream_with_gc_passes_running_all_along(spark: Any, tmp_path: Path) -> None:
     """The same through Spark: executors' tasks stage under their leases, the driver's commit
     adopts one. Passes at min_age_s=0 run back to back while the query runs; where one lands
