@@ -4,6 +4,7 @@ deletes it once it is older than ``min_age_s`` (a soak run found these piling up
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ import pytest
 from gc_support import FutureClock
 
 from shaledb import Db, GarbageCollector, GcOptions, Settings
+from shaledb.admin.gc import STAGE_MIN_AGE_S
 
 KILLED_IN_PUT = textwrap.dedent(
     """
@@ -36,6 +38,14 @@ def stages(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if "#" in p.name)
 
 
+def age(*files: Path, days: float = 1.0) -> None:
+    """Set back the files' mtimes: a stage's floor is measured on the host clock that stamps
+    them, so a collector's clock moved ahead alone does not make a stage old."""
+    for f in files:
+        t = f.stat().st_mtime - days * 86_400
+        os.utime(f, (t, t))
+
+
 def killed_in_put(root: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", KILLED_IN_PUT, str(root)], check=False, capture_output=True, timeout=120
@@ -54,6 +64,7 @@ def test_gc_deletes_the_stage_a_killed_writer_left_once_it_is_old(tmp_path: Path
     assert stages(root) == left  # younger than min_age_s: perhaps a live put's
     assert not report.deleted["tmp"]
 
+    age(*left)
     with GarbageCollector.open(str(root), GcOptions(min_age_s=3600.0), clock=FutureClock()) as gc:
         dry = gc.run_once(dry_run=True)
         assert stages(root) == left and dry.deleted["tmp"] == [f"wal/{left[0].name}"]
@@ -76,6 +87,7 @@ def test_gc_leaves_the_stages_of_a_database_nested_below_alone(tmp_path: Path) -
     ours = root / "compacted" / "01ARZ3NDEKTSV4RRFFQ69G5FAV.sst#2"
     ours.parent.mkdir(exist_ok=True)
     ours.write_bytes(b"y" * 10)
+    age(theirs, ours)
     with GarbageCollector.open(str(root), GcOptions(min_age_s=0.0), clock=FutureClock()) as gc:
         report = gc.run_once()
     assert theirs.exists() and not ours.exists()
@@ -91,6 +103,7 @@ def test_gc_leaves_files_outside_the_database_s_folders_alone(tmp_path: Path) ->
     for f in theirs:
         f.parent.mkdir(exist_ok=True)
         f.write_bytes(b"mine")
+    age(*theirs)
     with GarbageCollector.open(str(root), GcOptions(min_age_s=0.0), clock=FutureClock()) as gc:
         report = gc.run_once()
     assert all(f.exists() for f in theirs) and report.deleted["tmp"] == []
@@ -116,5 +129,9 @@ def test_a_fresh_stage_survives_a_pass_at_min_age_zero(tmp_path: Path) -> None:
         report = gc.run_once()
     assert stages(root) == left and not report.deleted["tmp"]
     with GarbageCollector.open(str(root), GcOptions(min_age_s=0.0), clock=FutureClock()) as gc:
+        gc.run_once()  # a clock a day ahead: the stage is still young on the clock that stamped it
+    assert stages(root) == left
+    age(*left, days=STAGE_MIN_AGE_S / 86_400 + 0.01)
+    with GarbageCollector.open(str(root), GcOptions(min_age_s=0.0)) as gc:
         gc.run_once()
     assert stages(root) == []

@@ -303,7 +303,10 @@ class GarbageCollector:
         for cls, directory, parse_id, ids_of in _ULID_CLASSES:
             self._unreferenced(cls, directory, parse_id, ids_of, m, active, window, dry, report)
         self._tmp(m, now, cutoff, live_from, dry, report)
-        self._stages(min(cutoff, now - STAGE_MIN_AGE_S), dry, report)
+        # A stage's age is its mtime, stamped by this host's clock, so the floor is measured on
+        # that clock too: a collector whose clock ran a day ahead (an injected one, or skew on a
+        # shared mount) took a live put's stage for abandoned and stopped its writer.
+        self._stages(min(cutoff, now - STAGE_MIN_AGE_S, SYSTEM_CLOCK.now() - STAGE_MIN_AGE_S), dry, report)
         report.detached = self.lifecycle.detach_step(dry_run=dry)
         report.duration_s = self.clock.monotonic() - started
         c = report.counts()
