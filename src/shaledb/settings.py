@@ -151,6 +151,12 @@ class CompactorOptions:
     ``job_lease_s``: a running job renews its lease object every quarter of
     this; the garbage collector keeps the job's outputs while the lease is
     fresh, so a job may run longer than the GC's ``min_age_s``.
+    ``role_lease_s``: a standalone compactor renews its role lease every
+    quarter of this. A second one started meanwhile stands by instead of
+    fencing it, and takes over once the lease has gone this long without a
+    renewal (the holder crashed or was killed), so two compactors under a
+    restart-always supervisor no longer fence each other in a loop. Machines'
+    clocks must agree within it, as the GC's ``min_age_s`` already assumes.
     """
 
     poll_interval_s: Seconds[float] = Seconds(1.0)
@@ -163,6 +169,7 @@ class CompactorOptions:
     max_subcompactions: int = 1
     manifest_update_timeout_s: Seconds[float] = Seconds(300.0)
     job_lease_s: Seconds[float] = Seconds(600.0)
+    role_lease_s: Seconds[float] = Seconds(30.0)
 
     def __post_init__(self) -> None:
         _positive("CompactorOptions.poll_interval_s", self.poll_interval_s)
@@ -174,6 +181,7 @@ class CompactorOptions:
         if self.max_space_amplification is not None:
             _positive("CompactorOptions.max_space_amplification", self.max_space_amplification)
         _positive("CompactorOptions.job_lease_s", self.job_lease_s)
+        _positive("CompactorOptions.role_lease_s", self.role_lease_s)
         _positive("CompactorOptions.size_ratio", self.size_ratio)
         if self.size_ratio < 1:
             raise InvalidArgument("CompactorOptions.size_ratio must be >= 1")

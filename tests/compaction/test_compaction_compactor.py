@@ -97,7 +97,7 @@ def test_two_compactors_the_older_is_fenced() -> None:
         old = Compactor.open(store=store, options=OPTS)
         (spec, *_) = old.schedule()
         res = old.executor.execute(spec)
-        new = Compactor.open(store=store, options=OPTS)
+        new = Compactor.open(store=store, options=OPTS, takeover=True)
         assert new.epoch == old.epoch + 1  # type: ignore[operator]
         with pytest.raises(FencedError):
             old.commit(spec, res.ssts)
@@ -150,17 +150,17 @@ class LeaseWatch(StoreWrapper):
         self.events: list[tuple[str, str]] = []
 
     def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
-        if path.startswith(paths.JOB_DIR):
+        if paths.parse_job_id(path):  # (not the compactor's role lease, kept until it closes)
             self.events.append(("put", path))
         return super().put(path, data, create=create, attributes=attributes)
 
     def delete(self, path):  # type: ignore[no-untyped-def]
-        if path.startswith(paths.JOB_DIR):
+        if paths.parse_job_id(path):
             self.events.append(("delete", path))
         return super().delete(path)
 
     def delete_many(self, names):  # type: ignore[no-untyped-def]
-        self.events.extend(("delete", p) for p in names if p.startswith(paths.JOB_DIR))
+        self.events.extend(("delete", p) for p in names if paths.parse_job_id(p))
         return super().delete_many(names)
 
 
@@ -174,7 +174,9 @@ def test_each_job_holds_a_lease_until_its_commit() -> None:
         real_commit = c.commit
 
         def commit(spec, ssts):  # type: ignore[no-untyped-def]
-            seen_during_commit.append([o.path for o in inner.list(paths.JOB_DIR)])
+            seen_during_commit.append(
+                [o.path for o in inner.list(paths.JOB_DIR) if paths.parse_job_id(o.path)]
+            )
             return real_commit(spec, ssts)
 
         c.commit = commit  # type: ignore[method-assign]
@@ -184,6 +186,7 @@ def test_each_job_holds_a_lease_until_its_commit() -> None:
         puts = [p for e, p in store.events if e == "put"]
         deletes = [p for e, p in store.events if e == "delete"]
         assert puts and set(puts) == set(deletes)
+        c.close()
         assert not list(inner.list(paths.JOB_DIR))
         db.close()
 
@@ -279,7 +282,7 @@ def test_a_released_role_stays_with_the_compactor_that_took_it_over() -> None:
         (emb,) = [s for s in db._background if isinstance(s, EmbeddedCompactor)]
         fill(db, 50)
         first = Compactor.open(store=store, options=OPTS)
-        second = Compactor.open(store=store, options=OPTS)
+        second = Compactor.open(store=store, options=OPTS, takeover=True)
         first.close()
         fill(db, 200, tag=b"w")
         _until(lambda: isinstance(emb.fenced, FencedError), "the embedded compactor is fenced")

@@ -159,7 +159,9 @@ class Run:
     def compact(self) -> None:
         if self.rng.random() < 0.1:
             # A new compactor fences the old one.
-            self.compactor = Compactor.open(store=self.store, options=COMPACTOR, clock=self.clock)
+            self.compactor = Compactor.open(
+                store=self.store, options=COMPACTOR, clock=self.clock, takeover=True
+            )
         self.compactor.run_once()
         if self.rng.random() < 0.5:
             self.db.refresh_manifest()

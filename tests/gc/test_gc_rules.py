@@ -235,16 +235,18 @@ def test_live_job_leases_protect_outputs_and_stale_ones_are_removed() -> None:
             assert not {f"compacted/{s.id}.sst" for s in res.ssts} & set(report.deleted["sst"])
             assert {s.id for s in res.ssts} <= sst_ids(store)
             c.commit(spec, res.ssts)
-        # ... and the lease goes with the commit.
-        assert not list(store.list(paths.JOB_DIR))
+        # ... and the lease goes with the commit (the compactor's role lease stays while it runs).
+        assert not [m for m in store.list(paths.JOB_DIR) if paths.parse_job_id(m.path)]
         # A lease left by a killed compactor of an older epoch protects nothing.
         (spec2, *_) = c.schedule() or [None]
         stale = c.lease("killed")
         stale.__enter__()
         orphan = c.executor.execute(spec2).ssts if spec2 else ()
-        Compactor.open(store=store, options=OPTS)  # the restarted compactor: a newer epoch
+        new = Compactor.open(store=store, options=OPTS, takeover=True)  # restarted: a newer epoch
         report = GarbageCollector.open(store=store).run_once(min_age_s=0)
-        assert report.deleted["job"] == [stale.path]
+        # The killed one's role lease goes too; the live one's stays.
+        assert report.deleted["job"] == sorted([stale.path, paths.role_lease_path(c.epoch or 0)])
+        assert [m.path for m in store.list(paths.JOB_DIR)] == [paths.role_lease_path(new.epoch or 0)]
         assert {s.id for s in orphan} <= {paths.parse_sst_id(p) for p in report.deleted["sst"]}
 
 

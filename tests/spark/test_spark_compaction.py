@@ -83,7 +83,7 @@ def test_a_spark_compaction_fenced_by_a_newer_compactor_commits_nothing(spark, t
     real = spark_compaction._run_job
 
     def run_job_then_get_fenced(sc, c, *args):
-        Compactor.open(url, OPTIONS, settings=SETTINGS)  # a newer compactor claims the epoch
+        Compactor.open(url, OPTIONS, settings=SETTINGS, takeover=True)  # a newer one claims the epoch
         return real(sc, c, *args)
 
     monkeypatch.setattr(spark_compaction, "_run_job", run_job_then_get_fenced)

@@ -491,6 +491,11 @@ class GarbageCollector:
         for meta in leases:
             job = paths.parse_job_id(meta.path)
             if job is None:
+                # A compactor's role lease (compaction.role) of an older epoch: its holder
+                # was killed before it could delete it. The current epoch's stays.
+                role = paths.parse_role_epoch(meta.path)
+                if role is not None and role < m.compactor_epoch and meta.last_modified <= cutoff:
+                    doomed.append(meta)
                 continue
             try:
                 parsed = read_lease(self.store.get(meta.path))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,10 +21,11 @@ from ..admin.gc import UNCOMMITTED_MIN_AGE_S, GarbageCollector, GcReport
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..duration import format_duration
+from ..errors import FencedError
 from ..numbers import counted, human_size
 from ..settings import CompactorOptions, GcOptions
 from .options import SECONDS_HELP, flags_named, seconds_option
-from .output import Output, command, id_list
+from .output import EXIT_FENCED, Output, command, id_list
 from .settings import cli_settings
 
 
@@ -52,6 +54,8 @@ def _emit_line(out: Output, data: dict[str, Any], text: str) -> None:
 
 
 def _compaction_line(r: CompactionReport) -> str:
+    if r.held_by:
+        return f"manifest {r.manifest_id}: standing by: {r.held_by} holds the compactor role; nothing done"
     rate = r.input_bytes / 1e6 / r.duration_s if r.duration_s > 0 else 0.0
     jobs = "; ".join(r.jobs) if r.jobs else "nothing to do"
     return (
@@ -69,10 +73,16 @@ def _compactor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-subcompactions", type=int, default=None, metavar="N", help="parallel key ranges per job"
     )
+    p.add_argument(
+        "--takeover",
+        action="store_true",
+        help="fence a live compactor at once instead of standing by until its lease lapses",
+    )
 
 
 @command(
-    "run-compactor", "compact L0 SSTs and sorted runs (claims the compactor epoch: fences running ones)"
+    "run-compactor",
+    "compact L0 SSTs and sorted runs (stands by while another standalone compactor is live)",
 )(_compactor_args)
 def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
     # The [compactor] table of --settings / SHALEDB_COMPACTOR__* (they were ignored), unless
@@ -90,7 +100,7 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
     if changes:
         with flags_named(flags):
             opts = replace(opts, **changes)
-    c = Compactor.open(args.path, opts, settings=settings)
+    c = Compactor.open(args.path, opts, settings=settings, takeover=args.takeover)
     try:
         if args.once:
             with out.progress("compaction", unit="bytes") as progress:
@@ -98,10 +108,21 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
             _emit_line(out, r.to_dict(), _compaction_line(r))
             return None
         if not out.as_json:
-            out.line(f"compactor running with epoch {c.epoch} (Ctrl-C to stop)")
+            if c.holder is not None:
+                out.line(
+                    f"compactor standing by: {c.holder.describe()} holds the role; it takes over "
+                    "if that one's lease lapses (Ctrl-C to stop)"
+                )
+            else:
+                out.line(f"compactor running with epoch {c.epoch} (Ctrl-C to stop)")
         with _stop_on_signals(c.stop):
             c.run(on_report=lambda r: _emit_line(out, r.to_dict(), _compaction_line(r)))
         return None
+    except FencedError as exc:
+        # Not a failure of this process: another compactor holds the role now. A distinct
+        # status (and no traceback) so a supervisor or operator can tell it from a crash.
+        sys.stderr.write(f"shaledb: run-compactor stopped, fenced: {exc}\n")
+        return EXIT_FENCED
     finally:
         # Gives the role back: a writer's embedded compactor this one fenced resumes.
         c.close()

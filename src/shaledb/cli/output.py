@@ -18,6 +18,9 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
+EXIT_FENCED = 4
+"""``run-compactor`` stopped because another compactor took the role over (a supervisor
+may tell it from a crash: restarting it then only makes it stand by)."""
 
 Handler = Callable[[argparse.Namespace, "Output"], int | None]
 COMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None], Handler]] = []

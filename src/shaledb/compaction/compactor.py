@@ -7,7 +7,10 @@ manifest CAS *commits* them. :class:`Compactor` does this for one database,
 standalone (``Compactor.open(url).run()`` or ``shaledb run-compactor``) or
 embedded in the writer (:class:`EmbeddedCompactor`, a background thread).
 
-Fencing (see docs/design/manifest-and-fencing.md). Opening a compactor bumps ``compactor_epoch`` by CAS.
+Fencing (see docs/design/manifest-and-fencing.md). Opening a compactor bumps ``compactor_epoch`` by CAS,
+unless a live standalone compactor holds the role: then it stands by and takes over only
+once that one's role lease lapses (:mod:`~shaledb.compaction.role`; ``takeover=True``
+fences at once, as every open did before).
 Every commit re-checks the epoch inside its manifest mutator, so an older
 compactor's next commit raises :class:`~shaledb.errors.FencedError` and its
 outputs become orphans for the garbage collector. An embedded compactor that
@@ -65,6 +68,7 @@ from ..store.parallel import Progress
 from ..store.stack import close_quietly, open_stack
 from .executor import ExecResult, Executor, KeyRange, RangeResult
 from .index_rdels import OPT_CLEANED, cleaned_seq, cleaning_due, keep_above
+from .role import Holder, RoleLease, Standby
 from .scheduler import CompactionSpec, schedule
 
 if TYPE_CHECKING:
@@ -177,6 +181,8 @@ class JobLease:
         self.path = paths.job_path(self.job_id)
         self._last = 0.0
         self._lock = threading.Lock()
+        self.also: Callable[[], None] | None = None
+        """Called on every :meth:`beat` (the standalone compactor's role lease renews with it)."""
 
     def _write(self) -> None:
         body = {"epoch": self.epoch, "lease_s": self.lease_s, "job": self.what, "renewed_s": self.clock.now()}
@@ -189,6 +195,8 @@ class JobLease:
             with self._lock:
                 if self.clock.monotonic() - self._last >= self.lease_s / 4:
                     self._write()
+        if self.also is not None:
+            self.also()
 
     def __enter__(self) -> JobLease:
         self._write()
@@ -240,6 +248,8 @@ class CompactionReport:
     entries_read: int = 0
     entries_written: int = 0
     duration_s: float = 0.0
+    held_by: str = ""
+    """Set when this compactor stood by: the live compactor holding the role (nothing done)."""
 
     @property
     def did_work(self) -> bool:
@@ -279,6 +289,7 @@ class CompactionReport:
             "entries_read": self.entries_read,
             "entries_written": self.entries_written,
             "duration_s": round(self.duration_s, 3),
+            **({"held_by": self.held_by} if self.held_by else {}),
         }
 
 
@@ -299,8 +310,12 @@ class Compactor:
         seed: int | None = None,
         settings: Settings | None = None,
         store_options: Mapping[str, object] | None = None,
+        takeover: bool = False,
     ) -> Compactor:
-        """Open a standalone compactor: claim ``compactor_epoch`` (fencing older ones).
+        """Open a standalone compactor: claim ``compactor_epoch`` (fencing older ones), or
+        stand by while another standalone compactor's role lease is live (:attr:`holder`
+        says whose; :meth:`run` takes over once it lapses, :meth:`run_once` and
+        :meth:`schedule` do nothing meanwhile). ``takeover=True`` claims at once.
 
         ``settings`` supplies the SST format (block size, compression, bloom
         bits) and store retries; ``options`` default to ``settings.compactor``.
@@ -318,7 +333,10 @@ class Compactor:
         st = open_stack(url, store, store_options, settings, clock, rng)
         try:
             c = cls(st, options, settings=settings, clock=clock, rng=rng, store_options=store_options)
-            c.claim()
+            if takeover:
+                c.claim()
+            else:
+                c._claim_unless_held()
         except BaseException:
             close_quietly(st if store is None else None)
             raise
@@ -368,6 +386,10 @@ class Compactor:
         self.executor.folder_for = self._merge_folder
         self.epoch: int | None = None
         self.manifest: Manifest | None = None
+        self.holder: Holder | None = None
+        """While this compactor stands by: the live compactor that holds the role."""
+        self._role: RoleLease | None = None
+        self._standby = Standby(store, clock)
         self._polls = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -403,8 +425,44 @@ class Compactor:
             raise NotFound(f"no database at {self.store.describe()}")
         m = self._update(ClaimCompactorEpoch())
         self.epoch = m.compactor_epoch
+        self.holder = None
+        if self.host is None:  # standalone: a second one stands by while this lease is live
+            token = f"{self.rng.getrandbits(64):016x}"
+            self._role = RoleLease(self.store, self.clock, self.epoch, self.options.role_lease_s, token)
         log.info("compactor claimed epoch %d at manifest %d", self.epoch, m.id)
         return self.epoch
+
+    def _claim_unless_held(self) -> bool:
+        """Claim the role unless a live standalone compactor holds it; whether we hold it.
+
+        Standing by logs once at INFO, naming the holder."""
+        m = self.manifests.read_latest() if self.manifest is None else self.manifests.refresh(self.manifest)
+        if m is None:
+            raise NotFound(f"no database at {self.store.describe()}")
+        self.manifest = m
+        h = self._standby.live_holder(m)
+        if h is None:
+            was, epoch = self.holder, self.claim()
+            if was is not None:  # a crash (or a kill) of the holder: worth a line without --verbose
+                log.warning("compactor epoch %d takes over from %s: its lease lapsed", epoch, was.describe())
+            return True
+        if self.holder is None or self.holder.epoch != h.epoch:
+            log.info(
+                "compactor standing by: %s holds the role; taking over if its lease lapses "
+                "(%.0fs without a renewal)",
+                h.describe(),
+                h.lease_s,
+            )
+        self.holder = h
+        return False
+
+    def _standing_by(self) -> bool:
+        """Whether this standalone compactor still stands by (it claims once the lease lapsed)."""
+        return self.holder is not None and self.epoch is None and not self._claim_unless_held()
+
+    def _beat(self) -> None:
+        if self._role is not None:
+            self._role.beat()
 
     def latest(self) -> Manifest:
         """The newest manifest this compactor knows (cheap: probes, rarely lists)."""
@@ -422,14 +480,21 @@ class Compactor:
         if self.epoch is None:
             raise InvalidArgument("the compactor has not claimed an epoch (use Compactor.open)")
         if m.compactor_epoch != self.epoch:
-            raise FencedError(
-                f"compactor epoch {m.compactor_epoch} took over; this compactor (epoch {self.epoch}) stops"
-            )
+            if self._role is not None:
+                self._role.drop()
+                self._role = None
+            h = self._standby.state(m)[1]
+            who = h.describe() if h is not None else f"compactor epoch {m.compactor_epoch}"
+            raise FencedError(f"{who} took over; this compactor (epoch {self.epoch}) stops")
 
     # ------------------------------------------------------------ the work
 
     def schedule(self, m: Manifest | None = None) -> list[CompactionSpec]:
-        """The jobs worth running on the latest manifest (both trees)."""
+        """The jobs worth running on the latest manifest (both trees); none while this
+        compactor stands by (:attr:`holder`)."""
+        if self._standing_by():
+            return []
+        self._beat()
         m = m or self.latest()
         self._check_epoch(m)
         if not m.initialized or m.destroyed_at_s is not None:
@@ -482,7 +547,9 @@ class Compactor:
         """A job lease for work on this compactor's epoch (use as a context manager)."""
         if self.epoch is None:
             raise InvalidArgument("the compactor has not claimed an epoch (use Compactor.open)")
-        return JobLease(self.store, self.clock, self.rng, self.epoch, self.options.job_lease_s, what)
+        lease = JobLease(self.store, self.clock, self.rng, self.epoch, self.options.job_lease_s, what)
+        lease.also = self._beat  # the role lease too: a long job must not look like a crash
+        return lease
 
     def commit(self, spec: CompactionSpec, ssts: tuple[SstInfo, ...] | list[SstInfo]) -> Manifest:
         """Replace ``spec``'s sources with a run of ``ssts`` in one manifest CAS.
@@ -533,6 +600,8 @@ class Compactor:
         started = self.clock.monotonic()
         report = CompactionReport()
         specs = self.schedule()
+        if self.holder is not None:
+            report.held_by = self.holder.describe()
         for spec in specs:
             if self._stop.is_set():
                 break
@@ -582,11 +651,31 @@ class Compactor:
         within the retry budget) is logged and tried again at the next poll, as the embedded
         compactor does: before, a store outage over a minute ended ``run-compactor`` for good.
 
+        A compactor that stands by (:attr:`holder`) polls the holder's role lease every
+        quarter of ``role_lease_s`` and takes over once it lapses; one that holds the role
+        renews its own lease as it goes.
+
         Raises:
             FencedError: a newer compactor took over.
         """
+        try:
+            self._run(on_report)
+        finally:
+            if self._role is not None:
+                self._role.serve(False)
+
+    def _run(self, on_report: Callable[[CompactionReport], None] | None) -> None:
+        serving = False
         while not self._stop.is_set():
             try:
+                if self._standing_by():
+                    self.clock.wait(self._wake, self.options.role_lease_s / 4)
+                    self._wake.clear()
+                    continue
+                if not serving and self._role is not None:
+                    self._role.serve(True)  # a standby waits for us from now on
+                    serving = True
+                self._beat()
                 report = self.run_once()
             except Unavailable as exc:
                 log.warning(
@@ -599,7 +688,7 @@ class Compactor:
                 if on_report is not None:
                     on_report(report)
                 continue
-            self.clock.wait(self._wake, self.options.poll_interval_s)
+            self.clock.wait(self._wake, min(self.options.poll_interval_s, self.options.role_lease_s / 4))
             self._wake.clear()
 
     def wake(self) -> None:
@@ -626,14 +715,19 @@ class Compactor:
         one sees the mark and claims the role again; a failure is logged (the embedded one
         then stays paused until its writer reopens, as before this existed)."""
         epoch, self.epoch = self.epoch, None
+        role, self._role = self._role, None
         if epoch is None:
             return
         try:
-            self._update(ReleaseCompactorEpoch(epoch))
+            m = self._update(ReleaseCompactorEpoch(epoch))
         except ShaleError as exc:
             log.warning("compactor epoch %d could not give its role back: %s", epoch, exc)
             return
-        log.info("compactor epoch %d released the role", epoch)
+        finally:
+            if role is not None:  # after the release: a standby never sees a released role leased
+                role.drop()
+        if m.compactor_epoch == epoch:  # (a fenced one has nothing to give back: it said
+            log.info("compactor epoch %d released the role", epoch)  # "released" all the same)
 
     def __enter__(self) -> Compactor:
         return self
@@ -676,6 +770,12 @@ class EmbeddedCompactor:
     writer reopened, and a one-off ``run-compactor --once`` or Spark compaction left the
     writer stalled on L0 for good. Other failures are logged and retried at the next
     poll, so a flaky store does not stop compaction for good.
+
+    With standalone compactors keeping role leases (:mod:`~shaledb.compaction.role`), it
+    also starts paused when a live one holds the role as its writer opens (it used to fence
+    it, and the standalone one exited), and resumes when that one's lease lapses (killed
+    without closing), not only on a release. It reads the lease (one GET, with a manifest
+    probe) at the writer's open and, while paused, every quarter of ``role_lease_s``.
     """
 
     def __init__(self, host: WriterHost, options: CompactorOptions) -> None:
@@ -698,6 +798,7 @@ class EmbeddedCompactor:
         """Everything this thread compacted (``jobs`` keeps the last 100)."""
         self.idle = False
         """The last pass found nothing to do."""
+        self._looked_at: float | None = None
         self._thread = threading.Thread(target=self._run, name="shaledb-compactor", daemon=True)
         self._thread.start()
 
@@ -719,20 +820,48 @@ class EmbeddedCompactor:
         m = self.host.manifest
         return m.option(OPT_COMPACTOR_RELEASED) == str(m.compactor_epoch)
 
+    def _standalone_state(self) -> str:
+        """The role lease's state (:meth:`Standby.state`) for the latest manifest; ``"live"``
+        between reads (at most one every quarter of ``role_lease_s``) and when unreadable."""
+        c = self.compactor
+        now = c.clock.monotonic()
+        if self._looked_at is not None and now - self._looked_at < c.options.role_lease_s / 4:
+            return "live"
+        self._looked_at = now
+        try:
+            state, h = c._standby.state(self.host.manifests.refresh(self.host.manifest))
+        except ShaleError as exc:
+            log.debug("embedded compactor: could not read the compactor role lease: %s", exc)
+            return "live"
+        if state == "live" and h is not None and self.fenced is None:
+            self.fenced = FencedError(f"{h.describe()} holds the role")
+            log.warning(
+                "embedded compactor starts paused: standalone %s holds the role; it resumes when "
+                "that one closes or its lease lapses",
+                h.describe(),
+            )
+        return state
+
     def _run(self) -> None:
         c = self.compactor
         opts = c.options
         while not c._stop.is_set():
             try:
                 if c.epoch is None:
-                    if self.fenced is not None and not self._released():
+                    if self.fenced is None:  # the writer's open: a live standalone one keeps the role
+                        held = self._standalone_state() == "live"
+                    else:  # paused: until released, or the lease of the one that fenced us lapsed
+                        held = not self._released() and self._standalone_state() != "lapsed"
+                    if held:
                         c.clock.wait(c._wake, opts.poll_interval_s)
                         c._wake.clear()
                         continue
                     c.claim()
                     if self.fenced is not None:
                         log.warning(
-                            "embedded compactor resumes with epoch %d (the other compactor closed)", c.epoch
+                            "embedded compactor resumes with epoch %d (the other compactor closed or "
+                            "its lease lapsed)",
+                            c.epoch,
                         )
                         self.fenced = None
                 report = c.run_once()

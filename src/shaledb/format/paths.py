@@ -7,6 +7,7 @@ Every object a database writes lives under its root, at a name built here:
     compacted/<ULID>.sst              L0 and sorted-run SSTs
     journal/<ULID>.journal            value-journal objects
     compactions/<ULID>.job            leases of running compaction jobs (GC reads them)
+    compactions/<20-digit epoch>.role a standalone compactor's role lease (a second one stands by)
     tmp/<...>                         temporary objects (two-phase writes, jobs)
 
 Ids are zero-padded to 20 digits so listing order is id order. Names parsed
@@ -86,6 +87,11 @@ def job_path(job_id: str) -> str:
     return f"{JOB_DIR}{job_id}.job"
 
 
+def role_lease_path(epoch: int) -> str:
+    """The role lease of standalone compactor epoch ``epoch`` (``compaction.role``)."""
+    return f"{JOB_DIR}{epoch:020d}.role"
+
+
 def stage_prefix(exchange_id: str) -> str:
     """Where the staged runs of one bulk load's exchange go (its lease's ULID)."""
     check_ulid(exchange_id)
@@ -146,6 +152,14 @@ def parse_job_id(path: str) -> str | None:
         return None
     core = path[len(JOB_DIR) : -len(".job")]
     return core if _ULID_RE.fullmatch(core) else None
+
+
+def parse_role_epoch(path: str) -> int | None:
+    """The epoch of a ``compactions/<20-digit epoch>.role`` name, or None for anything else."""
+    if not (path.startswith(JOB_DIR) and path.endswith(".role")):
+        return None
+    core = path[len(JOB_DIR) : -len(".role")]
+    return int(core) if _ID_RE.fullmatch(core) else None
 
 
 def is_own(path: str) -> bool:
