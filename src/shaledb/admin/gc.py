@@ -494,8 +494,8 @@ class GarbageCollector:
                 # A compactor's role lease (compaction.role) of an older epoch: its holder
                 # was killed before it could delete it. The current epoch's stays.
                 role = paths.parse_role_epoch(meta.path)
-                if role is not None and role < m.compactor_epoch and meta.last_modified <= cutoff:
-                    doomed.append(meta)
+                if role is not None and role < m.compactor_epoch:
+                    stale.append(meta)  # deleted by _leases once older than the cutoff
                 continue
             try:
                 parsed = read_lease(self.store.get(meta.path))
