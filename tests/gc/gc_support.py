@@ -5,11 +5,13 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from shaledb.format import paths
 from shaledb.store import ObjectStore, drop_memory_store, open_store
+from shaledb.store.base import ObjectMeta
+from shaledb.store.wrappers import StoreWrapper
 
 
 @contextmanager
@@ -57,3 +59,18 @@ def manifest_ids(store: ObjectStore) -> list[int]:
     return [
         i for i in (paths.parse_manifest_id(m.path) for m in store.list(paths.MANIFEST_DIR)) if i is not None
     ]
+
+
+class ActOnSstListing(StoreWrapper):
+    """The collector's store: runs ``act`` once, when the pass lists ``compacted/``, before
+    listing (a write or a compaction lands exactly between the pass's steps)."""
+
+    def __init__(self, inner: ObjectStore, act: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.act: Callable[[], None] | None = act
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        if prefix.startswith(paths.SST_DIR) and self.act is not None:
+            act, self.act = self.act, None
+            act()
+        return self.inner.list(prefix, offset=offset)

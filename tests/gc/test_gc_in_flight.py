@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from gc_support import FutureClock, memory_store, sst_ids
+from gc_support import ActOnSstListing, FutureClock, memory_store, sst_ids
 
 from shaledb import CompactorOptions, Db, DbReader, GarbageCollector, GcOptions, Settings
 from shaledb.admin.gc import UNCOMMITTED_MIN_AGE_S
@@ -21,7 +21,6 @@ from shaledb.compaction import Compactor
 from shaledb.errors import ShaleError
 from shaledb.format import paths
 from shaledb.store import ObjectStore
-from shaledb.store.base import ObjectMeta
 from shaledb.store.wrappers import StoreWrapper
 
 NO_BG = Settings(l0_max_ssts=1000, compactor=None, garbage_collector=None)
@@ -39,20 +38,6 @@ class BeforeManifestPut(StoreWrapper):
             act, self.act = self.act, None
             act()
         self.inner.put(path, data, create=create, attributes=attributes)
-
-
-class ActOnSstListing(StoreWrapper):
-    """Runs ``act`` once, when the pass lists ``compacted/``, before listing."""
-
-    def __init__(self, inner: ObjectStore, act: Callable[[], None]) -> None:
-        super().__init__(inner)
-        self.act: Callable[[], None] | None = act
-
-    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
-        if prefix.startswith(paths.SST_DIR) and self.act is not None:
-            act, self.act = self.act, None
-            act()
-        return self.inner.list(prefix, offset=offset)
 
 
 def _put(db: Db, tag: bytes, n: int = 50) -> dict[bytes, bytes]:

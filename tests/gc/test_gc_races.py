@@ -11,17 +11,15 @@ removes the SST from the latest version before the listing is returned.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 
 import pytest
-from gc_support import memory_store
+from gc_support import ActOnSstListing, memory_store
 
 from shaledb import CompactorOptions, Db, DbReader, GarbageCollector, GcOptions, Settings, admin
 from shaledb.compaction import Compactor
 from shaledb.errors import ObjectNotFound
 from shaledb.format import paths
 from shaledb.store import ObjectStore
-from shaledb.store.base import ObjectMeta
 from shaledb.store.wrappers import StoreWrapper
 from shaledb.testing.faults import OnFirstGet
 
@@ -49,20 +47,6 @@ class HeldManifestPut(StoreWrapper):
             self.entered.set()
             assert self.release.wait(60), "the test never released the held manifest write"
         self.inner.put(path, data, create=create, attributes=attributes)
-
-
-class ActOnSstListing(StoreWrapper):
-    """The collector's store: runs ``act`` once, when the pass lists ``compacted/``, before listing."""
-
-    def __init__(self, inner: ObjectStore, act: Callable[[], None]) -> None:
-        super().__init__(inner)
-        self.act: Callable[[], None] | None = act
-
-    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
-        if prefix.startswith(paths.SST_DIR) and self.act is not None:
-            act, self.act = self.act, None
-            act()
-        return self.inner.list(prefix, offset=offset)
 
 
 def _put(db: Db, tag: bytes, n: int = 60) -> dict[bytes, bytes]:

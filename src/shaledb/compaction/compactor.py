@@ -68,7 +68,7 @@ from ..store.parallel import Progress
 from ..store.stack import close_quietly, open_stack
 from .executor import ExecResult, Executor, KeyRange, RangeResult
 from .index_rdels import OPT_CLEANED, cleaned_seq, cleaning_due, keep_above
-from .role import Holder, RoleLease, Standby
+from .role import Holder, Renewed, RoleLease, Standby
 from .scheduler import CompactionSpec, schedule
 
 if TYPE_CHECKING:
@@ -166,35 +166,24 @@ def _run_key(r: SortedRun) -> tuple[int, tuple[str, ...]]:
 # ------------------------------------------------------------------ leases
 
 
-class JobLease:
+class JobLease(Renewed):
     """``compactions/<ULID>.job`` while a job runs (see module docstring)."""
 
     def __init__(
         self, store: ObjectStore, clock: Clock, rng: random.Random, epoch: int, lease_s: float, what: str
     ) -> None:
-        self.store = store
-        self.clock = clock
-        self.epoch = epoch
-        self.lease_s = lease_s
-        self.what = what
         self.job_id = paths.new_ulid(clock.now(), rng)
-        self.path = paths.job_path(self.job_id)
-        self._last = 0.0
-        self._lock = threading.Lock()
+        super().__init__(store, clock, paths.job_path(self.job_id), lease_s)
+        self.epoch = epoch
+        self.what = what
         self.also: Callable[[], None] | None = None
         """Called on every :meth:`beat` (the standalone compactor's role lease renews with it)."""
 
-    def _write(self) -> None:
-        body = {"epoch": self.epoch, "lease_s": self.lease_s, "job": self.what, "renewed_s": self.clock.now()}
-        self.store.put(self.path, json.dumps(body).encode())
-        self._last = self.clock.monotonic()
+    def body(self) -> dict[str, object]:
+        return {"epoch": self.epoch, "lease_s": self.lease_s, "job": self.what}
 
     def beat(self) -> None:
-        """Renew the lease if a quarter of it has passed (cheap to call often)."""
-        if self.clock.monotonic() - self._last >= self.lease_s / 4:
-            with self._lock:
-                if self.clock.monotonic() - self._last >= self.lease_s / 4:
-                    self._write()
+        super().beat()
         if self.also is not None:
             self.also()
 

@@ -113,43 +113,26 @@ def parse_holder(data: bytes) -> Holder | None:
     return h if 0 < h.lease_s < float("inf") else None
 
 
-class RoleLease:
-    """The lease a standalone compactor keeps while it holds epoch ``epoch``."""
+class Renewed:
+    """A lease object rewritten whole to renew it, at most once per quarter of ``lease_s``
+    however often :meth:`beat` is called (a job's lease, a standalone compactor's role lease):
+    a holder three renewals late is still live, and a busy loop costs no extra PUTs."""
 
-    def __init__(self, store: ObjectStore, clock: Clock, epoch: int, lease_s: float, token: str) -> None:
+    def __init__(self, store: ObjectStore, clock: Clock, path: str, lease_s: float) -> None:
         self.store = store
         self.clock = clock
-        self.path = paths.role_lease_path(epoch)
-        self.body = {
-            "epoch": epoch,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "pidns": _pid_namespace(),
-            "token": token,
-            "since_s": clock.now(),
-            "lease_s": float(lease_s),
-            "serving": False,
-        }
-        self.lease_s = float(lease_s)
+        self.path = path
+        self.lease_s = lease_s
         self._last = 0.0
         self._lock = threading.Lock()
-        self._write()
 
-    def serve(self, serving: bool) -> None:
-        """Say (at once) whether the holder runs as a service, which a standby waits for."""
-        token = str(self.body["token"])
-        with _LIVE_LOCK:
-            if serving:
-                _LIVE_HERE.add(token)
-            else:
-                _LIVE_HERE.discard(token)
-        with self._lock:
-            self.body["serving"] = serving
-            self._write()
+    def body(self) -> dict[str, object]:
+        """The lease's fields but ``renewed_s`` (docs/format/leases.md)."""
+        raise NotImplementedError
 
     def _write(self) -> None:
-        body = {**self.body, "renewed_s": self.clock.now()}
-        self.store.put(self.path, json.dumps(body, sort_keys=True).encode())
+        data = {**self.body(), "renewed_s": self.clock.now()}
+        self.store.put(self.path, json.dumps(data, sort_keys=True).encode())
         self._last = self.clock.monotonic()
 
     def beat(self) -> None:
@@ -159,10 +142,43 @@ class RoleLease:
                 if self.clock.monotonic() - self._last >= self.lease_s / 4:
                     self._write()
 
+
+class RoleLease(Renewed):
+    """The lease a standalone compactor keeps while it holds epoch ``epoch``."""
+
+    def __init__(self, store: ObjectStore, clock: Clock, epoch: int, lease_s: float, token: str) -> None:
+        super().__init__(store, clock, paths.role_lease_path(epoch), float(lease_s))
+        self.fields: dict[str, object] = {
+            "epoch": epoch,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pidns": _pid_namespace(),
+            "token": token,
+            "since_s": clock.now(),
+            "lease_s": float(lease_s),
+            "serving": False,
+        }
+        self._write()
+
+    def body(self) -> dict[str, object]:
+        return self.fields
+
+    def serve(self, serving: bool) -> None:
+        """Say (at once) whether the holder runs as a service, which a standby waits for."""
+        token = str(self.fields["token"])
+        with _LIVE_LOCK:
+            if serving:
+                _LIVE_HERE.add(token)
+            else:
+                _LIVE_HERE.discard(token)
+        with self._lock:
+            self.fields["serving"] = serving
+            self._write()
+
     def drop(self) -> None:
         """Remove the lease (the role was released or taken over); failures only log."""
         with _LIVE_LOCK:
-            _LIVE_HERE.discard(str(self.body["token"]))
+            _LIVE_HERE.discard(str(self.fields["token"]))
         try:
             self.store.delete(self.path)
         except ShaleError:
@@ -207,4 +223,4 @@ class Standby:
         return h if state == "live" else None
 
 
-__all__ = ["Holder", "RoleLease", "Standby", "parse_holder"]
+__all__ = ["Holder", "Renewed", "RoleLease", "Standby", "parse_holder"]
