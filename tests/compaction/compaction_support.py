@@ -11,6 +11,7 @@ from shaledb.format import paths
 from shaledb.format.row import KIND_TOMBSTONE, TYPE_MASK, decode_payload
 from shaledb.format.sst import SstBuilder, decode_sst
 from shaledb.manifest.model import SstInfo
+from shaledb.settings import Settings
 from shaledb.store import ObjectStore, drop_memory_store, open_store
 
 Row = tuple[bytes, int, int, bytes]
@@ -87,3 +88,13 @@ class FutureClock:
 
     def wait(self, event, timeout):  # type: ignore[no-untyped-def]
         return event.wait(timeout)
+
+
+NO_BG = Settings(
+    l0_sst_size_bytes=4096,
+    max_unflushed_bytes=1 << 20,
+    l0_max_ssts=1000,
+    compactor=None,
+    garbage_collector=None,
+)
+"""A writer with small L0 SSTs and no background compactor or collector: the test runs them."""

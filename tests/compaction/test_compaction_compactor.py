@@ -11,9 +11,9 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from compaction_support import memory_store
+from compaction_support import NO_BG, memory_store
 
-from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, RetryOptions, Settings, Unavailable
+from shaledb import CompactorOptions, Db, FencedError, GarbageCollector, RetryOptions, Unavailable
 from shaledb.admin import read_manifest
 from shaledb.cli import main
 from shaledb.compaction import Compactor, EmbeddedCompactor
@@ -22,13 +22,6 @@ from shaledb.format import paths
 from shaledb.manifest.options import OPT_COMPACTOR_RELEASED
 from shaledb.store import ObjectStore, StoreWrapper
 
-NO_BG = Settings(
-    l0_sst_size_bytes=4096,
-    max_unflushed_bytes=1 << 20,
-    l0_max_ssts=1000,
-    compactor=None,
-    garbage_collector=None,
-)
 OPTS = CompactorOptions(min_l0_ssts=2, max_sst_size_bytes=8192, poll_interval_s=0.05)
 
 

@@ -3,22 +3,14 @@ snapshot reads the old view, released with a grace period, removed by the next w
 
 from __future__ import annotations
 
-from compaction_support import FutureClock, memory_store
+from compaction_support import NO_BG, FutureClock, memory_store
 
-from shaledb import CompactorOptions, Db, GarbageCollector, Settings
+from shaledb import CompactorOptions, Db, GarbageCollector
 from shaledb.compaction import Compactor
 from shaledb.engine.pins import referenced_objects
 from shaledb.manifest import Manifest
 from shaledb.store import ObjectStore
 from shaledb.store.wrappers import StoreWrapper
-
-NO_BG = Settings(
-    l0_sst_size_bytes=4096,
-    max_unflushed_bytes=1 << 20,
-    l0_max_ssts=1000,
-    compactor=None,
-    garbage_collector=None,
-)
 
 
 def writer_cps(m: Manifest) -> list:  # type: ignore[type-arg]

@@ -19,21 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compaction_support import memory_store
+from compaction_support import NO_BG, memory_store
 
-from shaledb import CompactorOptions, Db, FencedError, NotFound, Settings
+from shaledb import CompactorOptions, Db, FencedError, NotFound
 from shaledb.admin import read_manifest
 from shaledb.compaction import Compactor, EmbeddedCompactor
 from shaledb.store import ObjectStore, StoreWrapper
 from shaledb.testing import ManualClock
 
-NO_BG = Settings(
-    l0_sst_size_bytes=4096,
-    max_unflushed_bytes=1 << 20,
-    l0_max_ssts=1000,
-    compactor=None,
-    garbage_collector=None,
-)
 OPTS = CompactorOptions(min_l0_ssts=2, max_sst_size_bytes=8192, poll_interval_s=1.0)
 LEASE_S = 30.0
 """``CompactorOptions.role_lease_s``'s default."""

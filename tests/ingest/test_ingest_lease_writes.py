@@ -56,6 +56,17 @@ def test_a_late_commit_alone_rewrites(tmp_path) -> None:
     assert writes == 2
 
 
+def _gc_deletes_nothing_then_commit(url, store, plan, done) -> None:
+    """A pass at ``min_age_s=0`` before the commit deletes no SST; the commit then holds the row."""
+    gc = GarbageCollector.open(url, GcOptions(min_age_s=0))
+    try:
+        assert gc.run_once().deleted["sst"] == []
+    finally:
+        gc.close()
+    commit_ingest(plan, [done], store=store)
+    assert contents(url) == {b"k": b"v"}
+
+
 def test_the_lease_from_the_begin_still_keeps_the_gc_off(tmp_path) -> None:
     """A part that wrote no lease of its own is protected by the begin's until it lapses."""
     url = f"file://{tmp_path}/db"
@@ -64,13 +75,7 @@ def test_the_lease_from_the_begin_still_keeps_the_gc_off(tmp_path) -> None:
     part = PartWriter(store, plan, 0)
     part.add([b"k"], [b"v"])
     done = part.finish()
-    gc = GarbageCollector.open(url, GcOptions(min_age_s=0))
-    try:
-        assert gc.run_once().deleted["sst"] == []
-    finally:
-        gc.close()
-    commit_ingest(plan, [done], store=store)
-    assert contents(url) == {b"k": b"v"}
+    _gc_deletes_nothing_then_commit(url, store, plan, done)
 
 
 def test_a_part_whose_clock_is_behind_the_drivers_keeps_its_outputs_under_the_lease(tmp_path) -> None:
@@ -85,13 +90,7 @@ def test_a_part_whose_clock_is_behind_the_drivers_keeps_its_outputs_under_the_le
     part = PartWriter(store, plan, 0, clock=behind)
     part.add([b"k"], [b"v"])
     done = part.finish()
-    gc = GarbageCollector.open(url, GcOptions(min_age_s=0))
-    try:
-        assert gc.run_once().deleted["sst"] == []
-    finally:
-        gc.close()
-    commit_ingest(plan, [done], store=store)
-    assert contents(url) == {b"k": b"v"}
+    _gc_deletes_nothing_then_commit(url, store, plan, done)
 
 
 Adopted = tuple[FaultInjectingStore, str, IngestPlan, JobLease, ManualClock]

@@ -32,7 +32,7 @@ from typing import NoReturn
 from ..errors import InvalidArgument, NotFound, ShaleError
 from ..store.scrub import ScrubFilter, scrub
 from . import admin, compaction, core, feed, journal, more, settings, verify
-from .dashes import dash_hint, read_negative_words, unrecognized
+from .dashes import commands, dash_hint, read_negative_words, unrecognized
 from .interrupt import prompt_interrupts
 from .options import (
     add_global_options,
@@ -136,14 +136,6 @@ def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     return out
 
 
-def _command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    """The parser of command ``name``."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action.choices[name]  # type: ignore[no-any-return]
-    return parser
-
-
 def _scrub_logs() -> None:
     """Every log line the CLI writes passes through the one scrubbing function."""
     for handler in logging.getLogger().handlers:
@@ -179,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.given = argv
     args, extras = parser.parse_known_args(argv)
     if extras:  # parse_args's refusal, naming the command and with dash_hint's line
-        command = parser if args.command is None else _command_parser(parser, args.command)
+        command = commands(parser).get(args.command, parser)
         command.error(unrecognized(command, extras, argv))
     _refuse_emptied_values(parser, args)
     logging.basicConfig(

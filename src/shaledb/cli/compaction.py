@@ -21,10 +21,10 @@ from ..admin.gc import UNCOMMITTED_MIN_AGE_S, GarbageCollector, GcReport
 from ..clock import SYSTEM_CLOCK
 from ..compaction import CompactionReport, Compactor
 from ..duration import format_duration
-from ..errors import FencedError
+from ..errors import FencedError, named_as_typed
 from ..numbers import counted, human_size
 from ..settings import CompactorOptions, GcOptions
-from .options import SECONDS_HELP, flags_named, seconds_option
+from .options import SECONDS_HELP, seconds_option
 from .output import EXIT_FENCED, Output, command, id_list
 from .settings import cli_settings
 
@@ -98,7 +98,7 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
         changes["max_subcompactions"] = args.max_subcompactions
         flags["max_subcompactions"] = ("--max-subcompactions", str(args.max_subcompactions))
     if changes:
-        with flags_named(flags):
+        with named_as_typed(flags):
             opts = replace(opts, **changes)
     c = Compactor.open(args.path, opts, settings=settings, takeover=args.takeover)
     try:
@@ -174,7 +174,7 @@ def run_gc(args: argparse.Namespace, out: Output) -> int | None:
     if args.interval is not None:
         changes["interval_s"] = seconds_option(args.interval, "--interval")
         flags["interval_s"] = ("--interval", args.interval)
-    with flags_named(flags):
+    with named_as_typed(flags):
         options = replace(settings.garbage_collector or GcOptions(), **changes)
     gc = GarbageCollector.open(args.path, options, settings=settings)
 

@@ -111,7 +111,8 @@ def _hook_works() -> bool:
         return False
 
 
-def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The commands' parsers of ``parser`` by name (none for a command's own parser)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
@@ -128,20 +129,20 @@ def read_negative_words(parser: argparse.ArgumentParser, argv: list[str]) -> lis
     ``--`` (``put k -1h`` -> ``put -- k -1h``), only when every word that starts with
     '-' is one of its options or looks negative (an abbreviated or mistyped option
     leaves the line as typed, for argparse to refuse)."""
-    commands = _commands(parser)
+    by_name = commands(parser)
     if _hook_works():
-        for p in (parser, *commands.values()):
+        for p in (parser, *by_name.values()):
             p._negative_number_matcher = NEGATIVE
         return argv
     at = 0
-    while at < len(argv) and argv[at] not in commands:  # skip global options and their values
+    while at < len(argv) and argv[at] not in by_name:  # skip global options and their values
         action = parser._option_string_actions.get(argv[at].split("=", 1)[0])
         if action is None:
             return argv  # no command: argparse says what is wrong
         at += 1 if action.nargs == 0 or "=" in argv[at] else 2
     if at >= len(argv):
         return argv
-    kept, rest = split_words(commands[argv[at]], argv[at + 1 :])
+    kept, rest = split_words(by_name[argv[at]], argv[at + 1 :])
     dashed = [w for w in rest if w.startswith("-") and len(w) > 1]
     if "--" not in argv[at:] and dashed and all(NEGATIVE.match(w) for w in dashed):
         return [*argv[: at + 1], *kept, "--", *rest]

@@ -16,10 +16,10 @@ import itertools
 from typing import Any
 
 from ..engine.changes import Change, open_changes
-from ..errors import NotFound
+from ..errors import NotFound, named_as_typed
 from ..numbers import check_int, check_number
 from .core import manifest_store
-from .options import SECONDS_HELP, flags_named, seconds_option
+from .options import SECONDS_HELP, seconds_option
 from .output import Output, command, render_bytes
 from .stream import follow_rows, stream_rows
 
@@ -60,7 +60,7 @@ def _changes_args(p: argparse.ArgumentParser) -> None:
 def changes(args: argparse.Namespace, out: Output) -> int | None:
     if args.limit is not None:
         check_int("--limit", args.limit, minimum=0)
-    with flags_named({"--poll": ("--poll", args.poll)} if isinstance(args.poll, str) else {}):
+    with named_as_typed({"--poll": ("--poll", args.poll)} if isinstance(args.poll, str) else {}):
         poll = check_number(
             "--poll", seconds_option(args.poll, "--poll"), above_minimum=True, maximum=3600, unit="seconds"
         )

@@ -66,14 +66,11 @@ EMPTY_RANGE = "empty range (START == END): nothing deleted, nothing written"
 
 def _check_exists(path: str) -> None:
     """NotFound or DatabaseDestroyed, as opening the writer would raise, without opening it."""
-    from ..errors import NotFound
     from ..manifest.edits import destroyed
     from .core import manifest_store
 
     ms = manifest_store(path)
-    m = ms.read_latest()
-    if m is None:
-        raise NotFound(f"no database at {ms.store.describe()}")
+    m = ms.require_latest()
     if m.destroyed_at_s is not None:
         raise destroyed(ms.store.describe(), m)
 

@@ -17,11 +17,10 @@ import argparse
 import os
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import CheckpointNotFound, InvalidArgument, InvalidPathError, named_as_typed
+from ..errors import CheckpointNotFound, InvalidArgument, InvalidPathError
 
 
 def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> None:
@@ -158,14 +157,6 @@ def seconds_option(value: str | float | None, option: str) -> float | None:
         return sign * parse_duration(text[1:] if sign < 0 else text).total_seconds()
     except InvalidArgument as exc:
         raise InvalidArgument(f"{option} takes seconds or a duration such as '5m': {exc}") from None
-
-
-def flags_named(flags: Mapping[str, tuple[str, str]]) -> AbstractContextManager[None]:
-    """Range errors raised inside about a field in ``flags`` (``{"interval_s": ("--interval",
-    typed)}``) name the flag and the text typed instead: the user typed ``--interval 0``, not
-    ``GcOptions.interval_s`` (:func:`shaledb.errors.named_as_typed`). Give only the flags the
-    user gave."""
-    return named_as_typed(flags)
 
 
 SECONDS_HELP = "seconds, or a duration such as 5m or 1h30m"
