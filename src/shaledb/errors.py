@@ -23,7 +23,24 @@ from contextlib import contextmanager
 
 
 class ShaleError(Exception):
-    """Base class of every error raised by shaledb."""
+    """Base class of every error raised by shaledb.
+
+    Every error pickles and copies as itself, with its attributes (``path``, ``key``,
+    ``oldest_seq``, ``option``...): ``multiprocessing`` and ``concurrent.futures`` send a
+    worker's exception to the parent by pickle, and the default way re-runs ``__init__``
+    with the formatted message, which fails for a class whose ``__init__`` takes other
+    arguments (a pool then hangs: its result thread dies on the ``TypeError``) and
+    formats twice for one that prefixes its message.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuilt, (type(self), self.args), self.__dict__ or None)
+
+
+def _rebuilt(cls: type[ShaleError], args: tuple[object, ...]) -> ShaleError:
+    """``cls`` with ``args`` as its message, without running its ``__init__`` again (the
+    attributes it set come back from the pickled ``__dict__``)."""
+    return cls.__new__(cls, *args)
 
 
 class FencedError(ShaleError):
