@@ -47,16 +47,16 @@ def test_follow_prints_each_new_write_as_it_lands(tmp_path: Path) -> None:
     with Db.open(url, settings=QUIET) as db:
         db.put(b"first", b"1")
         cmd = [*BASE, "--path", url, "--json", "changes", "--follow", "--since", "latest", "--poll", "0.05"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            time.sleep(1.5)  # the process has started and taken "latest"
-            db.put(b"second", b"2")
-            assert proc.stdout is not None
-            line = proc.stdout.readline()  # one JSON line, without waiting for more
-            assert json.loads(line)["key"] == "second"
-        finally:
-            proc.terminate()
-            proc.wait(10)
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            try:
+                time.sleep(1.5)  # the process has started and taken "latest"
+                db.put(b"second", b"2")
+                assert proc.stdout is not None
+                line = proc.stdout.readline()  # one JSON line, without waiting for more
+                assert json.loads(line)["key"] == "second"
+            finally:
+                proc.terminate()
+                proc.wait(10)
 
 
 def test_errors_are_one_line_with_the_exit_codes(tmp_path: Path) -> None:
