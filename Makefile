@@ -7,7 +7,26 @@ BIN    := $(VENV)/bin
 LOCK   := requirements/lock.txt
 PIP    := $(BIN)/python -m pip install -q --disable-pip-version-check -c $(LOCK)
 
-.PHONY: test test-core test-spark lint docs demo bench bench-anchors clean lock soak soak-spark
+.PHONY: help test test-core test-spark lint docs demo bench bench-anchors clean lock soak soak-spark
+
+# A bare `make` prints this list (it used to create .venv: the first rule below was the default).
+.DEFAULT_GOAL := help
+help:
+	@echo "make test           lint, types, the docs build and the whole test suite (creates .venv)"
+	@echo "make test-core      the test suite without Spark and soak tests"
+	@echo "make test-spark     the PySpark tests (Java 17 needed)"
+	@echo "make lint           ruff check, ruff format --check, mypy --strict"
+	@echo "make docs           the API reference from the docstrings into build/docs (mkdocs --strict)"
+	@echo "make demo           the main job: the NYC flights pipeline on Spark (DEMO_ARGS=s3://...)"
+	@echo "make soak           the kill -9 crash soak and chaos runs (SOAK_ARGS=..., not part of make test)"
+	@echo "make soak-spark     Spark drivers killed and restarted (not part of make test)"
+	@echo "make bench          the benchmarks (BENCH_ARGS=..., bench/README.md)"
+	@echo "make bench-anchors  once: bench/.venv-anchors with RocksDB, LevelDB, LMDB, SlateDB"
+	@echo "make lock           regenerate requirements/lock.txt"
+	@echo "make clean          remove .venv, .servers and the tool caches"
+	@echo "make .venv/.test    .venv with the test extra, pinned by requirements/lock.txt"
+	@echo "make .venv/.spark   ... plus the spark extra"
+	@echo "make help           this list (also: make alone)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
