@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+import shaledb
+
 ROOT = Path(__file__).parents[2]
 EXTRAS = ("pyspark", "pandas", "pyarrow", "numpy", "diskcache", "prometheus_client")
 DEV_EXTRAS = ("test", "docs")  # installed from a checkout with the lock: exact pins allowed
@@ -126,11 +128,15 @@ def test_the_wheel_holds_the_package_and_nothing_stale(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         entry_points = next(z.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
+        metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     shipped = {n for n in names if ".dist-info/" not in n}
     assert "shaledb/removed_since.py" not in shipped, "a stale module from build/lib was shipped"
     assert "shaledb/py.typed" in shipped
     assert shipped == _package_files()
     assert "shaledb = shaledb.cli:main" in entry_points
+    # The version pip shows is the one `shaledb --version` prints (one source: shaledb.__version__).
+    assert f"\nVersion: {shaledb.__version__}\n" in metadata
+    assert wheel.name.startswith(f"shaledb-{shaledb.__version__}-")
     # The licence the metadata declares ships with it (Apache-2.0 asks for its text).
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
 
