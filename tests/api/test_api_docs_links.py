@@ -7,11 +7,17 @@ reworded heading leaves a link that opens nothing and nothing reports it. A link
 Markdown link or image, ``[text](target)`` or ``[text]: target``, outside code; its file must
 exist and its ``#anchor`` must be a heading of the page (GitHub's slugs: lower case,
 punctuation dropped, spaces to hyphens, ``-1``, ``-2`` for repeats) or an ``<a id=...>``.
+
+The API reference's own build (mkdocs.yml) refuses a link to a missing anchor too: mkdocs
+logs one at INFO only, which ``--strict`` let through, until mkdocs.yml raised it to a warning.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +130,25 @@ def test_links_that_lead_somewhere_pass(tmp_path: Path) -> None:
         "`[in code](nowhere.md)`\n\n```\n[in a block](nowhere.md)\n```\n"
     )
     assert broken_links(page, tmp_path) == []
+
+
+def test_the_api_reference_build_refuses_a_link_to_a_missing_anchor(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed (make .venv/.docs)")
+    pytest.importorskip("mkdocstrings", reason="the docs extra is not installed (make .venv/.docs)")
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(ROOT / "mkdocs.yml", project / "mkdocs.yml")
+    shutil.copytree(ROOT / "docs" / "api", project / "docs" / "api")
+    (project / "src").symlink_to(ROOT / "src")
+    index = project / "docs" / "api" / "index.md"
+    index.write_text(index.read_text() + "\nSee [the readers](reader.md#no-such-heading).\n")
+    p = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "reader.md#no-such-heading" in p.stderr, p.stderr
