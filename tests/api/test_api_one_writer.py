@@ -67,3 +67,29 @@ def test_an_async_open_names_the_users_line_in_the_refusal(tmp_path: Path) -> No
     message = asyncio.run(main())
     assert f"(opened at {here}" in message.replace(os.path.dirname(__file__) + os.sep, "")
     assert "concurrent" not in message
+
+
+def test_a_dropped_unclosed_writer_can_be_found_and_closed(tmp_path: Path) -> None:
+    """An open writer's threads keep it alive, so a handle dropped without close() -- an
+    exception between open and close, a notebook cell run again -- held the database until
+    the process ended: the refusal said "use that handle, or close() it" of a handle nothing
+    could reach. ``Db.opened(url)`` reaches it, and the refusal names it."""
+
+    def buggy_job() -> None:
+        db = Db.open(tmp_path / "db", settings=QUIET)
+        db.put(b"k", b"written")
+        db.put(b"k2", 2)  # type: ignore[arg-type]  # the bug: raises before close()
+
+    with pytest.raises(InvalidArgument):
+        buggy_job()
+    gc.collect()
+    assert Db.opened(tmp_path / "nowhere") is None
+    with pytest.raises(InvalidArgument, match=r"shaledb\.Db\.opened\(url\)\.close\(\)"):
+        Db.open(tmp_path / "db", settings=QUIET)
+    lost = Db.opened(os.path.relpath(tmp_path / "x" / ".." / "db"))  # any spelling of the path
+    assert lost is not None and lost.get(b"k") == b"written"
+    lost.close()
+    assert Db.opened(tmp_path / "db") is None
+    with Db.open(tmp_path / "db", settings=QUIET) as db:
+        assert db.get(b"k") == b"written"
+        assert Db.opened(str(tmp_path / "db")) is db

@@ -310,6 +310,21 @@ class Db(Queries):
         return db
 
     @classmethod
+    def opened(cls, url: str | os.PathLike[str]) -> Db | None:
+        """The writer this process has open on the database at ``url``, or None.
+
+        One process opens one writer per database, and an open writer's threads keep it
+        alive until it is closed: a handle dropped without ``close()`` (an exception between
+        open and close, a notebook cell run again) would otherwise block every later
+        ``Db.open(url)`` of the process. ``shaledb.Db.opened(url).close()`` frees it.
+        Any spelling of the URL finds it (relative or absolute paths of one directory).
+        Handles opened on an explicit ``store=`` are not found (they are not registered).
+        """
+        key = canonical_url(as_url(url))
+        handle = writers.open_handle(key)
+        return handle if isinstance(handle, Db) else None
+
+    @classmethod
     def open_from_checkpoint(
         cls,
         url: str | os.PathLike[str] | None,

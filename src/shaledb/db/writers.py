@@ -15,7 +15,12 @@ an error at the second open, so that is what this registry gives:
   naming that handle and where it was opened;
 * ``close()`` releases the claim (also after a background failure or when
   fenced by another process); a handle garbage-collected unclosed releases it
-  too.
+  too -- but an open writer's own threads keep it alive, so a handle the program
+  dropped without closing (an exception between ``open`` and ``close``, a
+  notebook cell run again) stays open until exit. :func:`open_handle` (public as
+  ``Db.opened(url)``, named in the refusal) reaches it to close it; before, the
+  refusal said "use that handle, or close() it" of a handle nothing could reach,
+  and only restarting the process opened the database again.
 
 Across processes nothing changes: a writer in another process is fenced as
 before. A handle opened on an explicit ``store=`` object is not registered
@@ -92,10 +97,23 @@ def claim(key: str | None) -> str | None:
                 raise InvalidArgument(
                     f"database {key} already has a writer in this process: {what} "
                     f"(opened at {opened_at}). Use that handle, or close() it before opening "
-                    f"another; a second writer would fence the first"
+                    f"another; a second writer would fence the first. Lost it (an exception "
+                    f"skipped its close, a notebook cell ran again)? shaledb.Db.opened(url) "
+                    f"returns it: shaledb.Db.opened(url).close()"
                 )
         _claims[key] = (None, where)
     return key
+
+
+def open_handle(key: str) -> Any | None:
+    """The open writer claimed as ``key`` in this process, or None (none, closed, or still
+    opening)."""
+    with _lock:
+        held = _claims.get(key)
+    handle = None if held is None or held[0] is None else held[0]()
+    if handle is None or getattr(handle, "closed", False):
+        return None
+    return handle
 
 
 def attach(key: str | None, handle: Any) -> None:
