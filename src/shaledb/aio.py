@@ -31,10 +31,11 @@ import os
 import threading
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
+from types import TracebackType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -523,6 +524,52 @@ async def _open_in_pool(workers: int, fn: Callable[..., T], *args: Any, **kwargs
         executor.shutdown()
 
 
+H = TypeVar("H", "Db", "DbReader")
+
+
+class Opening(Coroutine[Any, Any, H]):
+    """What :meth:`Db.open` and :meth:`DbReader.open` return: ``await`` it for the handle
+    (``async with await aio.Db.open(url) as db``), or enter it directly, as aiohttp's and
+    aiosqlite's openers are: ``async with aio.Db.open(url) as db`` opens the handle and
+    closes it on exit. Before, ``open`` was a plain coroutine, and that natural spelling
+    failed with ``TypeError: 'coroutine' object does not support the asynchronous context
+    manager protocol`` and a ``RuntimeWarning`` that it was never awaited.
+
+    It is a coroutine (``asyncio.create_task``, ``asyncio.wait_for`` and ``gather`` take
+    it), delegating every step to the open it wraps."""
+
+    __slots__ = ("_coro", "_handle")
+
+    def __init__(self, coro: Coroutine[Any, Any, H]) -> None:
+        self._coro: Coroutine[Any, Any, H] = coro
+        self._handle: H | None = None
+
+    def __await__(self) -> Generator[Any, None, H]:
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._coro.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._coro.throw(*args)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    async def __aenter__(self) -> H:
+        self._handle = await self._coro
+        return self._handle
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._handle is not None:
+            await self._handle.close()
+
+    def __repr__(self) -> str:
+        return f"aio.Opening({self._handle!r})" if self._handle is not None else "aio.Opening(pending)"
+
+
 def _close_opened(opening: Future[Any]) -> None:
     if not opening.cancelled() and opening.exception() is None:
         opening.result().close()
@@ -600,14 +647,21 @@ class Db(_Handle[_db.Db]):
         self._waiter = _DurabilityWaiter(db.wal)
 
     @classmethod
-    async def open(
+    def open(
         cls,
         url: str | os.PathLike[str] | None = None,
         *,
         workers: int = DEFAULT_WORKERS,
         **kwargs: Unpack[DbOpenOptions],
-    ) -> Db:
-        """Open (or create) the database at ``url``; keywords as :meth:`shaledb.Db.open`."""
+    ) -> Opening[Db]:
+        """Open (or create) the database at ``url``; keywords as :meth:`shaledb.Db.open`.
+
+        ``await`` it for the handle, or ``async with aio.Db.open(url) as db:`` (closed on
+        exit; :class:`Opening`)."""
+        return Opening(cls._open(url, workers, kwargs))
+
+    @classmethod
+    async def _open(cls, url: str | os.PathLike[str] | None, workers: int, kwargs: DbOpenOptions) -> Db:
         return cls(await _open_in_pool(workers, _db.Db.open, url, **kwargs), workers=workers)
 
     # ---------------------------------------------------------------- writes
@@ -699,15 +753,26 @@ class DbReader(_Handle[_db_reader.DbReader]):
         super().__init__(reader, workers)
 
     @classmethod
-    async def open(
+    def open(
         cls,
         url: str | os.PathLike[str] | None = None,
         checkpoint: uuid.UUID | str | Checkpoint | None = None,
         *,
         workers: int = DEFAULT_WORKERS,
         **kwargs: Unpack[ReaderOpenOptions],
+    ) -> Opening[DbReader]:
+        """Open a reader; arguments as :meth:`shaledb.DbReader.open`. ``await`` it, or
+        ``async with aio.DbReader.open(url) as reader:`` (:class:`Opening`)."""
+        return Opening(cls._open(url, checkpoint, workers, kwargs))
+
+    @classmethod
+    async def _open(
+        cls,
+        url: str | os.PathLike[str] | None,
+        checkpoint: uuid.UUID | str | Checkpoint | None,
+        workers: int,
+        kwargs: ReaderOpenOptions,
     ) -> DbReader:
-        """Open a reader; arguments as :meth:`shaledb.DbReader.open`."""
         reader = await _open_in_pool(workers, _db_reader.DbReader.open, url, checkpoint, **kwargs)
         return cls(reader, workers=workers)
 
@@ -729,6 +794,7 @@ __all__ = [
     "Db",
     "DbOpenOptions",
     "DbReader",
+    "Opening",
     "PutExtras",
     "ReaderOpenOptions",
     "Snapshot",

@@ -181,3 +181,28 @@ def test_tasks_sharing_one_scan_or_feed_get_each_row_once(mem_url: str) -> None:
     everything = [b"k%04d" % i for i in range(600)]
     assert scanned == everything
     assert fed == everything
+
+
+def test_open_is_an_async_context_manager_without_await(mem_url: str) -> None:
+    """``async with aio.Db.open(url) as db`` -- the spelling aiohttp and aiosqlite users
+    write -- opens the handle and closes it on exit, also on an exception. It used to raise
+    ``TypeError: 'coroutine' object does not support the asynchronous context manager
+    protocol``. ``await``, ``asyncio.wait_for`` and ``create_task`` still take the opener."""
+
+    async def main() -> tuple[aio.Db, aio.DbReader, aio.Db]:
+        async with aio.Db.open(mem_url, settings=Settings(**QUIET)) as db:  # type: ignore[arg-type]
+            await db.put(b"k", b"v")
+            async with aio.DbReader.open(mem_url) as reader:
+                assert await reader.get(b"k") == b"v"
+        with pytest.raises(KeyError):
+            async with aio.Db.open(mem_url) as failed:
+                raise KeyError("inside")
+        again = await asyncio.wait_for(aio.Db.open(mem_url), timeout=30)
+        assert await again.get(b"k") == b"v"
+        await again.close()
+        task = await asyncio.create_task(aio.Db.open(mem_url))
+        await task.close()
+        return db, reader, failed
+
+    db, reader, failed = asyncio.run(main())
+    assert db.closed and reader.closed and failed.closed

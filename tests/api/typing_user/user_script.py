@@ -164,6 +164,10 @@ async def aio() -> None:
             assert_type(change, Change)
     assert_type(await shaledb.aio.Db.open(PATH), shaledb.aio.Db)
     assert_type(await shaledb.aio.DbReader.open(PATH), shaledb.aio.DbReader)
+    async with shaledb.aio.Db.open(PATH) as opened:  # without the await: closed on exit
+        assert_type(opened, shaledb.aio.Db)
+    async with shaledb.aio.DbReader.open(PATH) as opened_reader:
+        assert_type(opened_reader, shaledb.aio.DbReader)
     async with await shaledb.aio.DbReader.open(URL) as r:
         assert_type(r, shaledb.aio.DbReader)
         assert_type(await r.get(b"k"), bytes | None)
