@@ -720,10 +720,12 @@ class Db(_Handle[_db.Db]):
 
     @asynccontextmanager
     async def batch(self, *, durable: bool = True) -> AsyncIterator[WriteBatch]:
-        """``async with db.batch() as b: b.put(...)`` -- committed atomically on clean exit."""
+        """``async with db.batch() as b: b.put(...)`` -- committed atomically on clean exit;
+        adding to ``b`` after that raises ``ClosedError`` (it would never be written)."""
         b = WriteBatch()
         yield b
         await self.write(b, durable=durable)
+        b._seal()
 
     # ----------------------------------------------------------------- reads
 

@@ -196,6 +196,33 @@ def test_context_managers(memory_store: ObjectStore) -> None:
         assert dump(again) == {b"b": b"2"}
 
 
+def test_a_batch_refuses_writes_after_its_block_committed_it(memory_store: ObjectStore) -> None:
+    """A write added to ``b`` after ``with db.batch() as b`` ended (a line dedented too far,
+    the batch kept in a variable) used to go into a batch nothing would write again: lost
+    without a word. Now every way of adding raises ClosedError and the batch is unchanged."""
+    with _open(memory_store) as db:
+        with db.batch() as b:
+            b.put(b"a", b"1").put_many([(b"b", b"2"), (b"c", b"3")])
+        assert len(b) == 3
+        late = [
+            lambda: b.put(b"late", b"x"),
+            lambda: b.put(b"late", b"x", metadata=b"m"),
+            lambda: b.put_many([(b"late", b"x")]),
+            lambda: b.delete(b"late"),
+            lambda: b.delete_range(b"a", b"z"),
+            lambda: b.merge(b"late", b"x"),
+        ]
+        for add in late:
+            with pytest.raises(ClosedError, match=r"committed when its 'with db.batch\(\)' block ended"):
+                add()
+        assert len(b) == 3
+        assert dump(db) == {b"a": b"1", b"b": b"2", b"c": b"3"}
+        reused = WriteBatch().put(b"d", b"4")  # a batch built by hand stays reusable
+        db.write(reused)
+        db.write(reused.put(b"e", b"5"))
+        assert dump(db)[b"e"] == b"5"
+
+
 # ------------------------------------------------------------------ arguments
 
 

@@ -206,3 +206,17 @@ def test_open_is_an_async_context_manager_without_await(mem_url: str) -> None:
 
     db, reader, failed = asyncio.run(main())
     assert db.closed and reader.closed and failed.closed
+
+
+def test_an_async_batch_refuses_writes_after_its_block_committed_it(mem_url: str) -> None:
+    """As the sync ``db.batch()``: a put after the block used to be lost without a word."""
+
+    async def main() -> None:
+        async with aio.Db.open(mem_url, settings=Settings(**QUIET)) as db:  # type: ignore[arg-type]
+            async with db.batch() as b:
+                b.put(b"k", b"v")
+            with pytest.raises(shaledb.ClosedError, match="committed"):
+                b.put(b"late", b"x")
+            assert await db.get(b"k") == b"v" and await db.get(b"late") is None
+
+    asyncio.run(main())

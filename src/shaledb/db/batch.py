@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, overload
+from typing import Any, NoReturn, SupportsIndex, overload
 
 from ..engine.wal import WalWriter
-from ..errors import InvalidArgument
+from ..errors import ClosedError, InvalidArgument
 from ..format.merge import encode_merge
 from ..format.range_dels import KIND_RANGE_DEL
 from ..format.row import KIND_MERGE, KIND_TOMBSTONE, KIND_VALUE, encode_payload
@@ -40,6 +40,35 @@ def ttl_ms(ttl: timedelta | float | int | str | None) -> int | None:
 
 
 IndexTerms = Mapping[str, Iterable[BytesLike]]
+
+
+class _Committed(list[bytes]):
+    """The keys of a batch its ``with db.batch()`` block committed: readable as before
+    (``len(b)``), refusing additions. Every addition to a batch appends to its keys first,
+    so this refuses them all at no cost to building batches. Before, a write added after
+    the block (a line dedented one level too far, a batch kept in a variable) went into a
+    batch nobody would write again: silently lost."""
+
+    __slots__ = ()
+
+    def _refuse(self) -> NoReturn:
+        raise ClosedError(
+            "this batch was committed when its 'with db.batch()' block ended: a write added "
+            "now would never be applied. Write inside the block, or use db.put / db.write "
+            "(shaledb.WriteBatch() is a batch to build and write yourself)"
+        )
+
+    def append(self, value: bytes, /) -> NoReturn:
+        self._refuse()
+
+    def extend(self, values: Iterable[bytes], /) -> NoReturn:
+        self._refuse()
+
+    def insert(self, index: SupportsIndex, value: bytes, /) -> NoReturn:
+        self._refuse()
+
+    def __iadd__(self, values: Iterable[bytes], /) -> NoReturn:  # type: ignore[override,misc]  # (refused)
+        self._refuse()
 
 
 class WriteBatch:
@@ -114,12 +143,13 @@ class WriteBatch:
         keys, vals, nbytes = checked_columns(pairs, values)
         if not keys:
             return self
-        if self._counted_n == len(self._keys):
-            self._counted += nbytes
-            self._counted_n += len(keys)
-        self._keys += keys
+        plain = self._counted_n == len(self._keys)
+        self._keys += keys  # first: a committed batch refuses here, changing nothing
         self._kinds += [KIND_VALUE] * len(keys)
         self._payloads += vals
+        if plain:
+            self._counted += nbytes
+            self._counted_n += len(keys)
         return self
 
     def _put_rich(
@@ -181,6 +211,8 @@ class WriteBatch:
         if s == e:
             return self
         keys = self._keys
+        if type(keys) is _Committed:  # (dropping entries below rebuilds the lists)
+            keys._refuse()
         drop = [i for i, k in enumerate(keys) if s <= k < e and self._kinds[i] != KIND_RANGE_DEL]
         if drop:
             self._counted_n = -1  # (entries leave: the count no longer says anything)
@@ -197,6 +229,10 @@ class WriteBatch:
         self._payloads.append(e)
         self._ranged = True
         return self
+
+    def _seal(self) -> None:
+        """``db.batch()`` committed this batch: refuse additions from now on (:class:`_Committed`)."""
+        self._keys = _Committed(self._keys)
 
     def clear(self) -> None:
         self._keys.clear()

@@ -921,10 +921,12 @@ class Db(Queries):
 
     @contextmanager
     def batch(self, *, durable: bool = True) -> Iterator[WriteBatch]:
-        """``with db.batch() as b: b.put(...)`` -- committed atomically on clean exit."""
+        """``with db.batch() as b: b.put(...)`` -- committed atomically on clean exit;
+        adding to ``b`` after that raises ``ClosedError`` (it would never be written)."""
         b = WriteBatch()
         yield b
         self.write(b, durable=durable)
+        b._seal()
 
     def _admit_locked(self, check_space: bool = True) -> None:
         """Raise if writes are not allowed; wait while unflushed bytes are over budget."""
