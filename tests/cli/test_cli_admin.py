@@ -38,6 +38,12 @@ def one_line_error(p: subprocess.CompletedProcess[str], code: int, text: str) ->
     assert text in lines[0], lines[0]
 
 
+def clone_checkpoint(parent: Path) -> str:
+    """The id of the checkpoint a clone holds in ``parent``."""
+    listed = json.loads(ok("--json", "list-checkpoints", path=parent))
+    return next(c["id"] for c in listed if c["kind"] == "clone")
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "db"
@@ -186,10 +192,14 @@ def test_clone_and_destroy(db: Path, tmp_path: Path) -> None:
     kinds = [c["kind"] for c in json.loads(ok("--json", "list-checkpoints", path=db))]
     assert kinds.count("clone") == 1
     one_line_error(run("destroy", "--hard", path=db), 1, "live checkpoint")
+    held = clone_checkpoint(db)
+    one_line_error(run("delete-checkpoint", "--id", held, path=db), 1, f"held by the clone at file://{clone}")
+    assert ok("get", "k07", path=clone) == "v7\n"  # (refused: the clone still reads the parent)
     one_line_error(run("clone", "--parent", str(db), path=db), 2, "itself")
     assert json.loads(ok("--json", "destroy", "--hard", path=clone))["mode"] == "hard"
     assert not any(clone.rglob("*.manifest"))
     assert list(clone.iterdir()) == []  # its emptied folders went too (wal/, manifest/ ... stayed)
+    one_line_error(run("delete-checkpoint", "--id", held, path=db), 3, "CheckpointNotFound")  # released
     soft = ok("destroy", path=db)  # soft: says who deletes the objects, and when
     assert "db_delete_grace_s (1d by default)" in soft and "destroy --hard" in soft, soft
     one_line_error(run("get", "k01", path=db), 3, "destroyed")
@@ -429,3 +439,16 @@ def test_counts_in_human_lines_agree_with_their_nouns(tmp_path: Path) -> None:
     line = ok("run-gc", "--once", "--min-age", "0", path=db)
     assert "1 fence kept" in line and "0 checkpoints expired" in line, line
     assert "data tree: 1 L0 SST, 0 sorted runs, " in ok("read-manifest", path=db)
+
+
+def test_delete_checkpoint_force_takes_a_checkpoint_of_a_clone_gone_for_good(tmp_path: Path) -> None:
+    parent, clone = tmp_path / "db", tmp_path / "clone"
+    Db.open(str(parent), settings=QUIET).close()
+    ok("clone", "--parent", str(parent), path=clone)
+    held = clone_checkpoint(parent)
+    one_line_error(run("delete-checkpoint", "--id", held, path=parent), 1, "--force")
+    for f in sorted(clone.rglob("*"), reverse=True):  # the clone removed by other means
+        f.unlink() if f.is_file() else f.rmdir()
+    deleted = json.loads(ok("--json", "delete-checkpoint", "--id", held, "--force", path=parent))
+    assert deleted == {"deleted": held}
+    ok("destroy", "--hard", path=parent)

@@ -233,3 +233,41 @@ def test_hard_destroy_of_a_local_database_removes_the_stages_killed_processes_le
     (tmp_path / "db" / "notes.txt").write_text("the user's")
     admin.destroy(url, soft=False)
     assert sorted(p.name for p in (tmp_path / "db").rglob("*")) == ["notes.txt"]
+
+
+def test_a_clones_checkpoint_in_its_parent_is_not_deleted_by_hand() -> None:
+    """Deleting the checkpoint a clone holds in its parent -- as the hard destroy's refusal
+    advised, listing it among the live checkpoints -- let the hard destroy (or the parent's
+    GC) delete the SSTs the clone reads: every later read of the clone raised ObjectNotFound.
+    Now the delete is refused naming the clone (``force=True`` for a clone gone for good) and
+    the refusal to destroy says whose checkpoint it is."""
+    with memory_urls(2) as (parent_url, clone_url):
+        with Db.open(parent_url, settings=QUIET) as parent:
+            parent.put(b"k", b"v")
+            parent.flush(memtable=True)
+        Db.open_from_checkpoint(clone_url, parent_url, settings=QUIET).close()
+        (held,) = clone_checkpoints(parent_url)
+        with pytest.raises(InvalidDbState, match=f"held by the clone at {clone_url}"):
+            admin.destroy(parent_url, soft=False)
+        with pytest.raises(InvalidDbState, match=rf"held by the clone at {clone_url}.*force=True"):
+            admin.delete_checkpoint(parent_url, held.id)
+        assert clone_checkpoints(parent_url) == [held]
+        with pytest.raises(InvalidDbState):
+            admin.destroy(parent_url, soft=False)
+        with Db.open(clone_url, settings=QUIET) as clone:
+            assert clone.get(b"k") == b"v"
+        admin.destroy(clone_url, soft=False)  # the clone's own destroy releases it
+        assert clone_checkpoints(parent_url) == []
+        admin.destroy(parent_url, soft=False)
+
+
+def test_force_deletes_the_checkpoint_of_a_clone_gone_for_good() -> None:
+    with memory_urls(2) as (parent_url, clone_url):
+        Db.open(parent_url, settings=QUIET).close()
+        Db.open_from_checkpoint(clone_url, parent_url, settings=QUIET).close()
+        (held,) = clone_checkpoints(parent_url)
+        for path in all_objects(clone_url):  # the clone's objects deleted by other means
+            open_store(clone_url).delete(path)
+        assert admin.delete_checkpoint(parent_url, held.id, force=True)
+        assert clone_checkpoints(parent_url) == []
+        admin.destroy(parent_url, soft=False)

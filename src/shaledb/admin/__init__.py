@@ -96,14 +96,21 @@ def delete_checkpoint(
     checkpoint_id: uuid.UUID | str,
     *,
     missing_ok: bool = False,
+    force: bool = False,
     store: ObjectStore | None = None,
     store_options: Mapping[str, object] | None = None,
     clock: Clock | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> bool:
-    """Delete a checkpoint (expired ones too). CheckpointNotFound unless ``missing_ok``."""
+    """Delete a checkpoint (expired ones too). CheckpointNotFound unless ``missing_ok``.
+
+    A checkpoint a clone holds (metadata ``role=clone``) is refused with InvalidDbState
+    unless ``force``: the clone reads this database's SSTs through it, and it goes by itself
+    when the clone is destroyed. ``force=True`` is for a clone that is gone for good."""
     with AdminHandle(url, store, store_options, clock, None, "admin") as h:
-        return _cp.delete_checkpoint(h.ms, checkpoint_id, timeout_s=timeout_s, missing_ok=missing_ok)
+        return _cp.delete_checkpoint(
+            h.ms, checkpoint_id, timeout_s=timeout_s, missing_ok=missing_ok, force=force
+        )
 
 
 def list_checkpoints(

@@ -226,14 +226,40 @@ class RemoveCheckpoint(Edit):
     where: str
     missing_ok: bool = False
     found: list[bool] = field(default_factory=lambda: [False])
+    force: bool = False
 
     def apply(self, m: Manifest) -> Manifest | None:
-        if m.checkpoint(self.cp_id) is None:
+        cp = m.checkpoint(self.cp_id)
+        if cp is None:
             if self.found[0] or self.missing_ok:
                 return None  # (gone since an earlier attempt of ours saw it: deleted by us or by GC)
             raise CheckpointNotFound(f"no checkpoint {self.cp_id} in the database at {self.where}")
+        clone = held_by_clone(cp)
+        if clone is not None and not self.force:
+            raise InvalidDbState(
+                f"checkpoint {cp.id} in the database at {self.where} is held by the clone at "
+                f"{clone}, which reads this database's SSTs through it: deleting it lets the "
+                f"garbage collector (or a hard destroy) delete them under the clone. It goes by "
+                f"itself when that clone is destroyed (shaledb.admin.destroy({clone!r})) or no "
+                f"longer needs its parent; if the clone is gone for good, delete it with "
+                f"force=True (CLI: --force)"
+            )
         self.found[0] = True
         return without_checkpoints(m, {self.cp_id})
+
+
+def held_by_clone(cp: Checkpoint) -> str | None:
+    """The URL of the clone holding ``cp`` (metadata ``role=clone``), or None.
+
+    A clone reads its parent's SSTs through this checkpoint until it is destroyed or
+    detached, which release it themselves. Deleting it by hand let the parent's GC or a
+    hard destroy delete those SSTs under the clone: every later read of the clone failed
+    with ``ObjectNotFound`` (and the hard destroy's refusal, listing it among the live
+    checkpoints, advised deleting it)."""
+    meta = dict(cp.metadata)
+    if meta.get("role") != "clone":
+        return None
+    return meta.get("clone_url", "(unknown)")
 
 
 @dataclass(frozen=True)
@@ -328,12 +354,18 @@ def refresh_checkpoint(
 
 
 def delete_checkpoint(
-    ms: ManifestStore, cp_id: uuid.UUID | str, *, timeout_s: float, missing_ok: bool = False
+    ms: ManifestStore,
+    cp_id: uuid.UUID | str,
+    *,
+    timeout_s: float,
+    missing_ok: bool = False,
+    force: bool = False,
 ) -> bool:
-    """Remove a checkpoint (expired ones too); False if it was not there and ``missing_ok``."""
+    """Remove a checkpoint (expired ones too); False if it was not there and ``missing_ok``.
+    A clone's checkpoint only with ``force`` (:func:`held_by_clone`)."""
     cid = as_checkpoint_id(cp_id)
     where = ms.store.describe()
-    edit = RemoveCheckpoint(cid, where, missing_ok)
+    edit = RemoveCheckpoint(cid, where, missing_ok, force=force)
     ms.update(edit, timeout_s=timeout_s)
     return edit.found[0]
 
@@ -433,6 +465,7 @@ __all__ = [
     "AddCheckpoint",
     "RefreshCheckpoint",
     "RemoveCheckpoint",
+    "held_by_clone",
     "as_checkpoint_id",
     "check_usable",
     "create_checkpoint",

@@ -57,6 +57,7 @@ from ..settings import RetryOptions
 from ..store.base import ObjectStore
 from ..store.local_store import LocalObstoreStore
 from ..store.wrappers import find_wrapper
+from .checkpoint import held_by_clone
 
 log = logging.getLogger("shaledb.lifecycle")
 
@@ -73,6 +74,14 @@ def live_checkpoints(m: Manifest, now_s: float, *, include_writer: bool = True) 
     return [c for c in m.checkpoints if not c.expired(now_s) and (include_writer or c.writer_epoch is None)]
 
 
+def _described(c: Checkpoint) -> str:
+    """A checkpoint in a refusal: its id, and its name or the clone holding it."""
+    clone = held_by_clone(c)
+    if clone is not None:
+        return f"{c.id} (held by the clone at {clone})"
+    return f"{c.id}{f' ({c.name})' if c.name else ''}"
+
+
 @dataclass(frozen=True)
 class MarkHardDestroyed(Edit):
     """Hard destroy: fence the writer, drop its checkpoints and mark the database destroyed,
@@ -84,10 +93,12 @@ class MarkHardDestroyed(Edit):
     def apply(self, m: Manifest) -> Manifest | None:
         live = live_checkpoints(m, self.clock.now(), include_writer=False)
         if live:
-            names = ", ".join(f"{c.id}{f' ({c.name})' if c.name else ''}" for c in live[:5])
+            names = ", ".join(_described(c) for c in live[:5])
+            clones = " (a clone's goes when that clone is destroyed)" if any(map(held_by_clone, live)) else ""
             raise InvalidDbState(
                 f"database at {self.where} has {len(live)} live checkpoint(s): {names}; delete them "
-                "(or let them expire) first, or destroy softly and let the garbage collector finish"
+                f"(or let them expire) first{clones}, or destroy softly and let the garbage "
+                "collector finish"
             )
         if m.destroyed_at_s is not None:
             return None

@@ -120,13 +120,16 @@ def refresh_checkpoint(args: argparse.Namespace, out: Output) -> int | None:
 
 def _delete_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-i", "--id", required=True, type=checkpoint_id, help="the checkpoint's UUID or name")
+    p.add_argument(
+        "--force", action="store_true", help="also a checkpoint a clone holds (only when that clone is gone)"
+    )
 
 
 @command("delete-checkpoint", "delete a checkpoint")(_delete_args)
 def delete_checkpoint(args: argparse.Namespace, out: Output) -> int | None:
     cp_id = resolve_checkpoint(args.path, args.id)
     assert cp_id is not None
-    admin.delete_checkpoint(args.path, cp_id)
+    admin.delete_checkpoint(args.path, cp_id, force=args.force)
     out.emit({"deleted": cp_id})
     return None
 
