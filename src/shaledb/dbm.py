@@ -169,14 +169,25 @@ def open(
                 DbReader.open(url, options=opts, store_options=store_options), writable=False, durable=False
             )
         except NotFound as exc:
-            raise error(f"need flag 'c' or 'n' to create a new database: {exc}") from exc
+            _no_database(exc)
     try:
         db = Db.open(url, settings=settings, create_if_missing=kind != "w", store_options=store_options)
     except NotFound as exc:
-        raise error(f"need flag 'c' or 'n' to create a new database: {exc}") from exc
+        _no_database(exc)
     if kind == "n":
         _clear(db)
     return ShaleDbm(db, writable=True, durable=durable)
+
+
+def _no_database(exc: NotFound) -> NoReturn:
+    """What a failed open raises: for a missing database, a ``NotFound`` (``dbm.error``
+    catches it) saying which flag creates one; anything more specific -- a missing bucket
+    (``BucketNotFound``), a destroyed database -- as it was raised, since no flag helps.
+    Before, every ``NotFound`` became a bare ``ShaleError`` advising "need flag 'c' or 'n'",
+    also for a missing bucket opened with flag ``"c"``."""
+    if type(exc) is not NotFound:
+        raise exc
+    raise NotFound(f"need flag 'c' or 'n' to create a new database: {exc}") from exc
 
 
 def _clear(db: Db) -> None:

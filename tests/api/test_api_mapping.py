@@ -145,6 +145,26 @@ def test_shelve_round_trip(tmp_path: Path) -> None:
         assert len(d) == 0
 
 
+def test_dbm_open_failures_keep_their_type_and_only_a_missing_database_asks_for_a_flag(
+    tmp_path: Path,
+) -> None:
+    """Every ``NotFound`` of an open used to become a bare ``ShaleError`` advising "need flag
+    'c' or 'n' to create a new database" -- also for a destroyed database (or a missing
+    bucket) opened with flag ``"c"``, where no flag helps and ``except shaledb.DatabaseDestroyed``
+    (or ``BucketNotFound``) missed it."""
+    for flag in ("r", "w"):
+        with pytest.raises(shaledb.NotFound, match="need flag 'c' or 'n'") as missing:
+            shaledb.dbm.open(tmp_path / "missing", flag)
+        assert isinstance(missing.value, shaledb.dbm.error)
+    url = tmp_path / "gone"
+    shaledb.dbm.open(url, "c").close()
+    shaledb.admin.destroy(url, soft=True)
+    for flag in ("r", "w", "c", "n"):
+        with pytest.raises(shaledb.DatabaseDestroyed) as destroyed:
+            shaledb.dbm.open(url, flag)
+        assert "need flag" not in str(destroyed.value)
+
+
 def test_dbm_keys_is_a_list_in_key_order(tmp_path: Path) -> None:
     """``keys()`` of a ``dbm`` object (``dbm.dumb``, ``dbm.gnu``, ``dbm.ndbm``) is a list;
     shaledb.dbm's was a ``KeysView``, so ``d.keys()[0]`` or ``d.keys() == [...]`` of dbm code
