@@ -271,3 +271,18 @@ def test_force_deletes_the_checkpoint_of_a_clone_gone_for_good() -> None:
         assert admin.delete_checkpoint(parent_url, held.id, force=True)
         assert clone_checkpoints(parent_url) == []
         admin.destroy(parent_url, soft=False)
+
+
+def test_a_clones_checkpoint_in_its_parent_is_given_no_expiry() -> None:
+    """``refresh_checkpoint(parent, id, lifetime=...)`` on the checkpoint a clone holds made
+    it expire: dead from then on, and the parent's GC free to delete the clone's SSTs."""
+    clock = ManualClock()
+    with memory_urls(2) as (parent_url, clone_url):
+        with Db.open(parent_url, settings=QUIET, clock=clock) as parent:
+            parent.put(b"k", b"v")
+        Db.open_from_checkpoint(clone_url, parent_url, settings=QUIET, clock=clock).close()
+        (held,) = clone_checkpoints(parent_url)
+        with pytest.raises(InvalidDbState, match=f"held by the clone at {clone_url}"):
+            admin.refresh_checkpoint(parent_url, held.id, lifetime="1h", clock=clock)
+        assert clone_checkpoints(parent_url) == [held]
+        assert admin.refresh_checkpoint(parent_url, held.id, lifetime=None, clock=clock).expire_time_s is None

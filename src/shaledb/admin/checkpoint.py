@@ -208,6 +208,15 @@ class RefreshCheckpoint(Edit):
             raise destroyed(self.where, m)
         now = self.clock.now()
         cp = live_checkpoint(m, self.cp_id, now, self.where)
+        clone = held_by_clone(cp)
+        if clone is not None and self.lifetime_s is not None:
+            # (once expired it is dead: the GC deletes the SSTs the clone reads through it)
+            raise InvalidDbState(
+                f"checkpoint {cp.id} in the database at {self.where} is held by the clone at "
+                f"{clone} and must not expire while that clone reads this database's SSTs "
+                f"through it; it goes by itself when the clone is destroyed "
+                f"(shaledb.admin.destroy({clone!r}))"
+            )
         new = replace(cp, expire_time_s=None if self.lifetime_s is None else now + self.lifetime_s)
         self.result.append(new)
         return with_checkpoint(m, new)
