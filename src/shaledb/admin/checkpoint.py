@@ -258,7 +258,7 @@ class RemoveCheckpoint(Edit):
 
 
 def held_by_clone(cp: Checkpoint) -> str | None:
-    """The URL of the clone holding ``cp`` (metadata ``role=clone``), or None.
+    """The URL of the clone holding ``cp`` (metadata ``role=clone`` and ``clone_url``), or None.
 
     A clone reads its parent's SSTs through this checkpoint until it is destroyed or
     detached, which release it themselves. Deleting it by hand let the parent's GC or a
@@ -266,9 +266,7 @@ def held_by_clone(cp: Checkpoint) -> str | None:
     with ``ObjectNotFound`` (and the hard destroy's refusal, listing it among the live
     checkpoints, advised deleting it)."""
     meta = dict(cp.metadata)
-    if meta.get("role") != "clone":
-        return None
-    return meta.get("clone_url", "(unknown)")
+    return meta.get("clone_url") if meta.get("role") == "clone" else None
 
 
 @dataclass(frozen=True)
