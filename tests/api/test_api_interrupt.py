@@ -331,3 +331,34 @@ def test_a_storm_of_real_sigints_loses_no_acknowledged_write(tmp_path: Path) -> 
         out,
         proc.stderr[-3000:],
     )
+
+
+@pytest.mark.parametrize("thread", ["shaledb-wal", "shaledb-flush", "shaledb-compactor", "shaledb-gc"])
+def test_ctrl_c_while_an_open_starts_a_thread_leaves_no_thread_running(
+    tmp_path: Path, thread: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during ``Db.open`` that landed while a writer thread was starting (the wait in
+    ``Thread.start()``) left that thread running -- and, from the WAL writer on, every one
+    the open had started -- in a handle the caller never got: a GC pass every interval
+    against the store for the rest of the process. Now the interrupt is held back for the
+    start, and the open stops every thread it started before raising it."""
+    url = str(tmp_path / "db")
+    with Db.open(url) as db:
+        db.put(b"k", b"v")
+    start = threading.Thread.start
+
+    def start_then_ctrl_c(self: threading.Thread) -> None:
+        start(self)
+        if self.name == thread:
+            signal.raise_signal(signal.SIGINT)  # a real SIGINT, right after the thread began
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        Db.open(url)
+    monkeypatch.undo()
+    for t in threading.enumerate():
+        if t.name in ("shaledb-wal", "shaledb-flush", "shaledb-compactor", "shaledb-gc"):
+            t.join(60)
+            assert not t.is_alive(), f"{t.name} still running after the interrupted open"
+    with Db.open(url) as db:
+        assert db.get(b"k") == b"v"

@@ -94,6 +94,7 @@ from ..store.parallel import completed
 from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
+from .interrupts import interrupts_deferred
 from .mapping import as_url, warn_unclosed
 from .queries import Queries, SnapshotQueries
 
@@ -524,63 +525,77 @@ class Db(Queries):
         pinning.result()  # the early pin's own SSTs (an error is its bug: a fetch error only skips one)
         if pin:
             self.tables.pin(m.all_ssts())  # every SST's index and filter, in parallel (the rest, if any)
-        self.wal = WalWriter(
-            store=store,
-            clock=clock,
-            rng=rng,
-            lock=self._lock,
-            epoch=self.epoch,
-            next_id=fence_id + 1,
-            durable_seq=self._seq,
-            flush_interval_s=settings.flush_interval_s,
-            max_buffer_bytes=wal_object_bytes(settings),
-            codec=self.codec,
-            block_size=settings.block_size_bytes,
-            on_failure=self._fail,
-            threshold=threshold,
-            max_in_flight=settings.wal_max_in_flight,
-        )
-        self.wal.sink = mem.locs
-        # The replayed objects count toward the limit: after a slow writer died, the next
-        # write freezes what they held.
-        self.wal.limit_id = self._wal_limit(replay.objects[0].id if replay.objects else fence_id + 1)
-        self.wal.on_limit = self._wal_limit_reached
-        if fence_id + 1 >= self.wal.limit_id:
-            self._freeze_bytes = 0
-        self.wal.note_written([*replay.objects, fence_rec])
-        if threshold is not None:
-            self.wal.note_journal(replay.journal)
-        self._host: _WriterHost = _WriterHost(self)
-        self.flusher = MemtableFlusher(self._host, self._fail)
-        if replay.skipped:
-            # Salvaged: persist what was recovered and move replay_after_wal_id
-            # past the damage, so later opens start there. Also when nothing was
-            # recovered (damage in the first object): otherwise the next open
-            # stops at the same damage and drops everything written after it.
-            with self._lock:
-                self._freeze_locked(even_if_empty=True)
-            self.flush(memtable=True)
-        self._start_background()
+        # Every thread this open starts is stopped if the rest of it fails (a Ctrl-C anywhere
+        # below, a failed salvage flush or manifest update): before, a failure after the WAL
+        # writer started left its threads running in a handle nobody had. Each start itself
+        # holds Ctrl-C back (shaledb.db.interrupts): one raised inside Thread.start() left that
+        # thread running where even this cleanup could not reach it.
+        try:
+            with interrupts_deferred():
+                self.wal = WalWriter(
+                    store=store,
+                    clock=clock,
+                    rng=rng,
+                    lock=self._lock,
+                    epoch=self.epoch,
+                    next_id=fence_id + 1,
+                    durable_seq=self._seq,
+                    flush_interval_s=settings.flush_interval_s,
+                    max_buffer_bytes=wal_object_bytes(settings),
+                    codec=self.codec,
+                    block_size=settings.block_size_bytes,
+                    on_failure=self._fail,
+                    threshold=threshold,
+                    max_in_flight=settings.wal_max_in_flight,
+                )
+            self.wal.sink = mem.locs
+            # The replayed objects count toward the limit: after a slow writer died, the next
+            # write freezes what they held.
+            self.wal.limit_id = self._wal_limit(replay.objects[0].id if replay.objects else fence_id + 1)
+            self.wal.on_limit = self._wal_limit_reached
+            if fence_id + 1 >= self.wal.limit_id:
+                self._freeze_bytes = 0
+            self.wal.note_written([*replay.objects, fence_rec])
+            if threshold is not None:
+                self.wal.note_journal(replay.journal)
+            self._host: _WriterHost = _WriterHost(self)
+            with interrupts_deferred():
+                self.flusher = MemtableFlusher(self._host, self._fail)
+            if replay.skipped:
+                # Salvaged: persist what was recovered and move replay_after_wal_id
+                # past the damage, so later opens start there. Also when nothing was
+                # recovered (damage in the first object): otherwise the next open
+                # stops at the same damage and drops everything written after it.
+                with self._lock:
+                    self._freeze_locked(even_if_empty=True)
+                self.flush(memtable=True)
+            self._start_background()
+        except BaseException:
+            self._stop_started()
+            raise
         _WRITERS.add(self)  # (once open: the exit and fork hooks expect a whole writer)
         acquire_pools()  # (released by close: the shared read threads end with the last handle)
 
     def _start_background(self) -> None:
         """Pin the opened view, then start the embedded compactor and garbage collector."""
-        try:
-            self._ensure_view_pinned()
-            s = self.settings
+        self._ensure_view_pinned()
+        s = self.settings
+        with interrupts_deferred():
             if s.compactor is not None:
                 self._background.append(EmbeddedCompactor(self._host, s.compactor))
             if s.garbage_collector is not None:
                 self._background.append(EmbeddedGc(self._host, s.garbage_collector))
             if s.journal.compaction_interval_s is not None:
                 self._background.append(EmbeddedJournalCompactor(self._host, s.journal.compaction_interval_s))
-        except BaseException:
-            for svc in reversed(self._background):
-                svc.stop()
+
+    def _stop_started(self) -> None:
+        """Stop the threads a failed open started (background services, flusher, WAL writer)."""
+        for svc in reversed(self._background):
+            svc.stop()
+        if hasattr(self, "flusher"):
             self.flusher.stop()
+        if hasattr(self, "wal"):
             self.wal.stop()
-            raise
 
     def _ensure_view_pinned(self) -> None:
         """The manifest read after fencing may have SSTs our opening checkpoint does not pin."""
