@@ -362,3 +362,34 @@ def test_ctrl_c_while_an_open_starts_a_thread_leaves_no_thread_running(
             assert not t.is_alive(), f"{t.name} still running after the interrupted open"
     with Db.open(url) as db:
         assert db.get(b"k") == b"v"
+
+
+def test_ctrl_c_while_a_reader_starts_its_poll_thread_leaves_no_thread_nor_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for ``DbReader.open``: its poll thread kept running, refreshing the reader's
+    checkpoint at half-life for the rest of the process, so the garbage collector never
+    freed what that checkpoint pinned."""
+    from shaledb import admin
+
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"k", b"v")
+    start = threading.Thread.start
+
+    def start_then_ctrl_c(self: threading.Thread) -> None:
+        start(self)
+        if self.name == "shaledb-reader":
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        DbReader.open(url)
+    monkeypatch.undo()
+    for t in threading.enumerate():
+        if t.name == "shaledb-reader":
+            t.join(60)
+            assert not t.is_alive(), "the interrupted reader's poll thread is still running"
+    assert [c for c in admin.list_checkpoints(url) if dict(c.metadata).get("role") == "reader"] == []
+    with DbReader.open(url) as reader:
+        assert reader.get(b"k") == b"v"

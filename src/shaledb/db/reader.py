@@ -103,6 +103,7 @@ from ..settings import DbReaderOptions, Settings
 from ..store.base import ObjectStore
 from ..store.parallel import completed
 from ..store.stack import close_quietly, open_stack
+from .interrupts import interrupts_deferred
 from .mapping import as_url, warn_unclosed
 from .queries import Queries, SnapshotQueries
 
@@ -370,12 +371,24 @@ class DbReader(Queries):
             self._install_pins(m)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if self._mode != "pinned" and options.background_poll:
-            self._thread = threading.Thread(target=self._run, name="shaledb-reader", daemon=True)
-            self._thread.start()
-        acquire_pools()  # (released by close: the shared read threads end with the last handle)
-        self._pid = os.getpid()
-        _READERS.add(self)
+        # Ctrl-C held back while the poll thread starts (shaledb.db.interrupts), then raised
+        # with the reader closed: one raised inside Thread.start() left the poll thread
+        # refreshing the reader's checkpoint for the rest of the process (nothing could
+        # reach it), so the garbage collector never freed what it pinned.
+        try:
+            with interrupts_deferred():
+                if self._mode != "pinned" and options.background_poll:
+                    self._thread = threading.Thread(target=self._run, name="shaledb-reader", daemon=True)
+                    self._thread.start()
+                acquire_pools()  # (released by close: the shared read threads end with the last handle)
+                self._pid = os.getpid()
+                _READERS.add(self)
+        except BaseException:
+            if self in _READERS:  # all of it ran (a Ctrl-C held back to its end): a whole reader
+                self.close()
+            elif self._thread is not None:  # (a thread that could not start: nothing else to undo)
+                self._stop.set()
+            raise
 
     def _open_pinned(self, cp_id: uuid.UUID) -> None:
         latest = self._ms.require_latest()

@@ -198,6 +198,8 @@ class Db(Queries):
     """Keys written while a transaction is open (``shaledb.db.txn``); None when none is."""
     _history: History | None = None
     """Marks and window of time-travel reads (``shaledb.engine.history``); None: retention 0."""
+    _registered = False
+    """Known to the exit and fork hooks, holding the shared read pools (``_start_background``)."""
     _stalled_writers = 0
     """Writers waiting in :meth:`_admit_locked` for memory (``shaledb.engine.admission``)."""
 
@@ -573,8 +575,6 @@ class Db(Queries):
         except BaseException:
             self._stop_started()
             raise
-        _WRITERS.add(self)  # (once open: the exit and fork hooks expect a whole writer)
-        acquire_pools()  # (released by close: the shared read threads end with the last handle)
 
     def _start_background(self) -> None:
         """Pin the opened view, then start the embedded compactor and garbage collector."""
@@ -587,6 +587,9 @@ class Db(Queries):
                 self._background.append(EmbeddedGc(self._host, s.garbage_collector))
             if s.journal.compaction_interval_s is not None:
                 self._background.append(EmbeddedJournalCompactor(self._host, s.journal.compaction_interval_s))
+            _WRITERS.add(self)  # (once open: the exit and fork hooks expect a whole writer)
+            acquire_pools()  # (released by close: the shared read threads end with the last handle)
+            self._registered = True
 
     def _stop_started(self) -> None:
         """Stop the threads a failed open started (background services, flusher, WAL writer)."""
@@ -596,6 +599,9 @@ class Db(Queries):
             self.flusher.stop()
         if hasattr(self, "wal"):
             self.wal.stop()
+        if self._registered:  # (a Ctrl-C held back to the end of the open: all of it ran)
+            _WRITERS.discard(self)
+            release_pools()
 
     def _ensure_view_pinned(self) -> None:
         """The manifest read after fencing may have SSTs our opening checkpoint does not pin."""
