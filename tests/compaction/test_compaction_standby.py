@@ -206,3 +206,133 @@ def test_two_compactor_processes_do_not_fence_each_other(tmp_path: Path) -> None
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _remote_holder(store: ObjectStore, epoch: int, clock: ManualClock) -> None:
+    """A live, serving role lease of ``epoch`` held by a compactor on another host."""
+    body = {
+        "epoch": epoch,
+        "host": "elsewhere.invalid",
+        "pid": 1,
+        "pidns": 0,
+        "token": "00ff",
+        "since_s": clock.now(),
+        "renewed_s": clock.now(),
+        "lease_s": LEASE_S,
+        "serving": True,
+    }
+    store.put(_role_path(epoch), json.dumps(body).encode())
+
+
+class BeforeClaim(StoreWrapper):
+    """Runs ``first`` before this compactor's next manifest write goes out (once ``armed``):
+    another compactor acting between this one's look at the lease and its claim."""
+
+    def __init__(self, inner: ObjectStore, first: Callable[[], None]) -> None:
+        super().__init__(inner)
+        self.first, self.armed = first, False
+
+    def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+        if self.armed and path.startswith("manifest/"):
+            self.armed = False
+            self.first()
+        return super().put(path, data, create=create, attributes=attributes)
+
+
+def test_two_standbys_that_see_one_lapse_claim_it_once() -> None:
+    """Both standbys see epoch 1's lease lapse in the same poll; the first to write claims
+    epoch 2 and the second stands by for it. Before, the second's claim bumped the epoch
+    again (3) and fenced the first: one wasted fence and a lost job."""
+    clock = ManualClock(auto_advance=False)
+    with memory_store() as mem:
+        Db.open(store=mem, settings=NO_BG).close()
+        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
+        _remote_holder(mem, 1, clock)
+        c = Compactor.open(store=mem, options=OPTS, clock=clock, seed=3)
+        thread = threading.Thread(target=c.run)
+
+        def c_claims_first() -> None:
+            thread.start()
+            _until(lambda: _lease(mem, 2).get("serving") is True, "the other standby claims and serves")
+
+        hooked = BeforeClaim(mem, c_claims_first)
+        b = Compactor.open(store=hooked, options=OPTS, clock=clock, seed=2)
+        assert b.holder is not None and b.holder.epoch == 1 and c.holder is not None
+        clock.advance(LEASE_S + 1)  # the holder of epoch 1 is gone: its lease lapses
+        hooked.armed = True
+        r = b.run_once()  # sees the lapse; c claims before b's write lands
+        assert not hooked.armed and read_manifest(store=mem).compactor_epoch == 2
+        assert b.epoch is None and b.holder is not None and b.holder.epoch == 2, b.holder
+        assert r.held_by.startswith("compactor epoch 2 (host ") and not r.did_work
+        assert c.epoch == 2 and thread.is_alive()
+        c.stop()
+        thread.join(60)
+        c.close()
+        b.close()
+        gone.close()
+
+
+class HoldRoleLease(StoreWrapper):
+    """Holds the first write of ``epoch``'s role lease until ``go`` is set (a claimer paused
+    between its claim and its lease)."""
+
+    def __init__(self, inner: ObjectStore, epoch: int) -> None:
+        super().__init__(inner)
+        self.epoch = epoch
+        self.held, self.go = threading.Event(), threading.Event()
+
+    def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+        if path == _role_path(self.epoch) and not self.go.is_set():
+            self.held.set()
+            self.go.wait(60)
+        return super().put(path, data, create=create, attributes=attributes)
+
+
+def test_a_standby_gives_a_fresh_claim_time_to_write_its_lease() -> None:
+    """A standby that polls between another compactor's claim (the epoch bumped) and its
+    first role-lease write stands by for ``role_lease_s`` of its own clock; past that the
+    claim counts as lapsed. Before, it saw no lease and fenced the claimer at once."""
+    clock = ManualClock(auto_advance=False)
+    with memory_store() as mem:
+        Db.open(store=mem, settings=NO_BG).close()
+        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
+        _remote_holder(mem, 1, clock)
+        b = Compactor.open(store=mem, options=OPTS, clock=clock, seed=2)
+        assert b.holder is not None and b.holder.epoch == 1
+        hold = HoldRoleLease(mem, 2)
+        opened: list[Compactor] = []
+        thread = threading.Thread(
+            target=lambda: opened.append(
+                Compactor.open(store=hold, options=OPTS, clock=clock, seed=3, takeover=True)
+            )
+        )
+        thread.start()
+        _until(hold.held.is_set, "the takeover claimed epoch 2 and is about to write its lease")
+        assert read_manifest(store=mem).compactor_epoch == 2
+        r = b.run_once()
+        assert b.epoch is None and read_manifest(store=mem).compactor_epoch == 2
+        assert r.held_by == "compactor epoch 2 (just claimed; no role lease yet)" and not r.did_work
+        clock.advance(LEASE_S)  # the grace is counted from b's first look at epoch 2
+        assert b.run_once().held_by and read_manifest(store=mem).compactor_epoch == 2
+        clock.advance(1)  # past it: the claimer never wrote its lease, b takes the role
+        r = b.run_once()
+        assert b.epoch == 3 and not r.held_by and read_manifest(store=mem).compactor_epoch == 3
+        hold.go.set()
+        thread.join(60)
+        with pytest.raises(FencedError):
+            opened[0].run_once()
+        for comp in (opened[0], b, gone):
+            comp.close()
+
+
+def test_at_open_an_epoch_without_a_lease_is_taken_at_once() -> None:
+    """No grace for a compactor that did not watch the role: an embedded compactor or a
+    one-off run keeps no role lease, and a standalone compactor takes the role from them."""
+    with memory_store() as mem:
+        Db.open(store=mem, settings=NO_BG).close()
+        first = Compactor.open(store=mem, options=OPTS)
+        mem.delete(_role_path(1))  # as an embedded compactor's or an older shaledb's epoch
+        second = Compactor.open(store=mem, options=OPTS)
+        assert (first.epoch, second.epoch, second.holder) == (1, 2, None)
+        first.close()
+        second.close()

@@ -379,6 +379,8 @@ class Compactor:
         """While this compactor stands by: the live compactor that holds the role."""
         self._role: RoleLease | None = None
         self._standby = Standby(store, clock)
+        self._serving = False
+        """In :meth:`run`: a role lease claimed now says ``serving`` from its first write."""
         self._polls = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -408,30 +410,51 @@ class Compactor:
         self.manifest = m
         return m
 
-    def claim(self) -> int:
-        """Bump ``compactor_epoch`` (fencing older compactors); returns our epoch."""
+    def claim(self, lapsed: int | None = None) -> int:
+        """Bump ``compactor_epoch`` (fencing older compactors); returns our epoch.
+
+        ``lapsed``: only if the epoch is still that one (a standby's claim), else
+        ``FencedError`` (another compactor claimed first; :class:`ClaimCompactorEpoch`)."""
         if self.host is None and self.manifests.read_latest() is None:
             raise NotFound(f"no database at {self.store.describe()}")
-        m = self._update(ClaimCompactorEpoch())
+        m = self._update(ClaimCompactorEpoch(lapsed))
         self.epoch = m.compactor_epoch
         self.holder = None
         if self.host is None:  # standalone: a second one stands by while this lease is live
             token = f"{self.rng.getrandbits(64):016x}"
-            self._role = RoleLease(self.store, self.clock, self.epoch, self.options.role_lease_s, token)
+            self._role = RoleLease(
+                self.store, self.clock, self.epoch, self.options.role_lease_s, token, serving=self._serving
+            )
         log.info("compactor claimed epoch %d at manifest %d", self.epoch, m.id)
         return self.epoch
 
     def _claim_unless_held(self) -> bool:
         """Claim the role unless a live standalone compactor holds it; whether we hold it.
 
-        Standing by logs once at INFO, naming the holder."""
+        Standing by logs once at INFO, naming the holder.
+
+        The claim is conditional on the epoch seen lapse: when another standby claimed it
+        first, this one stands by for that one instead of fencing it. A standby that watched
+        the role (or lost such a race) gives a just-claimed epoch without a role lease
+        ``role_lease_s`` to write it (:meth:`Standby.live_holder`); at open, an epoch without
+        a lease (an embedded compactor's, a one-off's) is taken at once as before."""
         m = self.manifests.read_latest() if self.manifest is None else self.manifests.refresh(self.manifest)
         if m is None:
             raise NotFound(f"no database at {self.store.describe()}")
         self.manifest = m
-        h = self._standby.live_holder(m)
-        if h is None:
-            was, epoch = self.holder, self.claim()
+        watched = self.holder is not None
+        while True:
+            h = self._standby.live_holder(m, self.options.role_lease_s if watched else 0.0)
+            if h is not None:
+                break
+            was = self.holder
+            try:
+                epoch = self.claim(lapsed=m.compactor_epoch)
+            except FencedError as exc:  # another compactor claimed between our look and our write
+                log.info("compactor: %s; looking at its role lease instead of fencing it", exc)
+                m = self.manifests.require_latest()
+                self.manifest, watched = m, True
+                continue
             if was is not None:  # a crash (or a kill) of the holder: worth a line without --verbose
                 log.warning("compactor epoch %d takes over from %s: its lease lapsed", epoch, was.describe())
             return True
@@ -647,9 +670,11 @@ class Compactor:
         Raises:
             FencedError: a newer compactor took over.
         """
+        self._serving = True
         try:
             self._run(on_report)
         finally:
+            self._serving = False
             if self._role is not None:
                 self._role.serve(False)
 

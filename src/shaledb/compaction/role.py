@@ -25,6 +25,12 @@ its body has not changed for ``lease_s`` of the standby's own monotonic clock (a
 whose clock runs ahead still lapses). A holder on this host and in this PID namespace
 whose process is gone (killed, then restarted by systemd) has lapsed at once, and so has
 one that names this very process but no compactor of it that still runs.
+
+Races between standbys: a standby's claim is conditional on the epoch it saw lapse
+(``ClaimCompactorEpoch(lapsed=...)``), so of two that saw one lapse only the first claims
+and the other stands by for it; and a standby that watched the role change hands gives an
+epoch without a lease ``role_lease_s`` to get one (:meth:`Standby.live_holder`), as the
+claimer writes it just after its manifest CAS.
 """
 
 from __future__ import annotations
@@ -80,6 +86,8 @@ class Holder:
     serving: bool
 
     def describe(self) -> str:
+        if not self.host:  # Standby.live_holder's stand-in for a claim whose lease is not written yet
+            return f"compactor epoch {self.epoch} (just claimed; no role lease yet)"
         since = datetime.fromtimestamp(self.since_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return f"compactor epoch {self.epoch} (host {self.host}, pid {self.pid}) since {since}"
 
@@ -146,7 +154,19 @@ class Renewed:
 class RoleLease(Renewed):
     """The lease a standalone compactor keeps while it holds epoch ``epoch``."""
 
-    def __init__(self, store: ObjectStore, clock: Clock, epoch: int, lease_s: float, token: str) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        epoch: int,
+        lease_s: float,
+        token: str,
+        *,
+        serving: bool = False,
+    ) -> None:
+        """``serving``: claimed by a compactor already in ``run`` (a standby taking over). Its
+        first write says so: written as not serving, then rewritten, a standby polling between
+        the two took it for a one-off run and fenced it."""
         super().__init__(store, clock, paths.role_lease_path(epoch), float(lease_s))
         self.fields: dict[str, object] = {
             "epoch": epoch,
@@ -156,8 +176,11 @@ class RoleLease(Renewed):
             "token": token,
             "since_s": clock.now(),
             "lease_s": float(lease_s),
-            "serving": False,
+            "serving": serving,
         }
+        if serving:
+            with _LIVE_LOCK:
+                _LIVE_HERE.add(token)
         self._write()
 
     def body(self) -> dict[str, object]:
@@ -165,6 +188,8 @@ class RoleLease(Renewed):
 
     def serve(self, serving: bool) -> None:
         """Say (at once) whether the holder runs as a service, which a standby waits for."""
+        if self.fields["serving"] is serving:
+            return  # (claimed while serving: the first write said so)
         token = str(self.fields["token"])
         with _LIVE_LOCK:
             if serving:
@@ -193,6 +218,8 @@ class Standby:
         self.clock = clock
         self._seen: tuple[str, bytes, float] | None = None
         """(path, body, monotonic time first seen) of the last lease read."""
+        self._bare: tuple[int, float, float] | None = None
+        """(epoch, monotonic and wall time first seen) of the last epoch seen without a lease."""
 
     def state(self, m: Manifest) -> tuple[str, Holder | None]:
         """Who holds ``m``'s compactor epoch: ``("live", holder)``; ``("lapsed", holder)``
@@ -217,10 +244,27 @@ class Standby:
         stale = self.clock.now() > h.renewed_s + h.lease_s or mono - self._seen[2] > h.lease_s
         return ("lapsed" if stale or h.dead_here() else "live"), h
 
-    def live_holder(self, m: Manifest) -> Holder | None:
-        """The live standalone compactor holding ``m``'s epoch, None if the role may be claimed."""
+    def live_holder(self, m: Manifest, grace_s: float = 0.0) -> Holder | None:
+        """The live standalone compactor holding ``m``'s epoch, None if the role may be claimed.
+
+        ``grace_s`` (a standby that watched the role change hands): an epoch without a role
+        lease is a claim in progress -- another standby or ``--takeover`` bumped the epoch and
+        is about to write its lease -- for ``grace_s`` of this standby's own monotonic clock
+        from when it first saw that epoch so; a stand-in :class:`Holder` (empty ``host``) says
+        so. Before, a standby polling in that window fenced the new holder at once. Past the
+        grace it is lapsed (the claimer died, or is an embedded compactor, a Spark or
+        ``--once`` run or an older shaledb, which keep no lease)."""
         state, h = self.state(m)
-        return h if state == "live" else None
+        if state == "live":
+            return h
+        if state != "none" or h is not None or grace_s <= 0:
+            return None
+        mono, epoch = self.clock.monotonic(), m.compactor_epoch
+        if self._bare is None or self._bare[0] != epoch:
+            self._bare = (epoch, mono, self.clock.now())
+        if mono - self._bare[1] > grace_s:
+            return None
+        return Holder(epoch, "", 0, 0, "", self._bare[2], self._bare[2], grace_s, True)
 
 
 __all__ = ["Holder", "Renewed", "RoleLease", "Standby", "parse_holder"]

@@ -167,9 +167,22 @@ class ClaimWriterEpoch(Edit):
 @dataclass(frozen=True)
 class ClaimCompactorEpoch(Edit):
     """A compactor starting takes the next compactor epoch, fencing older compactors' commits
-    (and clearing a released epoch's mark: the role is held again)."""
+    (and clearing a released epoch's mark: the role is held again).
+
+    ``lapsed`` is a standby's claim: the epoch whose role lease it saw lapse (or released).
+    If the manifest's epoch is no longer that one, another compactor claimed the role between
+    the standby's look and its write, and this raises ``FencedError`` instead of bumping the
+    epoch again: two standbys that saw one lapse fenced the first claimer (a wasted fence and
+    a lost job). None (``takeover=True``, ``--takeover``, an embedded compactor) claims whatever
+    the epoch is."""
+
+    lapsed: int | None = None
 
     def apply(self, m: Manifest) -> Manifest | None:
+        if self.lapsed is not None and m.compactor_epoch != self.lapsed:
+            raise FencedError(
+                f"compactor epoch {m.compactor_epoch} was claimed after epoch {self.lapsed} lapsed"
+            )
         options = tuple((k, v) for k, v in m.options if k != OPT_COMPACTOR_RELEASED)
         return replace(m, compactor_epoch=m.compactor_epoch + 1, options=options)
 
