@@ -30,7 +30,11 @@ def test_a_job_lease_holds_the_documented_fields_and_the_example_reads_back() ->
     lid = paths.new_ulid(1_764_446_400.0, random.Random(1))
     put_lease(store, lid, "ingest flights", 3600.0, 1_764_446_400.5)
     body = json.loads(store.get(paths.job_path(lid)))
-    assert set(body) == documented_fields("Job leases")
+    assert set(body) == documented_fields("Job leases") - {"stream"}
+    put_lease(store, lid, "stream s-1: a micro-batch's staged run", 3600.0, 1_764_446_400.5, stream="s-1")
+    streamed = json.loads(store.get(paths.job_path(lid)))
+    assert set(streamed) == documented_fields("Job leases") and streamed["stream"] == "s-1"
+    assert read_lease(store.get(paths.job_path(lid))) == (LEASE_EPOCH, 3600.0)
     example = re.search(r"^Example .*?: `(\{.*?\})`$", DOC, re.M)
     assert example is not None
     assert json.loads(example.group(1)) == body

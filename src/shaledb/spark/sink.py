@@ -18,7 +18,10 @@ write does (docs/spark.md, "Streaming writes"):
    task lease, which the ingest adopts instead of writing its own, then
    deletes the runs and leases in one request; ``abort`` deletes them too (a
    killed process's lease lapses after ``lease_s``, and the garbage collector
-   then takes it and the runs, as every stale lease and staged run).
+   then takes it and the runs, as every stale lease and staged run). Each task
+   lease records the sink id, and a committed micro-batch also deletes what
+   earlier, uncommitted attempts of the query left (a query stopped mid-batch
+   gets no ``abort``; :func:`~shaledb.bulk.ingest.model.abandoned_stream_leases`).
 
 Why one ingest per micro-batch: ingest ids are recorded in the manifest, so a
 micro-batch Spark replays after a crash (same batch id) finds itself committed
@@ -52,7 +55,7 @@ from pyspark.sql.types import StructType
 
 from ..bulk.ingest import IngestConflict, IngestPart, abort_ingest, commit_ingest, open_ingest_store
 from ..bulk.ingest.exchange import GatherTask, StagedRun, stage_run
-from ..bulk.ingest.model import JobLease, check_ingest_id, take_lease
+from ..bulk.ingest.model import JobLease, abandoned_stream_leases, check_ingest_id, take_lease
 from ..clock import SYSTEM_CLOCK
 from ..errors import BucketNotFound, DatabaseDestroyed, InvalidArgument, NotFound, ObjectNotFound, ShaleError
 from ..format import paths
@@ -158,7 +161,9 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
             # The lease first, then the run, never born before it (the run's exchange is the
             # lease's id): a GC pass at any min_age_s keeps the run until the commit is done.
             job = f"stream {self.prefix}: a micro-batch's staged run"
-            lease = take_lease(store, job, self.opts.lease_s, SYSTEM_CLOCK, random.Random())
+            lease = take_lease(
+                store, job, self.opts.lease_s, SYSTEM_CLOCK, random.Random(), stream=self.prefix
+            )
             run = None
             try:
                 run = stage_run(store, cols.staged(), exchange_id=lease.id, parts=1)
@@ -171,10 +176,12 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         runs, leases = _runs(messages), _leases(messages)
         iid = f"{self.prefix}-{batchId}"
+        committed = False
         try:
             self._ingest(iid, runs, leases, batchId)
+            committed = True
         finally:
-            self._delete(runs, leases, iid)
+            self._delete(runs, leases, iid, sweep=committed and bool(leases))
 
     @short_traceback
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
@@ -249,9 +256,16 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
                 exc,
             )
 
-    def _delete(self, runs: list[StagedRun], leases: list[JobLease], iid: str) -> None:
+    def _delete(
+        self, runs: list[StagedRun], leases: list[JobLease], iid: str, *, sweep: bool = False
+    ) -> None:
         """The micro-batch's staged runs and its tasks' leases, in one request (a bulk delete;
-        its order does not matter once the commit or abort is over)."""
+        its order does not matter once the commit or abort is over).
+
+        ``sweep`` (a committed micro-batch that staged rows): also the task leases and staged
+        runs earlier, uncommitted attempts of this query left (:func:`abandoned_stream_leases`).
+        Spark calls no abort for a query stopped mid-micro-batch, and its task leases kept
+        the garbage collector from everything born after them for ``lease_s`` (1 h)."""
         doomed = [r.path for r in runs] + [paths.job_path(le.id) for le in leases]
         if not doomed:
             return
@@ -261,6 +275,11 @@ class ShaleStreamWriter(DataSourceStreamArrowWriter):
             log.warning("stream ingest %s: could not delete its staged runs and leases: %s", iid, exc)
             return
         with closing(store):
+            if sweep:
+                try:
+                    doomed += abandoned_stream_leases(store, self.prefix, [le.id for le in leases])
+                except ShaleError as exc:  # they lapse after lease_s, as before
+                    log.warning("stream ingest %s: could not look for earlier attempts' leases: %s", iid, exc)
             _delete_quietly(store, doomed, f"stream ingest {iid}: its staged runs and leases")
 
 

@@ -214,24 +214,63 @@ class JobLease:
     written_s: float
 
 
-def take_lease(store: ObjectStore, job: str, lease_s: float, clock: Clock, rng: random.Random) -> JobLease:
+def take_lease(
+    store: ObjectStore,
+    job: str,
+    lease_s: float,
+    clock: Clock,
+    rng: random.Random,
+    *,
+    stream: str | None = None,
+) -> JobLease:
     """Write a new ingest lease named by a ULID of ``clock``'s now (one PUT); outputs named
-    with :attr:`JobLease.id` as their floor are never born before it started."""
+    with :attr:`JobLease.id` as their floor are never born before it started. ``stream``:
+    the sink id of the stream query whose task takes it (:func:`put_lease`)."""
     now = clock.now()
     lease = JobLease(paths.new_ulid(now, rng), now)
-    put_lease(store, lease.id, job, lease_s, now)
+    put_lease(store, lease.id, job, lease_s, now, stream=stream)
     return lease
 
 
-def put_lease(store: ObjectStore, lease_id: str, job: str, lease_s: float, now_s: float) -> None:
-    body = {
+def put_lease(
+    store: ObjectStore, lease_id: str, job: str, lease_s: float, now_s: float, *, stream: str | None = None
+) -> None:
+    """Write an ingest lease (docs/format/leases.md). ``stream`` is recorded for a stream
+    query's task lease: the query's next commit deletes those its earlier, uncommitted
+    attempts left (a query stopped mid-micro-batch gets no abort), which kept the garbage
+    collector from everything born after them for ``lease_s``."""
+    body: dict[str, object] = {
         "epoch": LEASE_EPOCH,
         "lease_s": lease_s,
         "job": job,
         "kind": "ingest",
         "renewed_s": now_s,
     }
+    if stream is not None:
+        body["stream"] = stream
     store.put(paths.job_path(lease_id), json.dumps(body).encode())
+
+
+def abandoned_stream_leases(store: ObjectStore, stream: str, keep: Sequence[str]) -> list[str]:
+    """The task leases of stream query ``stream`` but ``keep`` (lease ids), and the runs
+    staged under them: what earlier, uncommitted attempts of the query left (one LIST, a GET
+    per other job lease, a LIST per one found). Called by the query's commit, when no other
+    attempt of it runs (Spark runs its micro-batches one after another). Only leases that
+    record ``stream`` qualify: another query's, a batch ingest's, a compaction's and those of
+    an older shaledb (no ``stream`` field) are left to lapse."""
+    mine, found = set(keep), []
+    for meta in store.list(paths.JOB_DIR):
+        lid = paths.parse_job_id(meta.path)
+        if lid is None or lid in mine:
+            continue
+        try:
+            body = json.loads(store.get(meta.path))
+        except (ShaleError, ValueError):  # gone since the listing, or unreadable: not ours to take
+            continue
+        if isinstance(body, dict) and body.get("kind") == "ingest" and body.get("stream") == stream:
+            found += [m.path for m in store.list(paths.stage_prefix(lid))]
+            found.append(meta.path)
+    return found
 
 
 def write_lease(store: ObjectStore, plan: IngestPlan, now_s: float) -> None:
@@ -317,6 +356,7 @@ __all__ = [
     "IngestPlan",
     "IngestResult",
     "JobLease",
+    "abandoned_stream_leases",
     "check_index_fields",
     "check_ingest_id",
     "crc32c_combine",
