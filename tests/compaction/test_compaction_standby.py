@@ -336,3 +336,37 @@ def test_at_open_an_epoch_without_a_lease_is_taken_at_once() -> None:
         assert (first.epoch, second.epoch, second.holder) == (1, 2, None)
         first.close()
         second.close()
+
+
+class RoleWrites(StoreWrapper):
+    """Records the body of every role-lease write of ``epoch``."""
+
+    def __init__(self, inner: ObjectStore, epoch: int) -> None:
+        super().__init__(inner)
+        self.epoch, self.bodies = epoch, []  # type: list[dict[str, Any]]
+
+    def put(self, path, data, *, create=False, attributes=None):  # type: ignore[no-untyped-def]
+        if path == _role_path(self.epoch):
+            self.bodies.append(json.loads(bytes(data)))
+        return super().put(path, data, create=create, attributes=attributes)
+
+
+def test_a_standby_taking_over_in_run_writes_a_serving_lease_at_once() -> None:
+    """Its first lease write says ``serving``: written as a one-off's first, a standby polling
+    before the rewrite took it for a one-off run and fenced it."""
+    clock = ManualClock(auto_advance=False)
+    with memory_store() as mem:
+        Db.open(store=mem, settings=NO_BG).close()
+        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
+        _remote_holder(mem, 1, clock)
+        writes = RoleWrites(mem, 2)
+        b = Compactor.open(store=writes, options=OPTS, clock=clock, seed=2)
+        thread = threading.Thread(target=b.run)
+        thread.start()
+        clock.advance(LEASE_S + 1)
+        _until(lambda: b.epoch == 2 and bool(writes.bodies), "the standby takes over")
+        assert writes.bodies[0]["serving"] is True, writes.bodies
+        b.stop()
+        thread.join(60)
+        b.close()
+        gone.close()
