@@ -126,6 +126,7 @@ class ShaleDbm(MutableMapping[bytes, bytes]):
         self._h.close()
 
     def __enter__(self) -> ShaleDbm:
+        self._h.__enter__()  # (refuses a closed handle, as a closed file refuses ``with``)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -466,6 +466,8 @@ class SnapshotQueries(Queries):
             self._finalizer()
 
     def __enter__(self) -> Self:
+        if self._closed:  # (as a closed file refuses ``with``: every call inside would raise)
+            raise ClosedError(self._closed_message)
         return self
 
     def __exit__(self, *exc: object) -> None:

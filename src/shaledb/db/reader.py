@@ -874,6 +874,7 @@ class DbReader(Queries):
         return self._closed
 
     def __enter__(self) -> DbReader:
+        self._check_open()  # (as a closed file refuses ``with``: every call inside would raise)
         return self
 
     def __exit__(self, *exc: object) -> None:

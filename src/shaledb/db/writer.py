@@ -1401,6 +1401,8 @@ class Db(Queries):
             )
 
     def __enter__(self) -> Db:
+        if self._closed:  # closed, or stopped by a failure: every call inside would raise
+            raise ClosedError(self._closed_message)
         return self
 
     def __exit__(self, *exc: object) -> None:
