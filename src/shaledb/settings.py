@@ -110,10 +110,14 @@ class RetryOptions:
 
     Each failed call waits ``initial_backoff_s`` doubled per attempt up to
     ``max_backoff_s`` (with jitter); after ``max_attempts`` attempts or
-    ``timeout_s`` seconds the call raises ``Unavailable``.
+    ``timeout_s`` seconds the call raises ``Unavailable``. With the defaults
+    ``timeout_s`` comes first (about 45 attempts fill a minute), so a store that
+    fails fast (connections refused, 503s) is retried as long as one that
+    stays silent; ``max_attempts`` used to be 10, which a store failing fast
+    spent in about 7 s, stopping a writer in an outage of a few seconds.
     """
 
-    max_attempts: int = 10
+    max_attempts: int = 100
     initial_backoff_s: Seconds[float] = Seconds(0.05)
     max_backoff_s: Seconds[float] = Seconds(2.0)
     timeout_s: Seconds[float] = Seconds(60.0)

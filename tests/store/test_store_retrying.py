@@ -286,3 +286,65 @@ def test_a_store_that_stays_silent_is_reported_while_retrying(
     with caplog.at_level("WARNING", logger="shaledb"), pytest.raises(Unavailable):
         quick.get("k")  # six quick failures within a few seconds of backoff: no warning
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+class Outage(StoreWrapper):
+    """Fails every call fast (a refused connection) until ``clock`` passes ``until``."""
+
+    def __init__(self, inner: ObjectStore, clock: ManualClock, until: float) -> None:
+        super().__init__(inner)
+        self.clock, self.until, self.calls = clock, until, 0
+
+    def get(self, path: str) -> bytes:
+        self.calls += 1
+        if self.clock.monotonic() < self.until:
+            raise Unavailable("HTTP error: error sending request (connection refused)")
+        return self.inner.get(path)
+
+
+def test_default_budget_rides_out_a_30s_outage_of_a_store_failing_fast(
+    memory_store: ObjectStore, manual_clock: ManualClock
+) -> None:
+    """The documented budget is a minute (RetryOptions.timeout_s); max_attempts=10 spent it in
+    about 7 s on a store refusing connections, so a writer stopped in an outage of seconds."""
+    memory_store.put("k", b"v")
+    start = manual_clock.monotonic()
+    store = Outage(memory_store, manual_clock, start + 30.0)
+    st = RetryingStore(store, RetryOptions(), manual_clock, random.Random(7))
+    assert st.get("k") == b"v"
+    assert 30.0 <= manual_clock.monotonic() - start <= 33.0
+    forever = RetryingStore(Outage(memory_store, manual_clock, float("inf")), RetryOptions(), manual_clock)
+    start = manual_clock.monotonic()
+    with pytest.raises(Unavailable, match="failed after"):
+        forever.get("k")
+    assert 58.0 <= manual_clock.monotonic() - start <= 60.0  # the timeout, not the attempts, ends it
+
+
+def test_an_outage_is_one_warning_and_one_line_when_it_ends(
+    memory_store: ObjectStore, manual_clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A WARNING per retry past 5 s printed ~25 lines per waiting call in a minute's outage (and a
+    reader prefetching 16 WAL objects printed 16 a second). Now the first call failing past 5 s
+    says so, later ones are quiet while that outage stands, and the first failed call to get an
+    answer -- a missing object is an answer -- says at INFO that the store answers again."""
+    memory_store.put("k", b"v")
+    start = manual_clock.monotonic()
+    store = Outage(memory_store, manual_clock, start + 40.0)
+    st = RetryingStore(store, RetryOptions(timeout_s=25.0), manual_clock, random.Random(8))
+    with caplog.at_level("INFO", logger="shaledb"):
+        with pytest.raises(Unavailable, match="failed after"):
+            st.get("k")  # spends its 25 s
+        with pytest.raises(ObjectNotFound):
+            st.get("missing")  # fails past 5 s too, then the store answers: not found
+        assert st.get("k") == b"v"
+    assert store.calls > 20
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0][0] == "WARNING" and "get k has failed for" in lines[0][1]
+    assert lines[1][0] == "INFO" and "the store answers again (get missing, attempt" in lines[1][1]
+    assert "it failed for 4" in lines[1][1]
+    caplog.clear()
+    store.until = manual_clock.monotonic() + 10.0
+    with caplog.at_level("INFO", logger="shaledb"):
+        assert st.get("k") == b"v"  # a second outage is reported again
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]

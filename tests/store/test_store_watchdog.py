@@ -160,3 +160,35 @@ def test_a_caller_holding_a_listed_item_is_not_the_store_waiting(
         for _ in st.list("p/"):
             threading.Event().wait(0.4)  # the caller's own time, twice the threshold
     assert _still_waiting(caplog) == []
+
+
+class Refusing(StoreWrapper):
+    """A cloud store whose every get fails at once (connections refused after it answered)."""
+
+    def get(self, path: str) -> bytes:
+        from shaledb.errors import Unavailable
+
+        raise Unavailable("HTTP error: error sending request (connection refused)")
+
+
+@pytest.mark.usefixtures("quick_watchdog")
+def test_a_store_failing_fast_is_not_reported_as_silent(caplog: pytest.LogCaptureFixture) -> None:
+    """The watchdog timed the whole call, backoffs included, so a store refusing connections got
+    "still waiting for ..." (it was not waiting: each attempt failed at once) beside the retry's
+    own WARNING. It now times each attempt."""
+    inner = open_store(
+        "s3://bucket/db",
+        endpoint="http://127.0.0.1:9",
+        allow_http=True,
+        access_key_id="x",
+        secret_access_key="y",
+    )
+    st = RetryingStore(
+        Refusing(inner), RetryOptions(initial_backoff_s=0.05, max_backoff_s=0.05, timeout_s=1.0)
+    )
+    with (
+        caplog.at_level(logging.WARNING, logger="shaledb.store"),
+        pytest.raises(ShaleError, match="failed after"),
+    ):
+        st.get("some/object")
+    assert _still_waiting(caplog) == []

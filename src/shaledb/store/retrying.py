@@ -3,7 +3,12 @@
 Only :class:`~shaledb.errors.Unavailable` is retried, with exponential backoff
 and jitter, bounded by ``RetryOptions.max_attempts`` and ``timeout_s``; then
 the call raises ``Unavailable`` naming the attempts. Each retry is logged at
-DEBUG on the ``shaledb.store`` logger with its attempt and delay.
+DEBUG on the ``shaledb.store`` logger with its attempt and delay. An outage is
+two lines per store: the first call still failing after :data:`SLOW_RETRY_S`
+says so at WARNING, and the first failed call that then gets an answer says at
+INFO that the store answers again (a minute-long outage used to print a WARNING
+every two seconds for each call waiting on it: a reader prefetching 16 WAL
+objects printed 16 lines a second).
 :class:`~shaledb.errors.EndpointUnreachable` (a store that never answered: a
 wrong endpoint, most likely) is an ``Unavailable`` that is not retried, like
 the set-up mistakes ``PermissionDenied`` and ``BucketNotFound``. Answers that are facts
@@ -45,7 +50,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import AlreadyExists, EndpointUnreachable, ObjectNotFound, Unavailable
+from ..errors import AlreadyExists, EndpointUnreachable, ObjectNotFound, ShaleError, Unavailable
 from ..format.paths import check_prefix
 from ..settings import RetryOptions
 from .base import PUT_ID_ATTRIBUTE, ObjectMeta, ObjectStore
@@ -56,11 +61,30 @@ from .wrappers import StoreWrapper, find_wrapper
 _log = logging.getLogger(__name__)
 _retry_log = logging.getLogger("shaledb.store")
 SLOW_RETRY_S = 5.0
-"""A retry after an operation has failed this long is logged at WARNING (before: DEBUG)."""
+"""A call that has failed this long reports the outage at WARNING, unless one is reported."""
 T = TypeVar("T")
 WATCH_MAX_BYTES = 8 << 20
 """Transfers up to this size are watched (:mod:`.watchdog`); a larger one may rightly take
 longer than the watchdog's few seconds on a slow link, and is left to the request timeout."""
+
+
+class _Call:
+    """One call's retry budget, and whether it was reported as failing."""
+
+    __slots__ = ("attempt", "deadline", "started", "token", "warned", "what")
+
+    def __init__(self, what: str, started: float, timeout_s: float, token: int | None) -> None:
+        self.what = what
+        self.started = started
+        self.deadline = started + timeout_s
+        self.attempt = 0
+        self.warned = False
+        self.token = token  # the watchdog's, re-armed for each attempt
+
+    def restart(self, now: float, timeout_s: float) -> None:
+        """A fresh budget (a listing made progress after failures it has reported)."""
+        self.attempt, self.started, self.deadline = 1, now, now + timeout_s
+        self.warned = False
 
 
 class RetryingStore(StoreWrapper):
@@ -87,6 +111,9 @@ class RetryingStore(StoreWrapper):
         self._lock = threading.Lock()
         self._resolved = 0
         self._retries = 0
+        self._exhausted_n = 0
+        # When the reported outage's first call began failing; None while none is reported.
+        self._outage_since: float | None = None
         store: ObstoreStore | None = find_wrapper(inner, ObstoreStore)
         service = store.service if store is not None else None
         # Calls on a cloud store are watched (a store that never answers is reported after a
@@ -101,6 +128,11 @@ class RetryingStore(StoreWrapper):
     def retries(self) -> int:
         return self._retries
 
+    @property
+    def exhausted(self) -> int:
+        """Calls that failed for good: their retries were spent (or not allowed)."""
+        return self._exhausted_n
+
     def new_put_id(self) -> str:
         with self._lock:
             return f"{self._rng.getrandbits(128):032x}"
@@ -109,30 +141,32 @@ class RetryingStore(StoreWrapper):
         opts = self.options
         base = min(opts.max_backoff_s, opts.initial_backoff_s * (2 ** min(attempt - 1, 62)))
         with self._lock:
-            self._retries += 1
             return float(base / 2 + self._rng.uniform(0.0, base / 2))
 
-    def _wait_or_give_up(self, attempt: int, deadline: float, what: str, exc: Unavailable) -> bool:
-        """Sleep before attempt ``attempt + 1``; False when the budget is spent
-        or ``exc`` is not transient."""
-        if isinstance(exc, EndpointUnreachable) or attempt >= self.options.max_attempts:
+    def _wait_or_give_up(self, call: _Call, exc: Unavailable) -> bool:
+        """Sleep before the next attempt of ``call``; False when the budget is spent or ``exc``
+        is not transient."""
+        if isinstance(exc, EndpointUnreachable) or call.attempt >= self.options.max_attempts:
             return False
-        delay = self._backoff(attempt)
+        delay = self._backoff(call.attempt)
         now = self._clock.monotonic()
-        if now + delay > deadline:
+        if now + delay > call.deadline:
             return False
-        spent = now - (deadline - self.options.timeout_s)
-        if spent >= SLOW_RETRY_S:
+        with self._lock:
+            self._retries += 1  # (counted once it will be made: a retry past the deadline is not)
+        spent = now - call.started
+        if spent >= SLOW_RETRY_S and not call.warned and self._report_outage(call):
             # Past a few seconds the caller is waiting on a store that does not answer (an
             # endpoint that accepts connections and stays silent fails each attempt only at
-            # its request timeout): say so, instead of a long silence before the error.
+            # its request timeout): say so once, instead of a long silence before the error
+            # (and instead of a line per retry and per call, which buried everything else).
             _retry_log.warning(
                 "%s: %s has failed for %.0fs (attempt %d of %d: %s); retrying for up to %.0fs in all "
                 "(RetryOptions.timeout_s)",
                 self.describe(),
-                what,
+                call.what,
                 spent,
-                attempt,
+                call.attempt,
                 self.options.max_attempts,
                 exc,
                 self.options.timeout_s,
@@ -141,21 +175,57 @@ class RetryingStore(StoreWrapper):
             _retry_log.debug(
                 "%s: %s failed (attempt %d of %d), retrying in %.3fs: %s",
                 self.describe(),
-                what,
-                attempt,
+                call.what,
+                call.attempt,
                 self.options.max_attempts,
                 delay,
                 exc,
             )
-        self._clock.sleep(delay)
+        if call.token is None or self._watch is None:
+            self._clock.sleep(delay)
+            return True
+        # The watchdog reports an attempt that waits long on a silent store; a backoff is no
+        # such wait, and a store failing fast is the WARNING above's to report.
+        WATCHDOG.pause(call.token)
+        try:
+            self._clock.sleep(delay)
+        finally:
+            WATCHDOG.begin(self._watch[0], call.what, self._watch[1], call.token)
         return True
 
-    def _exhausted(self, what: str, attempt: int, started: float, last: Unavailable) -> Unavailable:
+    def _report_outage(self, call: _Call) -> bool:
+        """True if ``call`` is the first to report the store failing (it logs the WARNING)."""
+        call.warned = True
+        with self._lock:
+            if self._outage_since is not None:
+                return False
+            self._outage_since = call.started
+            return True
+
+    def _answered(self, call: _Call) -> None:
+        """``call`` got an answer (a result, or an error that is not an outage): after failed
+        attempts, that ends a reported outage."""
+        if call.attempt == 1 or self._outage_since is None:
+            return
+        with self._lock:
+            since, self._outage_since = self._outage_since, None
+        if since is not None:
+            _retry_log.info(
+                "%s: the store answers again (%s, attempt %d); it failed for %.0fs",
+                self.describe(),
+                call.what,
+                call.attempt,
+                self._clock.monotonic() - since,
+            )
+
+    def _exhausted(self, call: _Call, last: Unavailable) -> Unavailable:
+        with self._lock:
+            self._exhausted_n += 1
         if isinstance(last, EndpointUnreachable):
             return last
-        took = self._clock.monotonic() - started
+        took = self._clock.monotonic() - call.started
         err = Unavailable(
-            f"{self.describe()}: {what} failed after {attempt} attempt(s) in {took:.3f}s; "
+            f"{self.describe()}: {call.what} failed after {call.attempt} attempt(s) in {took:.3f}s; "
             f"the store is unreachable, retry later (last error: {last})"
         )
         err.__cause__ = last
@@ -165,24 +235,28 @@ class RetryingStore(StoreWrapper):
         """``fn`` retried on Unavailable; ``watch=False`` for a call that may rightly take long
         (a large transfer, a server-side copy): the watchdog would report it as a silent store."""
         if self._watch is None or not watch:
-            return self._retry_loop(what, fn)
+            return self._retry_loop(what, fn, None)
         token = WATCHDOG.begin(self._watch[0], what, self._watch[1])
         try:
-            return self._retry_loop(what, fn)
+            return self._retry_loop(what, fn, token)
         finally:
             WATCHDOG.end(token)
 
-    def _retry_loop(self, what: str, fn: Callable[[], T]) -> T:
-        started = self._clock.monotonic()
-        deadline = started + self.options.timeout_s
-        attempt = 0
+    def _retry_loop(self, what: str, fn: Callable[[], T], token: int | None) -> T:
+        call = _Call(what, self._clock.monotonic(), self.options.timeout_s, token)
         while True:
-            attempt += 1
+            call.attempt += 1
             try:
-                return fn()
+                result = fn()
             except Unavailable as exc:
-                if not self._wait_or_give_up(attempt, deadline, what, exc):
-                    raise self._exhausted(what, attempt, started, exc) from exc
+                if not self._wait_or_give_up(call, exc):
+                    raise self._exhausted(call, exc) from exc
+                continue
+            except ShaleError:
+                self._answered(call)  # (ObjectNotFound after an outage: the store answers)
+                raise
+            self._answered(call)
+            return result
 
     def get(self, path: str) -> bytes:
         return self._retry(f"get {path}", lambda: self.inner.get(path))
@@ -255,35 +329,44 @@ class RetryingStore(StoreWrapper):
         success: ``was_ours(ambiguous)`` decides (``ambiguous``: an attempt failed in a
         way that may have been applied); then the write counts as resolved."""
         if self._watch is None or not watch:
-            self._create_loop(what, write, was_ours, path)
+            self._create_loop(what, write, was_ours, path, None)
             return
         token = WATCHDOG.begin(self._watch[0], what, self._watch[1])
         try:
-            self._create_loop(what, write, was_ours, path)
+            self._create_loop(what, write, was_ours, path, token)
         finally:
             WATCHDOG.end(token)
 
     def _create_loop(
-        self, what: str, write: Callable[[], None], was_ours: Callable[[bool], bool], path: str
+        self,
+        what: str,
+        write: Callable[[], None],
+        was_ours: Callable[[bool], bool],
+        path: str,
+        token: int | None,
     ) -> None:
-        started = self._clock.monotonic()
-        deadline = started + self.options.timeout_s
+        call = _Call(what, self._clock.monotonic(), self.options.timeout_s, token)
         ambiguous = False
-        attempt = 0
         while True:
-            attempt += 1
+            call.attempt += 1
             try:
                 write()
-                return
             except AlreadyExists:
+                self._answered(call)
                 if was_ours(ambiguous):
                     self._count_resolved(path)
                     return
                 raise
             except Unavailable as exc:
                 ambiguous = True  # the request may have been applied
-                if not self._wait_or_give_up(attempt, deadline, what, exc):
-                    raise self._exhausted(what, attempt, started, exc) from exc
+                if not self._wait_or_give_up(call, exc):
+                    raise self._exhausted(call, exc) from exc
+                continue
+            except ShaleError:
+                self._answered(call)
+                raise
+            self._answered(call)
+            return
 
     def _put_was_ours(
         self, path: str, data: bytes | bytearray | memoryview, put_id: str, ambiguous: bool
@@ -331,33 +414,35 @@ class RetryingStore(StoreWrapper):
         # Listings are sorted, so a stream that fails midway resumes after the
         # last path it delivered instead of starting over.
         last = offset
-        started = self._clock.monotonic()
-        deadline = started + self.options.timeout_s
-        attempt = 0
         # On a cloud store the watchdog sees the listing while it waits for the store (the
         # first request of `shaledb stats` and of every open is a listing), not while the
         # caller holds an item; one token, so one report per listing.
         where, timeout = self._watch or ("", "")
         token = None if self._watch is None else WATCHDOG.begin(where, f"list {prefix!r}", timeout)
+        call = _Call(f"list {prefix!r}", self._clock.monotonic(), self.options.timeout_s, token)
         try:
             while True:
-                attempt += 1
+                call.attempt += 1
                 try:
                     for meta in self.inner.list(prefix, offset=last):
                         last = meta.path
-                        if attempt > 1:  # progress: a fresh budget for the next failure
-                            attempt, started = 1, self._clock.monotonic()
-                            deadline = started + self.options.timeout_s
+                        if call.attempt > 1:  # progress: a fresh budget for the next failure
+                            self._answered(call)
+                            call.restart(self._clock.monotonic(), self.options.timeout_s)
                         if token is None:
                             yield meta
                             continue
                         WATCHDOG.pause(token)
                         yield meta
                         WATCHDOG.begin(where, f"list {prefix!r}", timeout, token)
+                    self._answered(call)
                     return
                 except Unavailable as exc:
-                    if not self._wait_or_give_up(attempt, deadline, f"list {prefix!r}", exc):
-                        raise self._exhausted(f"list {prefix!r}", attempt, started, exc) from exc
+                    if not self._wait_or_give_up(call, exc):
+                        raise self._exhausted(call, exc) from exc
+                except ShaleError:
+                    self._answered(call)
+                    raise
         finally:
             if token is not None:
                 WATCHDOG.end(token)
