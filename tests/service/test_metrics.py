@@ -14,8 +14,11 @@ import pytest
 
 from shaledb import Db, FencedError, Settings, WriteBatch
 from shaledb.clock import SYSTEM_CLOCK
+from shaledb.errors import Unavailable
+from shaledb.settings import RetryOptions
 from shaledb.store import LatencyStore, open_store
 from shaledb.store.metrics import Histogram, PrometheusCollector
+from shaledb.testing import FaultInjectingStore
 
 QUIET = Settings(compactor=None, garbage_collector=None)
 EXE = Path(sys.executable).with_name("shaledb")
@@ -52,6 +55,30 @@ def test_metrics_count_the_work(mem_url: str) -> None:
     assert m["store_requests_total"]["put_create"] >= 11
     assert m["store_request_seconds"]["put_create"]["count"] == m["store_requests_total"]["put_create"]
     assert m["fenced_total"] == 0 and m["write_stalls_total"] == 0
+
+
+def test_store_retries_and_failed_calls_are_counted(mem_url: str) -> None:
+    """store_errors_total counts failed attempts: a blip the retries absorbed and an outage that
+    failed the writer's calls looked alike, and nothing counted the retries. Now
+    store_retries_total and store_calls_failed_total tell them apart."""
+    faults = FaultInjectingStore(open_store(mem_url), seed=41)
+    fast = RetryOptions(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.001)
+    db = Db.open(store=faults, settings=QUIET.replace(retry=fast))
+    base = db.metrics()
+    faults.add_rule("fail_before", ops="put_create", times=2)
+    db.put(b"a", b"1")  # two failed attempts, absorbed
+    m = db.metrics()
+    assert m["store_retries_total"] - base["store_retries_total"] == 2
+    assert m["store_errors_total"]["put_create"] - base["store_errors_total"]["put_create"] == 2
+    assert m["store_calls_failed_total"] == base["store_calls_failed_total"] == 0
+    faults.add_rule("fail_before", ops="put_create")
+    with pytest.raises(Unavailable):
+        db.put(b"b", b"2")  # three attempts, then the call fails for good
+    m = db.metrics()
+    assert m["store_retries_total"] - base["store_retries_total"] == 4
+    assert m["store_calls_failed_total"] == 1
+    faults.clear_rules()
+    db.close()
 
 
 def test_fencing_and_write_stalls_are_counted(mem_url: str) -> None:

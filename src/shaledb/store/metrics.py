@@ -179,9 +179,16 @@ def store_metrics(store: ObjectStore) -> dict[str, Any]:
     kind, the disk cache's figures and the request latency per kind (only the wrappers
     present in the stack report)."""
     from .disk_cache import DiskCachedStore
+    from .retrying import RetryingStore
     from .wrappers import InstrumentedStore
 
     out: dict[str, Any] = {}
+    retrying = find_wrapper(store, RetryingStore)
+    if retrying is not None:
+        # store_errors_total counts failed attempts, which retries usually absorb; these say
+        # how often the store needed them, and how many calls failed for good (an outage).
+        out["store_retries_total"] = retrying.retries
+        out["store_calls_failed_total"] = retrying.exhausted
     inst = find_wrapper(store, InstrumentedStore)
     if inst is not None:
         s = inst.snapshot()
@@ -232,7 +239,13 @@ HELP: dict[str, str] = {
     "memtables": "in-memory tables of replayed WAL entries a reader holds",
     "own_checkpoints": "checkpoints this reader holds",
     "store_requests_total": "object-store requests by kind",
-    "store_errors_total": "failed object-store requests by kind (a missing object is no error)",
+    "store_errors_total": (
+        "failed object-store requests by kind, each attempt (retried ones too; a missing object is no error)"
+    ),
+    "store_retries_total": "object-store requests that were retries of a failed one",
+    "store_calls_failed_total": (
+        "object-store calls that failed for good (retries spent): the caller got Unavailable"
+    ),
     "store_bytes_read_total": "bytes read from the object store",
     "store_bytes_written_total": "bytes written to the object store",
     "store_request_seconds": "object-store request latency by kind",
