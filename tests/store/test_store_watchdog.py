@@ -192,3 +192,70 @@ def test_a_store_failing_fast_is_not_reported_as_silent(caplog: pytest.LogCaptur
     ):
         st.get("some/object")
     assert _still_waiting(caplog) == []
+
+
+@pytest.mark.usefixtures("quick_watchdog")
+def test_calls_waiting_together_on_a_silent_endpoint_make_one_line(
+    silent_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three calls held by one silent store said "still waiting" three times."""
+    inner = open_store(
+        "s3://bucket/db",
+        endpoint=silent_endpoint,
+        allow_http=True,
+        access_key_id="x",
+        secret_access_key="y",
+        client_options={"timeout": "2s"},
+    )
+    st = RetryingStore(inner, RetryOptions(timeout_s=1.0))
+    errors: list[BaseException] = []
+
+    def call(path: str) -> None:
+        try:
+            st.get(path)
+        except ShaleError as exc:
+            errors.append(exc)
+
+    with caplog.at_level(logging.WARNING, logger="shaledb.store"):
+        threads = [threading.Thread(target=call, args=(f"object/{i}",)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert len(errors) == 3
+    said = _still_waiting(caplog)
+    assert len(said) == 1, said
+
+
+def test_a_silent_endpoint_is_reported_once_for_all_its_calls(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every call waiting on a silent store said "still waiting" (a writer's WAL put, its flush's
+    manifest read, a reader's 16 WAL prefetches: a line each). Now one line per endpoint while
+    its calls keep waiting; another endpoint, or the same one after its calls ended, is
+    reported again. (The checks are driven by hand with a clock 6 s ahead: no thread, no sleep.)"""
+    import time
+
+    monkeypatch.setattr(watchdog_module.Watchdog, "_start", lambda self: None)
+    wd = watchdog_module.Watchdog()
+    warned: set[int] = set()
+    reported: set[str] = set()
+
+    def check() -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="shaledb.store"):
+            wd._check(time.monotonic() + 6.0, warned, reported)
+        return _still_waiting(caplog)
+
+    a = wd.begin("bucket 'b' at http://h:1", "put(create) wal/1.sst", "30s")
+    b = wd.begin("bucket 'b' at http://h:1", "get manifest/2.manifest", "30s")
+    said = check()
+    assert len(said) == 1 and "bucket 'b' at http://h:1" in said[0], said
+    other = wd.begin("bucket 'c' at http://h:2", "get x", "30s")
+    assert len(check()) == 1  # another endpoint: its own line
+    assert check() == []  # still the same outage: nothing more
+    for token in (a, b, other):
+        wd.end(token)
+    assert check() == []
+    wd.begin("bucket 'b' at http://h:1", "get manifest/3.manifest", "30s")
+    assert len(check()) == 1  # a new wait after the calls ended

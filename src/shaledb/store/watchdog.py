@@ -4,9 +4,12 @@ Why: an endpoint that accepts connections and never answers fails a request only
 client's request timeout (30 s by default); :class:`~.retrying.RetryingStore`'s WARNING comes
 after that first failure, so a user heard nothing for 30 s. Every call a ``RetryingStore`` over
 a cloud store makes registers here for its duration (a dict insert and pop: no thread and no
-lock per call); one daemon thread looks every :data:`CHECK_S` and logs one WARNING per call that
-has waited :data:`STILL_WAITING_S` ("still waiting for bucket 'b' at http://host:9000: get x
-(5 s so far; request timeout 30s)"). Local and memory stores never register: they pay nothing.
+lock per call); one daemon thread looks every :data:`CHECK_S` and logs one WARNING when a call has
+waited :data:`STILL_WAITING_S` ("still waiting for bucket 'b' at http://host:9000: get x (5 s so
+far; request timeout 30s)"): one per endpoint while its calls keep waiting, not one per call (a
+silent store held every call of a process, and each said so: a reader prefetching WAL objects
+printed a line for each). Once no call to it has been waiting that long, the next one is reported
+again. Local and memory stores never register: they pay nothing.
 A listing is watched while it waits for the store, not while its caller holds an item. Nor are
 transfers above ``retrying.WATCH_MAX_BYTES`` and server-side copies, which may rightly take
 longer than a few seconds: the request timeout still ends them.
@@ -70,19 +73,28 @@ class Watchdog:
         self._start_lock = threading.Lock()
 
     def _run(self) -> None:
-        warned: set[int] = set()
+        warned: set[int] = set()  # calls seen waiting long (each is reported at most once)
+        reported: set[str] = set()  # endpoints with a reported call still waiting
         while True:
             time.sleep(CHECK_S)
-            now = time.monotonic()
-            calls = self._calls.copy()
-            warned &= calls.keys()
-            for token, call in calls.items():
-                if call is None:
-                    continue
-                started, where, what, timeout = call
-                waited = now - started
-                if token not in warned and waited >= STILL_WAITING_S:
-                    warned.add(token)
+            self._check(time.monotonic(), warned, reported)
+
+    def _check(self, now: float, warned: set[int], reported: set[str]) -> None:
+        calls = self._calls.copy()
+        warned.intersection_update(calls.keys())  # (in place: &= with a keys view rebinds)
+        waiting: set[str] = set()
+        for token, call in calls.items():
+            if call is None:
+                continue
+            started, where, what, timeout = call
+            waited = now - started
+            if waited < STILL_WAITING_S:
+                continue
+            waiting.add(where)
+            if token not in warned:
+                warned.add(token)
+                if where not in reported:
+                    reported.add(where)
                     _log.warning(
                         "still waiting for %s: %s (%.0f s so far; request timeout %s)",
                         where,
@@ -90,6 +102,7 @@ class Watchdog:
                         waited,
                         timeout,
                     )
+        reported.intersection_update(waiting)
 
 
 WATCHDOG = Watchdog()
