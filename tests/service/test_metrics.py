@@ -77,6 +77,7 @@ def test_store_retries_and_failed_calls_are_counted(mem_url: str) -> None:
     m = db.metrics()
     assert m["store_retries_total"] - base["store_retries_total"] == 4
     assert m["store_calls_failed_total"] == 1
+    assert (base["stopped"], m["stopped"]) == (0, 1)  # the writer stopped: reopen it
     faults.clear_rules()
     db.close()
 

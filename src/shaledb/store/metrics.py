@@ -157,6 +157,9 @@ def collect(db: Any) -> dict[str, Any]:
         "write_stalls_total": wm.write_stalls,
         "l0_stalls_total": wm.l0_stalls,
         "fenced_total": wm.fenced,
+        # A writer stopped by a background failure (an outage past the retry budget, fencing)
+        # refuses every call until reopened; nothing else in a scrape showed it.
+        "stopped": int(db._failure is not None),
         "txn_commits_total": wm.txn_commits,
         "txn_conflicts_total": wm.txn_conflicts,
         "txn_rollbacks_total": wm.txn_rollbacks,
@@ -219,6 +222,8 @@ HELP: dict[str, str] = {
     "write_stalls_total": "writes that waited for memtable space",
     "l0_stalls_total": "memtable flushes that waited for compaction (L0 at l0_max_ssts)",
     "fenced_total": "times this handle found itself fenced by a newer writer",
+    "stopped": "1 once a background failure (the store failing past the retry budget, fencing) "
+    "stopped this writer: it refuses writes and reads until closed and opened again",
     "txn_commits_total": "transactions committed (read-only ones included)",
     "txn_conflicts_total": "transaction commits refused with TransactionConflict (nothing written)",
     "txn_rollbacks_total": "transactions rolled back (rollback(), or a with block left by an exception)",
