@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 from compaction_support import NO_BG, memory_store
 
-from shaledb import CompactorOptions, Db, FencedError, NotFound
+from shaledb import CompactorOptions, Db, FencedError, NotFound, RetryOptions, Unavailable
 from shaledb.admin import read_manifest
 from shaledb.compaction import Compactor, EmbeddedCompactor
 from shaledb.store import ObjectStore, StoreWrapper
+from shaledb.store.retrying import RetryingStore
 from shaledb.testing import ManualClock
 
 OPTS = CompactorOptions(min_l0_ssts=2, max_sst_size_bytes=8192, poll_interval_s=1.0)
@@ -368,5 +369,69 @@ def test_a_standby_taking_over_in_run_writes_a_serving_lease_at_once() -> None:
         assert writes.bodies[0]["serving"] is True, writes.bodies
         b.stop()
         thread.join(60)
+        b.close()
+        gone.close()
+
+
+class Outage(StoreWrapper):
+    """The store fails every call for ``lasting_s`` of ``clock`` from :meth:`begin` (each
+    failure a fast ``Unavailable``: connections refused), then answers again."""
+
+    def __init__(self, inner: ObjectStore, clock: ManualClock) -> None:
+        super().__init__(inner)
+        self.clock, self.until = clock, -1.0
+
+    def begin(self, lasting_s: float) -> None:
+        self.until = self.clock.monotonic() + lasting_s
+
+    def _check(self) -> None:
+        if self.clock.monotonic() < self.until:
+            self.clock.advance(5.0)  # (a refused attempt, then the caller's backoff)
+            raise Unavailable("connection refused (the test's outage)")
+
+    def get(self, path):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().get(path)
+
+    def get_range(self, path, start, end):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().get_range(path, start, end)
+
+    def head(self, path):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().head(path)
+
+    def list(self, prefix, *, offset=None):  # type: ignore[no-untyped-def]
+        self._check()
+        return super().list(prefix, offset=offset)
+
+
+def test_a_store_outage_is_no_lapse_for_a_standby_that_saw_it(caplog: pytest.LogCaptureFixture) -> None:
+    """A 40 s outage keeps the holder from renewing and the standby from reading; after it,
+    the standby's first read finds the lease unrenewed for longer than ``role_lease_s``.
+    That is the outage, not a dead holder: the standby waits half a lease from its last
+    failed request for a renewal. Before, it claimed at once and fenced a healthy compactor
+    (a writer's embedded compactor did the same to ``run-compactor``, which exited 4)."""
+    clock = ManualClock(auto_advance=True)
+    with memory_store() as mem:
+        Db.open(store=mem, settings=NO_BG).close()
+        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
+        _remote_holder(mem, 1, clock)
+        outage = Outage(mem, clock)
+        retry = RetryOptions(initial_backoff_s=0.05, max_backoff_s=2.0, timeout_s=600.0, max_attempts=1000)
+        b = Compactor.open(store=RetryingStore(outage, retry, clock=clock), options=OPTS, clock=clock, seed=2)
+        assert b.holder is not None and b.holder.epoch == 1
+        outage.begin(40.0)
+        r = b.run_once()  # its reads retried through the outage, then found the old lease
+        assert clock.monotonic() >= outage.until
+        assert b.epoch is None and read_manifest(store=mem).compactor_epoch == 1, "fenced the holder"
+        assert r.held_by.startswith("compactor epoch 1 (host elsewhere.invalid") and not r.did_work
+        clock.advance(LEASE_S / 4)
+        _remote_holder(mem, 1, clock)  # the holder renews once the store answers
+        clock.advance(LEASE_S / 2)
+        assert b.run_once().held_by and read_manifest(store=mem).compactor_epoch == 1
+        clock.advance(LEASE_S + 1)  # and now it is gone: no renewal with the store answering
+        r = b.run_once()
+        assert b.epoch == 2 and not r.held_by and read_manifest(store=mem).compactor_epoch == 2
         b.close()
         gone.close()

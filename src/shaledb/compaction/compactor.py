@@ -778,8 +778,8 @@ class EmbeddedCompactor:
     """A compactor thread inside the writer (``Settings.compactor`` not None).
 
     Fenced with its writer (another ``Db`` opened the database): stops, and logs so.
-    Fenced by a standalone compactor: pauses (logs a WARNING), and claims the role again
-    once that compactor closes and releases it (``ReleaseCompactorEpoch``, seen in the
+    Fenced by a standalone compactor: pauses (logged at INFO: expected, nothing to do), and
+    claims the role again once that compactor closes and releases it (``ReleaseCompactorEpoch``, seen in the
     manifests the writer reads anyway: no request of its own). Before, it stopped until the
     writer reopened, and a one-off ``run-compactor --once`` or Spark compaction left the
     writer stalled on L0 for good. Other failures are logged and retried at the next
@@ -849,7 +849,7 @@ class EmbeddedCompactor:
             return "live"
         if state == "live" and h is not None and self.fenced is None:
             self.fenced = FencedError(f"{h.describe()} holds the role")
-            log.warning(
+            log.info(
                 "embedded compactor starts paused: standalone %s holds the role; it resumes when "
                 "that one closes or its lease lapses",
                 h.describe(),
@@ -872,7 +872,7 @@ class EmbeddedCompactor:
                         continue
                     c.claim()
                     if self.fenced is not None:
-                        log.warning(
+                        log.info(
                             "embedded compactor resumes with epoch %d (the other compactor closed or "
                             "its lease lapsed)",
                             c.epoch,
@@ -902,7 +902,7 @@ class EmbeddedCompactor:
                         newer,
                     )
                     return
-                log.warning(
+                log.info(
                     "embedded compactor (epoch %s) pauses: another compactor holds the role "
                     "(compactor epoch %d); it resumes when that one closes",
                     c.epoch,

@@ -24,7 +24,9 @@ from those at once), it was not renewed within ``lease_s`` by the holder's wall 
 its body has not changed for ``lease_s`` of the standby's own monotonic clock (a holder
 whose clock runs ahead still lapses). A holder on this host and in this PID namespace
 whose process is gone (killed, then restarted by systemd) has lapsed at once, and so has
-one that names this very process but no compactor of it that still runs.
+one that names this very process but no compactor of it that still runs. An unrenewed
+lease is not lapsed while this process's own store failed within half a lease: an outage
+hides the holder's renewals from it as much as it keeps the holder from making them.
 
 Races between standbys: a standby's claim is conditional on the epoch it saw lapse
 (``ClaimCompactorEpoch(lapsed=...)``), so of two that saw one lapse only the first claims
@@ -48,6 +50,8 @@ from ..format import paths
 from ..manifest.model import Manifest
 from ..manifest.options import OPT_COMPACTOR_RELEASED
 from ..store.base import ObjectStore
+from ..store.retrying import RetryingStore
+from ..store.wrappers import find_wrapper
 
 _LIVE_HERE: set[str] = set()
 """Tokens of the role leases of this process's compactors that serve (are in ``run``)."""
@@ -220,6 +224,16 @@ class Standby:
         """(path, body, monotonic time first seen) of the last lease read."""
         self._bare: tuple[int, float, float] | None = None
         """(epoch, monotonic and wall time first seen) of the last epoch seen without a lease."""
+        self._retrying: RetryingStore | None = find_wrapper(store, RetryingStore)
+        """Where this process's store failures are seen (:meth:`_store_failed_lately`)."""
+
+    def _store_failed_lately(self, lease_s: float) -> bool:
+        """Whether this process's store failed within half a lease: an outage seen here was
+        most likely seen by the holder too, which could not renew through it and renews
+        within a quarter of ``lease_s`` once the store answers. Before, a standby (or a
+        writer's embedded compactor) whose first read after a 25 s outage found the lease
+        unrenewed took the role and fenced a healthy standalone compactor."""
+        return self._retrying is not None and self._retrying.seconds_since_failure() < lease_s / 2
 
     def state(self, m: Manifest) -> tuple[str, Holder | None]:
         """Who holds ``m``'s compactor epoch: ``("live", holder)``; ``("lapsed", holder)``
@@ -242,7 +256,9 @@ class Standby:
         if self._seen is None or self._seen[:2] != (path, data):
             self._seen = (path, data, mono)
         stale = self.clock.now() > h.renewed_s + h.lease_s or mono - self._seen[2] > h.lease_s
-        return ("lapsed" if stale or h.dead_here() else "live"), h
+        if h.dead_here():
+            return "lapsed", h
+        return ("lapsed" if stale and not self._store_failed_lately(h.lease_s) else "live"), h
 
     def live_holder(self, m: Manifest, grace_s: float = 0.0) -> Holder | None:
         """The live standalone compactor holding ``m``'s epoch, None if the role may be claimed.

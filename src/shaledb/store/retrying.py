@@ -44,6 +44,7 @@ ambiguously is resolved by comparing the destination's bytes with the source.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -112,6 +113,8 @@ class RetryingStore(StoreWrapper):
         self._resolved = 0
         self._retries = 0
         self._exhausted_n = 0
+        self._failed_at: float | None = None
+        """Monotonic time of the last failed attempt of any call (:meth:`seconds_since_failure`)."""
         # When the reported outage's first call began failing; None while none is reported.
         self._outage_since: float | None = None
         store: ObstoreStore | None = find_wrapper(inner, ObstoreStore)
@@ -127,6 +130,14 @@ class RetryingStore(StoreWrapper):
     @property
     def retries(self) -> int:
         return self._retries
+
+    def seconds_since_failure(self) -> float:
+        """Seconds since an attempt of a call of this store last failed (inf if none has).
+
+        A process that has just seen its store fail cannot tell a peer that stopped renewing a
+        lease from one that could not reach the store either (``compaction.role.Standby``)."""
+        failed = self._failed_at
+        return math.inf if failed is None else self._clock.monotonic() - failed
 
     @property
     def exhausted(self) -> int:
@@ -249,6 +260,7 @@ class RetryingStore(StoreWrapper):
             try:
                 result = fn()
             except Unavailable as exc:
+                self._failed_at = self._clock.monotonic()
                 if not self._wait_or_give_up(call, exc):
                     raise self._exhausted(call, exc) from exc
                 continue
