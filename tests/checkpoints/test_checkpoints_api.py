@@ -6,6 +6,7 @@ import random
 import threading
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from checkpoints_kit import QUIET
@@ -21,6 +22,7 @@ from shaledb import (
     NotFound,
     admin,
 )
+from shaledb.bulk.read import plan_read
 from shaledb.duration import format_duration, parse_duration, to_seconds
 from shaledb.manifest.model import Manifest
 from shaledb.manifest.store import ManifestStore
@@ -131,8 +133,46 @@ def test_create_from_source_reuses_its_version(mem_url: str) -> None:
         assert r.get(b"k") == b"old"
     with pytest.raises(CheckpointNotFound):
         admin.create_checkpoint(mem_url, source=src.id)
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(CheckpointNotFound, match="'not-a-uuid'"):  # not a UUID: a name, and none has it
         admin.create_checkpoint(mem_url, source="not-a-uuid")
+    with pytest.raises(InvalidArgument):
+        admin.create_checkpoint(mem_url, source=" ")
+
+
+def test_every_api_taking_a_checkpoint_takes_its_name_as_the_cli_does(mem_url: str, tmp_path: Path) -> None:
+    """DbReader.open(url, checkpoint="nightly") failed with "not a checkpoint id" while the CLI
+    took the name: the API now resolves names the CLI's way (one live checkpoint so named)."""
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"k", b"old")
+        nightly = db.create_checkpoint(name="nightly")
+        db.put(b"k", b"new")
+    with DbReader.open(mem_url, checkpoint="nightly") as r:
+        assert r.get(b"k") == b"old"
+    assert admin.find_checkpoint(mem_url, "nightly") == nightly
+    copy = admin.create_checkpoint(mem_url, source="nightly", name="copy")
+    assert copy.manifest_id == nightly.manifest_id
+    assert admin.refresh_checkpoint(mem_url, "copy", lifetime="1h").id == copy.id
+    clone_url = (tmp_path / "clone").as_uri()
+    with Db.open_from_checkpoint(clone_url, mem_url, "nightly", settings=QUIET) as clone:
+        assert clone.get(b"k") == b"old"
+    plan = plan_read(mem_url, checkpoint="nightly")
+    assert plan.checkpoint_id == str(nightly.id)
+    # Unknown: CheckpointNotFound naming the live names; ambiguous: InvalidArgument listing the ids.
+    with pytest.raises(CheckpointNotFound, match="'copy', 'nightly'") as unknown:
+        DbReader.open(mem_url, checkpoint="nighlty")
+    assert "nighlty" in str(unknown.value)
+    twin = admin.create_checkpoint(mem_url, source=nightly.id, name="nightly")
+    for call in (
+        lambda: DbReader.open(mem_url, checkpoint="nightly"),
+        lambda: admin.delete_checkpoint(mem_url, "nightly"),
+        lambda: admin.refresh_checkpoint(mem_url, "nightly"),
+    ):
+        with pytest.raises(InvalidArgument, match=f"{nightly.id}.*{twin.id}|{twin.id}.*{nightly.id}"):
+            call()
+    assert admin.delete_checkpoint(mem_url, "copy") is True
+    assert admin.delete_checkpoint(mem_url, "copy", missing_ok=True) is False
+    with pytest.raises(CheckpointNotFound):
+        admin.delete_checkpoint(mem_url, "copy")
 
 
 def test_errors_no_database_uninitialized_destroyed(mem_url: str) -> None:

@@ -72,7 +72,7 @@ def create_checkpoint(
 
 def refresh_checkpoint(
     url: str | os.PathLike[str] | None,
-    checkpoint_id: uuid.UUID | str,
+    checkpoint_id: uuid.UUID | str | Checkpoint,
     *,
     lifetime: _cp.Lifetime = None,
     store: ObjectStore | None = None,
@@ -82,6 +82,7 @@ def refresh_checkpoint(
 ) -> Checkpoint:
     """Set a live checkpoint's expiry to now + ``lifetime`` (None: never expires).
 
+    ``checkpoint_id`` is its UUID or its name (:func:`find_checkpoint`).
     An expired checkpoint cannot be refreshed (the garbage collector may be
     deleting what it pinned): CheckpointNotFound.
     """
@@ -93,7 +94,7 @@ def refresh_checkpoint(
 
 def delete_checkpoint(
     url: str | os.PathLike[str] | None,
-    checkpoint_id: uuid.UUID | str,
+    checkpoint_id: uuid.UUID | str | Checkpoint,
     *,
     missing_ok: bool = False,
     force: bool = False,
@@ -104,6 +105,7 @@ def delete_checkpoint(
 ) -> bool:
     """Delete a checkpoint (expired ones too). CheckpointNotFound unless ``missing_ok``.
 
+    ``checkpoint_id`` is its UUID or the name of a live one (:func:`find_checkpoint`).
     A checkpoint a clone holds (metadata ``role=clone``) is refused with InvalidDbState
     unless ``force``: the clone reads this database's SSTs through it, and it goes by itself
     when the clone is destroyed. ``force=True`` is for a clone that is gone for good."""
@@ -111,6 +113,26 @@ def delete_checkpoint(
         return _cp.delete_checkpoint(
             h.ms, checkpoint_id, timeout_s=timeout_s, missing_ok=missing_ok, force=force
         )
+
+
+def find_checkpoint(
+    url: str | os.PathLike[str] | None,
+    checkpoint: _cp.CheckpointRef,
+    *,
+    store: ObjectStore | None = None,
+    store_options: Mapping[str, object] | None = None,
+    clock: Clock | None = None,
+) -> Checkpoint:
+    """The live checkpoint ``checkpoint`` (a UUID, its text, or a name) refers to.
+
+    Every API and CLI argument taking a checkpoint takes a name too, resolved the
+    same way: a name must match exactly one live checkpoint (none:
+    CheckpointNotFound listing the live names; several: InvalidArgument
+    listing their ids). An expired or unknown id: CheckpointNotFound.
+    """
+    ref = _cp.as_checkpoint_ref(checkpoint)
+    with AdminHandle(url, store, store_options, clock, None, "admin") as h:
+        return _cp.live_checkpoint(h.ms.require_latest(), ref, h.clock.now(), h.ms.store.describe())
 
 
 def list_checkpoints(
@@ -194,6 +216,7 @@ __all__ = [
     "create_checkpoint",
     "delete_checkpoint",
     "destroy",
+    "find_checkpoint",
     "list_checkpoints",
     "read_manifest",
     "refresh_checkpoint",

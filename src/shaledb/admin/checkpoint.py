@@ -66,8 +66,17 @@ def lifetime_seconds(lifetime: Lifetime) -> float | None:
         raise InvalidArgument(f"{exc} (or None for no expiry)") from None
 
 
-def as_checkpoint_id(value: uuid.UUID | str | Checkpoint) -> uuid.UUID:
-    """A checkpoint id from a UUID, its string form or a Checkpoint."""
+CheckpointRef = uuid.UUID | str | Checkpoint
+"""How a caller names a checkpoint: its UUID, the UUID's text, a Checkpoint, or its name."""
+
+
+def as_checkpoint_ref(value: CheckpointRef) -> uuid.UUID | str:
+    """A checkpoint's id, or its name (a string that is not a UUID), as the CLI takes them.
+
+    A name is resolved against a manifest by :func:`live_checkpoint`: the one
+    place both the API and the CLI (``--checkpoint``, ``--id``, ``--source``)
+    turn a name into a checkpoint, so they agree on what a name means.
+    """
     if isinstance(value, Checkpoint):
         return value.id
     if isinstance(value, uuid.UUID):
@@ -76,11 +85,37 @@ def as_checkpoint_id(value: uuid.UUID | str | Checkpoint) -> uuid.UUID:
         try:
             return uuid.UUID(value)
         except ValueError:
+            pass
+        if not value.strip() or len(value) > MAX_NAME_CHARS:
             raise InvalidArgument(
-                f"not a checkpoint id: {value!r} (expected a UUID such as "
-                "01740ee5-6459-44af-9a45-85deb6e468e3)"
-            ) from None
+                f"not a checkpoint id or name: {value!r} (expected a UUID such as "
+                f"01740ee5-6459-44af-9a45-85deb6e468e3, or a name of 1-{MAX_NAME_CHARS} characters)"
+            )
+        return value
     raise InvalidArgument(f"a checkpoint id must be a UUID or a string, got {type(value).__name__}")
+
+
+def named_checkpoint(m: Manifest, name: str, now_s: float, where: str) -> Checkpoint:
+    """The one live checkpoint of ``m`` named ``name``.
+
+    Names are labels, not unique: none raises CheckpointNotFound listing the live
+    names (a typo shows), several InvalidArgument listing their ids (give one).
+    """
+    live = [c for c in list_checkpoints(m) if not c.expired(now_s)]
+    found = [c for c in live if c.name == name]
+    if not found:
+        names = sorted({c.name for c in live if c.name is not None})
+        known = f"live names: {', '.join(map(repr, names))}" if names else "no live checkpoint has a name"
+        raise CheckpointNotFound(
+            f"no live checkpoint named {name!r} in the database at {where} ({known}; give a name or UUID)"
+        )
+    if len(found) > 1:
+        ids = ", ".join(str(c.id) for c in found)
+        raise InvalidArgument(
+            f"{len(found)} live checkpoints are named {name!r} in the database at {where} ({ids}); "
+            "give one's UUID"
+        )
+    return found[0]
 
 
 def new_checkpoint_id(rng: random.Random) -> uuid.UUID:
@@ -114,8 +149,11 @@ def check_usable(m: Manifest, where: str, *, allow_uninitialized: bool = False) 
         )
 
 
-def live_checkpoint(m: Manifest, cp_id: uuid.UUID, now_s: float, where: str) -> Checkpoint:
-    """The unexpired checkpoint ``cp_id`` of ``m``, or CheckpointNotFound."""
+def live_checkpoint(m: Manifest, cp_id: uuid.UUID | str, now_s: float, where: str) -> Checkpoint:
+    """The unexpired checkpoint ``cp_id`` of ``m`` (a name: :func:`named_checkpoint`), or
+    CheckpointNotFound."""
+    if isinstance(cp_id, str):
+        return named_checkpoint(m, cp_id, now_s, where)
     cp = m.checkpoint(cp_id)
     if cp is None:
         raise CheckpointNotFound(f"no checkpoint {cp_id} in the database at {where}")
@@ -160,7 +198,7 @@ class AddCheckpoint(Edit):
     clock: Clock
     where: str
     lifetime_s: float | None
-    source: uuid.UUID | None = None
+    source: uuid.UUID | str | None = None
     name: str | None = None
     metadata: tuple[tuple[str, str], ...] = ()
     prepare: Callable[[Manifest], Manifest] | None = None
@@ -276,7 +314,7 @@ class _Request:
     ``prepare`` and in how the edit is written."""
 
     lifetime_s: float | None
-    source: uuid.UUID | None
+    source: uuid.UUID | str | None
     name: str | None
     metadata: tuple[tuple[str, str], ...]
 
@@ -291,7 +329,7 @@ class _Request:
         secs = lifetime_seconds(lifetime)
         _check_name(name)
         meta = _check_metadata(metadata)
-        return cls(secs, None if source is None else as_checkpoint_id(source), name, meta)
+        return cls(secs, None if source is None else as_checkpoint_ref(source), name, meta)
 
     def add_checkpoint(
         self,
@@ -322,7 +360,7 @@ def create_checkpoint(
     rng: random.Random,
     timeout_s: float,
     lifetime: Lifetime = None,
-    source: uuid.UUID | str | Checkpoint | None = None,
+    source: CheckpointRef | None = None,
     name: str | None = None,
     metadata: Mapping[str, str] | None = None,
     include_durable_wal: bool = True,
@@ -349,12 +387,12 @@ def create_checkpoint(
 
 
 def refresh_checkpoint(
-    ms: ManifestStore, cp_id: uuid.UUID | str, *, clock: Clock, timeout_s: float, lifetime: Lifetime = None
+    ms: ManifestStore, cp_id: CheckpointRef, *, clock: Clock, timeout_s: float, lifetime: Lifetime = None
 ) -> Checkpoint:
-    """Set the expiry of a live checkpoint to now + ``lifetime`` (None: never expires)."""
+    """Set the expiry of a live checkpoint (its id or name) to now + ``lifetime`` (None: never)."""
     secs = lifetime_seconds(lifetime)
-    cid = as_checkpoint_id(cp_id)
     where = ms.store.describe()
+    cid = _resolved(ms, as_checkpoint_ref(cp_id), clock.now(), where)
     edit = RefreshCheckpoint(cid, clock, where, secs)
     ms.update(edit, timeout_s=timeout_s)
     return edit.result[-1]
@@ -362,19 +400,34 @@ def refresh_checkpoint(
 
 def delete_checkpoint(
     ms: ManifestStore,
-    cp_id: uuid.UUID | str,
+    cp_id: CheckpointRef,
     *,
     timeout_s: float,
     missing_ok: bool = False,
     force: bool = False,
 ) -> bool:
     """Remove a checkpoint (expired ones too); False if it was not there and ``missing_ok``.
-    A clone's checkpoint only with ``force`` (:func:`held_by_clone`)."""
-    cid = as_checkpoint_id(cp_id)
+    A clone's checkpoint only with ``force`` (:func:`held_by_clone`). A name means the one
+    live checkpoint so named (:func:`named_checkpoint`)."""
+    ref = as_checkpoint_ref(cp_id)
     where = ms.store.describe()
+    try:
+        cid = _resolved(ms, ref, ms.clock.now(), where)
+    except CheckpointNotFound:
+        if missing_ok:
+            return False
+        raise
     edit = RemoveCheckpoint(cid, where, missing_ok, force=force)
     ms.update(edit, timeout_s=timeout_s)
     return edit.found[0]
+
+
+def _resolved(ms: ManifestStore, ref: uuid.UUID | str, now_s: float, where: str) -> uuid.UUID:
+    """The id ``ref`` names: a UUID as is, a name resolved on the latest manifest (as the CLI
+    does; the edit then works on that id, so a retried CAS cannot pick another same-named one)."""
+    if isinstance(ref, uuid.UUID):
+        return ref
+    return named_checkpoint(ms.require_latest(), ref, now_s, where).id
 
 
 def list_checkpoints(m: Manifest, name: str | None = None) -> list[Checkpoint]:
@@ -418,7 +471,7 @@ def create_writer_checkpoint(
     db: WriterHost,
     *,
     lifetime: Lifetime = None,
-    source: uuid.UUID | str | Checkpoint | None = None,
+    source: CheckpointRef | None = None,
     name: str | None = None,
     scope: str = "all",
     metadata: Mapping[str, str] | None = None,
@@ -473,7 +526,9 @@ __all__ = [
     "RefreshCheckpoint",
     "RemoveCheckpoint",
     "held_by_clone",
-    "as_checkpoint_id",
+    "CheckpointRef",
+    "as_checkpoint_ref",
+    "named_checkpoint",
     "check_usable",
     "create_checkpoint",
     "create_writer_checkpoint",

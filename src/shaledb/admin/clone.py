@@ -75,7 +75,7 @@ from ..store.roots import check_disjoint
 from ..store.stack import close_quietly, wrap_store
 from ..store.url import check_url_text, open_store, store_options_dict
 from .checkpoint import (
-    as_checkpoint_id,
+    as_checkpoint_ref,
     durable_wal_tail,
     extend_wal_range,
     live_checkpoint,
@@ -157,7 +157,7 @@ def init_clone(
     own_url: str,
     parent_url: str,
     parent_store: ObjectStore,
-    parent_checkpoint: uuid.UUID | None,
+    parent_checkpoint: uuid.UUID | str | None,
     *,
     clock: Clock,
     rng: random.Random,
@@ -200,7 +200,7 @@ def _attempt(
     pms: ManifestStore,
     own_url: str,
     parent_url: str,
-    parent_checkpoint: uuid.UUID | None,
+    parent_checkpoint: uuid.UUID | str | None,
     clock: Clock,
     rng: random.Random,
     timeout_s: float,
@@ -236,6 +236,7 @@ def _attempt(
     # Step 5.
     if parent_checkpoint is not None:
         src = live_checkpoint(mp, parent_checkpoint, clock.now(), parent_url)
+        parent_checkpoint = src.id  # (a name resolved once: step 7 pins this very checkpoint's version)
         try:
             mc = pms.read(src.manifest_id)
         except ObjectNotFound:
@@ -465,7 +466,7 @@ def open_clone(
     if own_url == parent:
         raise InvalidArgument("a database cannot be a clone of itself")
     check_disjoint(own_url, parent, "parent")
-    cp = None if parent_checkpoint is None else as_checkpoint_id(parent_checkpoint)
+    cp = None if parent_checkpoint is None else as_checkpoint_ref(parent_checkpoint)
     factory = default_factory(settings.retry, clock, random.Random(), store_options)
     owned = store is None
     if store is None:

@@ -39,7 +39,7 @@ from itertools import accumulate
 from typing import Any
 
 from ..admin.checkpoint import (
-    as_checkpoint_id,
+    as_checkpoint_ref,
     create_checkpoint,
     durable_wal_tail,
     live_checkpoint,
@@ -363,11 +363,12 @@ def plan_read(
                 name=name,
                 metadata=dict(SHARED_READ) if reuse else None,
             )
-            cp_id = cp.id
+            ref: uuid.UUID | str = cp.id
         else:
-            cp_id = as_checkpoint_id(checkpoint)
+            ref = as_checkpoint_ref(checkpoint)
         if found is None:  # (a reused one is live in the manifest just read)
-            cp = live_checkpoint(ms.require_latest(), cp_id, clock.now(), st.describe())
+            cp = live_checkpoint(ms.require_latest(), ref, clock.now(), st.describe())
+        cp_id = cp.id  # (a name resolved: every part reads this very checkpoint)
         m = read_checkpoint_manifest(ms, cp)
         ssts = list(m.data.ssts())
         if partitions is None:
@@ -447,7 +448,7 @@ def ensure_checkpoint(
     with _stack(url, store, store_options, clock) as st:
         ms = ManifestStore(st, clock, random.Random(), author="bulk-read")
         now = clock.now()
-        cp = live_checkpoint(ms.require_latest(), as_checkpoint_id(checkpoint_id), now, st.describe())
+        cp = live_checkpoint(ms.require_latest(), as_checkpoint_ref(checkpoint_id), now, st.describe())
         if (
             refresh_lifetime_s is not None
             and cp.expire_time_s is not None

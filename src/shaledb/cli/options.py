@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import CheckpointNotFound, InvalidArgument, InvalidPathError
+from ..errors import InvalidArgument, InvalidPathError
 
 
 def add_global_options(p: argparse.ArgumentParser, *, after_command: bool) -> None:
@@ -183,8 +183,8 @@ def checkpoint_ref(text: str) -> str:
 def resolve_checkpoint(url: str, ref: str | None) -> str | None:
     """The UUID (as text) of the checkpoint ``ref`` names at ``url``: a UUID as is, else a name.
 
-    A name must match exactly one live checkpoint: none raises
-    ``CheckpointNotFound`` (exit 3), several ``InvalidArgument`` listing them.
+    A name must match exactly one live checkpoint (``shaledb.admin.find_checkpoint``, which
+    the API uses too): none raises ``CheckpointNotFound`` (exit 3), several ``InvalidArgument``.
     """
     if ref is None:
         return None
@@ -194,10 +194,4 @@ def resolve_checkpoint(url: str, ref: str | None) -> str | None:
         pass
     from .. import admin
 
-    found = admin.list_checkpoints(url, name=ref, include_expired=False)
-    if not found:
-        raise CheckpointNotFound(f"no live checkpoint named {ref!r} at {url} (give its name or UUID)")
-    if len(found) > 1:
-        ids = ", ".join(str(c.id) for c in found)
-        raise InvalidArgument(f"{len(found)} live checkpoints are named {ref!r} ({ids}); give one's UUID")
-    return str(found[0].id)
+    return str(admin.find_checkpoint(url, ref).id)

@@ -69,7 +69,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..admin.checkpoint import (
-    as_checkpoint_id,
+    as_checkpoint_ref,
     check_usable,
     live_checkpoint,
     make_checkpoint,
@@ -233,7 +233,7 @@ class DbReader(Queries):
     ) -> DbReader:
         """Open a reader of the database at ``url`` (or ``store``).
 
-        ``checkpoint`` (a UUID, its string, or a Checkpoint) fixes the version
+        ``checkpoint`` (a UUID, its string, a Checkpoint, or a name) fixes the version
         read; without it the reader maintains its own checkpoint. The keyword
         options override fields of ``options`` and have their names:
         ``manifest_poll_interval_s`` and ``checkpoint_lifetime_s`` take seconds,
@@ -282,7 +282,7 @@ class DbReader(Queries):
             disk_cache_dir=opts.disk_cache_dir,
             disk_cache_bytes=opts.disk_cache_bytes,
         )
-        cp_id = None if checkpoint is None else as_checkpoint_id(checkpoint)
+        cp_id = None if checkpoint is None else as_checkpoint_ref(checkpoint)
         wrapped = open_stack(url, store, store_options, settings, clock, rng)
         factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options)
         external = ExternalStores(
@@ -303,7 +303,7 @@ class DbReader(Queries):
         clock: Clock,
         rng: random.Random,
         external: ExternalStores,
-        checkpoint_id: uuid.UUID | None,
+        checkpoint_id: uuid.UUID | str | None,
     ) -> None:
         self.options = options
         self.store = store
@@ -390,7 +390,7 @@ class DbReader(Queries):
                 self._stop.set()
             raise
 
-    def _open_pinned(self, cp_id: uuid.UUID) -> None:
+    def _open_pinned(self, cp_id: uuid.UUID | str) -> None:
         latest = self._ms.require_latest()
         if not latest.initialized:
             check_usable(latest, self._where)  # an unfinished clone (a destroyed database may still be read)

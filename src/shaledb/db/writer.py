@@ -344,7 +344,7 @@ class Db(Queries):
         """Open the clone at ``url`` of the database at ``parent_url``, creating it if needed.
 
         A new clone starts as the parent's version pinned by
-        ``parent_checkpoint`` (a checkpoint id; None: the parent's current
+        ``parent_checkpoint`` (its id or name; None: the parent's current
         version), references the parent's SSTs without copying them (only
         WAL objects are copied) and writes only to its own root. Creation
         follows the clone protocol (docs/design/checkpoints-readers-clones.md)
@@ -629,7 +629,7 @@ class Db(Queries):
         ``scope="all"`` includes every write issued before the call (the WAL is
         flushed first); ``"durable"`` only writes already durable. ``lifetime``
         (timedelta or seconds; None: never expires), ``source`` (an existing
-        checkpoint id: reuse its version), ``name`` (a label) and ``metadata``
+        checkpoint's id or name: reuse its version), ``name`` (a label) and ``metadata``
         are stored with it. See ``shaledb.admin.checkpoint``.
         """
         return create_writer_checkpoint(

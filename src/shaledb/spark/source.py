@@ -273,8 +273,8 @@ def resolve_checkpoint(opts: ReadOptions) -> str:
     """The id of the checkpoint ``opts`` name (an id or a name), or that pins ``opts.version``."""
     from .. import admin
 
-    cps = admin.list_checkpoints(opts.url, include_expired=False, store_options=opts.store)
     if opts.version is not None:
+        cps = admin.list_checkpoints(opts.url, include_expired=False, store_options=opts.store)
         pinned = [c for c in cps if c.manifest_id == opts.version]
         if not pinned:
             held = sorted({c.manifest_id for c in cps})
@@ -284,18 +284,7 @@ def resolve_checkpoint(opts: ReadOptions) -> str:
             )
         return str(pinned[0].id)
     assert opts.checkpoint is not None
-    if any(str(c.id) == opts.checkpoint for c in cps):
-        return opts.checkpoint
-    named = [c for c in cps if c.name == opts.checkpoint]
-    if len(named) > 1:
-        ids = ", ".join(str(c.id) for c in named)
-        raise InvalidArgument(f"{len(named)} checkpoints are named {opts.checkpoint!r} ({ids}): give an id")
-    if named:
-        return str(named[0].id)
-    names = sorted({c.name for c in cps if c.name})
-    raise CheckpointNotFound(
-        f"no live checkpoint of {opts.url} has the id or name {opts.checkpoint!r} (names: {names or 'none'})"
-    )
+    return str(admin.find_checkpoint(opts.url, opts.checkpoint, store_options=opts.store).id)
 
 
 # ------------------------------------------------------------------- reading
