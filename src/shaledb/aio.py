@@ -627,6 +627,11 @@ class _Handle(_Reads, Generic[_Sync]):
     def closed(self) -> bool:
         return self.sync.closed
 
+    @property
+    def url(self) -> str | None:
+        """``sync.url``: the canonical URL opened (None on an explicit ``store=``)."""
+        return self.sync.url
+
     async def __aenter__(self) -> Self:
         return self
 

@@ -85,3 +85,17 @@ def as_url(url: str | os.PathLike[str]) -> str: ...
 def as_url(url: str | os.PathLike[str] | None) -> str | None:
     """A database URL from a str or an ``os.PathLike`` (``pathlib.Path``): both name a database."""
     return os.fspath(url) if isinstance(url, os.PathLike) else url
+
+
+def handle_url(url: str | None, store: object) -> str | None:
+    """A handle's public ``url``: the canonical URL it was opened on, credentials removed.
+
+    None for a handle opened on an explicit ``store=``: that store's description is no URL
+    the handle could be opened again with (its ``repr`` shows it).
+    """
+    if store is not None or not url:
+        return None
+    from ..engine.parents import canonical_url
+    from ..store.scrub import scrub
+
+    return scrub(canonical_url(url))

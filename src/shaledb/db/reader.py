@@ -104,7 +104,7 @@ from ..store.base import ObjectStore
 from ..store.parallel import completed
 from ..store.stack import close_quietly, open_stack
 from .interrupts import interrupts_deferred
-from .mapping import as_url, warn_unclosed
+from .mapping import as_url, handle_url, warn_unclosed
 from .queries import Queries, SnapshotQueries
 
 if TYPE_CHECKING:
@@ -294,6 +294,7 @@ class DbReader(Queries):
             close_quietly(external, wrapped if store is None else None)
             raise
         reader.owns_store = store is None
+        reader._url = handle_url(url, store)
         return reader
 
     def __init__(
@@ -328,6 +329,7 @@ class DbReader(Queries):
         self._lock = threading.Lock()  # state; never held across store calls
         self._maint = threading.RLock()  # serializes polls (held across store calls)
         self._closed = False
+        self._url: str | None = None  # set by open (handle_url)
         self._closing = False
         """Set (under ``_lock``) when ``close`` begins: no change feed is handed out after."""
         self._closer: int | None = None
@@ -944,6 +946,12 @@ class DbReader(Queries):
             feed.close()
             raise ClosedError(self._closed_message)
         return feed
+
+    @property
+    def url(self) -> str | None:
+        """The canonical URL this reader was opened on (a path as an absolute ``file://``
+        URL), never with credentials; None when opened on an explicit ``store=``."""
+        return self._url
 
     def __repr__(self) -> str:
         closed = ", closed" if self._closed else ""

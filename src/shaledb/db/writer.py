@@ -95,7 +95,7 @@ from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
 from .interrupts import interrupts_deferred
-from .mapping import as_url, warn_unclosed
+from .mapping import as_url, handle_url, warn_unclosed
 from .queries import Queries, SnapshotQueries
 
 if TYPE_CHECKING:
@@ -306,6 +306,7 @@ class Db(Queries):
                 close_quietly(external, wrapped if store is None else None)
                 raise
             db.owns_store = store is None
+            db._url = handle_url(url, store)
         except BaseException:
             writers.release(claim)
             raise
@@ -369,6 +370,7 @@ class Db(Queries):
         except BaseException:
             writers.release(claim)
             raise
+        db._url = handle_url(url, store)
         writers.attach(claim, db)
         return db
 
@@ -388,6 +390,7 @@ class Db(Queries):
             fix_mmap_threshold(settings.malloc_mmap_threshold_bytes)
         self.settings = settings
         self.owns_store = False
+        self._url: str | None = None  # set by the openers (handle_url)
         """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
         self.external = external or ExternalStores(
             default_factory(settings.retry, clock, random.Random(), None)
@@ -1459,6 +1462,12 @@ class Db(Queries):
             feed.close()
             raise ClosedError("database is closed")
         return feed
+
+    @property
+    def url(self) -> str | None:
+        """The canonical URL this writer was opened on (a path as an absolute ``file://``
+        URL), never with credentials; None when opened on an explicit ``store=``."""
+        return self._url
 
     def __repr__(self) -> str:
         closed = ", closed" if self._state == _CLOSED else ", stopped" if self._failure is not None else ""
