@@ -52,6 +52,7 @@ from .errors import (
     ShaleError,
     TransactionConflict,
     Unavailable,
+    WrongThread,
 )
 from .journal.backup import BackupReport
 from .journal.compaction import JournalCompactionReport
@@ -126,6 +127,7 @@ __all__ = [
     "Unavailable",
     "WriteBatch",
     "WriteHandle",
+    "WrongThread",
     "admin",
     "open",
 ]

@@ -61,6 +61,12 @@ class ClosedError(ShaleError):
     """
 
 
+class WrongThread(ShaleError, RuntimeError):
+    """An object that belongs to one thread (a :class:`~shaledb.Transaction`) was used from
+    another: its buffered reads and writes are not guarded by a lock. Give each thread its
+    own transaction (``db.transaction()`` is cheap)."""
+
+
 class ForkedHandle(ClosedError):
     """Used in a process forked after the handle was made: a writer opened in the parent
     (its background threads did not survive the fork), or a cloud store client once the
@@ -321,4 +327,5 @@ __all__ = [
     "PreconditionFailed",
     "ShaleError",
     "Unavailable",
+    "WrongThread",
 ]

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from shaledb import Db, Settings
-from shaledb.errors import ShaleError, TransactionConflict
+from shaledb.errors import ClosedError, ShaleError, TransactionConflict, WrongThread
 from shaledb.store import drop_memory_store, open_store
 from shaledb.testing import FaultInjectingStore, SimulatedCrash
 from shaledb.testing.seeds import test_seed
@@ -266,3 +266,38 @@ def test_bank_transfers_keep_the_total_across_crashes(tmp_path: Any) -> None:
         db.close()
     finally:
         drop_memory_store(name)
+
+
+def test_a_transaction_refuses_other_threads_and_says_when_its_database_closed(mem_url: str) -> None:
+    """Docs say a transaction belongs to one thread, but another thread's calls went through
+    (its buffers have no lock); and after ``db.close()`` its calls said "its snapshots are
+    closed with it" (or, for a put, nothing until commit)."""
+    db = Db.open(mem_url)
+    txn = db.transaction()
+    txn.put(b"a", b"1")
+    outcomes: list[BaseException | None] = []
+
+    def elsewhere() -> None:
+        for call in (lambda: txn.get(b"a"), lambda: txn.put(b"b", b"2"), txn.commit, txn.rollback):
+            try:
+                call()
+                outcomes.append(None)
+            except WrongThread as exc:
+                outcomes.append(exc)
+
+    worker = threading.Thread(target=elsewhere, name="worker")
+    worker.start()
+    worker.join()
+    assert len(outcomes) == 4 and all(isinstance(o, WrongThread) for o in outcomes), outcomes
+    assert "'worker'" in str(outcomes[0]) and "its own" in str(outcomes[0])
+    txn.commit()  # its own thread still can, and nothing the other thread tried took effect
+    assert db.get(b"a") == b"1" and db.get(b"b") is None
+    left = db.transaction()
+    left.put(b"c", b"3")
+    db.close()
+    for call in (lambda: left.get(b"a"), lambda: left.put(b"d", b"4"), left.commit):
+        with pytest.raises(ClosedError, match="database is closed: this transaction ended") as info:
+            call()
+        assert "snapshots" not in str(info.value)
+    left.rollback()
+    assert left.finished

@@ -30,7 +30,11 @@ or scanned) a key inside that range. Inside the transaction a range delete
 drops its own earlier writes in the range; later writes stand.
 
 A transaction object is for one thread; run transactions from many threads
-by giving each its own.
+by giving each its own. Its buffered writes and read sets have no lock, so a
+call from another thread than the one that began it raises ``WrongThread``
+(before, two threads sharing one lost writes or raised "dictionary changed
+size during iteration" mid-commit). Once its database is closed, every call
+but ``rollback`` raises ``ClosedError`` saying so.
 
 ``txn.merge(key, operand)`` counts as a write of ``key`` for conflicts (like a
 put: first committer wins), not as a read, even though the operand is folded
@@ -52,7 +56,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Literal, NoReturn, SupportsIndex, TypeVar, overload
 
 from ..engine.reads import check_limit
-from ..errors import ClosedError, InvalidArgument, MergeOperatorMissing, TransactionConflict
+from ..errors import ClosedError, InvalidArgument, MergeOperatorMissing, TransactionConflict, WrongThread
 from ..keys import BytesLike, check_key, check_value, scan_bounds
 from ..numbers import check_flag
 from .batch import WriteBatch, check_range
@@ -263,6 +267,8 @@ class Transaction:
         """This transaction's range deletes, in order (applied before its writes at commit)."""
         # A transaction dropped unfinished still leaves the conflict log (like a snapshot's pin).
         self._unregister = weakref.finalize(self, _unregister, db, floor)
+        self._thread = threading.get_ident()
+        self._thread_name = threading.current_thread().name
 
     # ------------------------------------------------------------------ reads
 
@@ -270,7 +276,17 @@ class Transaction:
         snap = self._snap
         if snap is None:
             raise ClosedError("the transaction has finished (committed or rolled back)")
+        self._check_thread()
+        if self._db.closed:
+            raise ClosedError("database is closed: this transaction ended with it, uncommitted")
         return snap
+
+    def _check_thread(self) -> None:
+        if threading.get_ident() != self._thread:
+            raise WrongThread(
+                f"this transaction belongs to the thread that began it ({self._thread_name!r}), "
+                f"not {threading.current_thread().name!r}: give each thread its own db.transaction()"
+            )
 
     @overload
     def get(self, key: BytesLike) -> bytes | None: ...
@@ -439,6 +455,7 @@ class Transaction:
     def rollback(self) -> None:
         """Discard the writes (a finished transaction is left as it is)."""
         if self._snap is not None:
+            self._check_thread()
             self._db.metrics_state.count_txn("rollbacks")
             self._finish()
 
