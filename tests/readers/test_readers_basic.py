@@ -157,8 +157,10 @@ def test_pinned_reader_never_refreshes_or_writes(url: str) -> None:
         assert manifests(url) == n
     with pytest.raises(CheckpointNotFound):
         DbReader.open(url, "01740ee5-6459-44af-9a45-85deb6e468e3")
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(CheckpointNotFound, match="no live checkpoint named 'nope'"):  # a name
         DbReader.open(url, "nope")
+    with pytest.raises(InvalidArgument):
+        DbReader.open(url, "")
 
 
 def test_follow_latest_mode_writes_nothing(mem_url: str) -> None:
