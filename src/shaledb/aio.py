@@ -215,13 +215,14 @@ class _Executor:
             raise InvalidArgument(f"workers must be an integer >= 1, got {workers!r}")
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shaledb-aio")
         self.closed = False
+        self.closed_message = "the handle is closed"
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await self.submit(fn, *args, **kwargs)
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         if self.closed:
-            raise ClosedError("the handle is closed")
+            raise ClosedError(self.closed_message)
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
 
@@ -589,6 +590,18 @@ class _Handle(_Reads, Generic[_Sync]):
         self._target = sync
         self._executor = _Executor(workers)
         self._shut = False
+        # Closing ``sync`` itself (``shaledb.Db.opened(url).close()``) stops this handle's
+        # threads too; before, they ran on for the rest of the process. (Weak: the closed
+        # handle's hook must not keep this wrapper alive.)
+        me = weakref.ref(self)
+
+        def stop_threads() -> None:
+            handle = me()
+            if handle is not None:
+                handle._executor.closed_message = sync._closed_message  # ("database is closed")
+                handle._stop_threads()
+
+        sync._close_hooks.append(stop_threads)
 
     @asynccontextmanager
     async def snapshot(
@@ -614,6 +627,9 @@ class _Handle(_Reads, Generic[_Sync]):
         if self._shut:
             return
         self._shut = True
+        if self._executor.closed:  # ``sync`` was closed directly, which stopped the threads
+            self._stop_threads()
+            return
         try:
             # Shielded: a cancelled close() still closes (a second call returns at once).
             await asyncio.shield(self._executor.submit(self.sync.close))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shaledb import Db, Settings, WriteBatch, aio
+from shaledb import ClosedError, Db, Settings, WriteBatch, aio
 from shaledb.clock import SYSTEM_CLOCK
 from shaledb.store import InstrumentedStore, LatencyStore
 from shaledb.testing.seeds import test_seed
@@ -373,6 +373,38 @@ def test_closing_the_sync_handle_ends_the_durability_thread(mem_url: str) -> Non
 
     threads = asyncio.run(main())
     assert len(threads) == 1 and not threads[0].is_alive()
+
+
+def test_closing_the_sync_handle_ends_the_aio_handles_threads(mem_url: str, tmp_path: Any) -> None:
+    """``shaledb.Db.opened(url).close()`` on a writer opened through ``shaledb.aio`` (and
+    ``reader.sync.close()``) closed the handle but left the aio wrapper's pool threads
+    running for the rest of the process; the wrapper's later calls say it is closed."""
+
+    async def main() -> list[threading.Thread]:
+        before = set(threading.enumerate())
+        db = await aio.Db.open(mem_url, settings=QUIET)
+        await db.put(b"a", b"1")
+        assert await db.get(b"a") == b"1"
+        reader = await aio.DbReader.open(mem_url)
+        assert await reader.get(b"a") == b"1"
+        ours = [t for t in threading.enumerate() if t not in before and t.name.startswith("shaledb-aio")]
+        opened = Db.opened(mem_url)
+        assert opened is db.sync
+        opened.close()
+        reader.sync.close()
+        for t in ours:
+            t.join(60)  # (a guard: they end at once, or within the durability thread's poll)
+        with pytest.raises(ClosedError):
+            await db.get(b"a")
+        with pytest.raises(ClosedError):
+            await reader.get(b"a")
+        await db.close()  # (closing the wrapper too is harmless)
+        await reader.close()
+        return ours
+
+    threads = asyncio.run(main())
+    assert len([t for t in threads if t.name.startswith("shaledb-aio_")]) >= 2  # one pool thread each
+    assert [t.name for t in threads if t.is_alive()] == []
 
 
 def test_sync_and_async_share_the_engine(mem_url: str) -> None:

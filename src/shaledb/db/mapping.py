@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NoReturn, overload
 
 
@@ -99,3 +99,16 @@ def handle_url(url: str | None, store: object) -> str | None:
     from ..store.scrub import scrub
 
     return scrub(canonical_url(url))
+
+
+def run_close_hooks(hooks: list[Callable[[], None]]) -> None:
+    """Run, once, what a wrapper of a handle asked for when the handle closes.
+
+    ``shaledb.aio``'s handles stop their thread pool this way: closing the blocking
+    handle directly (``shaledb.Db.opened(url).close()``) used to leave those threads
+    running for the rest of the process.
+    """
+    todo = list(hooks)
+    hooks.clear()
+    for hook in todo:
+        hook()

@@ -104,7 +104,7 @@ from ..store.base import ObjectStore
 from ..store.parallel import completed
 from ..store.stack import close_quietly, open_stack
 from .interrupts import interrupts_deferred
-from .mapping import as_url, handle_url, warn_unclosed
+from .mapping import as_url, handle_url, run_close_hooks, warn_unclosed
 from .queries import Queries, SnapshotQueries
 
 if TYPE_CHECKING:
@@ -330,6 +330,7 @@ class DbReader(Queries):
         self._maint = threading.RLock()  # serializes polls (held across store calls)
         self._closed = False
         self._url: str | None = None  # set by open (handle_url)
+        self._close_hooks: list[Callable[[], None]] = []  # (run_close_hooks: shaledb.aio's pool)
         self._closing = False
         """Set (under ``_lock``) when ``close`` begins: no change feed is handed out after."""
         self._closer: int | None = None
@@ -870,6 +871,7 @@ class DbReader(Queries):
                     )
         self._cache.clear()
         close_quietly(self._external, self.store if self.owns_store else None)
+        run_close_hooks(self._close_hooks)
 
     @property
     def closed(self) -> bool:

@@ -95,7 +95,7 @@ from ..store.stack import close_quietly, open_stack
 from . import writers
 from .batch import IndexTerms, WriteBatch, WriteHandle
 from .interrupts import interrupts_deferred
-from .mapping import as_url, handle_url, warn_unclosed
+from .mapping import as_url, handle_url, run_close_hooks, warn_unclosed
 from .queries import Queries, SnapshotQueries
 
 if TYPE_CHECKING:
@@ -391,6 +391,7 @@ class Db(Queries):
         self.settings = settings
         self.owns_store = False
         self._url: str | None = None  # set by the openers (handle_url)
+        self._close_hooks: list[Callable[[], None]] = []  # (run_close_hooks: shaledb.aio's pool)
         """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
         self.external = external or ExternalStores(
             default_factory(settings.retry, clock, random.Random(), None)
@@ -1378,6 +1379,7 @@ class Db(Queries):
         self.cache.clear()
         close_quietly(self.external, self.store if self.owns_store else None)
         self._close_finished = True
+        run_close_hooks(self._close_hooks)
         if error is not None:
             # A handle whose failure was already raised closes quietly (``failed``); a fence
             # found only by this last flush has just lost buffered writes: say so.
