@@ -7,7 +7,8 @@
 :func:`open` takes a database URL (or ``os.PathLike``) and a ``dbm`` flag:
 
 * ``"r"`` -- read-only, through a :class:`~shaledb.DbReader` (never fences the
-  writer; writes raise :data:`error`); the database must exist.
+  writer; writes raise ``shaledb.ReadOnlyError``, an :data:`error` and an ``OSError``
+  like ``dbm.dumb``'s, so the standard ``dbm.error`` catches it too); the database must exist.
 * ``"w"`` -- read and write an existing database (opens the writer).
 * ``"c"`` -- read and write, creating the database if needed (the default).
 * ``"n"`` -- as ``"c"``, but start empty: every key present is deleted.
@@ -30,7 +31,7 @@ import os
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, NoReturn, SupportsIndex, TypeVar, cast, overload
 
-from .errors import InvalidArgument, NotFound, ShaleError
+from .errors import InvalidArgument, NotFound, ReadOnlyError, ShaleError
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -111,9 +112,12 @@ class ShaleDbm(MutableMapping[bytes, bytes]):
             return sum(1 for _ in it)
 
     def _writer(self) -> Db:
-        """The writer, for a write; :data:`error` when opened read-only (the handle is a reader)."""
+        """The writer, for a write; ``ReadOnlyError`` (an :data:`error`, and an ``OSError`` as
+        ``dbm.dumb`` raises) when opened read-only (the handle is a reader)."""
         if not self._writable:
-            raise error("this shaledb.dbm database was opened read-only (flag 'r')")
+            raise ReadOnlyError(
+                "this shaledb.dbm database was opened read-only (flag 'r'); open it with 'w' or 'c' to write"
+            )
         return cast("Db", self._h)
 
     def sync(self) -> None:

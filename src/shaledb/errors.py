@@ -61,6 +61,12 @@ class ClosedError(ShaleError):
     """
 
 
+class ReadOnlyError(ShaleError, OSError):
+    """A write through a handle opened read-only (``shaledb.dbm.open(url, "r")``): open it
+    with flag ``"w"`` or ``"c"`` to write. Also an ``OSError``, as ``dbm.dumb`` raises, so
+    both ``shaledb.dbm.error`` and the standard library's ``dbm.error`` catch it."""
+
+
 class WrongThread(ShaleError, RuntimeError):
     """An object that belongs to one thread (a :class:`~shaledb.Transaction`) was used from
     another: its buffered reads and writes are not guarded by a lock. Give each thread its
@@ -325,6 +331,7 @@ __all__ = [
     "ObjectNotFound",
     "PermissionDenied",
     "PreconditionFailed",
+    "ReadOnlyError",
     "ShaleError",
     "Unavailable",
     "WrongThread",

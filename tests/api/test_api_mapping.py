@@ -127,6 +127,26 @@ def test_pickling_any_handle_says_what_to_open_instead(tmp_path: Path) -> None:
         pickle.dumps(d)
 
 
+def test_a_write_to_a_read_only_dbm_raises_a_typed_error_every_dbm_user_catches(tmp_path: Path) -> None:
+    """A write to a dbm opened with "r" raised a bare ShaleError: now ReadOnlyError, which
+    shaledb.dbm.error catches and, being an OSError like dbm.dumb's, the stdlib dbm.error."""
+    import dbm
+
+    url = tmp_path / "ro"
+    with shaledb.dbm.open(url, "c") as d:
+        d["k"] = "v"
+    with shaledb.dbm.open(url, "r") as d:
+        for write in (lambda: d.__setitem__("k", "w"), lambda: d.__delitem__("k")):
+            with pytest.raises(shaledb.ReadOnlyError, match=r"flag 'r'.*'w' or 'c'") as info:
+                write()
+            assert isinstance(info.value, shaledb.dbm.error) and isinstance(info.value, dbm.error)
+        assert d["k"] == b"v"  # nothing changed
+        try:
+            d["x"] = "y"
+        except dbm.error:  # what stdlib dbm code writes
+            pass
+
+
 def test_shelve_round_trip(tmp_path: Path) -> None:
     url = tmp_path / "shelf"
     data: dict[str, Any] = {"list": [1, 2, 3], "dict": {"a": (1, 2)}, "text": "été"}
