@@ -425,3 +425,31 @@ def test_concurrent_closes_drop_the_readers_checkpoint_once(url: str) -> None:
     assert counting.n == lone_close, f"{counting.n} manifest requests for two closes, {lone_close} for one"
     reader.close()  # a later close: nothing more
     assert counting.n == lone_close
+
+
+def test_a_pinned_readers_change_feed_ends_at_its_checkpoint(mem_url: str) -> None:
+    """``DbReader.open(url, checkpoint=cp).changes(None)`` went on into writes made after
+    the checkpoint, which the reader's reads never show (and, following, never ended). Its
+    feed is now the history of the pinned version: it ends at the checkpoint's last write,
+    and its cursor resumes on an unpinned feed with exactly the later writes."""
+    with Db.open(mem_url, settings=QUIET) as db:
+        db.put(b"a", b"1")
+        db.delete(b"x")
+        cp = db.create_checkpoint()
+        db.put(b"b", b"2")
+        with DbReader.open(mem_url, checkpoint=cp) as pinned:
+            assert pinned.get(b"b") is None
+            feed = pinned.changes(None)
+            got: list[tuple[str, bytes]] = []
+            follower = threading.Thread(target=lambda: got.extend((c.kind, c.key) for c in feed))
+            follower.start()
+            follower.join(60)  # (a guard: it ends at once; before, it followed for ever)
+            ended = not follower.is_alive()
+            feed.close()
+            follower.join()
+            assert ended and got == [("put", b"a"), ("delete", b"x")]
+            assert [c.key for c in pinned.changes(None).read()] == [b"a", b"x"]
+            latest = pinned.changes("latest")
+            assert latest.read() == [] and list(latest) == []
+            for cursor in (feed.cursor, latest.cursor):
+                assert [c.key for c in db.changes(cursor, follow=False)] == [b"b"]

@@ -331,6 +331,8 @@ class DbReader(Queries):
         self._closed = False
         self._url: str | None = None  # set by open (handle_url)
         self._close_hooks: list[Callable[[], None]] = []  # (run_close_hooks: shaledb.aio's pool)
+        self._pinned_wal_end: int | None = None
+        """A pinned reader's: the WAL objects of its version end before this id (``changes``)."""
         self._closing = False
         """Set (under ``_lock``) when ``close`` begins: no change feed is handed out after."""
         self._closer: int | None = None
@@ -401,6 +403,7 @@ class DbReader(Queries):
         m = read_checkpoint_manifest(self._ms, cp)
         self._latest = latest
         self._current = cp.id
+        self._pinned_wal_end = m.next_wal_id
         pinning = self._pin_meanwhile(m)  # beside the WAL's GETs
         try:
             self._install_manifest(m, pin=False)
@@ -934,12 +937,20 @@ class DbReader(Queries):
 
     def changes(self, since: Cursor | str | None = None, **options: Unpack[FeedOptions]) -> ChangeFeed:
         """A :class:`~shaledb.engine.changes.ChangeFeed` of committed writes after ``since``
-        (a cursor or its string; None: from the start; "latest": only new writes)."""
-        from ..engine.changes import open_feed
+        (a cursor or its string; None: from the start; "latest": only new writes).
+
+        A reader pinned at a checkpoint reads that version only, and so does its feed: it
+        ends after the last write the checkpoint holds (``follow`` or not), and
+        ``"latest"`` is that end. Before, it went on into writes made after the
+        checkpoint, which the reader's reads never show. Follow later writes with an
+        unpinned reader, ``Db.changes`` or ``open_changes``."""
+        from ..engine.changes import Cursor, open_feed
 
         if self._closing:
             raise ClosedError(self._closed_message)
-        feed = open_feed(self.store, since, self.clock, **options)
+        if since == "latest" and self._pinned_wal_end is not None:
+            since = Cursor(self._pinned_wal_end, self.seq + 1)  # (nothing newer in this version)
+        feed = open_feed(self.store, since, self.clock, self._pinned_wal_end, **options)
         with self._lock:  # (close marks itself closing under it, then detaches the feeds it holds)
             gone = self._closing
             if not gone:

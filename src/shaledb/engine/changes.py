@@ -134,6 +134,7 @@ class ChangeFeed:
         clock: Clock | None = None,
         read_ahead: int = READ_AHEAD,
         owns_store: bool = False,
+        until_wal_id: int | None = None,
     ) -> None:
         check_number("poll_interval_s", poll_interval_s, above_minimum=True, maximum=86_400)
         if not isinstance(follow, bool):
@@ -159,6 +160,9 @@ class ChangeFeed:
         """Called (from the closing thread) by :meth:`close` and :meth:`detach`: see :meth:`on_close`."""
         self.objects_read = 0
         self._gate = EpochGate()
+        self.until_wal_id = until_wal_id
+        """The history ends before this WAL object (a pinned reader's: the version its
+        checkpoint pins); the feed ends there, following or not. None: it goes on."""
 
     # ------------------------------------------------------------- reading
 
@@ -186,17 +190,24 @@ class ChangeFeed:
                 if self._closed.is_set():
                     break
             if not got:
-                if not self.follow:
+                if not self.follow or self._at_end():
                     return
                 self._closed.wait(self.poll_interval_s)
         if self._gone is not None:
             raise ClosedError(self._gone)
 
+    def _at_end(self) -> bool:
+        return self.until_wal_id is not None and self.cursor.wal_id >= self.until_wal_id
+
     def _available(self) -> Iterator[Change]:
-        """Changes from the cursor on, object by object, until the next object is absent."""
-        while True:
+        """Changes from the cursor on, object by object, until the next object is absent
+        (or the feed's end, ``until_wal_id``)."""
+        while not self._at_end():
             start = self.cursor.wal_id
-            wids = range(start, start + self.read_ahead)
+            stop = start + self.read_ahead
+            if self.until_wal_id is not None:
+                stop = min(stop, self.until_wal_id)
+            wids = range(start, stop)
             moved = False
             with fetch_wal_objects(self.store, wids, self.read_ahead) as fetched:
                 for wid, (path, data) in zip(wids, fetched):
@@ -474,12 +485,17 @@ class FeedOptions(TypedDict, total=False):
 
 
 def open_feed(
-    store: ObjectStore, since: Cursor | str | None, clock: Clock, **options: Unpack[FeedOptions]
+    store: ObjectStore,
+    since: Cursor | str | None,
+    clock: Clock,
+    until_wal_id: int | None = None,
+    **options: Unpack[FeedOptions],
 ) -> ChangeFeed:
-    """``Db.changes`` and ``DbReader.changes``: a feed over the handle's store ("latest": from now)."""
+    """``Db.changes`` and ``DbReader.changes``: a feed over the handle's store ("latest": from
+    now; ``until_wal_id``: a pinned reader's end, see :class:`ChangeFeed`)."""
     if since == "latest":
         since = latest_cursor(store, clock)
-    return ChangeFeed(store, since, clock=clock, **options)
+    return ChangeFeed(store, since, clock=clock, until_wal_id=until_wal_id, **options)
 
 
 def open_changes(
