@@ -435,3 +435,78 @@ def test_a_store_outage_is_no_lapse_for_a_standby_that_saw_it(caplog: pytest.Log
         assert b.epoch == 2 and not r.held_by and read_manifest(store=mem).compactor_epoch == 2
         b.close()
         gone.close()
+
+
+def test_a_compactor_opened_to_serve_is_stood_by_for_before_it_runs() -> None:
+    """A restarted ``run-compactor`` (A') claims epoch 2 at open; a standby (B) that watched
+    the old holder lapse polls before A' is in ``run()``. Opened with ``serve=True``, A''s
+    first lease write says ``serving`` and B stands by for it. Before, the lease said
+    "one-off run" until ``run()`` rewrote it, and B claimed epoch 3 and fenced A'."""
+    clock = ManualClock(auto_advance=False)
+    with memory_store() as mem:
+        Db.open(store=mem, settings=NO_BG).close()
+        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
+        _remote_holder(mem, 1, clock)
+        b = Compactor.open(store=mem, options=OPTS, clock=clock, seed=2)
+        assert b.holder is not None and b.holder.epoch == 1
+        clock.advance(LEASE_S + 1)  # the holder of epoch 1 was killed: its lease lapsed
+        writes = RoleWrites(mem, 2)
+        restarted = Compactor.open(store=writes, options=OPTS, clock=clock, seed=3, serve=True)
+        assert restarted.epoch == 2 and writes.bodies[0]["serving"] is True, writes.bodies
+        r = b.run_once()  # between A''s open and its run()
+        assert b.epoch is None and r.held_by.startswith("compactor epoch 2 (host ") and not r.did_work
+        assert read_manifest(store=mem).compactor_epoch == 2
+        thread = threading.Thread(target=restarted.run)
+        thread.start()
+        assert b.run_once().held_by.startswith("compactor epoch 2 (host ") and thread.is_alive()
+        restarted.stop()
+        thread.join(60)
+        assert writes.bodies[-1]["serving"] is False  # out of run(): a one-off's lease again
+        restarted.close()
+        b.close()
+        gone.close()
+
+
+def test_a_one_off_run_is_still_fenced_by_a_standby() -> None:
+    """Without ``serve`` (``run_once``, ``--once``) the lease says "one-off run": a standby
+    does not wait for it, as before."""
+    clock = ManualClock(auto_advance=False)
+    with memory_store() as mem:
+        Db.open(store=mem, settings=NO_BG).close()
+        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
+        _remote_holder(mem, 1, clock)
+        b = Compactor.open(store=mem, options=OPTS, clock=clock, seed=2)
+        clock.advance(LEASE_S + 1)
+        once = Compactor.open(store=mem, options=OPTS, clock=clock, seed=3)
+        assert once.epoch == 2 and _lease(mem, 2)["serving"] is False
+        assert not b.run_once().held_by and b.epoch == 3
+        with pytest.raises(FencedError):
+            once.run_once()
+        for comp in (once, b, gone):
+            comp.close()
+
+
+def test_run_compactor_leases_as_serving_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run-compactor`` (no ``--once``) writes a serving lease at its claim, before ``run()``;
+    ``--once`` does not."""
+    import shaledb.cli.compaction as cli_compaction
+    from shaledb.cli import main
+
+    url = str(tmp_path / "db")
+    Db.open(url, settings=NO_BG).close()
+    seen: list[bool] = []
+    real_open = Compactor.open
+
+    def open_and_look(*args: Any, **kwargs: Any) -> Compactor:
+        c = real_open(*args, **kwargs)
+        lease = json.loads((tmp_path / "db" / _role_path(c.epoch or 0)).read_bytes())
+        seen.append(lease["serving"])
+        c.stop()  # run() returns at once
+        return c
+
+    monkeypatch.setattr(cli_compaction.Compactor, "open", open_and_look)
+    assert main(["--path", url, "--json", "run-compactor", "--poll-interval", "0.05"]) in (0, None)
+    assert main(["--path", url, "--json", "run-compactor", "--once"]) in (0, None)
+    assert seen == [True, False]

@@ -100,7 +100,9 @@ def run_compactor(args: argparse.Namespace, out: Output) -> int | None:
     if changes:
         with named_as_typed(flags):
             opts = replace(opts, **changes)
-    c = Compactor.open(args.path, opts, settings=settings, takeover=args.takeover)
+    # Without --once it serves from its claim on: a standby polling before run() must not
+    # take it for a one-off run and fence it (a restarted run-compactor was fenced so).
+    c = Compactor.open(args.path, opts, settings=settings, takeover=args.takeover, serve=not args.once)
     try:
         if args.once:
             with out.progress("compaction", unit="bytes") as progress:

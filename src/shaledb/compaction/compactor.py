@@ -4,7 +4,7 @@ Roles and naming: the *scheduler* (a pure function of the manifest) proposes
 :class:`~shaledb.compaction.scheduler.CompactionSpec` values; a *job* runs one
 spec: it takes a lease, the *executor* writes the new run's SSTs, and one
 manifest CAS *commits* them. :class:`Compactor` does this for one database,
-standalone (``Compactor.open(url).run()`` or ``shaledb run-compactor``) or
+standalone (``Compactor.open(url, serve=True).run()`` or ``shaledb run-compactor``) or
 embedded in the writer (:class:`EmbeddedCompactor`, a background thread).
 
 Fencing (see docs/design/manifest-and-fencing.md). Opening a compactor bumps ``compactor_epoch`` by CAS,
@@ -300,11 +300,19 @@ class Compactor:
         settings: Settings | None = None,
         store_options: Mapping[str, object] | None = None,
         takeover: bool = False,
+        serve: bool = False,
     ) -> Compactor:
         """Open a standalone compactor: claim ``compactor_epoch`` (fencing older ones), or
         stand by while another standalone compactor's role lease is live (:attr:`holder`
         says whose; :meth:`run` takes over once it lapses, :meth:`run_once` and
         :meth:`schedule` do nothing meanwhile). ``takeover=True`` claims at once.
+
+        ``serve=True``: the caller goes on to :meth:`run` (``run-compactor`` without
+        ``--once``), so the role lease says ``serving`` from its first write and another
+        standalone compactor stands by for this one from the claim on. Without it the lease
+        said "one-off run" until :meth:`run` rewrote it, and a standby polling between the two
+        fenced a just-restarted ``run-compactor``. Leave it False for a one-off run
+        (:meth:`run_once`), which a standby does not wait for.
 
         ``settings`` supplies the SST format (block size, compression, bloom
         bits) and store retries; ``options`` default to ``settings.compactor``.
@@ -322,6 +330,7 @@ class Compactor:
         st = open_stack(url, store, store_options, settings, clock, rng)
         try:
             c = cls(st, options, settings=settings, clock=clock, rng=rng, store_options=store_options)
+            c._serving = serve
             if takeover:
                 c.claim()
             else:
@@ -380,7 +389,8 @@ class Compactor:
         self._role: RoleLease | None = None
         self._standby = Standby(store, clock)
         self._serving = False
-        """In :meth:`run`: a role lease claimed now says ``serving`` from its first write."""
+        """In :meth:`run` (or opened with ``serve=True``): a role lease claimed now says
+        ``serving`` from its first write."""
         self._polls = 0
         self._stop = threading.Event()
         self._wake = threading.Event()

@@ -8,8 +8,9 @@ was restarted, and fenced the other, a manifest version and a lost job each time
 How: after claiming epoch E a standalone compactor writes ``compactions/<E>.role`` (who
 holds the role, since when, ``renewed_s``, ``lease_s``, ``serving``) and rewrites it every
 quarter of ``CompactorOptions.role_lease_s``, idle or in a job. ``serving`` is true while
-it runs as a service (``Compactor.run``, ``run-compactor`` without ``--once``): only such a
-holder is stood by for. A one-off (``run_once``, ``--once``, a Spark compaction) is fenced
+it runs as a service (``Compactor.run``, ``run-compactor`` without ``--once``), from the first
+write of one opened to serve (``Compactor.open(serve=True)``): only such a holder is stood by
+for. A one-off (``run_once``, ``--once``, a Spark compaction) is fenced
 as before, so ``Compactor.open(url).run_once()`` twice in one process, the first never
 closed, still compacts twice. A lease per epoch, not one shared
 object: a holder that was fenced but has not noticed yet can only rewrite its own, never
@@ -168,9 +169,10 @@ class RoleLease(Renewed):
         *,
         serving: bool = False,
     ) -> None:
-        """``serving``: claimed by a compactor already in ``run`` (a standby taking over). Its
-        first write says so: written as not serving, then rewritten, a standby polling between
-        the two took it for a one-off run and fenced it."""
+        """``serving``: claimed by a compactor already in ``run`` (a standby taking over) or
+        opened to run (``Compactor.open(serve=True)``, ``run-compactor`` without ``--once``).
+        Its first write says so: written as not serving, then rewritten, a standby polling
+        between the two took it for a one-off run and fenced it."""
         super().__init__(store, clock, paths.role_lease_path(epoch), float(lease_s))
         self.fields: dict[str, object] = {
             "epoch": epoch,
