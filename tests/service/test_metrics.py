@@ -82,6 +82,27 @@ def test_store_retries_and_failed_calls_are_counted(mem_url: str) -> None:
     db.close()
 
 
+def test_puts_total_counts_accepted_writes_and_says_so(mem_url: str) -> None:
+    """A durable put whose WAL write failed for good is counted in puts_total (it is counted
+    when applied, before the WAL write: one increment on the hot path). An operator compared
+    it with the writes acknowledged during an outage (211 vs 210); the HELP text now says
+    what it counts."""
+    faults = FaultInjectingStore(open_store(mem_url), seed=42)
+    fast = RetryOptions(max_attempts=2, initial_backoff_s=0.001, max_backoff_s=0.001)
+    db = Db.open(store=faults, settings=QUIET.replace(retry=fast))
+    base = db.metrics()["puts_total"]
+    db.put(b"a", b"1")
+    faults.add_rule("fail_before", ops="put_create")
+    with pytest.raises(Unavailable):
+        db.put(b"b", b"2")
+    assert db.metrics()["puts_total"] - base == 2  # one acknowledged, one accepted then failed
+    faults.clear_rules()
+    db.close()
+    from shaledb.store.metrics import HELP
+
+    assert "accepted" in HELP["puts_total"] and "failed" in HELP["puts_total"], HELP["puts_total"]
+
+
 def test_fencing_and_write_stalls_are_counted(mem_url: str) -> None:
     slow = LatencyStore(open_store(mem_url), SYSTEM_CLOCK, 0.01)
     tight = QUIET.replace(

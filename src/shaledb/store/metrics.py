@@ -211,8 +211,11 @@ def store_metrics(store: ObjectStore) -> dict[str, Any]:
 
 
 HELP: dict[str, str] = {
-    "puts_total": "keys written by this writer (puts, deletes and merges)",
-    "put_bytes_total": "bytes of keys and values written by this writer",
+    "puts_total": (
+        "keys this writer accepted (puts, deletes and merges), counted when applied, before the "
+        "WAL write: a durable write that then failed (Unavailable) is counted too"
+    ),
+    "put_bytes_total": "bytes of keys and values this writer accepted (counted as puts_total)",
     "gets_total": "keys looked up (get and get_many)",
     "scans_total": "scans started",
     "wal_objects_total": "WAL objects written",
