@@ -52,6 +52,23 @@ def _until(cond: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None
         time.sleep(0.02)
 
 
+def _renewed(mem: ObjectStore, clock: ManualClock) -> None:
+    """Wait for the holder of epoch 1 to renew its lease within half a lease of ``clock``.
+
+    The holder's thread sets its next wake-up from the clock when it starts waiting: on a
+    busy machine the test's advance could land before that, leaving the thread a deadline
+    no later advance reached (the test then timed out). Nudging the clock a little while
+    waiting wakes it whenever it started its wait; the nudges stay far below a lease."""
+    nudged = 0.0
+    deadline = time.monotonic() + 60.0
+    while _lease(mem, 1)["renewed_s"] < clock.now() - LEASE_S / 2:
+        assert time.monotonic() < deadline, "a renewal"
+        if nudged < LEASE_S / 8:
+            clock.advance(0.05)
+            nudged += 0.05
+        time.sleep(0.02)
+
+
 def _role_path(epoch: int) -> str:
     """Where a standalone compactor keeps its role lease (docs/compaction-gc.md)."""
     return f"compactions/{epoch:020d}.role"
@@ -105,7 +122,7 @@ def test_second_compactor_stands_by_then_takes_over_when_the_lease_lapses(
             # The first keeps renewing its lease as time passes: the second waits.
             for _ in range(16):
                 clock.advance(LEASE_S / 8)
-                _until(lambda: _lease(mem, 1)["renewed_s"] >= clock.now() - LEASE_S / 2, "a renewal")
+                _renewed(mem, clock)
                 r = second.run_once()
                 assert r.held_by.startswith("compactor epoch 1 ") and not r.did_work
         assert read_manifest(store=mem).compactor_epoch == 1 and thread.is_alive()
