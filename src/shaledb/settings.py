@@ -306,6 +306,11 @@ class DbReaderOptions:
     ``open_in_parallel`` -- as in :class:`Settings`: opening pins SST metadata
     beside its checkpoint and WAL reads; False makes the open's store calls
     one after another.
+    ``pin_metadata_on_open`` -- as in :class:`Settings`: opening (and each poll
+    that finds new SSTs) fetches every SST's index and filter blocks; False
+    leaves each to the first read that needs it, for a reader that reads a few
+    keys or only the manifest (``shaledb get``, ``shaledb stats``: one request
+    per 16 SSTs of round trips before, on a slow store).
     ``journal_whole_block_max_bytes`` -- as in :class:`Settings`: a get of a
     separated value reads its whole journal block when it is at most this big.
     ``retry`` -- how the reader's store calls retry transient failures.
@@ -327,6 +332,7 @@ class DbReaderOptions:
     manifest_update_timeout_s: Seconds[float] = Seconds(60.0)
     wal_read_ahead: int = WAL_READ_AHEAD
     open_in_parallel: bool = True
+    pin_metadata_on_open: bool = True
     journal_whole_block_max_bytes: int = 0
     retry: RetryOptions = field(default_factory=RetryOptions)
     merge_operator: MergeOperator | MergeFunction | str | None = None
@@ -356,6 +362,7 @@ class DbReaderOptions:
         _boolean("DbReaderOptions.establish_checkpoint", self.establish_checkpoint)
         _boolean("DbReaderOptions.background_poll", self.background_poll)
         _boolean("DbReaderOptions.open_in_parallel", self.open_in_parallel)
+        _boolean("DbReaderOptions.pin_metadata_on_open", self.pin_metadata_on_open)
         if self.checkpoint_name is not None and not isinstance(self.checkpoint_name, str):
             raise InvalidArgument(
                 f"DbReaderOptions.checkpoint_name must be a str or None, got {self.checkpoint_name!r}"

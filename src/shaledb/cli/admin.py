@@ -216,6 +216,7 @@ def _reader(path: str, checkpoint: str | None, *, for_scan: bool) -> DbReader:
         checkpoint_lifetime_s=300.0,
         checkpoint_name="cli-scan",
         block_cache_bytes=8 << 20,  # a scan reads each block once: a cache would only grow the RSS
+        pin_metadata_on_open=for_scan,  # a get or head reads the few SSTs its key needs
     )
     return DbReader.open(path, options=opts)
 

@@ -57,7 +57,13 @@ def stats(args: argparse.Namespace, out: Output) -> int | None:
     from ..format import paths
     from ..store.wrappers import InstrumentedStore, find_wrapper
 
-    opts = DbReaderOptions(establish_checkpoint=False, background_poll=False, checkpoint_lifetime_s=None)
+    # Figures from the manifest and a WAL listing: no SST's index or filter is needed.
+    opts = DbReaderOptions(
+        establish_checkpoint=False,
+        background_poll=False,
+        checkpoint_lifetime_s=None,
+        pin_metadata_on_open=False,
+    )
     with DbReader.open(args.path, options=opts) as r:
         m = r.manifest
         ssts = list(m.data.ssts())

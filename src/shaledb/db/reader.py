@@ -420,13 +420,14 @@ class DbReader(Queries):
     def _pin_meanwhile(self, m: Manifest) -> Future[None]:
         """Start pinning ``m``'s SSTs (index and filter) while opening goes on
         (``TableCache.pin_meanwhile``); :meth:`_install_pins` pins the rest."""
-        if not self.options.open_in_parallel:
-            return completed(None)  # one call at a time: _install_pins pins them all
+        if not self.options.open_in_parallel or not self.options.pin_metadata_on_open:
+            return completed(None)  # one call at a time: _install_pins pins them all (if it pins)
         return self._tables.pin_meanwhile(m)
 
     def _install_pins(self, m: Manifest) -> None:
         self._tables.retain(m.all_ssts())
-        self._tables.pin(m.all_ssts())  # index and filter of new SSTs, in parallel, off the read path
+        if self.options.pin_metadata_on_open:
+            self._tables.pin(m.all_ssts())  # index and filter of new SSTs, in parallel, off the read path
 
     def _resolve_store(self, index: int) -> ObjectStore:
         if index == 0:
