@@ -14,7 +14,7 @@ import pytest
 
 from shaledb.errors import ShaleError
 from shaledb.settings import RetryOptions
-from shaledb.store import RetryingStore, StoreWrapper, open_store
+from shaledb.store import ObjectStore, RetryingStore, StoreWrapper, open_store
 from shaledb.store import watchdog as watchdog_module
 from shaledb.store.retrying import WATCH_MAX_BYTES
 
@@ -48,6 +48,18 @@ def silent_endpoint() -> Iterator[str]:
         server.close()
 
 
+def _s3_at(endpoint: str, *, timeout: str) -> ObjectStore:
+    """An S3 store at ``endpoint`` (the silent one) whose requests give up after ``timeout``."""
+    return open_store(
+        "s3://bucket/db",
+        endpoint=endpoint,
+        allow_http=True,
+        access_key_id="x",
+        secret_access_key="y",
+        client_options={"timeout": timeout},
+    )
+
+
 @pytest.fixture
 def quick_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watchdog_module, "STILL_WAITING_S", 0.2)
@@ -62,14 +74,7 @@ def _still_waiting(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_a_silent_endpoint_is_reported_once_before_the_request_times_out(
     silent_endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    inner = open_store(
-        "s3://bucket/db",
-        endpoint=silent_endpoint,
-        allow_http=True,
-        access_key_id="x",
-        secret_access_key="y",
-        client_options={"timeout": "2s"},
-    )
+    inner = _s3_at(silent_endpoint, timeout="2s")
     st = RetryingStore(inner, RetryOptions(timeout_s=1.0))
     with caplog.at_level(logging.WARNING, logger="shaledb.store"), pytest.raises(ShaleError):
         st.get("some/object")
@@ -84,14 +89,7 @@ def test_a_large_transfer_is_left_to_the_request_timeout(
 ) -> None:
     """A put above WATCH_MAX_BYTES may rightly take longer than a few seconds on a slow link:
     no "still waiting" for it (the request timeout still ends it)."""
-    inner = open_store(
-        "s3://bucket/db",
-        endpoint=silent_endpoint,
-        allow_http=True,
-        access_key_id="x",
-        secret_access_key="y",
-        client_options={"timeout": "1s"},
-    )
+    inner = _s3_at(silent_endpoint, timeout="1s")
     st = RetryingStore(inner, RetryOptions(timeout_s=0.5))
     with caplog.at_level(logging.WARNING, logger="shaledb.store"), pytest.raises(ShaleError):
         st.put("big", bytes(WATCH_MAX_BYTES + 1))
@@ -126,14 +124,7 @@ def test_a_listing_of_a_silent_endpoint_is_reported_once(
     silent_endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Opening a database lists ``manifest/`` first: that listing is what a user waits on."""
-    inner = open_store(
-        "s3://bucket/db",
-        endpoint=silent_endpoint,
-        allow_http=True,
-        access_key_id="x",
-        secret_access_key="y",
-        client_options={"timeout": "1s"},
-    )
+    inner = _s3_at(silent_endpoint, timeout="1s")
     st = RetryingStore(inner, RetryOptions(timeout_s=1.5, initial_backoff_s=0.01))
     with caplog.at_level(logging.WARNING, logger="shaledb.store"), pytest.raises(ShaleError):
         list(st.list("manifest/"))  # two attempts of 1 s each
@@ -199,14 +190,7 @@ def test_calls_waiting_together_on_a_silent_endpoint_make_one_line(
     silent_endpoint: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Three calls held by one silent store said "still waiting" three times."""
-    inner = open_store(
-        "s3://bucket/db",
-        endpoint=silent_endpoint,
-        allow_http=True,
-        access_key_id="x",
-        secret_access_key="y",
-        client_options={"timeout": "2s"},
-    )
+    inner = _s3_at(silent_endpoint, timeout="2s")
     st = RetryingStore(inner, RetryOptions(timeout_s=1.0))
     errors: list[BaseException] = []
 
