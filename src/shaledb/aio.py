@@ -586,6 +586,8 @@ class _Handle(_Reads, Generic[_Sync]):
     sync: _Sync
 
     def __init__(self, sync: _Sync, workers: int) -> None:
+        if sync.closed:  # its close hooks ran already: this wrapper's threads would never stop
+            raise ClosedError(f"{sync!r} is closed: open the database again (aio.{type(sync).__name__}.open)")
         self.sync = sync
         self._target = sync
         self._executor = _Executor(workers)

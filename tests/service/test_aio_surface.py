@@ -239,3 +239,23 @@ def test_docs_name_every_method_the_async_handles_lack() -> None:
         if not name.startswith("_") and not isinstance(inspect.getattr_static(sync_cls, name), property)
     }
     assert lacking <= listed, sorted(lacking - listed)
+
+
+def test_wrapping_a_closed_handle_is_refused_and_starts_no_thread(mem_url: str) -> None:
+    """A wrapper of a closed handle started a pool thread on its first call that stayed for
+    the rest of the process (the handle's close hooks had run before the wrapper existed)."""
+    import threading
+
+    db = shaledb.Db.open(mem_url, settings=Settings(compactor=None, garbage_collector=None))
+    db.close()
+    reader_db = shaledb.Db.open(mem_url, settings=Settings(compactor=None, garbage_collector=None))
+    reader = shaledb.DbReader.open(mem_url)
+    reader.close()
+    before = {t.name for t in threading.enumerate() if t.name.startswith("shaledb-aio")}
+    with pytest.raises(shaledb.ClosedError, match="is closed: open the database again"):
+        aio.Db(db)
+    with pytest.raises(shaledb.ClosedError, match="is closed"):
+        aio.DbReader(reader)
+    after = {t.name for t in threading.enumerate() if t.name.startswith("shaledb-aio")}
+    assert after == before
+    reader_db.close()
