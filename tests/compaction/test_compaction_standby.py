@@ -242,6 +242,15 @@ def _remote_holder(store: ObjectStore, epoch: int, clock: ManualClock) -> None:
     store.put(_role_path(epoch), json.dumps(body).encode())
 
 
+def _held_elsewhere(mem: ObjectStore, clock: ManualClock) -> Compactor:
+    """A database whose compactor epoch 1 a serving compactor on another host holds (its lease
+    live at ``clock``'s now); returns the local compactor that claimed the epoch (to close)."""
+    Db.open(store=mem, settings=NO_BG).close()
+    gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
+    _remote_holder(mem, 1, clock)
+    return gone
+
+
 class BeforeClaim(StoreWrapper):
     """Runs ``first`` before this compactor's next manifest write goes out (once ``armed``):
     another compactor acting between this one's look at the lease and its claim."""
@@ -263,9 +272,7 @@ def test_two_standbys_that_see_one_lapse_claim_it_once() -> None:
     again (3) and fenced the first: one wasted fence and a lost job."""
     clock = ManualClock(auto_advance=False)
     with memory_store() as mem:
-        Db.open(store=mem, settings=NO_BG).close()
-        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
-        _remote_holder(mem, 1, clock)
+        gone = _held_elsewhere(mem, clock)
         c = Compactor.open(store=mem, options=OPTS, clock=clock, seed=3)
         thread = threading.Thread(target=c.run)
 
@@ -312,9 +319,7 @@ def test_a_standby_gives_a_fresh_claim_time_to_write_its_lease() -> None:
     claim counts as lapsed. Before, it saw no lease and fenced the claimer at once."""
     clock = ManualClock(auto_advance=False)
     with memory_store() as mem:
-        Db.open(store=mem, settings=NO_BG).close()
-        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
-        _remote_holder(mem, 1, clock)
+        gone = _held_elsewhere(mem, clock)
         b = Compactor.open(store=mem, options=OPTS, clock=clock, seed=2)
         assert b.holder is not None and b.holder.epoch == 1
         hold = HoldRoleLease(mem, 2)
@@ -374,9 +379,7 @@ def test_a_standby_taking_over_in_run_writes_a_serving_lease_at_once() -> None:
     before the rewrite took it for a one-off run and fenced it."""
     clock = ManualClock(auto_advance=False)
     with memory_store() as mem:
-        Db.open(store=mem, settings=NO_BG).close()
-        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
-        _remote_holder(mem, 1, clock)
+        gone = _held_elsewhere(mem, clock)
         writes = RoleWrites(mem, 2)
         b = Compactor.open(store=writes, options=OPTS, clock=clock, seed=2)
         thread = threading.Thread(target=b.run)
@@ -431,9 +434,7 @@ def test_a_store_outage_is_no_lapse_for_a_standby_that_saw_it(caplog: pytest.Log
     (a writer's embedded compactor did the same to ``run-compactor``, which exited 4)."""
     clock = ManualClock(auto_advance=True)
     with memory_store() as mem:
-        Db.open(store=mem, settings=NO_BG).close()
-        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
-        _remote_holder(mem, 1, clock)
+        gone = _held_elsewhere(mem, clock)
         outage = Outage(mem, clock)
         retry = RetryOptions(initial_backoff_s=0.05, max_backoff_s=2.0, timeout_s=600.0, max_attempts=1000)
         b = Compactor.open(store=RetryingStore(outage, retry, clock=clock), options=OPTS, clock=clock, seed=2)
@@ -461,9 +462,7 @@ def test_a_compactor_opened_to_serve_is_stood_by_for_before_it_runs() -> None:
     "one-off run" until ``run()`` rewrote it, and B claimed epoch 3 and fenced A'."""
     clock = ManualClock(auto_advance=False)
     with memory_store() as mem:
-        Db.open(store=mem, settings=NO_BG).close()
-        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
-        _remote_holder(mem, 1, clock)
+        gone = _held_elsewhere(mem, clock)
         b = Compactor.open(store=mem, options=OPTS, clock=clock, seed=2)
         assert b.holder is not None and b.holder.epoch == 1
         clock.advance(LEASE_S + 1)  # the holder of epoch 1 was killed: its lease lapsed
@@ -489,9 +488,7 @@ def test_a_one_off_run_is_still_fenced_by_a_standby() -> None:
     does not wait for it, as before."""
     clock = ManualClock(auto_advance=False)
     with memory_store() as mem:
-        Db.open(store=mem, settings=NO_BG).close()
-        gone = Compactor.open(store=mem, options=OPTS, clock=clock, seed=1)
-        _remote_holder(mem, 1, clock)
+        gone = _held_elsewhere(mem, clock)
         b = Compactor.open(store=mem, options=OPTS, clock=clock, seed=2)
         clock.advance(LEASE_S + 1)
         once = Compactor.open(store=mem, options=OPTS, clock=clock, seed=3)

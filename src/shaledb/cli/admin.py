@@ -72,7 +72,7 @@ def _lifetime(text: str | None) -> dt.timedelta | None:
     return None if text is None else parse_duration(text)
 
 
-checkpoint_id = checkpoint_ref  # a UUID or a name, resolved by resolve_checkpoint
+checkpoint_id = checkpoint_ref  # a UUID or a name, resolved by the API (shaledb.admin.find_checkpoint)
 
 
 # ------------------------------------------------------------ checkpoints
@@ -97,7 +97,7 @@ def create_checkpoint(args: argparse.Namespace, out: Output) -> int | None:
     cp = admin.create_checkpoint(
         args.path,
         lifetime=_lifetime(args.lifetime),
-        source=resolve_checkpoint(args.path, args.source),
+        source=args.source,  # (a UUID or a name: the API resolves it, in the manifest it updates)
         name=args.name,
     )
     out.emit(describe_checkpoint(cp, SYSTEM_CLOCK.now()))
@@ -111,9 +111,7 @@ def _refresh_args(p: argparse.ArgumentParser) -> None:
 
 @command("refresh-checkpoint", "set a live checkpoint's expiry to now + lifetime")(_refresh_args)
 def refresh_checkpoint(args: argparse.Namespace, out: Output) -> int | None:
-    cp_id = resolve_checkpoint(args.path, args.id)
-    assert cp_id is not None  # --id is required
-    cp = admin.refresh_checkpoint(args.path, cp_id, lifetime=_lifetime(args.lifetime))
+    cp = admin.refresh_checkpoint(args.path, args.id, lifetime=_lifetime(args.lifetime))
     out.emit(describe_checkpoint(cp, SYSTEM_CLOCK.now()))
     return None
 
@@ -162,8 +160,7 @@ def _clone_args(p: argparse.ArgumentParser) -> None:
 @command("clone", "create (or finish creating) a clone of --parent at --path, sharing its SSTs")(_clone_args)
 def clone(args: argparse.Namespace, out: Output) -> int | None:
     settings = cli_settings(args, compactor=None, garbage_collector=None)
-    parent_cp = resolve_checkpoint(args.parent, args.checkpoint)
-    with Db.open_from_checkpoint(args.path, args.parent, parent_cp, settings=settings) as db:
+    with Db.open_from_checkpoint(args.path, args.parent, args.checkpoint, settings=settings) as db:
         m = db.manifest
         info = {
             "path": args.path,
@@ -208,7 +205,7 @@ def destroy(args: argparse.Namespace, out: Output) -> int | None:
 
 def _reader(path: str, checkpoint: str | None, *, for_scan: bool) -> DbReader:
     if checkpoint is not None:
-        return DbReader.open(path, resolve_checkpoint(path, checkpoint))
+        return DbReader.open(path, checkpoint)
     opts = DbReaderOptions(
         establish_checkpoint=for_scan,
         background_poll=for_scan,

@@ -8,7 +8,8 @@ given after the command wins and one given before is not reset.
 
 Wherever a command takes a checkpoint (``--checkpoint``, ``--id``,
 ``--source``), a UUID or a checkpoint name is accepted; a name must match
-exactly one live checkpoint (:func:`resolve_checkpoint`).
+exactly one live checkpoint (``shaledb.admin.find_checkpoint``, which the API the commands
+call resolves with; :func:`resolve_checkpoint` where a command prints the UUID).
 """
 
 from __future__ import annotations

@@ -789,8 +789,9 @@ class EmbeddedCompactor:
 
     Fenced with its writer (another ``Db`` opened the database): stops, and logs so.
     Fenced by a standalone compactor: pauses (logged at INFO: expected, nothing to do), and
-    claims the role again once that compactor closes and releases it (``ReleaseCompactorEpoch``, seen in the
-    manifests the writer reads anyway: no request of its own). Before, it stopped until the
+    claims the role again once that compactor closes and releases it
+    (``ReleaseCompactorEpoch``, seen in the manifests the writer reads anyway: no request
+    of its own). Before, it stopped until the
     writer reopened, and a one-off ``run-compactor --once`` or Spark compaction left the
     writer stalled on L0 for good. Other failures are logged and retried at the next
     poll, so a flaky store does not stop compaction for good.

@@ -156,11 +156,13 @@ class RetryingStore(StoreWrapper):
 
     def _wait_or_give_up(self, call: _Call, exc: Unavailable) -> bool:
         """Sleep before the next attempt of ``call``; False when the budget is spent or ``exc``
-        is not transient."""
+        is not transient. Every failed attempt of every kind of call (reads, conditional
+        creates, listings) comes here, so this is where :meth:`seconds_since_failure` learns of it."""
+        now = self._clock.monotonic()
+        self._failed_at = now
         if isinstance(exc, EndpointUnreachable) or call.attempt >= self.options.max_attempts:
             return False
         delay = self._backoff(call.attempt)
-        now = self._clock.monotonic()
         if now + delay > call.deadline:
             return False
         with self._lock:
@@ -260,7 +262,6 @@ class RetryingStore(StoreWrapper):
             try:
                 result = fn()
             except Unavailable as exc:
-                self._failed_at = self._clock.monotonic()
                 if not self._wait_or_give_up(call, exc):
                     raise self._exhausted(call, exc) from exc
                 continue
