@@ -25,7 +25,7 @@ help:
 	@echo "make lock           regenerate requirements/lock.txt"
 	@echo "make clean          remove .venv, .servers and the tool caches"
 	@echo "make .venv/.test    .venv with the test extra, pinned by requirements/lock.txt"
-	@echo "make .venv/.spark   ... plus the spark extra"
+	@echo "make .venv/.spark   ... plus the spark and demo extras"
 	@echo "make help           this list (also: make alone)"
 
 $(BIN)/python:
@@ -37,7 +37,7 @@ $(VENV)/.test: $(BIN)/python pyproject.toml $(LOCK)
 	touch $@
 
 $(VENV)/.spark: $(VENV)/.test
-	$(PIP) -e '.[test,spark]'
+	$(PIP) -e '.[test,spark,demo]'
 	touch $@
 
 # Storage emulators the tests start (Azurite, from the npm registry), pinned by
@@ -98,7 +98,7 @@ bench-anchors:
 lock:
 	rm -rf /tmp/shaledb-lock && $(PYTHON) -m venv /tmp/shaledb-lock
 	/tmp/shaledb-lock/bin/python -m pip install -q -U "pip>=24,<27"
-	/tmp/shaledb-lock/bin/python -m pip install -q -e '.[test,spark,docs]'
+	/tmp/shaledb-lock/bin/python -m pip install -q -e '.[test,spark,demo,docs]'
 	/tmp/shaledb-lock/bin/python -m pip freeze --exclude-editable | grep -v '^-e' > $(LOCK)
 
 clean:

