@@ -301,3 +301,43 @@ def test_a_transaction_refuses_other_threads_and_says_when_its_database_closed(m
         assert "snapshots" not in str(info.value)
     left.rollback()
     assert left.finished
+
+
+def test_a_transaction_refuses_a_new_thread_that_reuses_its_ended_threads_ident(mem_url: str) -> None:
+    """The check compared ``threading.get_ident()``, which Python hands to a new thread once
+    the old one ended: a transaction begun in a finished thread was usable from the next
+    thread started (on Linux, usually at once), against its one-thread rule."""
+    db = Db.open(mem_url)
+    begun: list[Any] = []
+
+    def begin() -> None:
+        txn = db.transaction()
+        txn.put(b"a", b"1")
+        begun.append((txn, threading.get_ident()))
+
+    first = threading.Thread(target=begin, name="beginner")
+    first.start()
+    first.join()
+    txn, ident = begun[0]
+    outcomes: list[tuple[int, BaseException | None]] = []
+
+    def elsewhere() -> None:
+        try:
+            txn.put(b"b", b"2")
+            outcomes.append((threading.get_ident(), None))
+        except WrongThread as exc:
+            outcomes.append((threading.get_ident(), exc))
+
+    for _ in range(20):  # until a thread gets the ended thread's ident (the first, on Linux)
+        worker = threading.Thread(target=elsewhere)
+        worker.start()
+        worker.join()
+        if outcomes[-1][0] == ident:
+            break
+    assert all(isinstance(exc, WrongThread) for _, exc in outcomes), outcomes
+    assert "'beginner'" in str(outcomes[-1][1])
+    with pytest.raises(WrongThread):  # its thread is gone: only dropping it ends it
+        txn.rollback()
+    db.put(b"c", b"3")
+    assert db.get(b"a") is None and db.get(b"b") is None and db.get(b"c") == b"3"
+    db.close()

@@ -267,7 +267,10 @@ class Transaction:
         """This transaction's range deletes, in order (applied before its writes at commit)."""
         # A transaction dropped unfinished still leaves the conflict log (like a snapshot's pin).
         self._unregister = weakref.finalize(self, _unregister, db, floor)
-        self._thread = threading.get_ident()
+        # A thread-local only the beginning thread has set: unlike threading.get_ident(), which
+        # a new thread reuses once the old one ended, a new thread never sees another's value.
+        self._owner = threading.local()
+        self._owner.mine = True
         self._thread_name = threading.current_thread().name
 
     # ------------------------------------------------------------------ reads
@@ -282,7 +285,7 @@ class Transaction:
         return snap
 
     def _check_thread(self) -> None:
-        if threading.get_ident() != self._thread:
+        if not getattr(self._owner, "mine", False):
             raise WrongThread(
                 f"this transaction belongs to the thread that began it ({self._thread_name!r}), "
                 f"not {threading.current_thread().name!r}: give each thread its own db.transaction()"
