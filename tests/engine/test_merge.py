@@ -24,8 +24,11 @@ from shaledb.errors import (
     MergeOperatorMissing,
     TransactionConflict,
 )
+from shaledb.format import paths
 from shaledb.merge import MergeOperator, add_u64, append, as_operator, max_u64
+from shaledb.store import open_store
 from shaledb.testing.compacting import compact_until_idle as compact
+from shaledb.testing.faults import OnFirstGet
 from shaledb.testing.strategies import tiny_settings
 
 U = struct.Struct("<Q")
@@ -557,4 +560,40 @@ def test_hot_merges_without_a_base_below_are_not_counted_twice(tmp_path: Path) -
     compact_all()
     assert dict(db.scan()) == want
     assert db.get(b"abc") == want[b"abc"]
+    db.close()
+
+
+def test_a_reader_whose_replayed_table_spans_a_flush_does_not_fold_operands_twice(tmp_path: Path) -> None:
+    """A reader keeps a table of replayed WAL objects when a new manifest's L0 covers only the
+    first of them (the writer froze its memtable in between). The table's merge operands from
+    the covered objects were then folded onto the L0 value that already held them: a reader
+    process returned ``+a+a`` for one merge (found by a random check on S3, where the reader's
+    table often outlived the writer's flush)."""
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=tiny_settings(merge_operator="append"))
+    db.merge(b"k", b"+a")
+    db.merge(b"n", b"+x")
+    store = open_store(url)
+    next_wal = max(paths.parse_wal_id(o.path) or 0 for o in store.list(paths.WAL_DIR)) + 1
+
+    def writer_flushes_then_merges() -> None:
+        # The reader replayed the objects of +a and +x and now probes the next one: the
+        # writer's L0 (with +a, +x) lands, then +b goes into that next object.
+        db.flush(memtable=True)
+        db.merge(b"k", b"+b")
+
+    reader = DbReader.open(
+        store=OnFirstGet(store, paths.wal_path(next_wal), writer_flushes_then_merges),
+        options=DbReaderOptions(background_poll=False),
+    )
+    assert reader.get(b"k") == b"+a+b"  # its view: the old manifest and one table
+    reader.refresh()  # the manifest with the L0 of +a: the table holding +a and +b is kept
+    assert reader.get(b"k") == b"+a+b", "an operand the L0 holds was folded again from the table"
+    assert reader.get(b"n") == b"+x"
+    assert list(reader.scan()) == [(b"k", b"+a+b"), (b"n", b"+x")]
+    assert reader.get_many([b"k", b"n"]) == [b"+a+b", b"+x"]
+    db.merge(b"k", b"+c")
+    reader.refresh()
+    assert reader.get(b"k") == db.get(b"k") == b"+a+b+c"
+    reader.close()
     db.close()

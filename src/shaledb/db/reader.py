@@ -80,7 +80,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..duration import to_seconds
 from ..engine.cache import LruCache
 from ..engine.history import HISTORY_PIN, OPT_RETENTION, manifest_seq, to_millis
-from ..engine.memtable import ENTRY_OVERHEAD, Memtable, new_memtable
+from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from ..engine.merging import OPT_MERGE_OPERATOR, Folder
 from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
 from ..engine.range_tombstones import apply_to_memtable
@@ -351,6 +351,10 @@ class DbReader(Queries):
         self._next_wal = 1
         self._gap_checked: tuple[int, int] | None = None
         self._gate = EpochGate()
+        self._dead_wal: set[int] = set()
+        """WAL ids the gate refused (a dead writer's objects): a table replayed again skips them."""
+        self._skipped_wal: set[int] = set()
+        """WAL ids a crashed writer left empty (:meth:`_after_missing` moved past them)."""
         """Skips a crashed writer's objects after the next writer's fence (WAL ids only grow)."""
         self.last_error: BaseException | None = None
         """The last failure of a background poll (polling carries on regardless)."""
@@ -662,8 +666,14 @@ class DbReader(Queries):
     def _install_manifest(self, m: Manifest, *, pin: bool = True) -> None:
         """Read ``m``'s SSTs from now on; drop tables its SSTs cover (``pin``: and pin them now)."""
         floor = m.replay_after_wal_id
+        head = self._head_after(m)
         with self._lock:
             tables = [t for t in self._wal_tables if t.last_wal > floor]
+            if head is not None and tables and tables[0].last_wal == head.last_wal:
+                tables[0] = head
+                if head.last_wal < head.first_wal:  # (an object it needs is gone: replay again)
+                    self._next_wal = head.first_wal
+                    tables = []
             if self._next_wal <= floor:
                 self._next_wal = floor + 1
                 tables = []
@@ -788,44 +798,89 @@ class DbReader(Queries):
                     "reader %s: WAL %s is missing; continuing at %s", self._where, paths.wal_path(wid), nxt
                 )
                 with self._lock:
+                    self._skipped_wal.update(range(wid, nxt))
                     self._next_wal = nxt
                 return True
         return False
+
+    def _head_after(self, m: Manifest) -> _Table | None:
+        """The first table ``m`` leaves, replayed again without the objects ``m``'s SSTs
+        hold, when it holds some (None: no such table, or it needs no replay).
+
+        Tables are cut by size, the writer's memtables (and so its L0 SSTs) elsewhere, so
+        a new manifest's L0 often covers the first objects of a table that goes on after
+        them. The table is kept for its later objects, and its entries from the covered ones
+        are then in two places. Equal puts and deletes shadow each other harmlessly, but a
+        memtable stacks a key's merge operands without their sequence numbers: a lookup
+        folded the table's operands onto the L0 value that already held the first of them
+        (``+a+a+b`` for ``+a``, ``+b``). On a database that ever merged (its manifest names
+        the operator) the table is therefore rebuilt from its uncovered objects: GETs of
+        those objects, once per new manifest, before the view moves (reads stay
+        monotonic). If one of them is gone (collected after a newer manifest covered it),
+        the returned table is empty (``last_wal < first_wal``): the caller replays from
+        there, and the missing object is handled as the poll handles one.
+        """
+        floor = m.replay_after_wal_id
+        with self._lock:
+            head = next((t for t in self._wal_tables if t.last_wal > floor), None)
+        if head is None or head.first_wal > floor or m.option(OPT_MERGE_OPERATOR) is None:
+            return None
+        t = _Table(floor + 1)
+        wids = range(floor + 1, head.last_wal + 1)
+        with fetch_wal_objects(self.store, wids, self.options.wal_read_ahead) as fetched:
+            for wid, (_, data) in zip(wids, fetched):
+                if data is None:
+                    if wid in self._skipped_wal:
+                        continue  # a slot a crashed writer left empty (see _after_missing)
+                    return _Table(floor + 1)
+                if wid not in self._dead_wal:
+                    keys, ents = decode_wal_object(data, paths.wal_path(wid))
+                    with self._lock:
+                        self._replay_into(t, keys, ents, m)
+                t.last_wal = wid
+        self.counters["wal_objects"] += len(wids)
+        return t
 
     def _apply_wal(self, wid: int, data: bytes) -> None:
         if self._gate.admit(data, paths.wal_path(wid)):
             keys, ents = decode_wal_object(data, paths.wal_path(wid))
         else:
             keys, ents = [], []  # a dead writer's object after a newer fence: nothing to apply
+            self._dead_wal.add(wid)
         with self._lock:
-            floor = self._view.manifest.last_l0_seq
-            if ents and ents[0][0] <= floor:
-                pairs = [(k, e) for k, e in zip(keys, ents) if e[0] > floor]
-                keys = [p[0] for p in pairs]
-                ents = [p[1] for p in pairs]
             t = self._wal_tables[-1]
+            self._replay_into(t, keys, ents, self._view.manifest)
             mem = t.mem
-            if any(e[1] & FLAG_INDEX_TREE for e in ents):
-                sub = mem.sub
-                assert sub is not None
-                for k, e in zip(keys, ents):
-                    if e[1] & FLAG_INDEX_TREE:
-                        sub.put(k, (e[0], e[1] & ~FLAG_INDEX_TREE, e[2]))
-                pairs = [(k, e) for k, e in zip(keys, ents) if not e[1] & FLAG_INDEX_TREE]
-                keys = [p[0] for p in pairs]
-                ents = [p[1] for p in pairs]
-            if keys:
-                if HISTORY_PIN not in mem.pins and self._view.manifest.option(OPT_RETENTION) is not None:
-                    mem.pin(HISTORY_PIN)  # the writer keeps history: so do the replayed tables
-                apply_to_memtable(mem, keys, ents)  # range tombstones, then points (merges stack)
-                mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
-                self._seq = max(self._seq, *(e[0] for e in ents))
             t.last_wal = wid
             self._next_wal = wid + 1
             if mem.nbytes >= self.options.max_memtable_bytes:
                 self._wal_tables.append(_Table(wid + 1))
                 self._view = self._make_view(self._view.manifest)
         self.counters["wal_objects"] += 1
+
+    def _replay_into(self, t: _Table, keys: list[bytes], ents: list[Entry], m: Manifest) -> None:
+        """Apply one WAL object's entries newer than ``m``'s L0 SSTs to ``t`` (under ``_lock``)."""
+        floor = m.last_l0_seq
+        if ents and ents[0][0] <= floor:
+            pairs = [(k, e) for k, e in zip(keys, ents) if e[0] > floor]
+            keys = [p[0] for p in pairs]
+            ents = [p[1] for p in pairs]
+        mem = t.mem
+        if any(e[1] & FLAG_INDEX_TREE for e in ents):
+            sub = mem.sub
+            assert sub is not None
+            for k, e in zip(keys, ents):
+                if e[1] & FLAG_INDEX_TREE:
+                    sub.put(k, (e[0], e[1] & ~FLAG_INDEX_TREE, e[2]))
+            pairs = [(k, e) for k, e in zip(keys, ents) if not e[1] & FLAG_INDEX_TREE]
+            keys = [p[0] for p in pairs]
+            ents = [p[1] for p in pairs]
+        if keys:
+            if HISTORY_PIN not in mem.pins and m.option(OPT_RETENTION) is not None:
+                mem.pin(HISTORY_PIN)  # the writer keeps history: so do the replayed tables
+            apply_to_memtable(mem, keys, ents)  # range tombstones, then points (merges stack)
+            mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
+            self._seq = max(self._seq, *(e[0] for e in ents))
 
     # ---------------------------------------------------------------- close
 
