@@ -597,3 +597,21 @@ def test_a_reader_whose_replayed_table_spans_a_flush_does_not_fold_operands_twic
     assert reader.get(b"k") == db.get(b"k") == b"+a+b+c"
     reader.close()
     db.close()
+
+
+def test_a_reader_opened_before_the_first_merge_folds_it(tmp_path: Path) -> None:
+    """The first merge records the operator's name in a manifest that changes no SST, and a
+    reader took the name only from manifests it moved its view to (new SSTs): a reader opened
+    before the first merge raised ``MergeOperatorMissing`` for every merged key it replayed
+    from the WAL, until the writer's next L0 flush, though the operator is a ready one."""
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=tiny_settings(merge_operator="append"))
+    db.put(b"k", b"base")
+    reader = DbReader.open(url, options=DbReaderOptions(background_poll=False))
+    db.merge(b"k", b"+a")
+    db.merge(b"n", b"+x")
+    reader.refresh()
+    assert reader.get(b"k") == b"base+a" and reader.get(b"n") == b"+x"
+    assert list(reader.scan()) == [(b"k", b"base+a"), (b"n", b"+x")]
+    reader.close()
+    db.close()

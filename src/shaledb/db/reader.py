@@ -583,7 +583,23 @@ class DbReader(Queries):
                     self._follow(latest)
                 elif self._refresh_due(now):
                     self._refresh_expiry(latest)
+            self._note_operator(self._latest)
             self._poll_wal()
+
+    def _note_operator(self, m: Manifest) -> None:
+        """Take the merge operator's name from ``m`` when the view has none yet.
+
+        The first merge records it in a manifest that changes no SST, which moves no view:
+        a reader opened before that merge raised ``MergeOperatorMissing`` on the merges it
+        replayed until the writer's next L0 flush. (The writer records the name before it
+        writes the merge, so a poll that read the manifest just before can still replay the
+        merge without it: the next poll folds it.)
+        """
+        name = m.option(OPT_MERGE_OPERATOR)
+        if name is not None and self._vis.folder.recorded is None:
+            folder = Folder(as_operator(self.options.merge_operator), name)  # checks the name
+            with self._lock:
+                self._vis.folder = folder
 
     def _refresh_due(self, now: float) -> bool:
         life = self.options.checkpoint_lifetime_s
