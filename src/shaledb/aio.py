@@ -659,6 +659,30 @@ class _Handle(_Reads, Generic[_Sync]):
     def __repr__(self) -> str:
         return f"aio.{self.sync!r}"
 
+    if not TYPE_CHECKING:  # (a type checker must still flag a name the handle lacks)
+
+        def __getattr__(self, name: str) -> NoReturn:
+            """Only for names the handle lacks: one the sync handle has (``transaction``,
+            ``create_checkpoint``, ...) says how to call it without blocking the loop; it
+            raised a bare "'Db' object has no attribute 'transaction'"."""
+            sync = self.__dict__.get("sync")
+            if sync is not None and not name.startswith("_") and hasattr(type(sync), name):
+                if name == "transaction":
+                    how = (
+                        "transactions have no async face: run the whole transaction in a function on a "
+                        "thread, `await asyncio.to_thread(fn)` with fn doing `with db.sync.transaction() "
+                        "as txn: ...`, and run it again on TransactionConflict (docs/service.md)"
+                    )
+                else:
+                    how = (
+                        f"it makes store round trips: call it on a thread, "
+                        f"`await asyncio.to_thread(db.sync.{name}, ...)` (docs/service.md)"
+                    )
+                raise AttributeError(f"aio.{type(self).__name__} has no {name!r}: {how}", name=name, obj=self)
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self
+            )
+
 
 class Db(_Handle[_db.Db]):
     """The writer's asyncio handle; ``sync`` is the :class:`shaledb.Db` it shares the engine with."""

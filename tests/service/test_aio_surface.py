@@ -259,3 +259,23 @@ def test_wrapping_a_closed_handle_is_refused_and_starts_no_thread(mem_url: str) 
     after = {t.name for t in threading.enumerate() if t.name.startswith("shaledb-aio")}
     assert after == before
     reader_db.close()
+
+
+def test_a_method_only_the_sync_handle_has_says_how_to_call_it(mem_url: str) -> None:
+    """``await db.transaction()`` or ``db.create_checkpoint()`` on an async handle raised a bare
+    "'Db' object has no attribute 'transaction'"; now the error says how to call it off the
+    loop. Type checkers still flag the name (the hook is hidden from them)."""
+
+    async def main() -> None:
+        async with aio.Db.open(mem_url, settings=Settings(**QUIET)) as db:  # type: ignore[arg-type]
+            with pytest.raises(AttributeError, match="no async face") as info:
+                db.transaction()  # type: ignore[attr-defined]
+            assert "asyncio.to_thread" in str(info.value) and "db.sync.transaction()" in str(info.value)
+            with pytest.raises(AttributeError, match=r"asyncio.to_thread\(db.sync.create_checkpoint"):
+                db.create_checkpoint  # type: ignore[attr-defined]  # noqa: B018
+            with pytest.raises(AttributeError, match="'Db' object has no attribute 'nope'"):
+                db.nope  # type: ignore[attr-defined]  # noqa: B018
+            assert not hasattr(db, "transaction") and getattr(db, "_nope", None) is None
+            assert await db.get(b"k") is None  # (attributes it has are untouched)
+
+    asyncio.run(main())
