@@ -249,3 +249,93 @@ def test_a_killed_ingests_uncommitted_sst_is_not_held_by_the_floor_for_flushes(t
     report = gc.run_once(min_age_s=0)
     assert sorted(report.deleted["sst"]) == sorted(paths.sst_path(i) for i in orphans)
     assert report.in_flight_kept == 0
+
+
+def _fill_rounds(url: str, tag: bytes, rounds: int, model: dict[bytes, bytes]) -> None:
+    """``rounds`` L0 SSTs of 30 keys each under ``tag`` (a new writer epoch each call)."""
+    with Db.open(url, settings=NO_BG) as db:
+        for r in range(rounds):
+            for i in range(30):
+                k = tag + b"%03d" % (r * 30 + i)
+                model[k] = k * 8
+                db.put(k, model[k], durable=False)
+            db.flush(memtable=True)
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "after-a-killed-backup"])
+def test_a_pass_at_min_age_zero_during_an_incremental_backup_keeps_its_copies(tmp_path, resumed) -> None:  # type: ignore[no-untyped-def]
+    """A backup's copies keep their source ids (born long before it started) and are in no
+    manifest of the destination until its last write; a pass on the destination at
+    ``min_age_s=0`` in between deleted them, and the backup then wrote a manifest naming
+    missing SSTs (the backup no longer opened). Resumed: a killed backup's copies, which the
+    next one counts as present, went the same way. Both backups hold a lease now."""
+    from shaledb.clock import SYSTEM_CLOCK
+    from shaledb.journal.backup import backup_version
+    from shaledb.manifest import ManifestStore
+    from shaledb.store import open_store
+    from shaledb.testing import FaultInjectingStore, SimulatedCrash
+
+    src, dest_url = str(tmp_path / "src"), str(tmp_path / "dest")
+    model: dict[bytes, bytes] = {}
+    _fill_rounds(src, b"a", 2, model)
+    source, dest = open_store(src), open_store(dest_url)
+    ms = ManifestStore(source, SYSTEM_CLOCK, random.Random(1), author="test")
+    rng = random.Random(7)
+    backup_version(ms.require_latest(), source, lambda _db: source, dest, clock=SYSTEM_CLOCK, rng=rng)
+    _fill_rounds(src, b"b", 6, model)  # a new writer epoch: the in-flight floor keeps none of these
+    m = ms.require_latest()
+    if resumed:  # a backup killed after copying some of the new SSTs
+        faults = FaultInjectingStore(source, seed=3)
+        faults.add_rule("crash", ops="get", path_prefix=paths.SST_DIR, nth=4)
+        with pytest.raises(SimulatedCrash):
+            backup_version(m, faults, lambda _db: faults, dest, clock=SYSTEM_CLOCK, rng=rng, workers=1)
+        assert len(sst_ids(dest)) == 2 + 3  # the first backup's and three leftovers
+    reports = []
+
+    def collect(done: int, total: int) -> None:
+        if not reports:  # after the first copy of this backup
+            gc = GarbageCollector(dest, GcOptions(min_age_s=0), clock=SYSTEM_CLOCK, rng=random.Random(2))
+            reports.append(gc.run_once())
+
+    rep = backup_version(
+        m, source, lambda _db: source, dest, clock=SYSTEM_CLOCK, rng=rng, workers=1, progress=collect
+    )
+    assert reports and rep.manifest_written
+    assert not reports[0].deleted["sst"] and reports[0].backup_in_progress
+    assert not list(dest.list(paths.JOB_DIR))  # the lease went with the backup
+    with DbReader.open(dest_url) as r:
+        assert dict(r.scan()) == model
+    # Without a backup in progress the next pass collects as before (nothing is garbage here).
+    after = GarbageCollector(
+        dest, GcOptions(min_age_s=0), clock=SYSTEM_CLOCK, rng=random.Random(3)
+    ).run_once()
+    assert not after.backup_in_progress and not after.deleted["sst"]
+
+
+def test_run_gc_min_age_zero_during_a_backup_keeps_its_copies_and_says_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``shaledb run-gc --once --min-age 0`` in its own process against a backup destination
+    while ``backup_url`` (server-side copies in one directory tree) is between its copies and
+    its manifest: nothing is deleted, the line says why, and the backup opens whole."""
+    import subprocess
+    import sys
+
+    from shaledb.journal.backup import backup_url
+
+    src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
+    model: dict[bytes, bytes] = {}
+    _fill_rounds(src, b"a", 1, model)
+    backup_url(src, dest)
+    _fill_rounds(src, b"b", 3, model)
+    runs: list[subprocess.CompletedProcess[str]] = []
+
+    def collect(done: int, total: int) -> None:
+        if not runs:
+            cmd = [sys.executable, "-m", "shaledb.cli", "--path", dest, "run-gc", "--once", "--min-age", "0"]
+            runs.append(subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False))
+
+    rep = backup_url(src, dest, progress=collect)
+    assert runs and rep.server_side and rep.manifest_written
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert " 0 SSTs," in runs[0].stdout and "a backup is copying into this database" in runs[0].stdout
+    with DbReader.open(dest) as r:
+        assert dict(r.scan()) == model

@@ -38,7 +38,9 @@ A pass (see docs/design/gc.md):
 5. Delete SSTs under ``compacted/`` that no active manifest references, older
    than ``min_age_s``, and not created after the start of a live job lease of
    the current compactor epoch (outputs of a running compaction are
-   unreferenced until its commit, which may come long after ``min_age_s``).
+   unreferenced until its commit, which may come long after ``min_age_s``);
+   while a backup's lease (``kind`` ``"backup"``) is live, none at all: a
+   backup's copies keep their source ids, born before any lease.
    The leases are listed again after ``compacted/``, so a job started after
    step 0 whose outputs the listing shows is known (a job deletes its lease
    only after its commit, which the manifest re-read next then shows).
@@ -97,7 +99,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..compaction.compactor import read_lease
+from ..compaction.compactor import COPY_KIND, lease_kind, read_lease
 from ..engine.host import WriterHost
 from ..engine.sstable import read_object_meta
 from ..errors import CorruptionError, InvalidArgument, NotFound, ObjectNotFound, ShaleError, Unavailable
@@ -146,6 +148,10 @@ class GcReport:
     in_flight_kept: int = 0
     """Unreferenced SSTs older than ``min_age_s`` kept as a writer's flush in flight (younger
     than :data:`UNCOMMITTED_MIN_AGE_S`, holding writes not yet in L0): the floor applied."""
+    backup_in_progress: bool = False
+    """A backup was copying into this database (its live lease, ``kind`` ``"backup"``): every
+    unreferenced SST, journal object and staged run was kept, since its copies keep their
+    source ids and are in no manifest until its last write (the next pass collects them)."""
     destroyed: bool = False
     """The database was soft-destroyed and is now deleted (nothing is left to collect)."""
     detached: bool = False
@@ -172,6 +178,7 @@ class GcReport:
             "bytes_deleted": self.bytes_deleted,
             "fences_kept": self.fences_kept,
             "in_flight_kept": self.in_flight_kept,
+            "backup_in_progress": self.backup_in_progress,
             "destroyed": self.destroyed,
             "detached": self.detached,
             "duration_s": round(self.duration_s, 3),
@@ -498,18 +505,24 @@ class GarbageCollector:
                     stale.append(meta)  # deleted by _leases once older than the cutoff
                 continue
             try:
-                parsed = read_lease(self.store.get(meta.path))
+                data = self.store.get(meta.path)
             except ObjectNotFound:
                 continue  # the job finished
+            parsed = read_lease(data)
             live = (
                 parsed is not None
                 and parsed[0] >= m.compactor_epoch
                 and meta.last_modified + parsed[1] >= now
             )
-            if live:
-                live_from = min(live_from, paths.ulid_time_s(job))
-            else:
+            if not live:
                 stale.append(meta)
+            elif lease_kind(data) == COPY_KIND:
+                # A backup copying into this database: its copies keep their source ids, born
+                # long before its lease (and its leftovers from a killed run, which it counts
+                # as copied, may be older still), so it keeps every unreferenced object.
+                live_from = -math.inf
+            else:
+                live_from = min(live_from, paths.ulid_time_s(job))
         return live_from, stale
 
     def _unreferenced(
@@ -551,6 +564,7 @@ class GarbageCollector:
         # job started since, whose outputs were "old enough" by the collector's clock when
         # that clock ran ahead of the job's (or within the millisecond a ULID drops).
         live_from = min(live_from, self._live_from(list(self.store.list(paths.JOB_DIR)), m, now)[0])
+        report.backup_in_progress = report.backup_in_progress or live_from == -math.inf
         latest = self.manifests.refresh(m)
         if latest.id not in active:
             active[latest.id] = latest

@@ -146,6 +146,11 @@ def _gc_line(r: GcReport) -> str:
             if r.in_flight_kept
             else ""
         )
+        + (
+            "; a backup is copying into this database: unreferenced objects kept until it ends"
+            if r.backup_in_progress
+            else ""
+        )
         + ("; the destroyed database was deleted" if r.destroyed else "")
         + ("; the clone was detached from its parents" if r.detached else "")
     )
@@ -208,6 +213,7 @@ def run_gc(args: argparse.Namespace, out: Output) -> int | None:
                 or r.detached
                 or r.checkpoints_expired
                 or r.in_flight_kept
+                or r.backup_in_progress
                 or any(r.deleted.values())
             ):
                 show(r)  # a line per pass that did something (an idle pass a minute was noise)

@@ -170,17 +170,31 @@ class JobLease(Renewed):
     """``compactions/<ULID>.job`` while a job runs (see module docstring)."""
 
     def __init__(
-        self, store: ObjectStore, clock: Clock, rng: random.Random, epoch: int, lease_s: float, what: str
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        rng: random.Random,
+        epoch: int,
+        lease_s: float,
+        what: str,
+        *,
+        kind: str | None = None,
     ) -> None:
         self.job_id = paths.new_ulid(clock.now(), rng)
         super().__init__(store, clock, paths.job_path(self.job_id), lease_s)
         self.epoch = epoch
         self.what = what
+        self.kind = kind
+        """The lease's ``kind`` field (docs/format/leases.md): ``"backup"`` for a backup
+        copying into the database, which protects every unreferenced object (:data:`COPY_KIND`)."""
         self.also: Callable[[], None] | None = None
         """Called on every :meth:`beat` (the standalone compactor's role lease renews with it)."""
 
     def body(self) -> dict[str, object]:
-        return {"epoch": self.epoch, "lease_s": self.lease_s, "job": self.what}
+        body: dict[str, object] = {"epoch": self.epoch, "lease_s": self.lease_s, "job": self.what}
+        if self.kind is not None:
+            body["kind"] = self.kind
+        return body
 
     def beat(self) -> None:
         super().beat()
@@ -198,6 +212,23 @@ class JobLease(Renewed):
             self.store.delete(self.path)
         except ShaleError as exc:
             log.warning("could not remove job lease %s: %s", self.path, exc)
+
+
+COPY_KIND = "backup"
+"""The ``kind`` of a backup's job lease in its destination. A backup copies objects under the
+ids (ULIDs) they have in the source, so they are "born" long before the lease started and
+the ULID-time rule protects none of them; while such a lease is live the garbage collector
+keeps every unreferenced object instead (``shaledb.admin.gc``)."""
+
+
+def lease_kind(data: bytes) -> str | None:
+    """A job lease's ``kind`` field, None if it has none (or is not a lease)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return None
+    kind = body.get("kind") if isinstance(body, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def read_lease(data: bytes) -> tuple[int, float] | None:
@@ -947,5 +978,7 @@ __all__ = [
     "ManifestHost",
     "CommitCompaction",
     "apply_compaction",
+    "COPY_KIND",
+    "lease_kind",
     "read_lease",
 ]

@@ -10,7 +10,10 @@
    immutable, so present means identical). When source and destination live
    in one store (the same bucket, memory namespace or file system) the copy
    is server-side (``ObjectStore.copy`` on a store rooted at their common
-   prefix); otherwise it is a GET and a PUT.
+   prefix); otherwise it is a GET and a PUT. Into an existing destination this
+   runs under a job lease of ``kind`` ``"backup"`` (written before the
+   destination is listed, deleted after step 5): the copies keep their source
+   ids, so only the lease keeps the destination's garbage collector off them.
 4. Write the destination's manifest **last**: the pinned version with every
    object owned by the destination (clone references flattened, checkpoints
    dropped). Until then the destination still opens at its previous backup.
@@ -52,6 +55,7 @@ from ..admin.checkpoint import (
 from ..admin.destruction import PENDING_RELEASE
 from ..admin.handle import AdminHandle
 from ..clock import SYSTEM_CLOCK, Clock
+from ..compaction.compactor import COPY_KIND, JobLease
 from ..engine.host import WriterHost
 from ..engine.parents import ExternalStores, canonical_url
 from ..errors import InvalidArgument, InvalidDbState, ObjectNotFound, ShaleError
@@ -170,6 +174,13 @@ def flattened(m: Manifest) -> Manifest:
     )
 
 
+BACKUP_LEASE_EPOCH = 2**63 - 1
+"""A backup's lease in its destination names the largest compactor epoch, as a bulk ingest's
+does: no compactor makes it stale; it lapses only unrenewed, after :data:`BACKUP_LEASE_S`."""
+
+BACKUP_LEASE_S = 600.0
+"""How long a backup's lease in its destination lives unrenewed (renewed as objects copy)."""
+
 BACKUP_EPOCH = "backup.writer_epoch"
 """Destination option: the writer epoch of the manifest the last backup wrote. A
 destination whose epoch moved on was opened by a writer since: a fork, not a backup."""
@@ -205,7 +216,46 @@ def backup_version(
     check_flag("prune", prune)  # (a truthy "no" pruned)
     rep = report or BackupReport()
     rep.source_manifest_id = m.id
-    _check_dest(dest, clock, rng)
+    if _check_dest(dest, clock, rng) is None:
+        # A first backup: no database at the destination yet, so no collector to keep off.
+        return _backup_version(
+            m, source, store_for, dest, clock, rng, server_copy, prune, rep, workers, progress
+        )
+    # The destination's garbage collector sees the copies (and a killed backup's leftovers,
+    # which this one counts as copied) in no manifest until the last one is written, and they
+    # keep their source ids, so nothing but a lease tells it they are in flight: at a low
+    # min_age_s it deleted them and the manifest named missing objects. The lease is written
+    # before the destination is listed: a pass that lists the leases after that keeps all;
+    # one that listed them before had listed the objects before too, so it never sees a copy
+    # (a leftover this backup counts as present goes only if such a pass's delete request
+    # lands after this backup's listing).
+    with JobLease(
+        dest, clock, rng, BACKUP_LEASE_EPOCH, BACKUP_LEASE_S, f"backup of manifest {m.id}", kind=COPY_KIND
+    ) as lease:
+
+        def renewing(done: int, total: int) -> None:  # after each object copied
+            lease.beat()
+            if progress is not None:
+                progress(done, total)
+
+        return _backup_version(
+            m, source, store_for, dest, clock, rng, server_copy, prune, rep, workers, renewing
+        )
+
+
+def _backup_version(
+    m: Manifest,
+    source: ObjectStore,
+    store_for: Callable[[int], ObjectStore],
+    dest: ObjectStore,
+    clock: Clock,
+    rng: random.Random,
+    server_copy: Callable[[str], None] | None,
+    prune: bool,
+    rep: BackupReport,
+    workers: int,
+    progress: Progress | None,
+) -> BackupReport:
     wanted = needed_objects(m, source)
     rep.objects = len(wanted)
     present: dict[str, int] = {}
@@ -375,13 +425,16 @@ def _pinned_by_checkpoints(ms: ManifestStore, latest: Manifest | None, now_s: fl
     return keep
 
 
-def _check_dest(dest: ObjectStore, clock: Clock, rng: random.Random) -> None:
+def _check_dest(dest: ObjectStore, clock: Clock, rng: random.Random) -> Manifest | None:
+    """The destination's latest manifest (None: nothing there yet); InvalidDbState if it is
+    not an untouched backup."""
     latest = ManifestStore(dest, clock, rng, author="backup").read_latest()
     if latest is not None and latest.option(BACKUP_EPOCH) != str(latest.writer_epoch):
         raise InvalidDbState(
             f"the destination {dest.describe()} holds a database that is not an untouched backup (a writer "
             "opened it since the last backup, or it never was one); back up to a new location"
         )
+    return latest
 
 
 def _server_copier(
