@@ -8,10 +8,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from shaledb import Db, DbReader, DbReaderOptions, Settings
-from shaledb.store import InstrumentedStore, open_store
+from shaledb.format import paths
+from shaledb.store import InstrumentedStore, ObjectStore, open_store
+from shaledb.store.base import ObjectMeta
+from shaledb.store.wrappers import StoreWrapper
 
 QUIET = Settings(compactor=None, garbage_collector=None, flush_interval_s=0.01)
 BASE = [sys.executable, "-m", "shaledb"]
@@ -60,3 +67,47 @@ def test_a_reader_that_does_not_pin_reads_only_what_a_get_needs(tmp_path: Path) 
     assert value == b"value7" and pinned_open >= 12  # every SST's index and filter
     lazy_open, lazy_total, value = opened(False)
     assert value == b"value7" and lazy_open == 0 and lazy_total < pinned_open
+
+
+class _ListingFirst(StoreWrapper):
+    """Holds the manifest GET until the WAL listing has begun: ``stats`` made its requests one
+    after another, the listing after the open's, so on a slow store their round trips added
+    up; run one after the other here, the GET waits in vain and fails the command."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.listing = threading.Event()
+
+    def list(self, prefix: str, *, offset: str | None = None) -> Iterator[ObjectMeta]:
+        if prefix.startswith(paths.WAL_DIR):
+            self.listing.set()
+        return self.inner.list(prefix, offset=offset)
+
+    def get(self, path: str) -> bytes:
+        if path.startswith(paths.MANIFEST_DIR) and not self.listing.wait(10):
+            raise RuntimeError("the manifest GET came first and the WAL listing never started beside it")
+        return self.inner.get(path)
+
+
+def test_stats_lists_the_wal_while_the_reader_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shaledb.cli.app import main
+    from shaledb.store import stack
+
+    _db_with_ssts(tmp_path / "db", 2)
+    real = stack.open_store
+    gates: list[_ListingFirst] = []
+
+    def gated(url: str, **options: object) -> ObjectStore:
+        gates.append(_ListingFirst(real(url, **options)))  # type: ignore[arg-type]
+        return gates[-1]
+
+    monkeypatch.setattr(stack, "open_store", gated)
+    rc = main(["--path", str(tmp_path / "db"), "--json", "stats"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    got = json.loads(out.out)
+    assert len(gates) == 1 and got["l0_ssts"] == 2 and got["wal_objects"] >= 2
+    # LIST manifest/, GET the manifest, probe the next WAL object, LIST wal/: as many as before.
+    assert got["store_requests"] == 4, got
