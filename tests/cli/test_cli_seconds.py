@@ -104,3 +104,31 @@ def test_a_value_out_of_range_names_the_flag_typed_and_the_range(
     assert message in lines[0] and "Options." not in lines[0] and "_s " not in lines[0], lines[0]
     if not value.lstrip("-").isdigit():
         assert repr(value) in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "cmd", [["create-checkpoint"], ["refresh-checkpoint", "--id", "kept-for-refresh"]], ids=" ".join
+)
+def test_lifetime_is_refused_as_the_other_seconds_options_are(db: str, cmd: list[str]) -> None:
+    """``--lifetime inf`` said "cannot parse duration 'inf' at 'inf'", ``--lifetime 5x`` named
+    no option, and ``--lifetime 0`` (a guess at "no expiry") said "checkpoint lifetime must be
+    ... (or None for no expiry)": a Python value, no flag. Each now names ``--lifetime`` (and
+    how to ask for no expiry when out of range), in one line, and changes nothing."""
+    from shaledb import admin
+
+    admin.create_checkpoint(db, name="kept-for-refresh" if len(cmd) > 1 else "other", lifetime=3600)
+    before = {(c.id, c.expire_time_s) for c in admin.list_checkpoints(db)}
+    for value in ("5x", "soon"):
+        p = _cli("--path", db, *cmd, "--lifetime", value)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, p.stderr
+        assert "--lifetime takes seconds or a duration" in lines[0] and repr(value) in lines[0], lines[0]
+    for value in ("inf", "nan", "1e400", "0", "300years"):
+        p = _cli("--path", db, *cmd, "--lifetime", value)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, p.stderr
+        assert "--lifetime must be a finite number of seconds, > 0" in lines[0], lines[0]
+        assert "leave --lifetime out for no expiry" in lines[0] and "None" not in lines[0], lines[0]
+    assert {(c.id, c.expire_time_s) for c in admin.list_checkpoints(db)} == before
+    p = _cli("--path", db, *cmd, "--lifetime", "90")  # plain seconds, as before
+    assert p.returncode == 0, p.stderr

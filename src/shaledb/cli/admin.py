@@ -21,11 +21,12 @@ from .. import admin
 from ..clock import SYSTEM_CLOCK
 from ..db.reader import DbReader, DbReaderOptions
 from ..db.writer import Db
-from ..duration import format_duration, parse_duration
+from ..duration import format_duration
 from ..errors import InvalidArgument
 from ..manifest.model import Checkpoint
+from ..numbers import check_seconds
 from ..settings import GcOptions
-from .options import checkpoint_ref, resolve_checkpoint
+from .options import checkpoint_ref, resolve_checkpoint, seconds_option
 from .output import EXIT_NOT_FOUND, Output, command, parse_bytes, render_bytes
 from .settings import cli_settings
 from .stream import stream_rows
@@ -66,10 +67,21 @@ _CP_COLUMNS = ["id", "manifest_id", "name", "kind", "created", "expires_in"]
 
 def _lifetime(text: str | None) -> dt.timedelta | None:
     """``--lifetime``'s value; a negative one is refused naming the option (a checkpoint
-    cannot expire before it is made)."""
-    if text is not None and text.strip().startswith("-"):
+    cannot expire before it is made). Read as the other options of seconds are
+    (:func:`seconds_option`): a word that is neither seconds nor a duration, and a value out of
+    range (``0``, ``inf``, ``nan``, ``1e400``), are refused naming ``--lifetime``; they said
+    "cannot parse duration 'inf'" and "checkpoint lifetime must be ... (or None for no
+    expiry)", naming neither the option nor a way to type no expiry."""
+    if text is None:
+        return None
+    if text.strip().startswith("-"):
         raise InvalidArgument(f"--lifetime must be positive: got {text}")
-    return None if text is None else parse_duration(text)
+    typed = seconds_option(text, "--lifetime")  # (a word that is neither: refused, naming it)
+    try:
+        seconds = check_seconds("--lifetime", typed)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{exc} (leave --lifetime out for no expiry)") from None
+    return dt.timedelta(seconds=seconds)
 
 
 checkpoint_id = checkpoint_ref  # a UUID or a name, resolved by the API (shaledb.admin.find_checkpoint)
