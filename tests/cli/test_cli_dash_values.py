@@ -118,3 +118,33 @@ def test_a_negative_value_still_works_where_argparse_has_no_negative_number_patt
     monkeypatch.undo()
     assert _cli("--path", db, "get", "k").stdout.strip() == "-1h"
     assert _cli("--path", db, "get", "-.5").stdout.strip() == "v"
+
+
+def test_a_mistyped_option_gets_the_closest_one(tmp_path: Path) -> None:
+    """A typo in a command got the closest command names, a typo in an option only
+    "unrecognized arguments: --min_age" (``--pth URL stats`` even said "unknown command
+    'URL'"). The refusal now names the option spelled closest; nothing is run or written."""
+    db = str(tmp_path / "db")
+    for words, want in [
+        (
+            ["--path", db, "run-gc", "--once", "--min_age", "0"],
+            "(did you mean '--min-age'? shaledb run-gc --help",
+        ),
+        (["--path", db, "stats", "--jsn"], "(did you mean '--json'? shaledb stats --help lists them)"),
+        (["--path", db, "scan", "--limt", "3"], "did you mean '--limit'?"),
+        (["--path", db, "backup", "--no_prune", str(tmp_path / "b")], "did you mean '--no-prune'?"),
+        (["--jsn", "--path", db, "stats"], "unrecognized arguments: --jsn; did you mean '--json'?"),
+        (
+            ["--pth", db, "stats"],
+            f"'--pth' is no option of shaledb (did you mean '--path'?), so {db!r} was read as the command",
+        ),
+        (
+            ["--path", db, "put", "k", "--jsn"],
+            "'--jsn' is no option of 'shaledb put' (did you mean '--json'?); to pass it as a key or value, "
+            f"put it after '--': shaledb --path {db} put -- k --jsn",
+        ),
+    ]:
+        p = _cli(*words)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and want in lines[-1], (words, p.stderr)
+    assert not (tmp_path / "db").exists() and not (tmp_path / "b").exists()

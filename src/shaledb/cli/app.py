@@ -32,7 +32,7 @@ from typing import NoReturn
 from ..errors import InvalidArgument, NotFound, ShaleError
 from ..store.scrub import ScrubFilter, scrub
 from . import admin, compaction, core, feed, journal, more, settings, verify
-from .dashes import commands, dash_hint, read_negative_words, unrecognized
+from .dashes import commands, dash_hint, near_option, read_negative_words, unrecognized
 from .interrupt import prompt_interrupts
 from .options import (
     add_global_options,
@@ -78,9 +78,25 @@ class _Parser(argparse.ArgumentParser):
         m = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
         if m is not None and self.commands:
             message = f"unknown command {m.group(1)!r}{command_hint(m.group(1), self.commands)}"
+            typo = self._mistyped_before(m.group(1))
+            if typo is not None:  # ``--pth URL stats``: the URL was read as the command
+                word, near = typo
+                message = (
+                    f"{word!r} is no option of shaledb (did you mean {near!r}?), so {m.group(1)!r} "
+                    "was read as the command (shaledb --help lists the options and commands)"
+                )
         elif message.startswith("the following arguments are required"):
             message += dash_hint(self, self.given)
         super().error(message)
+
+    def _mistyped_before(self, word: str) -> tuple[str, str] | None:
+        """(an unknown ``--option`` typed just before ``word``, the option it is spelled like)."""
+        given = list(self.given)
+        at = given.index(word) if word in given else -1
+        if at < 1 or not given[at - 1].startswith("--") or given[at - 1] in self._option_string_actions:
+            return None
+        near = near_option(self, given[at - 1])
+        return None if near is None else (given[at - 1], near)
 
 
 _SYNONYMS = {"feed": ("changes",), "change-feed": ("changes",), "tail": ("changes",)}

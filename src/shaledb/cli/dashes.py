@@ -12,6 +12,7 @@ parse, the shape of one.
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import shlex
 from collections.abc import Sequence
@@ -85,14 +86,33 @@ def dash_hint(parser: argparse.ArgumentParser, given: Sequence[str]) -> str:
     if not stray:
         return ""
     least, most, names = _positionals(parser)
+    near = near_option(parser, stray[0])
     if least <= len(rest) <= most:
         line = shlex.join(["shaledb", *head, *kept, "--", *rest])
+        if near is not None:  # more likely a mistyped option than a value
+            return (
+                f"; {stray[0]!r} is no option of {parser.prog!r} (did you mean {near!r}?); "
+                f"to pass it as a key or value, put it after '--': {line}"
+            )
         return f"; to pass {stray[0]!r} as a key or value, put it after '--': {line}"
-    hint = f"; {stray[0]!r} is no option of {parser.prog!r} ({parser.prog} --help lists them)"
+    meant = f"did you mean {near!r}? " if near is not None else ""
+    hint = f"; {stray[0]!r} is no option of {parser.prog!r} ({meant}{parser.prog} --help lists them)"
     if not names:  # the command takes no keys or values: '--' would not help
         return hint
     line = shlex.join(["shaledb", *head, *kept, "--"])
     return f"{hint}; a key or value that starts with '-' goes after '--': {line} {' '.join(names)}"
+
+
+def near_option(parser: argparse.ArgumentParser, word: str) -> str | None:
+    """The long option of ``parser`` spelled closest to ``word`` (``--jsn`` -> ``--json``,
+    ``--min_age`` -> ``--min-age``), or None: a typo in an option got only "unrecognized
+    arguments", while a typo in a command got the closest names."""
+    typed = word.split("=", 1)[0]
+    if not typed.startswith("--") or len(typed) < 4:
+        return None
+    names = sorted(o for o in parser._option_string_actions if o.startswith("--"))
+    found = difflib.get_close_matches(typed, names, n=1, cutoff=0.75)
+    return found[0] if found else None
 
 
 def _hook_works() -> bool:
@@ -154,5 +174,9 @@ def unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str], given: 
     ``extras`` starts with '-' (a key or value the user may have meant)."""
     message = f"unrecognized arguments: {' '.join(extras)}"
     if any(re.match(r"-.", w) for w in extras):
-        message += dash_hint(parser, given)
+        hint = dash_hint(parser, given)
+        if not hint:  # a mistyped option before the command (``shaledb --jsn stats``)
+            near = next((n for n in (near_option(parser, w) for w in extras) if n is not None), None)
+            hint = f"; did you mean {near!r}?" if near is not None else ""
+        message += hint
     return message
