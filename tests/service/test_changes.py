@@ -342,3 +342,47 @@ def test_latest_after_the_collector_removed_every_wal_object_but_fences(tmp_path
     new = end.read()
     assert [c.key for c in new] == [b"new"]
     assert (new[0].cursor.seq, new[0].cursor.taken) > (target.seq, target.taken)
+
+
+def test_since_none_starts_after_the_last_collected_gap_not_on_an_island(tmp_path: Path) -> None:
+    """The collector keeps a live checkpoint's WAL range and deletes the objects after it once
+    they are in SSTs, which leaves an island. ``since=None`` started on the island (the oldest
+    object present), yielded its writes and then raised CursorExpired at the gap: ``shaledb
+    changes`` on such a database printed a few changes and failed with exit 3, and a new
+    consumer could never get going. It now starts where the WAL is whole up to the head; a
+    feed pinned at the checkpoint still reads the island."""
+    from shaledb import admin
+    from shaledb.engine.changes import oldest_cursor
+    from shaledb.store import open_store
+
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        for i in range(3):
+            db.put(b"a%d" % i, b"1")
+        cp = db.create_checkpoint(name="island", lifetime=3600)  # pins a0..a2's WAL range
+        db.flush(memtable=True)
+        for i in range(3):
+            db.put(b"b%d" % i, b"1")
+        db.flush(memtable=True)
+        for i in range(3):
+            db.put(b"c%d" % i, b"1")
+    gone = GarbageCollector.open(url, GcOptions(min_age_s=0)).run_once()
+    assert gone.deleted["wal"]  # b's objects (and the close's flush of c's) went; a's stayed
+    with DbReader.open(url, checkpoint=cp.id) as pinned:  # the island is still the pinned feed's
+        assert [c.key for c in pinned.changes(None, follow=False).read()] == [b"a0", b"a1", b"a2"]
+    got = open_changes(url, follow=False).read()  # before: a0..a2, then CursorExpired
+    assert got == [] or all(not c.key.startswith((b"a", b"b")) for c in got), [c.key for c in got]
+    start = oldest_cursor(open_store(url))
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"d", b"1")
+    assert [c.key for c in open_changes(url, str(start), follow=False).read()] == [b"d"]
+    assert [c.key for c in open_changes(url, follow=False).read()] == [b"d"]
+    p = subprocess.run(
+        [sys.executable, "-m", "shaledb.cli", "--path", url, "changes", "--jsonl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert p.returncode == 0 and [json.loads(line)["key"] for line in p.stdout.splitlines()] == ["d"], p
+    admin.delete_checkpoint(url, cp.id)

@@ -25,8 +25,9 @@ SSTs and they are older than ``GcOptions.min_age_s``, or
 ``GcOptions.wal_retention_s`` if that is longer (a consumer that can fall
 behind by an hour wants an hour). A cursor whose next object is gone raises
 :class:`CursorExpired`: it never skips what it missed. A feed with no cursor
-(``since=None``) starts at the oldest history the WAL still holds, stepping over
-what the collector removed before its first change. Bulk ingests (the Spark
+(``since=None``) starts at the oldest history the WAL still holds whole up to its
+head (after the last object the collector removed), stepping over what the collector
+removes meanwhile before its first change. Bulk ingests (the Spark
 data source) add SSTs without WAL entries and are not in the feed.
 """
 
@@ -145,6 +146,8 @@ class ChangeFeed:
         self._from_oldest = since is None
         """Start at the oldest history the WAL still holds: until the first change, gaps the
         garbage collector left are stepped over (a cursor's gap raises CursorExpired)."""
+        self._start_found = since is not None
+        """Whether the start is known (a cursor, or :meth:`_whole_from` has run)."""
         self.follow = follow
         self.poll_interval_s = float(poll_interval_s)
         self.clock = clock or SYSTEM_CLOCK
@@ -202,6 +205,9 @@ class ChangeFeed:
     def _available(self) -> Iterator[Change]:
         """Changes from the cursor on, object by object, until the next object is absent
         (or the feed's end, ``until_wal_id``)."""
+        if not self._start_found:
+            self.cursor = self.cursor._replace(wal_id=self._whole_from())
+            self._start_found = True
         while not self._at_end():
             start = self.cursor.wal_id
             stop = start + self.read_ahead
@@ -255,6 +261,34 @@ class ChangeFeed:
                     self._from_oldest = False
                     yield _change(seq, kind, key, payload, idx, size, after, wid)
             i = j
+
+    def _whole_from(self) -> int:
+        """Where ``since=None`` starts: the first WAL id of the history the WAL holds whole up
+        to its head (or this feed's ``until_wal_id``), one manifest read and one LIST.
+
+        The collector deletes WAL objects at or below the replay point but keeps a live
+        checkpoint's range (and fences), so older objects may stand apart from the rest as an
+        island. Started at the oldest object present, the feed read the island and raised
+        CursorExpired at the gap after it: ``shaledb changes`` printed a few changes and failed,
+        and a consumer starting fresh never got going. An id at or below the replay point that
+        is absent was collected (or never written): the history starts after the last one."""
+        m = self._refresh_manifest()
+        top = 0 if m is None else m.replay_after_wal_id
+        if self.until_wal_id is not None:
+            top = min(top, self.until_wal_id - 1)  # a pinned feed: its version's range
+        if top < 1:
+            return self.cursor.wal_id
+        present = set()
+        for meta in self.store.list(paths.WAL_DIR):
+            wid = paths.parse_wal_id(meta.path)
+            if wid is not None and wid > top:
+                break  # listings are sorted and ids zero-padded: the rest are newer
+            if wid is not None:
+                present.add(wid)
+        gap = top
+        while gap >= 1 and gap in present:
+            gap -= 1
+        return max(gap + 1, self.cursor.wal_id)
 
     def _after_missing(self, wid: int) -> bool:
         """WAL object ``wid`` is absent: True if it was never written (go on at the next one
