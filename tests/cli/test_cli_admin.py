@@ -452,3 +452,16 @@ def test_delete_checkpoint_force_takes_a_checkpoint_of_a_clone_gone_for_good(tmp
     deleted = json.loads(ok("--json", "delete-checkpoint", "--id", held, "--force", path=parent))
     assert deleted == {"deleted": held}
     ok("destroy", "--hard", path=parent)
+
+
+def test_read_manifest_refuses_a_bad_id_and_names_a_missing_one(db: Path) -> None:
+    """``read-manifest --id -1`` said "InvalidPathError: id -1 is outside 0..2**64-1" (a path's
+    check, not the option's), and an id the collector deleted (or not written yet) only "object
+    not found: manifest/000...0N.manifest"."""
+    latest = json.loads(ok("--json", "read-manifest", path=db))["id"]
+    for bad in ("-1", "0"):
+        one_line_error(run("read-manifest", "--id", bad, path=db), 2, "--id must be an integer, >= 1 and <=")
+    ahead = run("read-manifest", "--id", str(latest + 5), path=db)
+    one_line_error(ahead, 3, f"NotFound: no manifest {latest + 5} at ")
+    assert ahead.stderr.rstrip().endswith(f"the latest is {latest}"), ahead.stderr
+    assert json.loads(ok("--json", "read-manifest", "--id", str(latest), path=db))["id"] == latest

@@ -11,11 +11,11 @@ from typing import Any
 
 from ..clock import SYSTEM_CLOCK
 from ..db.writer import Db
-from ..errors import NotFound
+from ..errors import NotFound, ObjectNotFound
 from ..format import paths
 from ..manifest.model import Manifest, SstInfo, Tree
 from ..manifest.store import ManifestStore
-from ..numbers import counted, human_size
+from ..numbers import check_int, counted, human_size
 from ..store.url import open_store
 from .output import Output, command, parse_bytes
 from .settings import cli_settings
@@ -135,7 +135,27 @@ def _read_manifest_args(p: argparse.ArgumentParser) -> None:
 )
 def read_manifest(args: argparse.Namespace, out: Output) -> int | None:
     ms = manifest_store(args.path)
-    m = ms.read(args.id) if args.id is not None else ms.read_latest()
+    if args.id is None:
+        m = ms.read_latest()
+    else:
+        # "--id -1" said "InvalidPathError: id -1 is outside 0..2**64-1" (a path's check), and a
+        # version the collector deleted only "object not found: manifest/0...0N.manifest".
+        check_int("--id", args.id, minimum=1, maximum=2**64 - 1)
+        try:
+            m = ms.read(args.id)
+        except ObjectNotFound:
+            latest = ms.read_latest()
+            if latest is None:
+                raise NotFound(f"no database at {ms.store.describe()}") from None
+            why = (
+                ", and the garbage collector deletes older versions no checkpoint pins "
+                "(list-manifests shows those present)"
+                if args.id < latest.id
+                else ""
+            )
+            raise NotFound(
+                f"no manifest {args.id} at {ms.store.describe()}: the latest is {latest.id}{why}"
+            ) from None
     if m is None:
         raise NotFound(f"no database at {ms.store.describe()}")
     if out.as_json:
