@@ -465,3 +465,25 @@ def test_read_manifest_refuses_a_bad_id_and_names_a_missing_one(db: Path) -> Non
     one_line_error(ahead, 3, f"NotFound: no manifest {latest + 5} at ")
     assert ahead.stderr.rstrip().endswith(f"the latest is {latest}"), ahead.stderr
     assert json.loads(ok("--json", "read-manifest", "--id", str(latest), path=db))["id"] == latest
+
+
+def test_clone_again_reports_the_finished_clone_without_fencing_its_writer(db: Path, tmp_path: Path) -> None:
+    """``clone`` run again (a script making sure the clone exists) opened the finished clone's
+    writer, fencing the one running there, and took a ``--checkpoint`` naming another version
+    than the clone's as done (exit 0, the old clone's figures). It now reports the clone as it
+    is (``created`` false) without opening it, and refuses another version."""
+    clone = tmp_path / "clone"
+    ok("create-checkpoint", "--name", "first", path=db)
+    made = json.loads(ok("--json", "clone", "--parent", str(db), "--checkpoint", "first", path=clone))
+    assert made["created"] is True
+    with Db.open(str(clone), settings=QUIET) as running:
+        running.put(b"a", b"1")
+        again = json.loads(ok("--json", "clone", "--parent", str(db), "--checkpoint", "first", path=clone))
+        running.put(b"b", b"2")  # before: FencedError, the rerun had opened the clone's writer
+        assert again["created"] is False and again["parent_checkpoint"] == made["parent_checkpoint"]
+        ok("put", "k00", "changed", path=db)
+        ok("create-checkpoint", "--name", "second", path=db)
+        other = run("clone", "--parent", str(db), "--checkpoint", "second", path=clone)
+        one_line_error(other, 2, f"{clone} is already a clone of {db} at its version ")
+        running.put(b"c", b"3")
+    assert ok("get", "c", path=clone) == "3\n" and ok("get", "k00", path=clone) == "v0\n"

@@ -23,7 +23,7 @@ from ..db.reader import DbReader, DbReaderOptions
 from ..db.writer import Db
 from ..duration import format_duration
 from ..errors import InvalidArgument
-from ..manifest.model import Checkpoint
+from ..manifest.model import Checkpoint, Manifest
 from ..numbers import check_seconds
 from ..settings import GcOptions
 from .options import checkpoint_ref, resolve_checkpoint, seconds_option
@@ -171,19 +171,64 @@ def _clone_args(p: argparse.ArgumentParser) -> None:
 
 @command("clone", "create (or finish creating) a clone of --parent at --path, sharing its SSTs")(_clone_args)
 def clone(args: argparse.Namespace, out: Output) -> int | None:
-    settings = cli_settings(args, compactor=None, garbage_collector=None)
-    with Db.open_from_checkpoint(args.path, args.parent, args.checkpoint, settings=settings) as db:
-        m = db.manifest
-        info = {
+    """A finished clone is reported as it is: opening it (``Db.open_from_checkpoint`` opens the
+    writer of one that exists) fenced the clone's running writer whenever a script ran
+    ``clone`` again to make sure it exists, and ``--checkpoint`` naming another version than
+    the clone's was ignored (exit 0, the old clone's figures)."""
+    m = _finished_clone(args)
+    created = m is None
+    if m is None:
+        settings = cli_settings(args, compactor=None, garbage_collector=None)
+        with Db.open_from_checkpoint(args.path, args.parent, args.checkpoint, settings=settings) as db:
+            m = db.manifest
+    out.emit(
+        {
             "path": args.path,
             "parent": m.parent.url if m.parent else None,
             "parent_checkpoint": str(m.parent.checkpoint_id) if m.parent else None,
             "manifest_id": m.id,
             "writer_epoch": m.writer_epoch,
             "ancestors": [e.url for e in m.external_dbs],
+            "created": created,
         }
-    out.emit(info)
+    )
     return None
+
+
+def _finished_clone(args: argparse.Namespace) -> Manifest | None:
+    """The latest manifest at ``--path`` when it is a finished clone of ``--parent`` (of the
+    version ``--checkpoint`` pins, when that is still known), else None: nothing there yet, an
+    unfinished clone, or a database that creating the clone refuses (it says why)."""
+    from ..admin.checkpoint import live_checkpoint
+    from ..admin.clone import CLONED_FROM_OPTION
+    from ..engine.parents import canonical_url
+    from ..errors import CheckpointNotFound
+    from .core import manifest_store
+
+    m = manifest_store(args.path).read_latest()
+    if m is None or not m.initialized:
+        return None
+    parent = canonical_url(args.parent)
+    if m.parent is None:  # detached from its parent since (or no clone: refused by the create)
+        return m if m.option(CLONED_FROM_OPTION) == parent else None
+    if canonical_url(m.parent.url) != parent:
+        return None
+    if args.checkpoint is not None:
+        pm = manifest_store(args.parent).read_latest()
+        held = None if pm is None else pm.checkpoint(m.parent.checkpoint_id)
+        try:
+            wanted = (
+                None if pm is None else live_checkpoint(pm, args.checkpoint, SYSTEM_CLOCK.now(), args.parent)
+            )
+        except CheckpointNotFound:
+            wanted = None  # deleted since the clone was made: nothing to compare
+        if held is not None and wanted is not None and held.manifest_id != wanted.manifest_id:
+            raise InvalidArgument(
+                f"{args.path} is already a clone of {args.parent} at its version {held.manifest_id}, and "
+                f"checkpoint {args.checkpoint} pins version {wanted.manifest_id}: clone that one into a new "
+                "location"
+            )
+    return m
 
 
 def _destroy_args(p: argparse.ArgumentParser) -> None:
