@@ -273,7 +273,9 @@ class ChangeFeed:
         and a consumer starting fresh never got going. An id at or below the replay point that
         is absent was collected (or never written): the history starts after the last one."""
         m = self._refresh_manifest()
-        top = 0 if m is None else m.replay_after_wal_id
+        if m is None or m.parent is not None:
+            return self.cursor.wal_id  # (a clone's feed says where its history starts: _covered)
+        top = m.replay_after_wal_id
         if self.until_wal_id is not None:
             top = min(top, self.until_wal_id - 1)  # a pinned feed: its version's range
         if top < 1:
