@@ -487,3 +487,11 @@ def test_clone_again_reports_the_finished_clone_without_fencing_its_writer(db: P
         one_line_error(other, 2, f"{clone} is already a clone of {db} at its version ")
         running.put(b"c", b"3")
     assert ok("get", "c", path=clone) == "3\n" and ok("get", "k00", path=clone) == "v0\n"
+
+
+def test_backup_to_memory_is_refused(db: Path) -> None:
+    """``backup memory://x`` copied, said "manifest written as 1" and exited 0; the backup
+    lived in the command's process and was gone when it exited."""
+    p = run("backup", "memory://nightly", path=db)
+    one_line_error(p, 2, "backup DEST memory://nightly is a memory:// store, which lives only in")
+    assert not [c for c in json.loads(ok("--json", "list-checkpoints", path=db)) if c["name"] == "backup"]

@@ -94,6 +94,13 @@ def _backup_args(p: argparse.ArgumentParser) -> None:
     _backup_args
 )
 def backup_cmd(args: argparse.Namespace, out: Output) -> int | None:
+    if str(args.dest).lower().startswith("memory:"):
+        # It copied, printed "manifest written" and exited 0, and the backup went with the
+        # process (a memory store lives only in the process that made it).
+        raise InvalidArgument(
+            f"backup DEST {args.dest} is a memory:// store, which lives only in this process: the "
+            "backup would be gone when the command exits; back up to a directory or s3://, gs://, az://"
+        )
     with out.progress("backup", unit="bytes") as progress:
         r = backup_url(args.path, args.dest, prune=not args.no_prune, progress=progress)
     if out.as_json:
