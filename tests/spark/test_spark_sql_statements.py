@@ -9,7 +9,7 @@ import json
 import time
 
 import pytest
-from spark_kit import contents, kv_frame
+from spark_kit import contents, exists, kv_frame, latest
 
 from shaledb import spark as shale_spark
 
@@ -202,3 +202,48 @@ def test_show_create_table_cannot_print_using_shaledb_so_the_key_comment_carries
     assert "store.secret_access_key '***'" in secret.fields[0].metadata["comment"]
     assert "store.region 'eu'" in secret.fields[0].metadata["comment"]
     assert "hush" not in secret.fields[0].metadata["comment"]
+
+
+def test_a_copy_of_one_table_into_another_is_refused_not_written_back_into_the_source(spark, tmp_path):
+    """The options of a table travel in its key column's metadata, and PySpark 4.3 hands a
+    write the metadata of the rows when a statement passes a table's four columns through
+    unchanged: INSERT INTO dst SELECT * FROM src (and CTAS, insertInto, writeTo of
+    spark.table(src)) wrote the rows back into src, silently, and CTAS made dst a second name
+    for src. Rows with seq values (only a read gives them) are refused now; naming the columns
+    writes into dst."""
+    src, dst, other = (str(tmp_path / n) for n in ("src", "dst", "other"))
+    shale_spark.ingest(kv_frame(spark, [(b"a", b"1"), (b"b", b"2")]), src)
+    spark.sql(f"CREATE TABLE src USING shaledb OPTIONS (path '{src}')")
+    spark.sql(f"CREATE TABLE dst USING shaledb OPTIONS (path '{dst}')")
+    ingests = len(latest(src).ingests)
+    ctas = f"CREATE TABLE made USING shaledb OPTIONS (path '{other}') AS SELECT "
+    try:
+        copies = {
+            "INSERT INTO": lambda: spark.sql("INSERT INTO dst SELECT * FROM src"),
+            "INSERT OVERWRITE": lambda: spark.sql("INSERT OVERWRITE dst SELECT * FROM src"),
+            "insertInto": lambda: spark.table("src").write.insertInto("dst"),
+            "writeTo": lambda: spark.table("src").writeTo("dst").append(),
+            "CTAS": lambda: spark.sql(ctas + "* FROM src"),
+        }
+        for how, copy in copies.items():
+            with pytest.raises(Exception) as err:
+                copy()
+            text = str(err.value)
+            assert "a write to a shaledb table got rows with seq values" in text, (how, text)
+            assert "written back to " in text and src in text, (how, text)
+            assert len(latest(src).ingests) == ingests, how  # nothing committed into src
+            assert not exists(dst) and not exists(other), how
+        assert not spark.catalog.tableExists("made")  # Spark drops what a failed CTAS created
+        with pytest.raises(Exception, match="Or the rows were read from that table"):
+            spark.sql(ctas + "key, value FROM src")
+        assert not spark.catalog.tableExists("made") and not exists(other)
+        # What the message says: name the columns.
+        spark.sql("INSERT INTO dst (key, value, metadata) SELECT key, value, metadata FROM src")
+        spark.table("src").where("key = X'61'").selectExpr("key", "X'39' AS value").writeTo("dst").append()
+        assert contents(dst) == {b"a": b"9", b"b": b"2"}
+        assert len(latest(src).ingests) == ingests
+        spark.sql("INSERT INTO dst VALUES (X'63', X'33', NULL, NULL)")  # a null seq: as before
+        assert contents(dst)[b"c"] == b"3"
+    finally:
+        for t in ("src", "dst", "made"):
+            spark.sql(f"DROP TABLE IF EXISTS {t}")

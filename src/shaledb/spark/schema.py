@@ -140,6 +140,20 @@ def _names(raw: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (raw or "").split(",") if n.strip())
 
 
+TABLE_COPY = (
+    "a write to a shaledb table got rows with seq values, which only a read of a shaledb table "
+    "gives: the rows were read from the table at {url}, and when a statement passes a table's "
+    "columns through unchanged (INSERT INTO t SELECT * FROM src, CREATE TABLE t ... AS SELECT * "
+    "FROM src, spark.table(src).write.insertInto(t) or .writeTo(t)) PySpark 4.3 hands the write "
+    "the options of the table they were read from, not those of the table named, so they would "
+    "have been written back to {url}. Nothing was written. Name the columns, so that Spark hands "
+    "the write the target's options: INSERT INTO t (key, value, metadata) SELECT key, value, "
+    "metadata FROM src, or spark.table(src).select('key', 'value', 'metadata').writeTo(t).append() "
+    "(seq is the database's to assign; a write never stores it). CREATE TABLE ... AS SELECT cannot "
+    "make a shaledb table: CREATE TABLE t USING shaledb OPTIONS (path ...), then INSERT INTO t"
+)
+"""Why a table write refuses rows with ``seq`` values (docs/spark.md, "SQL tables")."""
+
 NO_URL = (
     'give the database URL: .save(url) / .load(url) (or option "path"). For a SQL table, create it '
     "first with CREATE TABLE name USING shaledb OPTIONS (path 'URL'), then saveAsTable or insertInto "
@@ -250,6 +264,9 @@ class WriteOptions:
     """Testing hook ``testing.fail_partition``: that partition's first attempt fails after writing."""
     duplicate_attempt: bool = False
     """Testing hook ``testing.duplicate_attempt``: each task also writes a losing attempt's SSTs."""
+    from_table: bool = False
+    """The options came from a catalog table's key column (``source.source_options``): the
+    tasks refuse rows with ``seq`` values (:data:`TABLE_COPY`), not an option."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str], columns: Mapping[str, str]) -> WriteOptions:

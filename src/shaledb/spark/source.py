@@ -145,26 +145,26 @@ class ShaleDataSource(DataSource):
         """Structured Streaming into the database, a micro-batch per ingest (``shaledb.spark.sink``)."""
         from .sink import stream_writer
 
-        return stream_writer(self._write_options(schema), schema, overwrite)
+        return stream_writer(self._write_options(schema)[0], schema, overwrite)
 
-    def _write_options(self, schema: StructType) -> dict[str, str]:
+    def _write_options(self, schema: StructType) -> tuple[dict[str, str], bool]:
         """The options of a write: given, or a catalog table's (whose columns are key, value,
-        seq -- ignored -- and metadata)."""
+        seq -- which must be null -- and metadata); and whether they are a table's."""
         options, table = source_options(self.options, schema)
         if table:
-            check_table_columns(schema, str(options.get("path", "")))
+            check_table_columns(schema, str(options.get("path", "")), write=True)
             names = {f.name for f in schema.fields}
             options = {**{c: c for c in ("value", "metadata") if c in names}, **options}
-        return options
+        return options, table
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        options = self._write_options(schema)
+        options, table = self._write_options(schema)
         if overwrite:
             given = options.get("save_mode", "overwrite")
             if given != "overwrite":
                 raise InvalidArgument(f'mode("overwrite") and option save_mode={given!r} disagree')
             options = {**options, "save_mode": "overwrite"}
-        opts = write_options(schema, options)
+        opts = replace(write_options(schema, options), from_table=table)
         plan = begin_write(opts)
         if plan is None:
             return SkipWriter()
@@ -235,25 +235,37 @@ def _sql_text(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def check_table_columns(schema: StructType, url: str) -> None:
+def check_table_columns(schema: StructType, url: str, *, write: bool = False) -> None:
     """Refuse a catalog table whose columns are not the source's: changed with ``ALTER TABLE``.
 
     Spark's session catalog applies ``ALTER TABLE ... ADD/DROP/RENAME COLUMNS`` to a Python
     data source's table without running any of the source's code (PySpark 4.3), so the
     first read or write after it is the first place to notice. Without this a write would
-    silently drop an added column's values (or JSON-encode a renamed value column).
+    silently drop an added column's values (or JSON-encode a renamed value column). A write's
+    columns (``write``) are those of the rows, which carry the options of the table they were
+    read from when a statement passes some of its columns through (``CREATE TABLE ... AS SELECT
+    key, value FROM src``): the message names that cause too.
     """
     names = [f.name for f in schema.fields]
     if names == list(READ_COLUMNS):
         return
     where = f" at {url}" if url else ""
+    read = (
+        "Or the rows were read from that table and written with its columns passed through: "
+        "CREATE TABLE ... AS SELECT cannot make a shaledb table (CREATE TABLE it, then INSERT INTO "
+        "it naming the columns), and a DataFrame read from the table and written with .save() and "
+        "no path would go back into it (give the URL). "
+        if write
+        else ""
+    )
     raise InvalidArgument(
-        f"the shaledb table{where} has the columns {', '.join(names)}, not key, value, seq, metadata: "
-        "its columns were changed with ALTER TABLE (ADD, DROP, RENAME or REPLACE COLUMNS), which Spark "
-        "accepts for a Python data source's table without asking the source. A shaledb table's columns "
-        "are fixed: DROP TABLE it (the data stays at its URL) and CREATE TABLE it again with the same "
-        "OPTIONS (DESCRIBE TABLE shows them in the key column's comment); keep other columns in a "
-        "JSON value (option value_columns of a DataFrame write) or in another table"
+        f"the shaledb table{where} has the columns {', '.join(names)}, not key, value, seq, metadata. "
+        f"{read}Perhaps its columns were changed with ALTER TABLE (ADD, DROP, RENAME or REPLACE "
+        "COLUMNS), which Spark accepts for a Python data source's table without asking the source. "
+        "A shaledb table's columns are fixed: DROP TABLE it (the data stays at its URL) and "
+        "CREATE TABLE it again with the same OPTIONS (DESCRIBE TABLE shows them in the key "
+        "column's comment); keep other columns in a JSON value (option value_columns of a "
+        "DataFrame write) or in another table"
     )
 
 

@@ -44,7 +44,7 @@ from ..errors import InvalidArgument
 from ..settings import Settings
 from ..settings_load import load_settings
 from ..store import ObjectStore
-from .schema import WriteOptions, json_column
+from .schema import TABLE_COPY, WriteOptions, json_column
 
 log = logging.getLogger("shaledb.spark")
 
@@ -246,6 +246,8 @@ def encode_partition(o: WriteOptions, table: pa.Table, pid: int) -> _Columns:
     if table.num_rows == 0:
         empty = pa.array([], pa.binary())
         return _Columns(empty, empty, None, {})
+    if o.from_table and "seq" in table.column_names and table.column("seq").null_count < table.num_rows:
+        raise InvalidArgument(f"partition {pid}: " + TABLE_COPY.format(url=o.url))
     keys = _binary(table.column(o.key))
     if keys.null_count:
         raise InvalidArgument(f"partition {pid}: the key column {o.key!r} has nulls")
