@@ -247,3 +247,22 @@ def test_a_copy_of_one_table_into_another_is_refused_not_written_back_into_the_s
     finally:
         for t in ("src", "dst", "made"):
             spark.sql(f"DROP TABLE IF EXISTS {t}")
+
+
+def test_a_loaded_dataframe_written_into_a_table_as_read_is_told_to_name_the_columns(spark, tmp_path):
+    """A DataFrame from load() has the table's four columns but no table's options on them, so
+    insertInto passed them through and the write got no path: the message said to create the
+    table first, which the user had done. It now names this case and the way out, which works."""
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    shale_spark.ingest(kv_frame(spark, [(b"a", b"1"), (b"b", b"2")]), src)
+    spark.sql(f"CREATE TABLE loaded_into USING shaledb OPTIONS (path '{dst}')")
+    try:
+        df = spark.read.format("shaledb").load(src)
+        with pytest.raises(Exception) as err:
+            df.write.insertInto("loaded_into")
+        assert "written into a table with its four columns as read" in str(err.value), str(err.value)
+        assert not exists(dst)
+        df.select("key", "value", "metadata").writeTo("loaded_into").append()  # what it says
+        assert contents(dst) == {b"a": b"1", b"b": b"2"}
+    finally:
+        spark.sql("DROP TABLE IF EXISTS loaded_into")

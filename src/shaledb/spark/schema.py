@@ -164,7 +164,11 @@ NO_URL = (
     "columns): drop it and create it without one; its columns are key, value, seq and metadata, "
     "typed by the options key_type and value_type. So can a table whose columns were replaced or "
     "whose key column was dropped with ALTER TABLE (Spark keeps the options with the key column): "
-    "drop it and create it again"
+    "drop it and create it again. A DataFrame read with spark.read.format('shaledb').load(url) "
+    "and written into a table with its four columns as read (insertInto, writeTo, INSERT INTO t "
+    "SELECT * FROM a view of it) reaches the write without the table's options too: name the "
+    "columns, INSERT INTO t (key, value, metadata) SELECT key, value, metadata FROM v, or "
+    "df.select('key', 'value', 'metadata').writeTo(t).append()"
 )
 
 
