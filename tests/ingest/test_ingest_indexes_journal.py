@@ -202,7 +202,11 @@ def test_large_values_go_to_journal_objects_and_survive_gc_and_compaction(url):
     assert all(len(p.journal) >= 2 for p in parts)  # cut at max_sst_size_bytes
     inline = sum(s.size for p in parts for s in p.ssts)
     assert inline < sum(len(v) for v in vals if len(v) < 2048) + 64 * len(keys) + 65536
-    commit_ingest(plan, parts, url)
+    res = commit_ingest(plan, parts, url)
+    # The commit line counted journal objects as SSTs ("400 rows in 9 SSTs" for 2 SSTs).
+    njournal, nssts = sum(len(p.journal) for p in parts), sum(len(p.ssts) for p in parts)
+    assert (res.ssts, res.journal) == (nssts, njournal)
+    assert f" in {nssts} SST{'s' if nssts > 1 else ''} and {njournal} journal objects (" in res.describe()
     m = latest(url)
     assert {j.id for j in m.journal} == {j.id for p in parts for j in p.journal}
     expect = dict(zip(keys, vals))

@@ -456,6 +456,7 @@ def commit_ingest(
     fp = fingerprint(chosen)
     rows = sum(p.rows for p in chosen)
     nssts = sum(p.objects for p in chosen)
+    njournal = sum(len(p.journal) for p in chosen)
     nbytes = sum(p.bytes for p in chosen)
     if plan.committed_manifest is None:
         check_cross_duplicates(st, chosen, plan.duplicates)
@@ -478,9 +479,10 @@ def commit_ingest(
         placement=str(outcome["placement"]),
         run_ids=tuple(outcome["runs"]),
         rows=rows,
-        ssts=nssts,
+        ssts=nssts - njournal,
         bytes=nbytes,
         seq=plan.seq,
+        journal=njournal,
     )
     if res.noop:  # a concurrent run of the same id won: this run's copies are not needed
         used = outcome["used"]

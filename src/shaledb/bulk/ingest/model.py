@@ -152,8 +152,12 @@ class IngestResult:
     run_ids: tuple[int, ...]
     rows: int
     ssts: int
+    """SSTs written (data and index trees)."""
     bytes: int
+    """Of the SSTs and the value-journal objects."""
     seq: int
+    journal: int = 0
+    """Value-journal objects written (large values, ``value_separation_threshold``)."""
 
     @property
     def noop(self) -> bool:
@@ -167,8 +171,9 @@ class IngestResult:
             "empty": "(no rows)",
             "already committed": "(already committed: nothing to do)",
         }[self.placement]
+        journal = f" and {counted(self.journal, 'journal object')}" if self.journal else ""
         return (
-            f"ingest {self.ingest_id}: {counted(self.rows, 'row')} in {counted(self.ssts, 'SST')} "
+            f"ingest {self.ingest_id}: {counted(self.rows, 'row')} in {counted(self.ssts, 'SST')}{journal} "
             f"({human_size(self.bytes)}) "
             f"{where}, manifest {self.manifest_id}, seq {self.seq}"
         )
