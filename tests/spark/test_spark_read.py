@@ -213,3 +213,25 @@ def test_merges_and_range_deletes_read_as_the_writer_sees_them(spark, tmp_path):
         assert {r.key: r.value for r in df.collect()} == want
     finally:
         db.close()
+
+
+def test_text_that_is_not_utf8_is_named_by_its_column_key_and_option(spark, tmp_path):
+    """key_type/value_type string over bytes that are not UTF-8 said only "a key or value is
+    not valid UTF-8": which column, which key and which option were left to guess."""
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:
+        db.put(b"good", b"text")
+        db.put(b"bad\xff", b"text")
+        db.put(b"ok", b"\xc3\x28 binary")
+
+    def read(option: str):  # a DataFrameReader keeps its options: a new one each time
+        return spark.read.format("shaledb").option(option, "string")
+
+    with pytest.raises(Exception) as err:
+        read("key_type").load(url).collect()
+    assert "the key of key b'bad\\xff' in " in str(err.value) and "option key_type=string" in str(err.value)
+    with pytest.raises(Exception) as err:
+        read("value_type").load(url).collect()
+    assert "the value of key b'ok' in " in str(err.value) and "option value_type=string" in str(err.value)
+    good = read("value_type").option("start", "good").option("end", "goodz").load(url).first()
+    assert good.value == "text"  # the other rows read

@@ -431,7 +431,8 @@ class ShaleReader(DataSourceReader):
         for c in read_part_arrow(part, o.url, store_options=o.store):
             meta = pa.nulls(len(c), pa.binary()) if c.metadata is None else c.metadata
             got = {"key": c.keys, "value": c.values, "seq": c.seqs, "metadata": meta}
-            yield pa.RecordBatch.from_arrays([_text(got[n], k) for n, k, _ in self.columns], schema=schema)
+            cols = [_text(got[n], k, n, c.keys, o.url) for n, k, _ in self.columns]
+            yield pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 _ARROW = {"binary": pa.binary(), "string": pa.string(), "bigint": pa.int64()}
@@ -473,14 +474,29 @@ def arrow_schema(o: ReadOptions) -> pa.Schema:
     )
 
 
-def _text(arr: pa.Array, kind: str) -> pa.Array:
-    """Binary as is, or as UTF-8 strings (validated) for the string column types."""
+def _text(arr: pa.Array, kind: str, name: str, keys: pa.Array, url: str) -> pa.Array:
+    """Binary as is, or as UTF-8 strings (validated) for the string column types; an invalid
+    one is named (its column, the option, its key) in the error."""
     if kind != "string" or pa.types.is_string(arr.type):
         return arr
     try:
         return arr.cast(pa.string())
     except pa.ArrowInvalid:
-        raise InvalidArgument("a key or value is not valid UTF-8: read it with the binary type") from None
+        pass
+    at = next(i for i, v in enumerate(arr.to_pylist()) if v is not None and not _utf8(v))
+    key = keys[at].as_py()
+    raise InvalidArgument(
+        f"the {name} of key {bytes(key)[:64]!r} in {url} is not valid UTF-8, so it cannot be read "
+        f"with option {name}_type=string: read it as binary (the default) and decode it yourself"
+    )
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        bytes(b).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 __all__ = [
