@@ -48,6 +48,19 @@ def test_unknown_names_are_refused_with_the_closest_and_bad_values_name_the_opti
         WriteOptions.parse({"path": "/tmp/x", "on_duplicate": "last"}, COLUMNS)
     with pytest.raises(InvalidArgument, match="option save_mode must be one of"):
         WriteOptions.parse({"path": "/tmp/x", "save_mode": "replace"}, COLUMNS)
+    # Delta Lake's, Paimon's and Iceberg's options say what shaledb does instead (Delta's
+    # timestampAsOf was refused with the list of every option and no hint).
+    foreign = (
+        (ReadOptions.parse, "timestampAsOf", "option checkpoint"),
+        (ReadOptions.parse, "versionAsOf", "option version"),
+        (ReadOptions.parse, "scan.snapshot-id", "option checkpoint"),
+        (lambda o: WriteOptions.parse(o, COLUMNS), "mergeSchema", "value_columns"),
+        (lambda o: WriteOptions.parse(o, COLUMNS), "replaceWhere", "no partial overwrite"),
+    )
+    for parse, name, says in foreign:
+        with pytest.raises(InvalidArgument) as err:
+            parse({"path": "/tmp/x", name: "1"})
+        assert str(err.value).startswith(f"{name!r} is not a shaledb option: ") and says in str(err.value)
     # Spark's catalog keys and store options pass.
     ReadOptions.parse({"path": "/tmp/x", "store.endpoint": "e", "owner": "me", "option.key_type": "binary"})
 

@@ -92,6 +92,33 @@ CATALOG_KEYS = frozenset(
 """Keys Spark's session catalog adds to a table's options (CREATE TABLE ... USING)."""
 
 
+_TIME_TRAVEL = (
+    "shaledb reads an older version through a checkpoint: option checkpoint (its UUID or name), or "
+    "option version (a manifest version a live checkpoint pins); there is no time travel by "
+    "timestamp (docs/spark.md, Checkpoint reads)"
+)
+_NO_SCHEMA = (
+    "a shaledb database has no table schema to merge or replace: it stores a key and a value per "
+    "row (without a value column, option value_columns makes the value a JSON object of columns)"
+)
+FOREIGN = {
+    "versionasof": _TIME_TRAVEL,
+    "timestampasof": _TIME_TRAVEL,
+    "snapshot-id": _TIME_TRAVEL,
+    "scan.snapshot-id": _TIME_TRAVEL,
+    "scan.timestamp-millis": _TIME_TRAVEL,
+    "as-of-timestamp": _TIME_TRAVEL,
+    "mergeschema": _NO_SCHEMA,
+    "overwriteschema": _NO_SCHEMA,
+    "replacewhere": (
+        "shaledb has no partial overwrite: mode overwrite replaces the whole contents, and an append "
+        "replaces the values of the keys it writes (delete keys with a writer, shaledb.Db)"
+    ),
+}
+"""Options of other table formats (Delta Lake, Paimon, Iceberg) a user may try, and what
+shaledb does instead: refused with that, not with a list of every option."""
+
+
 def check_names(names: Iterable[str]) -> None:
     """Refuse any option name the source does not know, naming the closest known one."""
     for raw in names:
@@ -105,6 +132,8 @@ def check_names(names: Iterable[str]) -> None:
                 "a shaledb read or write takes one database URL: load(url) / save(url), not a list "
                 "(read each database with its own load() and union the DataFrames)"
             )
+        if name in FOREIGN:
+            raise InvalidArgument(f"{raw!r} is not a shaledb option: {FOREIGN[name]}")
         raise InvalidArgument(
             f"unknown shaledb option {raw!r}{closest(name, KNOWN)} "
             f"(known: {', '.join(sorted(KNOWN))}, path, store.<name>)"
@@ -119,4 +148,4 @@ def closest(name: str, known: Iterable[str]) -> str:
     return f"; did you mean {spelled[close[0]]!r}?" if close else ""
 
 
-__all__ = ["CATALOG_KEYS", "KNOWN", "OPTIONS", "OptionSpec", "check_names", "closest"]
+__all__ = ["CATALOG_KEYS", "FOREIGN", "KNOWN", "OPTIONS", "OptionSpec", "check_names", "closest"]
