@@ -139,3 +139,35 @@ def test_type_and_choice_values_take_any_case() -> None:
     w = WriteOptions.parse(given, COLUMNS)
     assert (w.compression, w.save_mode, w.duplicates) == ("lz4", "overwrite", "error")
     assert WriteOptions.parse({"path": "/tmp/x", "ingest_behind": "TRUE"}, COLUMNS).behind is True
+
+
+def test_a_column_named_metadata_beside_a_value_is_the_metadata_as_a_read_names_it() -> None:
+    """A read's rows (key, value, seq, metadata) written with save() lost their metadata: only a
+    table write mapped the column. Beside a value column, a text column named metadata is the
+    metadata now; without a value column it stays part of the JSON value, as before."""
+    read = {"key": "binary", "value": "binary", "seq": "bigint", "metadata": "binary"}
+    assert WriteOptions.parse({"path": "/tmp/x"}, read).metadata == "metadata"
+    assert WriteOptions.parse({"path": "/tmp/x", "value": "seq2"}, {**read, "seq2": "string"}).metadata == (
+        "metadata"
+    )
+    plain = WriteOptions.parse({"path": "/tmp/x"}, {"key": "string", "metadata": "string", "x": "int"})
+    assert plain.metadata is None and plain.value_columns == ("metadata", "x")
+    odd = WriteOptions.parse({"path": "/tmp/x"}, {"key": "string", "value": "string", "metadata": "int"})
+    assert odd.metadata is None  # not text: ignored, as any other column beside a value
+    assert WriteOptions.parse({"path": "/tmp/x", "metadata": "m"}, {**read, "m": "string"}).metadata == "m"
+
+
+def test_a_key_or_value_of_another_type_is_told_what_to_do_about_it() -> None:
+    """The hint was the same for every column, "leave out the value option", also for a key
+    and for a value column no option named."""
+    with pytest.raises(InvalidArgument) as err:
+        WriteOptions.parse({"path": "/tmp/x", "key": "id"}, {"id": "bigint", "value": "string"})
+    assert "column 'id' must be binary or string, not bigint; cast it (e.g. col('id')" in str(err.value)
+    assert "value option" not in str(err.value)
+    with pytest.raises(InvalidArgument) as err:
+        WriteOptions.parse({"path": "/tmp/x"}, {"key": "string", "value": "int"})
+    assert "a column named value is the value unless options say otherwise" in str(err.value)
+    with pytest.raises(InvalidArgument, match="leave out option value"):
+        WriteOptions.parse({"path": "/tmp/x", "value": "v"}, {"key": "string", "v": "int"})
+    with pytest.raises(InvalidArgument, match=r"the DataFrame has no value: .* \(columns: \['key'\]\)"):
+        WriteOptions.parse({"path": "/tmp/x"}, {"key": "string"})

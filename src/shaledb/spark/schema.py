@@ -140,6 +140,20 @@ def _names(raw: str | None) -> tuple[str, ...]:
     return tuple(n.strip() for n in (raw or "").split(",") if n.strip())
 
 
+_TYPE_HINT = {
+    "key": (
+        "cast it (e.g. col({name!r}).cast('string'); keys sort by their bytes, so zero-pad numbers, or "
+        "encode them big-endian, to keep their order)"
+    ),
+    "value": "encode it first, or leave out option value to JSON-encode the other columns",
+    "default value": (
+        "a column named value is the value unless options say otherwise: cast it, or give option "
+        "value_columns (e.g. value_columns=value) to store the columns named as a JSON object"
+    ),
+    "metadata": "encode it first",
+}
+"""What to do about a key, value or metadata column of another type."""
+
 TABLE_COPY = (
     "a write to a shaledb table got rows with seq values, which only a read of a shaledb table "
     "gives: the rows were read from the table at {url}, and when a statement passes a table's "
@@ -282,16 +296,23 @@ class WriteOptions:
         metadata = options.get("metadata")
         value = options.get("value")
         explicit = _names(options.get("value_columns"))
+        named_value = value is not None
         if value is None and not explicit and "value" in columns:
             value = "value"
+        as_read = key != "metadata" and columns.get("metadata") in TEXT_TYPES
+        if metadata is None and value is not None and as_read:
+            # A column named as a read returns it: a read's rows copied with save() keep their
+            # metadata, as a table write's do (it was dropped, with seq, as any other column).
+            metadata = "metadata"
         for name, what in ((value, "value"), (metadata, "metadata")):
             if name is not None and name not in columns:
                 raise InvalidArgument(f"{what} column {name!r} is not in the DataFrame")
         for name, what in ((key, "key"), (value, "value"), (metadata, "metadata")):
             if name is not None and columns[name] not in TEXT_TYPES:
+                hint = _TYPE_HINT["default value" if what == "value" and not named_value else what]
                 raise InvalidArgument(
                     f"the {what} column {name!r} must be binary or string, not {columns[name]}; "
-                    "encode it first (or leave out the value option to JSON-encode the other columns)"
+                    + hint.format(name=name)
                 )
         if value is not None and explicit:
             raise InvalidArgument("give either a value column or value_columns, not both")
@@ -299,8 +320,13 @@ class WriteOptions:
             used = {key, metadata}
             value_columns = explicit or tuple(c for c in columns if c not in used)
             missing = [c for c in value_columns if c not in columns]
-            if missing or not value_columns:
-                raise InvalidArgument(f"value_columns {missing or '(none)'} are not in the DataFrame")
+            if missing:
+                raise InvalidArgument(f"value_columns {missing} are not in the DataFrame")
+            if not value_columns:
+                raise InvalidArgument(
+                    f"the DataFrame has no value: no column 'value' (or option value) and no column "
+                    f"besides the key and metadata to make a JSON value of (columns: {list(columns)})"
+                )
         else:
             value_columns = ()
         index_columns = _index_columns(options, columns)
