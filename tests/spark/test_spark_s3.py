@@ -82,3 +82,25 @@ def test_a_failed_first_write_to_s3_leaves_no_object_behind(spark, s3_url_factor
         spark.createDataFrame([("a", "1")], "key string, value string"), url, options=strs
     )
     assert rec.rows == 1
+
+
+def test_create_table_on_a_missing_bucket_fails_at_once_and_makes_no_entry(spark, s3_url_factory):
+    """CREATE TABLE ... OPTIONS (path 's3://typo/...') was accepted and the table's first query
+    failed; as a Delta user expects, the statement itself fails now, naming the bucket, and
+    leaves no catalog entry. A location with no database yet is still fine."""
+    loc = s3_url_factory()
+    store = ", ".join(
+        f"store.{k} '{str(v).lower() if isinstance(v, bool) else v}'" for k, v in loc.options.items()
+    )
+    bucket = loc.url.split("/")[2]
+    missing = loc.url.replace(f"s3://{bucket}/", "s3://no-such-bucket-here/")
+    with pytest.raises(Exception) as err:
+        spark.sql(f"CREATE TABLE typo_bucket USING shaledb OPTIONS (path '{missing}', {store})")
+    assert "BucketNotFound: bucket 'no-such-bucket-here'" in str(err.value), str(err.value)
+    assert not spark.catalog.tableExists("typo_bucket")
+    spark.sql(f"CREATE TABLE fresh_s3 USING shaledb OPTIONS (path '{loc.url}', {store}, key_type 'string')")
+    try:
+        spark.sql("INSERT INTO fresh_s3 (key, value) VALUES ('a', X'31')")
+        assert spark.sql("SELECT key FROM fresh_s3").first().key == "a"
+    finally:
+        spark.sql("DROP TABLE IF EXISTS fresh_s3")

@@ -59,7 +59,7 @@ except ImportError as exc:  # without the spark extra: name it and how to instal
 
 from ..bulk.read import DEFAULT_INLINE_WAL_BYTES, ReadPart, ensure_checkpoint, intersect, plan_read
 from ..bulk.read_arrow import read_part_arrow
-from ..errors import CheckpointNotFound, InvalidArgument
+from ..errors import BucketNotFound, CheckpointNotFound, InvalidArgument, NotFound
 from ..keys import key_after, prefix_end
 from .options import CATALOG_KEYS
 from .schema import READ_COLUMNS, ReadOptions
@@ -99,7 +99,9 @@ class ShaleDataSource(DataSource):
 
     def schema(self) -> str | StructType:
         if "provider" in self.options:  # CREATE TABLE ... USING shaledb: the catalog keeps this
-            return table_schema(self.options)
+            made = table_schema(self.options)
+            _check_store(ReadOptions.parse(json.loads(made.fields[0].metadata[TABLE_OPTIONS])))
+            return made
         opts = ReadOptions.parse(self.options)
         self._pinned = self._pin(opts)
         return opts.schema_ddl()
@@ -199,6 +201,20 @@ def table_schema(options: Mapping[str, str]) -> StructType:
             StructField("metadata", BinaryType(), True),
         ]
     )
+
+
+def _check_store(opts: ReadOptions) -> None:
+    """CREATE TABLE reads the database's manifest once, so a wrong bucket, endpoint or
+    credential fails the statement (and no catalog entry is made) instead of the table's first
+    query; no database there yet is fine (the first INSERT creates it)."""
+    from .. import admin
+
+    try:
+        admin.read_manifest(opts.url, store_options=opts.store)
+    except BucketNotFound:
+        raise
+    except NotFound:
+        pass
 
 
 PUSHDOWN_TABLE = (
