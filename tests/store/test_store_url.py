@@ -302,6 +302,8 @@ def test_credentials_cut_short_by_a_slash_are_refused_unrepeated(url: str) -> No
     with pytest.raises(InvalidArgument, match="must not carry credentials") as info:
         open_store(url)
     assert SECRET not in str(info.value) and "AKIAKEYID" not in str(info.value)
+    # A Spark user is told the data source's spelling, not only the Python API's store_options.
+    assert "with Spark, options store.access_key_id and store.secret_access_key" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,9 @@ _BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,253}[A-Za-z0-9]|[A-Za-z0-9]")
 _CREDENTIALS_GO = (
     "credentials go in environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
     "AWS_SESSION_TOKEN; GOOGLE_APPLICATION_CREDENTIALS; AZURE_STORAGE_ACCOUNT_KEY, ...) or in "
-    "store options (store_options={'access_key_id': ..., 'secret_access_key': ...})"
+    "store options (store_options={'access_key_id': ..., 'secret_access_key': ...}; with Spark, "
+    "options store.access_key_id and store.secret_access_key, or the variables, which local "
+    "executors inherit)"
 )
 
 
