@@ -74,3 +74,22 @@ def test_errors_are_one_line_with_the_exit_codes(tmp_path: Path) -> None:
     assert ahead.returncode == 2 and "past the end" in ahead.stderr
     assert _cli("--path", url, "changes", "--poll", "nan").returncode == 2
     assert _cli("--path", url, "changes", "--limit", "-1").returncode == 2
+
+
+def test_follow_into_head_ends_when_head_does_on_a_quiet_database(tmp_path: Path) -> None:
+    """`shaledb changes --follow | head -1` returns to the shell once head has its line: the
+    follower notices its reader left without waiting for a next write that never comes."""
+    url = str(tmp_path / "db")
+    with Db.open(url, settings=QUIET) as db:  # stays open and quiet while the follower runs
+        db.put(b"a", b"1")  # the only write: the follower has nothing more to write
+        cmd = [*BASE, "--path", url, "changes", "--follow", "--jsonl", "--poll", "0.05"]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            try:
+                assert proc.stdout is not None
+                assert json.loads(proc.stdout.readline())["key"] == "a"  # what head -1 keeps
+                proc.stdout.close()  # ... and then head exits
+                assert proc.wait(30) == 0  # before: it waited for the next write, forever
+                assert proc.stderr is not None and proc.stderr.read() == ""
+            finally:
+                proc.kill()
+                proc.wait(10)

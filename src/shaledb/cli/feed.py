@@ -6,13 +6,19 @@ deletes (with their end key) -- each with the cursor to resume after it. It read
 only, like a reader: no writer is opened and nobody is fenced. Without ``--follow`` it lists
 what is committed now (a table sized from its first rows, or a JSON array); with it, each
 change is written as one line the moment it is read (JSON lines with ``--json``), so
-``shaledb changes --follow | grep`` and ``| head`` work; Ctrl-C stops it.
+``shaledb changes --follow | grep`` and ``| head`` work; Ctrl-C stops it. A follower also
+stops (exit 0) as soon as the reader of its output goes away, as ``tail -f`` does: ``| head -1``
+ends when ``head`` has its line, not at the next write, which on a quiet database never comes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import select
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..engine.changes import Change, open_changes
@@ -35,6 +41,41 @@ def _row(c: Change) -> dict[str, Any]:
         "end": None if c.end is None else render_bytes(c.end),
         "cursor": str(c.cursor),
     }
+
+
+@contextlib.contextmanager
+def _stop_when_reader_leaves(stream: Any, stop: Callable[[], None]) -> Iterator[None]:
+    """Call ``stop`` once the read end of ``stream``'s pipe is closed (or its terminal hangs up).
+
+    A follower waiting for the next write never writes, so it never meets EPIPE: before, ``shaledb
+    changes --follow | head -1`` kept the shell waiting after ``head`` had printed its line, until
+    the database's next write (forever on a quiet one). A poll with no events asked still reports
+    POLLERR (pipe reader gone) and POLLHUP; files and open pipes report nothing.
+    """
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = -1  # a test's StringIO: no reader to lose
+    if fd < 0 or not hasattr(select, "poll"):
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(fd, 0)
+        while not done.is_set():
+            if poller.poll(250):
+                stop()
+                return
+
+    watcher = threading.Thread(target=watch, name="shaledb-changes-stdout", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 def _changes_args(p: argparse.ArgumentParser) -> None:
@@ -72,6 +113,9 @@ def changes(args: argparse.Namespace, out: Output) -> int | None:
             raise NotFound(f"no database at {ms.store.describe()}")
     with open_changes(args.path, args.since, follow=args.follow, poll_interval_s=poll) as feed:
         rows = (_row(c) for c in itertools.islice(feed, args.limit))
-        write = follow_rows if args.follow else stream_rows  # (a follower's rows never end)
-        write(out, rows, COLUMNS)
+        if not args.follow:
+            stream_rows(out, rows, COLUMNS)
+            return None
+        with _stop_when_reader_leaves(out.stream, feed.stop):  # (a follower's rows never end)
+            follow_rows(out, rows, COLUMNS)
     return None

@@ -418,6 +418,12 @@ class ChangeFeed:
         for fn in list(self._on_close):
             fn()
 
+    def stop(self) -> None:
+        """Stop iterating, from any thread, as :meth:`close` does, but leave the store open
+        for a read in flight on the iterating thread (``shaledb changes --follow`` stops so
+        when the reader of its output goes away); :meth:`close` still closes it."""
+        self._closed_now()
+
     def close(self) -> None:
         """Stop iterating (a following iterator returns at once, from any thread)."""
         self._closed_now()
