@@ -615,3 +615,53 @@ def test_a_reader_opened_before_the_first_merge_folds_it(tmp_path: Path) -> None
     assert list(reader.scan()) == [(b"k", b"base+a"), (b"n", b"+x")]
     reader.close()
     db.close()
+
+
+def test_a_reader_whose_table_rebuild_meets_a_collected_object_stays_monotonic(tmp_path: Path) -> None:
+    """Installing a manifest on a database that merged rebuilds the reader's first table from
+    its uncovered WAL objects. When one of them was collected meanwhile (a newer manifest
+    covered it and a pass at a low ``min_age_s`` ran between the reader's manifest read and its
+    GET), the fallback never matched and the old table stayed: ``+a+a+b`` again. The reader
+    now moves to the manifest that covers the object, as a poll that finds one collected does."""
+    from shaledb import GarbageCollector, GcOptions
+
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=tiny_settings(merge_operator="append"))
+    db.merge(b"k", b"+a")
+    db.merge(b"n", b"+x")
+    store = open_store(url)
+    next_wal = max(paths.parse_wal_id(o.path) or 0 for o in store.list(paths.WAL_DIR)) + 1
+    gets = [0]
+
+    def writer_flushes_then_merges() -> None:  # the reader's first probe of next_wal
+        db.flush(memtable=True)
+        db.merge(b"k", b"+b")
+
+    def flushed_and_collected() -> None:  # the rebuild's GET of next_wal
+        db.flush(memtable=True)
+        gone = GarbageCollector.open(url, GcOptions(min_age_s=0)).run_once()
+        assert paths.wal_path(next_wal) in gone.deleted["wal"], gone.deleted
+
+    class Hooks(OnFirstGet):
+        def get(self, path: str) -> bytes:
+            if path == paths.wal_path(next_wal):
+                gets[0] += 1
+                if gets[0] == 1:
+                    writer_flushes_then_merges()
+                elif gets[0] == 2:
+                    flushed_and_collected()
+            return self.inner.get(path)
+
+    reader = DbReader.open(
+        store=Hooks(store, "", lambda: None),
+        options=DbReaderOptions(background_poll=False, establish_checkpoint=False),
+    )
+    assert reader.get(b"k") == b"+a+b"
+    seq = reader.seq
+    reader.refresh()  # the manifest with the L0 of +a: the rebuild finds +b's object gone
+    assert gets[0] >= 2
+    assert reader.get(b"k") == b"+a+b", "an operand the L0 holds was folded again from the table"
+    assert reader.seq >= seq
+    assert list(reader.scan()) == [(b"k", b"+a+b"), (b"n", b"+x")]
+    reader.close()
+    db.close()

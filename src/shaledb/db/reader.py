@@ -188,6 +188,14 @@ class _Table:
         self.last_wal = first_wal - 1
 
 
+class _ObjectGone(Exception):
+    """A WAL object a table rebuild needs was collected (``DbReader._head_after``)."""
+
+    def __init__(self, wid: int) -> None:
+        super().__init__(wid)
+        self.wid = wid
+
+
 def _sst_key(m: Manifest) -> tuple[Any, ...]:
     """What makes a reader re-establish: the SST set and the replayed WAL range."""
     return (
@@ -682,14 +690,33 @@ class DbReader(Queries):
     def _install_manifest(self, m: Manifest, *, pin: bool = True) -> None:
         """Read ``m``'s SSTs from now on; drop tables its SSTs cover (``pin``: and pin them now)."""
         floor = m.replay_after_wal_id
-        head = self._head_after(m)
+        again = False
+        try:
+            head = self._head_after(m)
+        except _ObjectGone as gone:
+            # Collected since ``m`` was read: a newer manifest covers it. Move to that one, as a
+            # poll that finds an object collected does (before, the check below never matched
+            # the empty table this case returned, so the old table stayed and its operands were
+            # folded twice).
+            latest = self._ms.refresh(m if m.id >= self._latest.id else self._latest)
+            self._latest = latest
+            if latest.replay_after_wal_id >= gone.wid:
+                log.info(
+                    "reader %s: WAL %d was flushed and collected; moving to manifest %d",
+                    self._where,
+                    gone.wid,
+                    latest.id,
+                )
+                self._follow(latest)
+                return
+            head, again = None, True  # (no manifest covers it: replay from the floor on)
         with self._lock:
             tables = [t for t in self._wal_tables if t.last_wal > floor]
-            if head is not None and tables and tables[0].last_wal == head.last_wal:
+            if again:
+                self._next_wal = floor + 1
+                tables = []
+            elif head is not None and tables and tables[0].last_wal == head.last_wal:
                 tables[0] = head
-                if head.last_wal < head.first_wal:  # (an object it needs is gone: replay again)
-                    self._next_wal = head.first_wal
-                    tables = []
             if self._next_wal <= floor:
                 self._next_wal = floor + 1
                 tables = []
@@ -833,8 +860,7 @@ class DbReader(Queries):
         the operator) the table is therefore rebuilt from its uncovered objects: GETs of
         those objects, once per new manifest, before the view moves (reads stay
         monotonic). If one of them is gone (collected after a newer manifest covered it),
-        the returned table is empty (``last_wal < first_wal``): the caller replays from
-        there, and the missing object is handled as the poll handles one.
+        raises :class:`_ObjectGone`: the caller moves to the manifest that covers it.
         """
         floor = m.replay_after_wal_id
         with self._lock:
@@ -848,7 +874,7 @@ class DbReader(Queries):
                 if data is None:
                     if wid in self._skipped_wal:
                         continue  # a slot a crashed writer left empty (see _after_missing)
-                    return _Table(floor + 1)
+                    raise _ObjectGone(wid)
                 if wid not in self._dead_wal:
                     keys, ents = decode_wal_object(data, paths.wal_path(wid))
                     with self._lock:
