@@ -665,3 +665,44 @@ def test_a_reader_whose_table_rebuild_meets_a_collected_object_stays_monotonic(t
     assert list(reader.scan()) == [(b"k", b"+a+b"), (b"n", b"+x")]
     reader.close()
     db.close()
+
+
+def test_a_reader_rebuilds_a_table_only_when_a_covered_object_gave_it_operands(tmp_path: Path) -> None:
+    """The rebuild above costs a GET of every uncovered object of the table, at every new
+    manifest. It is needed only when an object the manifest covers put merge operands in the
+    table: with puts alone there (merges only after the flush) nothing is held twice that
+    could fold, and the reader fetches nothing again."""
+    url = str(tmp_path / "db")
+    db = Db.open(url, settings=tiny_settings(merge_operator="append"))
+    db.merge(b"m", b"+0")  # the operator is in the manifest: the database merges
+    db.flush(memtable=True)
+    db.put(b"k", b"base")
+    db.put(b"n", b"x")
+    store = open_store(url)
+    next_wal = max(paths.parse_wal_id(o.path) or 0 for o in store.list(paths.WAL_DIR)) + 1
+    gets = [0]
+
+    def writer_flushes_then_merges() -> None:  # as above, with puts in the covered objects
+        db.flush(memtable=True)
+        db.merge(b"k", b"+b")
+
+    class Counting(OnFirstGet):
+        def get(self, path: str) -> bytes:
+            if path == paths.wal_path(next_wal):
+                gets[0] += 1
+            return super().get(path)
+
+    reader = DbReader.open(
+        store=Counting(store, paths.wal_path(next_wal), writer_flushes_then_merges),
+        options=DbReaderOptions(background_poll=False),
+    )
+    assert reader.get(b"k") == b"base+b"
+    reader.refresh()  # the manifest with the L0 of the puts: the table holding them is kept
+    assert gets[0] == 1, "the table was fetched again though no covered object merged"
+    assert reader.get(b"k") == b"base+b" and reader.get(b"n") == b"x" and reader.get(b"m") == b"+0"
+    assert list(reader.scan()) == [(b"k", b"base+b"), (b"m", b"+0"), (b"n", b"x")]
+    db.merge(b"k", b"+c")
+    reader.refresh()
+    assert reader.get(b"k") == db.get(b"k") == b"base+b+c"
+    reader.close()
+    db.close()

@@ -90,7 +90,7 @@ from ..engine.sstable import TableCache
 from ..engine.wal_read import fetch_wal_objects
 from ..errors import ClosedError, DatabaseDestroyed, InvalidArgument, ObjectNotFound, ShaleError
 from ..format import paths
-from ..format.row import FLAG_INDEX_TREE
+from ..format.row import FLAG_INDEX_TREE, KIND_MERGE
 from ..format.wal import EpochGate, decode_wal_object
 from ..journal.resolver import JournalResolver
 from ..keys import split_points
@@ -180,12 +180,14 @@ class MaintainReaderCheckpoints(Edit):
 class _Table:
     """An in-memory table of replayed WAL entries and the WAL ids it holds."""
 
-    __slots__ = ("first_wal", "last_wal", "mem")
+    __slots__ = ("first_merge_wal", "first_wal", "last_wal", "mem")
 
     def __init__(self, first_wal: int) -> None:
         self.mem = new_memtable()
         self.first_wal = first_wal
         self.last_wal = first_wal - 1
+        self.first_merge_wal: int | None = None
+        """The first WAL id whose merge operands this table holds (None: it holds none)."""
 
 
 class _ObjectGone(Exception):
@@ -856,17 +858,22 @@ class DbReader(Queries):
         are then in two places. Equal puts and deletes shadow each other harmlessly, but a
         memtable stacks a key's merge operands without their sequence numbers: a lookup
         folded the table's operands onto the L0 value that already held the first of them
-        (``+a+a+b`` for ``+a``, ``+b``). On a database that ever merged (its manifest names
-        the operator) the table is therefore rebuilt from its uncovered objects: GETs of
-        those objects, once per new manifest, before the view moves (reads stay
-        monotonic). If one of them is gone (collected after a newer manifest covered it),
-        raises :class:`_ObjectGone`: the caller moves to the manifest that covers it.
+        (``+a+a+b`` for ``+a``, ``+b``). The table is therefore rebuilt from its uncovered
+        objects when a covered one gave it merge operands: GETs of those objects, once per
+        such manifest, before the view moves (reads stay monotonic). If one of them is gone (collected after
+        a newer manifest covered it), raises :class:`_ObjectGone`: the caller moves to the
+        manifest that covers it.
         """
         floor = m.replay_after_wal_id
         with self._lock:
             head = next((t for t in self._wal_tables if t.last_wal > floor), None)
-        if head is None or head.first_wal > floor or m.option(OPT_MERGE_OPERATOR) is None:
-            return None
+        if (
+            head is None
+            or head.first_wal > floor
+            or head.first_merge_wal is None
+            or head.first_merge_wal > floor
+        ):
+            return None  # (no operand of a covered object is in the table: nothing twice)
         t = _Table(floor + 1)
         wids = range(floor + 1, head.last_wal + 1)
         with fetch_wal_objects(self.store, wids, self.options.wal_read_ahead) as fetched:
@@ -878,7 +885,7 @@ class DbReader(Queries):
                 if wid not in self._dead_wal:
                     keys, ents = decode_wal_object(data, paths.wal_path(wid))
                     with self._lock:
-                        self._replay_into(t, keys, ents, m)
+                        self._replay_into(t, wid, keys, ents, m)
                 t.last_wal = wid
         self.counters["wal_objects"] += len(wids)
         return t
@@ -891,7 +898,7 @@ class DbReader(Queries):
             self._dead_wal.add(wid)
         with self._lock:
             t = self._wal_tables[-1]
-            self._replay_into(t, keys, ents, self._view.manifest)
+            self._replay_into(t, wid, keys, ents, self._view.manifest)
             mem = t.mem
             t.last_wal = wid
             self._next_wal = wid + 1
@@ -900,8 +907,8 @@ class DbReader(Queries):
                 self._view = self._make_view(self._view.manifest)
         self.counters["wal_objects"] += 1
 
-    def _replay_into(self, t: _Table, keys: list[bytes], ents: list[Entry], m: Manifest) -> None:
-        """Apply one WAL object's entries newer than ``m``'s L0 SSTs to ``t`` (under ``_lock``)."""
+    def _replay_into(self, t: _Table, wid: int, keys: list[bytes], ents: list[Entry], m: Manifest) -> None:
+        """Apply WAL object ``wid``'s entries newer than ``m``'s L0 SSTs to ``t`` (under ``_lock``)."""
         floor = m.last_l0_seq
         if ents and ents[0][0] <= floor:
             pairs = [(k, e) for k, e in zip(keys, ents) if e[0] > floor]
@@ -921,6 +928,8 @@ class DbReader(Queries):
             if HISTORY_PIN not in mem.pins and m.option(OPT_RETENTION) is not None:
                 mem.pin(HISTORY_PIN)  # the writer keeps history: so do the replayed tables
             apply_to_memtable(mem, keys, ents)  # range tombstones, then points (merges stack)
+            if t.first_merge_wal is None and any(e[1] == KIND_MERGE for e in ents):
+                t.first_merge_wal = wid  # (what _head_after asks: one pass per object until then)
             mem.nbytes += sum(map(len, keys)) + sum(len(e[2]) for e in ents) + ENTRY_OVERHEAD * len(keys)
             self._seq = max(self._seq, *(e[0] for e in ents))
 
