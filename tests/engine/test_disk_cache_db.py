@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from shaledb import Db, DbReader
+from shaledb import Db, DbReader, admin
 from shaledb.settings import CompactorOptions, DbReaderOptions, Settings
 from shaledb.testing.seeds import test_seed
 
@@ -205,3 +205,39 @@ def test_a_damaged_part_is_caught_on_disk_and_in_memory(tmp_path: Path) -> None:
         db.cache.discard_where(lambda k: isinstance(k, tuple) and len(k) == 2 and isinstance(k[1], int))
         for k, v in model.items():
             assert db.get(k) == v, k
+
+
+def _cached_roots(cache: Path) -> set[str]:
+    """The store roots (URLs) whose SST parts the cache directory holds."""
+    import diskcache
+
+    with diskcache.Cache(str(cache)) as dc:
+        return {k.split("\n")[0] for k in dc.iterkeys() if "\ncompacted/" in k}
+
+
+def test_a_clone_reads_its_parents_ssts_through_the_disk_cache(tmp_path: Path) -> None:
+    """A new clone's rows all live in its parent's SSTs; with a disk cache they are read
+    through it like the clone's own (keyed under the parent's URL), for a writer and a
+    reader of the clone, and the answers equal the model."""
+    seed = test_seed()
+    rng = random.Random(seed)
+    parent, clone = str(tmp_path / "parent"), str(tmp_path / "clone")
+    cache = tmp_path / "cache"
+    model: dict[bytes, bytes] = {}
+    with Db.open(parent, settings=_settings(None).replace(compactor=None, l0_sst_size_bytes=256 << 10)) as db:
+        for _ in range(2000):
+            k = b"k%06d" % rng.randrange(3000)
+            model[k] = rng.randbytes(rng.randrange(1, 120))
+            db.put(k, model[k])
+        db.flush(memtable=True)
+    cp = admin.create_checkpoint(parent)
+    settings = _settings(cache).replace(compactor=None)
+    with Db.open_from_checkpoint(clone, parent, parent_checkpoint=cp.id, settings=settings) as db:
+        _check(db, model, random.Random(seed))
+    roots = _cached_roots(cache)
+    assert any(r.endswith("parent") for r in roots), roots
+    with Db.open(clone, settings=settings) as db:
+        _check(db, model, random.Random(seed + 1))
+    opts = DbReaderOptions(background_poll=False, establish_checkpoint=False, disk_cache_dir=str(cache))
+    with DbReader.open(clone, options=opts) as reader:
+        _check(reader, model, random.Random(seed + 2))

@@ -391,7 +391,9 @@ class Compactor:
         self.external = (
             host.parents
             if host is not None
-            else ExternalStores(default_factory(settings.retry, clock, random.Random(), store_options))
+            else ExternalStores(
+                default_factory(settings.retry, clock, random.Random(), store_options, settings)
+            )
         )
         self.options = options
         self.settings = settings

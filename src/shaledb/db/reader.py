@@ -294,7 +294,7 @@ class DbReader(Queries):
         )
         cp_id = None if checkpoint is None else as_checkpoint_ref(checkpoint)
         wrapped = open_stack(url, store, store_options, settings, clock, rng)
-        factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options)
+        factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options, opts)
         external = ExternalStores(
             factory, own_url=canonical_url(url) if url else None, owns_opened=store_factory is None
         )

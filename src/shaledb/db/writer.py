@@ -284,7 +284,7 @@ class Db(Queries):
         try:
             wrapped = open_stack(url, store, store_options, settings, clock, rng)
             external = ExternalStores(
-                default_factory(settings.retry, clock, random.Random(), store_options), own_url=url
+                default_factory(settings.retry, clock, random.Random(), store_options, settings), own_url=url
             )
 
             def check_root() -> None:
@@ -394,7 +394,7 @@ class Db(Queries):
         self._close_hooks: list[Callable[[], None]] = []  # (run_close_hooks: shaledb.aio's pool)
         """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
         self.external = external or ExternalStores(
-            default_factory(settings.retry, clock, random.Random(), None)
+            default_factory(settings.retry, clock, random.Random(), None, settings)
         )
         self.store = store
         self.clock = clock

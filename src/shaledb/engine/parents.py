@@ -94,17 +94,33 @@ def check_external_urls(own_url: str | None, urls: list[str]) -> None:
 
 
 def default_factory(
-    retry: RetryOptions, clock: Clock, rng: random.Random, store_options: Mapping[str, Any] | None
+    retry: RetryOptions,
+    clock: Clock,
+    rng: random.Random,
+    store_options: Mapping[str, Any] | None,
+    disk_cache: Any = None,
 ) -> StoreFactory:
-    """Open a URL with ``open_store`` and the usual retrying, accounted stack."""
+    """Open a URL with ``open_store`` and the usual retrying, accounted stack.
+
+    ``disk_cache``: the handle's ``Settings`` (or ``DbReaderOptions``); with a
+    ``disk_cache_dir`` the ancestors' SSTs and journal objects are read through
+    the host's disk cache like the database's own (keys carry each store's URL).
+    Without it a clone read its parent's SSTs -- all of a new clone's data --
+    from the store on every block-cache miss, warm cache or not.
+    """
     opts = store_options_dict(store_options)
+    cache_dir = getattr(disk_cache, "disk_cache_dir", None)
+    cache_bytes = getattr(disk_cache, "disk_cache_bytes", 0)
 
     def open_url(url: str) -> ObjectStore:
         scheme = urlsplit(url).scheme.lower()
         kwargs = opts if scheme not in ("", "file", "memory") else {}
-        return RetryingStore(
-            InstrumentedStore(open_store(url, **kwargs)), retry, clock, random.Random(rng.getrandbits(64))
-        )
+        counted: ObjectStore = InstrumentedStore(open_store(url, **kwargs))
+        if cache_dir is not None:
+            from ..store.disk_cache import DiskCachedStore, acquire
+
+            counted = DiskCachedStore(counted, acquire(cache_dir, cache_bytes))
+        return RetryingStore(counted, retry, clock, random.Random(rng.getrandbits(64)))
 
     return open_url
 

@@ -89,7 +89,9 @@ class StandaloneHost:
         self.rng = rng
         self.settings = settings
         self.manifests = ManifestStore(store, clock, random.Random(rng.getrandbits(64)), author="journal")
-        self.external = ExternalStores(default_factory(settings.retry, clock, random.Random(), store_options))
+        self.external = ExternalStores(
+            default_factory(settings.retry, clock, random.Random(), store_options, settings)
+        )
         self._manifest: Manifest | None = None
         self.tables = TableCache(self.store_for, LruCache(64 * 1024 * 1024), settings.sst_read_ahead_bytes)
         with self._locks_guard:
