@@ -467,7 +467,14 @@ def open_clone(
         raise InvalidArgument("a database cannot be a clone of itself")
     check_disjoint(own_url, parent, "parent")
     cp = None if parent_checkpoint is None else as_checkpoint_ref(parent_checkpoint)
-    factory = default_factory(settings.retry, clock, random.Random(), store_options, settings)
+    factory = default_factory(
+        settings.retry,
+        clock,
+        random.Random(),
+        store_options,
+        disk_cache_dir=settings.disk_cache_dir,
+        disk_cache_bytes=settings.disk_cache_bytes,
+    )
     owned = store is None
     if store is None:
         assert url is not None

@@ -392,7 +392,14 @@ class Compactor:
             host.parents
             if host is not None
             else ExternalStores(
-                default_factory(settings.retry, clock, random.Random(), store_options, settings)
+                default_factory(
+                    settings.retry,
+                    clock,
+                    random.Random(),
+                    store_options,
+                    disk_cache_dir=settings.disk_cache_dir,
+                    disk_cache_bytes=settings.disk_cache_bytes,
+                )
             )
         )
         self.options = options

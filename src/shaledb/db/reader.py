@@ -294,7 +294,14 @@ class DbReader(Queries):
         )
         cp_id = None if checkpoint is None else as_checkpoint_ref(checkpoint)
         wrapped = open_stack(url, store, store_options, settings, clock, rng)
-        factory = store_factory or default_factory(opts.retry, clock, random.Random(), store_options, opts)
+        factory = store_factory or default_factory(
+            opts.retry,
+            clock,
+            random.Random(),
+            store_options,
+            disk_cache_dir=opts.disk_cache_dir,
+            disk_cache_bytes=opts.disk_cache_bytes,
+        )
         external = ExternalStores(
             factory, own_url=canonical_url(url) if url else None, owns_opened=store_factory is None
         )

@@ -284,7 +284,15 @@ class Db(Queries):
         try:
             wrapped = open_stack(url, store, store_options, settings, clock, rng)
             external = ExternalStores(
-                default_factory(settings.retry, clock, random.Random(), store_options, settings), own_url=url
+                default_factory(
+                    settings.retry,
+                    clock,
+                    random.Random(),
+                    store_options,
+                    disk_cache_dir=settings.disk_cache_dir,
+                    disk_cache_bytes=settings.disk_cache_bytes,
+                ),
+                own_url=url,
             )
 
             def check_root() -> None:
@@ -394,7 +402,14 @@ class Db(Queries):
         self._close_hooks: list[Callable[[], None]] = []  # (run_close_hooks: shaledb.aio's pool)
         """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
         self.external = external or ExternalStores(
-            default_factory(settings.retry, clock, random.Random(), None, settings)
+            default_factory(
+                settings.retry,
+                clock,
+                random.Random(),
+                None,
+                disk_cache_dir=settings.disk_cache_dir,
+                disk_cache_bytes=settings.disk_cache_bytes,
+            )
         )
         self.store = store
         self.clock = clock

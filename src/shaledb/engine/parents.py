@@ -98,28 +98,28 @@ def default_factory(
     clock: Clock,
     rng: random.Random,
     store_options: Mapping[str, Any] | None,
-    disk_cache: Any = None,
+    *,
+    disk_cache_dir: str | None = None,
+    disk_cache_bytes: int = 0,
 ) -> StoreFactory:
     """Open a URL with ``open_store`` and the usual retrying, accounted stack.
 
-    ``disk_cache``: the handle's ``Settings`` (or ``DbReaderOptions``); with a
-    ``disk_cache_dir`` the ancestors' SSTs and journal objects are read through
+    ``disk_cache_dir``, ``disk_cache_bytes``: the handle's (``Settings`` or
+    ``DbReaderOptions``); with a directory the ancestors' SSTs and journal objects are read through
     the host's disk cache like the database's own (keys carry each store's URL).
     Without it a clone read its parent's SSTs -- all of a new clone's data --
     from the store on every block-cache miss, warm cache or not.
     """
     opts = store_options_dict(store_options)
-    cache_dir = getattr(disk_cache, "disk_cache_dir", None)
-    cache_bytes = getattr(disk_cache, "disk_cache_bytes", 0)
 
     def open_url(url: str) -> ObjectStore:
         scheme = urlsplit(url).scheme.lower()
         kwargs = opts if scheme not in ("", "file", "memory") else {}
         counted: ObjectStore = InstrumentedStore(open_store(url, **kwargs))
-        if cache_dir is not None:
+        if disk_cache_dir is not None:
             from ..store.disk_cache import DiskCachedStore, acquire
 
-            counted = DiskCachedStore(counted, acquire(cache_dir, cache_bytes))
+            counted = DiskCachedStore(counted, acquire(disk_cache_dir, disk_cache_bytes))
         return RetryingStore(counted, retry, clock, random.Random(rng.getrandbits(64)))
 
     return open_url

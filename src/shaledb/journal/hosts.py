@@ -90,7 +90,14 @@ class StandaloneHost:
         self.settings = settings
         self.manifests = ManifestStore(store, clock, random.Random(rng.getrandbits(64)), author="journal")
         self.external = ExternalStores(
-            default_factory(settings.retry, clock, random.Random(), store_options, settings)
+            default_factory(
+                settings.retry,
+                clock,
+                random.Random(),
+                store_options,
+                disk_cache_dir=settings.disk_cache_dir,
+                disk_cache_bytes=settings.disk_cache_bytes,
+            )
         )
         self._manifest: Manifest | None = None
         self.tables = TableCache(self.store_for, LruCache(64 * 1024 * 1024), settings.sst_read_ahead_bytes)
