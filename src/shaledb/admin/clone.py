@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..engine.parents import ExternalStores, canonical_url, check_external_urls, default_factory
+from ..engine.parents import ExternalStores, canonical_url, check_external_urls, settings_factory
 from ..errors import (
     AlreadyExists,
     CheckpointNotFound,
@@ -467,14 +467,7 @@ def open_clone(
         raise InvalidArgument("a database cannot be a clone of itself")
     check_disjoint(own_url, parent, "parent")
     cp = None if parent_checkpoint is None else as_checkpoint_ref(parent_checkpoint)
-    factory = default_factory(
-        settings.retry,
-        clock,
-        random.Random(),
-        store_options,
-        disk_cache_dir=settings.disk_cache_dir,
-        disk_cache_bytes=settings.disk_cache_bytes,
-    )
+    factory = settings_factory(settings, clock, store_options)
     owned = store is None
     if store is None:
         assert url is not None

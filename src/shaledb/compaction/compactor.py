@@ -52,7 +52,7 @@ from ..engine.admission import hold_off
 from ..engine.history import manifest_floor
 from ..engine.host import ManifestHost, WriterHost
 from ..engine.merging import OPT_MERGE_OPERATOR, Folder
-from ..engine.parents import ExternalStores, default_factory
+from ..engine.parents import ExternalStores, settings_factory
 from ..errors import ConflictError, FencedError, InvalidArgument, NotFound, ShaleError, Unavailable
 from ..format import paths
 from ..format.coding import CODECS
@@ -391,16 +391,7 @@ class Compactor:
         self.external = (
             host.parents
             if host is not None
-            else ExternalStores(
-                default_factory(
-                    settings.retry,
-                    clock,
-                    random.Random(),
-                    store_options,
-                    disk_cache_dir=settings.disk_cache_dir,
-                    disk_cache_bytes=settings.disk_cache_bytes,
-                )
-            )
+            else ExternalStores(settings_factory(settings, clock, store_options))
         )
         self.options = options
         self.settings = settings

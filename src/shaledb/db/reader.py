@@ -82,7 +82,7 @@ from ..engine.cache import LruCache
 from ..engine.history import HISTORY_PIN, OPT_RETENTION, manifest_seq, to_millis
 from ..engine.memtable import ENTRY_OVERHEAD, Entry, Memtable, new_memtable
 from ..engine.merging import OPT_MERGE_OPERATOR, Folder
-from ..engine.parents import ExternalStores, StoreFactory, canonical_url, default_factory
+from ..engine.parents import ExternalStores, StoreFactory, canonical_url, settings_factory
 from ..engine.range_tombstones import apply_to_memtable
 from ..engine.reads import ReadView, Visibility, acquire_pools, lookup, release_pools
 from ..engine.scan_ahead import limits_of
@@ -294,14 +294,7 @@ class DbReader(Queries):
         )
         cp_id = None if checkpoint is None else as_checkpoint_ref(checkpoint)
         wrapped = open_stack(url, store, store_options, settings, clock, rng)
-        factory = store_factory or default_factory(
-            opts.retry,
-            clock,
-            random.Random(),
-            store_options,
-            disk_cache_dir=opts.disk_cache_dir,
-            disk_cache_bytes=opts.disk_cache_bytes,
-        )
+        factory = store_factory or settings_factory(opts, clock, store_options)
         external = ExternalStores(
             factory, own_url=canonical_url(url) if url else None, owns_opened=store_factory is None
         )

@@ -57,7 +57,7 @@ from ..engine.merging import (
     stack_base,
     stack_size,
 )
-from ..engine.parents import ExternalStores, canonical_url, default_factory
+from ..engine.parents import ExternalStores, canonical_url, settings_factory
 from ..engine.pins import RepinView, StripPins, ViewPins
 from ..engine.range_tombstones import apply_to_memtable, batch_ranges, covering_seq, has_range_dels
 from ..engine.reads import ReadView, Scan, Visibility, acquire_pools, release_pools
@@ -284,14 +284,7 @@ class Db(Queries):
         try:
             wrapped = open_stack(url, store, store_options, settings, clock, rng)
             external = ExternalStores(
-                default_factory(
-                    settings.retry,
-                    clock,
-                    random.Random(),
-                    store_options,
-                    disk_cache_dir=settings.disk_cache_dir,
-                    disk_cache_bytes=settings.disk_cache_bytes,
-                ),
+                settings_factory(settings, clock, store_options),
                 own_url=url,
             )
 
@@ -401,16 +394,7 @@ class Db(Queries):
         self._url: str | None = None  # set by the openers (handle_url)
         self._close_hooks: list[Callable[[], None]] = []  # (run_close_hooks: shaledb.aio's pool)
         """Whether :meth:`close` closes ``store``: ``open`` opened it (a passed-in store stays theirs)."""
-        self.external = external or ExternalStores(
-            default_factory(
-                settings.retry,
-                clock,
-                random.Random(),
-                None,
-                disk_cache_dir=settings.disk_cache_dir,
-                disk_cache_bytes=settings.disk_cache_bytes,
-            )
-        )
+        self.external = external or ExternalStores(settings_factory(settings, clock, None))
         self.store = store
         self.clock = clock
         self.rng = rng

@@ -26,7 +26,7 @@ import os
 import random
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from ..clock import Clock
@@ -125,6 +125,32 @@ def default_factory(
     return open_url
 
 
+class StoreSettings(Protocol):
+    """What the ancestors' store stack takes from a handle's settings (``Settings``,
+    ``DbReaderOptions``)."""
+
+    @property
+    def retry(self) -> RetryOptions: ...
+    @property
+    def disk_cache_dir(self) -> str | None: ...
+    @property
+    def disk_cache_bytes(self) -> int: ...
+
+
+def settings_factory(
+    settings: StoreSettings, clock: Clock, store_options: Mapping[str, Any] | None
+) -> StoreFactory:
+    """:func:`default_factory` with a handle's retries and disk cache."""
+    return default_factory(
+        settings.retry,
+        clock,
+        random.Random(),
+        store_options,
+        disk_cache_dir=settings.disk_cache_dir,
+        disk_cache_bytes=settings.disk_cache_bytes,
+    )
+
+
 class ExternalStores:
     """Stores of the databases a clone references, opened once each. Thread-safe.
 
@@ -212,6 +238,8 @@ __all__ = [
     "StoreFactory",
     "canonical_url",
     "check_external_urls",
+    "StoreSettings",
     "default_factory",
     "same_database",
+    "settings_factory",
 ]

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol
 from ..clock import Clock
 from ..engine.cache import LruCache
 from ..engine.host import WriterHost
-from ..engine.parents import ExternalStores, default_factory
+from ..engine.parents import ExternalStores, settings_factory
 from ..engine.sstable import TableCache
 from ..manifest.edits import Decorated, Edit
 from ..manifest.model import Manifest
@@ -89,16 +89,7 @@ class StandaloneHost:
         self.rng = rng
         self.settings = settings
         self.manifests = ManifestStore(store, clock, random.Random(rng.getrandbits(64)), author="journal")
-        self.external = ExternalStores(
-            default_factory(
-                settings.retry,
-                clock,
-                random.Random(),
-                store_options,
-                disk_cache_dir=settings.disk_cache_dir,
-                disk_cache_bytes=settings.disk_cache_bytes,
-            )
-        )
+        self.external = ExternalStores(settings_factory(settings, clock, store_options))
         self._manifest: Manifest | None = None
         self.tables = TableCache(self.store_for, LruCache(64 * 1024 * 1024), settings.sst_read_ahead_bytes)
         with self._locks_guard:
