@@ -26,7 +26,7 @@ from shaledb.errors import (
 )
 from shaledb.format import paths
 from shaledb.merge import MergeOperator, add_u64, append, as_operator, max_u64
-from shaledb.store import open_store
+from shaledb.store import ObjectStore, open_store
 from shaledb.testing.compacting import compact_until_idle as compact
 from shaledb.testing.faults import OnFirstGet
 from shaledb.testing.strategies import tiny_settings
@@ -563,6 +563,16 @@ def test_hot_merges_without_a_base_below_are_not_counted_twice(tmp_path: Path) -
     db.close()
 
 
+def _merged_then_next_wal(url: str) -> tuple[Db, ObjectStore, int]:
+    """A writer at ``url`` that merged ``+a`` into k and ``+x`` into n, its store, and the id
+    of the WAL object its next write goes to."""
+    db = Db.open(url, settings=tiny_settings(merge_operator="append"))
+    db.merge(b"k", b"+a")
+    db.merge(b"n", b"+x")
+    store = open_store(url)
+    return db, store, max(paths.parse_wal_id(o.path) or 0 for o in store.list(paths.WAL_DIR)) + 1
+
+
 def test_a_reader_whose_replayed_table_spans_a_flush_does_not_fold_operands_twice(tmp_path: Path) -> None:
     """A reader keeps a table of replayed WAL objects when a new manifest's L0 covers only the
     first of them (the writer froze its memtable in between). The table's merge operands from
@@ -570,11 +580,7 @@ def test_a_reader_whose_replayed_table_spans_a_flush_does_not_fold_operands_twic
     process returned ``+a+a`` for one merge (found by a random check on S3, where the reader's
     table often outlived the writer's flush)."""
     url = str(tmp_path / "db")
-    db = Db.open(url, settings=tiny_settings(merge_operator="append"))
-    db.merge(b"k", b"+a")
-    db.merge(b"n", b"+x")
-    store = open_store(url)
-    next_wal = max(paths.parse_wal_id(o.path) or 0 for o in store.list(paths.WAL_DIR)) + 1
+    db, store, next_wal = _merged_then_next_wal(url)
 
     def writer_flushes_then_merges() -> None:
         # The reader replayed the objects of +a and +x and now probes the next one: the
@@ -626,11 +632,7 @@ def test_a_reader_whose_table_rebuild_meets_a_collected_object_stays_monotonic(t
     from shaledb import GarbageCollector, GcOptions
 
     url = str(tmp_path / "db")
-    db = Db.open(url, settings=tiny_settings(merge_operator="append"))
-    db.merge(b"k", b"+a")
-    db.merge(b"n", b"+x")
-    store = open_store(url)
-    next_wal = max(paths.parse_wal_id(o.path) or 0 for o in store.list(paths.WAL_DIR)) + 1
+    db, store, next_wal = _merged_then_next_wal(url)
     gets = [0]
 
     def writer_flushes_then_merges() -> None:  # the reader's first probe of next_wal

@@ -37,6 +37,7 @@ range and reads its SSTs and journal.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -216,31 +217,43 @@ def backup_version(
     check_flag("prune", prune)  # (a truthy "no" pruned)
     rep = report or BackupReport()
     rep.source_manifest_id = m.id
-    if _check_dest(dest, clock, rng) is None:
-        # A first backup: no database at the destination yet, so no collector to keep off.
+    with contextlib.ExitStack() as held:
+        if _check_dest(dest, clock, rng) is not None:
+            # (A first backup takes none: no database at the destination yet, so no collector.)
+            # The destination's garbage collector sees the copies (and a killed backup's
+            # leftovers, which this one counts as copied) in no manifest until the last one is
+            # written, and they keep their source ids, so nothing but a lease tells it they are
+            # in flight: at a low min_age_s it deleted them and the manifest named missing
+            # objects. The lease is written before the destination is listed: a pass that lists
+            # the leases after that keeps all; one that listed them before had listed the objects
+            # before too, so it never sees a copy (a leftover this backup counts as present goes
+            # only if such a pass's delete request lands after this backup's listing).
+            lease = held.enter_context(
+                JobLease(
+                    dest,
+                    clock,
+                    rng,
+                    BACKUP_LEASE_EPOCH,
+                    BACKUP_LEASE_S,
+                    f"backup of manifest {m.id}",
+                    kind=COPY_KIND,
+                )
+            )
+            progress = _renewing(lease, progress)
         return _backup_version(
             m, source, store_for, dest, clock, rng, server_copy, prune, rep, workers, progress
         )
-    # The destination's garbage collector sees the copies (and a killed backup's leftovers,
-    # which this one counts as copied) in no manifest until the last one is written, and they
-    # keep their source ids, so nothing but a lease tells it they are in flight: at a low
-    # min_age_s it deleted them and the manifest named missing objects. The lease is written
-    # before the destination is listed: a pass that lists the leases after that keeps all;
-    # one that listed them before had listed the objects before too, so it never sees a copy
-    # (a leftover this backup counts as present goes only if such a pass's delete request
-    # lands after this backup's listing).
-    with JobLease(
-        dest, clock, rng, BACKUP_LEASE_EPOCH, BACKUP_LEASE_S, f"backup of manifest {m.id}", kind=COPY_KIND
-    ) as lease:
 
-        def renewing(done: int, total: int) -> None:  # after each object copied
-            lease.beat()
-            if progress is not None:
-                progress(done, total)
 
-        return _backup_version(
-            m, source, store_for, dest, clock, rng, server_copy, prune, rep, workers, renewing
-        )
+def _renewing(lease: JobLease, progress: Progress | None) -> Progress:
+    """``progress`` that also renews ``lease`` after each object copied."""
+
+    def renewing(done: int, total: int) -> None:
+        lease.beat()
+        if progress is not None:
+            progress(done, total)
+
+    return renewing
 
 
 def _backup_version(
